@@ -1,0 +1,74 @@
+# Makefile for the sentiment SQLite extension.
+#
+#   make            build/libsentiment_model.a, build/sentiment.so
+#   make test       build and run every test (exits non-zero on any failure)
+#   make asan       the same suite under AddressSanitizer + UBSan (build-asan/)
+#   make demo       classify example sentences through the sqlite3 shell
+#   make bench      benchmarks (not tests)
+#
+# Missing Debian packages are installed by scripts/install-deps.sh when run as
+# root. Shipped flags: -O2, no -march=native, no fast-math.
+
+BUILD    ?= build
+CC       ?= cc
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp
+CPPFLAGS += -Imodel -Iext -I/usr/include/x86_64-linux-gnu/openblas-pthread
+LDLIBS   += -lopenblas -lutf8proc -ljansson -lm -lpthread -ldl
+SAN      ?=
+
+MODEL_SRC := $(sort $(wildcard model/*.c))
+EXT_SRC   := $(sort $(wildcard ext/*.c))
+TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+
+MODEL_OBJ := $(MODEL_SRC:%.c=$(BUILD)/%.o)
+EXT_OBJ   := $(EXT_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+LIB       := $(BUILD)/libsentiment_model.a
+SO        := $(if $(EXT_SRC),$(BUILD)/sentiment.so)
+
+.PHONY: all deps test asan demo bench clean
+all: deps $(LIB) $(SO)
+
+deps:
+	@./scripts/install-deps.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
+
+$(LIB): $(MODEL_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/sentiment.so: $(EXT_OBJ) $(LIB)
+	$(CC) $(CFLAGS) $(SAN) -shared -o $@ $(EXT_OBJ) $(LIB) $(LDLIBS)
+
+# Tests link the model library, the extension objects and SQLite.
+$(BUILD)/tests/%: tests/%.c $(LIB) $(EXT_OBJ) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(EXT_OBJ) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
+
+test: all $(TEST_BIN)
+	@BUILD=$(BUILD) ./scripts/run-tests.sh $(TEST_BIN)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+demo: all
+	@./scripts/demo.sh
+
+bench: all $(BENCH_BIN)
+	@./scripts/bench.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(MODEL_OBJ:.o=.d) $(EXT_OBJ:.o=.d)

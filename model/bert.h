@@ -1,0 +1,127 @@
+/* bert.h: the BERT-family encoder with a sequence-classification head.
+ *
+ * Shapes use B batch, T tokens (padded), C hidden, H heads, d = C/H, F the
+ * intermediate size, L layers, K labels, V vocab, P positions.
+ *
+ * All parameters live in one float arena laid out from one size table
+ * (bert_param_table); the same table drives checkpoint load and save, so the
+ * order here is the order in memory. Query, key and value weights of a layer
+ * are adjacent, so they form one (3C, C) matrix and one (3C) bias.
+ *
+ * The forward pass: embeddings (word + position + token type [+ task type])
+ * -> LayerNorm -> L post-LN layers (masked multi-head self-attention, erf GELU
+ * FFN) -> pooler (dense + tanh on [CLS]) -> classifier -> logits.
+ */
+#ifndef SM_BERT_H
+#define SM_BERT_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "config.h"
+#include "tokenizer.h"
+
+typedef struct bert_layer_params {
+    float *qkv_w;   /* (3C, C): query, key, value weights stacked */
+    float *qkv_b;   /* (3C) */
+    float *attn_out_w; /* (C, C) */
+    float *attn_out_b; /* (C) */
+    float *ln1_w, *ln1_b; /* (C) attention.output.LayerNorm */
+    float *ffn_in_w;   /* (F, C) intermediate.dense */
+    float *ffn_in_b;   /* (F) */
+    float *ffn_out_w;  /* (C, F) output.dense */
+    float *ffn_out_b;  /* (C) */
+    float *ln2_w, *ln2_b; /* (C) output.LayerNorm */
+} bert_layer_params;
+
+typedef struct bert_params {
+    float *word_emb;   /* (V, C) */
+    float *pos_emb;    /* (P, C) */
+    float *type_emb;   /* (type_vocab_size, C) */
+    float *task_emb;   /* (task_type_vocab_size, C) or NULL */
+    float *emb_ln_w, *emb_ln_b; /* (C) */
+    bert_layer_params *layers;  /* L entries (owned by whoever made the struct) */
+    float *pool_w;     /* (C, C) */
+    float *pool_b;     /* (C) */
+    float *cls_w;      /* (K, C) or NULL when the checkpoint has no head */
+    float *cls_b;      /* (K) or NULL */
+} bert_params;
+
+/* One row of the size table. `name` is the Hugging Face name without the
+ * model prefix ("embeddings.word_embeddings.weight", ...), except the head,
+ * which is "classifier.weight"/"classifier.bias" as in transformers. */
+typedef struct bert_param_spec {
+    char name[96];
+    int ndim;
+    int shape[2];
+    size_t offset;  /* in floats from the arena start */
+    size_t numel;
+} bert_param_spec;
+
+/* Fills *specs (malloc'd) with the table for cfg; with_head adds the
+ * classifier rows. Returns the total float count in *total. */
+int bert_param_table(const bert_config *cfg, int with_head,
+                     bert_param_spec **specs, int *n_specs, size_t *total,
+                     char *err);
+/* Points p at the tensors of an arena laid out by bert_param_table.
+ * Allocates p->layers (free with bert_params_release). */
+int bert_params_bind(const bert_config *cfg, int with_head, float *arena,
+                     bert_params *p, char *err);
+void bert_params_release(bert_params *p);
+
+typedef struct bert_model {
+    bert_config cfg;
+    tokenizer *tok;
+    int has_head;        /* the checkpoint had classifier.weight/bias */
+    float *arena;        /* all parameters, host F32, n_floats long */
+    size_t n_floats;
+    bert_params p;       /* views into arena */
+} bert_model;
+
+/* Loads a Hugging Face model directory (config.json, vocab.txt,
+ * model.safetensors). */
+int bert_model_load_dir(const char *dir, bert_model **out, char *err);
+/* Loads from memory (a BLOB, an embedded model). Buffers are not retained. */
+int bert_model_load_buffers(const char *config_json, size_t config_len,
+                            const char *vocab, size_t vocab_len,
+                            const void *safetensors, size_t st_len,
+                            bert_model **out, char *err);
+void bert_model_free(bert_model *m);
+/* Serialises the parameters as safetensors (HF names with the "bert." prefix
+ * and the head); *out malloc'd. */
+int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
+                                size_t *out_len, char *err);
+/* Number of scalar parameters (what sentiment_models reports). */
+size_t bert_model_num_params(const bert_model *m);
+
+/* Activations for one forward pass, sized for up to max_batch x max_seq
+ * tokens on one backend. Not shared between threads. */
+typedef struct bert_workspace bert_workspace;
+
+int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
+                          int max_seq, bert_workspace **out, char *err);
+void bert_workspace_free(bert_workspace *ws);
+backend *bert_workspace_backend(const bert_workspace *ws);
+
+/* Forward pass on the workspace's backend with parameters p that live on
+ * that backend. ids(B,T) and lengths(B) are host memory; positions t >=
+ * lengths[b] are padding. Writes logits(B,K) to host memory. Needs a head.
+ * If hidden_out is non-NULL, also writes the pooled [CLS] vectors (B,C). */
+int bert_forward(const bert_config *cfg, const bert_params *p,
+                 bert_workspace *ws, const int *ids, const int *lengths, int B,
+                 int T, float *logits, float *pooled_out, char *err);
+
+/* Text in, probabilities out (model/classifier.c): tokenizes each text,
+ * orders the batch by token length to cut padding, runs the encoder in
+ * batches of at most batch_size, softmaxes and writes probs(n,K) in input
+ * order. truncated (n, may be NULL) gets 1 where text was cut to max_length
+ * (0 or larger than the model allows = the model's maximum). */
+int bert_classify_texts(const bert_model *m, const bert_params *p,
+                        bert_workspace *ws, const char *const *texts,
+                        const size_t *lens, int n, int max_length,
+                        int batch_size, float *probs, int *truncated,
+                        char *err);
+/* Longest input the model takes (positions minus the RoBERTa offset). */
+int bert_max_length(const bert_config *cfg);
+
+#endif

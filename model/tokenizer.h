@@ -1,0 +1,56 @@
+/* tokenizer.h: Hugging Face BertTokenizer, exactly, in C.
+ *
+ * Text -> basic tokenizer (clean text, pad CJK ideographs, optional lower-case
+ * + NFD accent stripping, punctuation split) -> greedy longest-match WordPiece
+ * with "##" continuation, [UNK] for a word that cannot be split or is longer
+ * than 100 code points. Invalid UTF-8 is repaired to U+FFFD (which the clean
+ * step then drops, as HF does for decoded-with-replace text); never fatal.
+ * Special token ids ([CLS], [SEP], [PAD], [UNK], [MASK]) are looked up in the
+ * vocabulary, never hard-coded. A tokenizer is immutable after loading and may
+ * be shared by threads.
+ */
+#ifndef SM_TOKENIZER_H
+#define SM_TOKENIZER_H
+
+#include <stddef.h>
+
+typedef struct tokenizer tokenizer;
+
+/* Loads vocab.txt content (one token per line, id = line number, "\n" or
+ * "\r\n"). The buffer is copied. Fails when [CLS], [SEP], [PAD] or [UNK] is
+ * missing. */
+int tokenizer_load_buffer(const char *vocab, size_t len, int do_lower_case,
+                          tokenizer **out, char *err);
+int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
+                        char *err);
+void tokenizer_free(tokenizer *tok);
+
+int tokenizer_vocab_size(const tokenizer *tok);
+int tokenizer_do_lower_case(const tokenizer *tok);
+/* Token text for an id, or NULL when out of range. */
+const char *tokenizer_token(const tokenizer *tok, int id);
+/* Id of an exact token string, or -1. */
+int tokenizer_lookup(const tokenizer *tok, const char *token, size_t len);
+
+int tokenizer_cls_id(const tokenizer *tok);
+int tokenizer_sep_id(const tokenizer *tok);
+int tokenizer_pad_id(const tokenizer *tok);
+int tokenizer_unk_id(const tokenizer *tok);
+int tokenizer_mask_id(const tokenizer *tok); /* -1 if the vocab has none */
+
+/* WordPiece ids of `text` (len bytes, any bytes) without special tokens.
+ * Writes at most `cap` ids to `ids` (ids may be NULL when cap is 0) and sets
+ * *n_total to the full count, so a caller can size a buffer or detect
+ * truncation. */
+int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
+                       int *ids, int cap, int *n_total, char *err);
+
+/* The model input for one sequence: [CLS] tokens [SEP], with the tokens cut
+ * to max_length - 2 (HF truncation=True, "longest_first" on one sequence).
+ * `ids` must hold max_length ints (max_length >= 2). Sets *n to the number of
+ * ids written and *truncated to 1 when tokens were dropped. */
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
+                     int max_length, int *ids, int *n, int *truncated,
+                     char *err);
+
+#endif

@@ -1,0 +1,30 @@
+#!/bin/sh
+# run-tests.sh: runs each test binary given, then the SQL scripts in sql/tests
+# (when sentiment.so exists), and prints one summary line. Exits non-zero when
+# anything failed.
+set -u
+passed=0
+failed=0
+failed_names=""
+for t in "$@"; do
+    echo "== $t"
+    if "$t"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failed_names="$failed_names $t"
+    fi
+done
+if [ -x ./scripts/run-sql-tests.sh ] && [ -f "${BUILD:-build}/sentiment.so" ]; then
+    echo "== sql/tests"
+    if ./scripts/run-sql-tests.sh "${BUILD:-build}"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failed_names="$failed_names sql/tests"
+    fi
+fi
+echo
+[ "$failed" -gt 0 ] && echo "failed:$failed_names"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
