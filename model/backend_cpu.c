@@ -1,0 +1,354 @@
+/* backend_cpu.c: the reference backend: OpenBLAS for matrix products, plain C
+ * loops for everything else.
+ *
+ * Threading: we own the parallelism. OpenBLAS runs single-threaded and each
+ * op splits its work across `threads` OpenMP threads (rows of a linear layer,
+ * (batch, head) pairs of attention), so there is one pool of threads, not
+ * two fighting over the cores. Hot elementwise loops are compiled for several
+ * instruction sets with target_clones and picked at run time by the CPU, so
+ * the shipped build needs no -march flag.
+ */
+#include "backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "fastmath.h"
+
+/* OpenBLAS extension (declared in its cblas.h on some distributions only). */
+void openblas_set_num_threads(int num_threads);
+
+#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+typedef struct cpu_ctx {
+    int threads;
+} cpu_ctx;
+
+static int threads_of(const backend *be)
+{
+    return ((const cpu_ctx *)be->ctx)->threads;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static void *cpu_alloc(backend *be, size_t bytes)
+{
+    (void)be;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+static void cpu_free(backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static int cpu_copy(backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+    return SM_OK;
+}
+
+/* ---- matrix products ---------------------------------------------------- */
+
+/* Splits [0, n) into `parts` nearly equal chunks; chunk i is [*lo, *hi). */
+static void split_range(int n, int parts, int i, int *lo, int *hi)
+{
+    int base = n / parts, extra = n % parts;
+    *lo = i * base + (i < extra ? i : extra);
+    *hi = *lo + base + (i < extra ? 1 : 0);
+}
+
+static int cpu_matmul(backend *be, int transA, int transB, int M, int N, int K,
+                      float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc)
+{
+    int nt = threads_of(be);
+    /* Split the rows of C when there are enough of them, else the columns. */
+    int by_rows = M >= 32 * nt || N < 32 * nt;
+    if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < nt; i++) {
+        int lo, hi;
+        if (by_rows) {
+            split_range(M, nt, i, &lo, &hi);
+            if (hi <= lo) continue;
+            const float *Ai = transA ? A + lo : A + (size_t)lo * lda;
+            cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                        transB ? CblasTrans : CblasNoTrans, hi - lo, N, K,
+                        alpha, Ai, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
+        } else {
+            split_range(N, nt, i, &lo, &hi);
+            if (hi <= lo) continue;
+            const float *Bi = transB ? B + (size_t)lo * ldb : B + lo;
+            cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                        transB ? CblasTrans : CblasNoTrans, M, hi - lo, K,
+                        alpha, A, lda, Bi, ldb, beta, C + lo, ldc);
+        }
+    }
+    return SM_OK;
+}
+
+static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
+                              int K, float alpha, const float *A, int lda,
+                              long long strideA, const float *B, int ldb,
+                              long long strideB, float beta, float *C, int ldc,
+                              long long strideC, int batch)
+{
+    int nt = threads_of(be);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < batch; i++) {
+        cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                    transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                    A + i * strideA, lda, B + i * strideB, ldb, beta,
+                    C + i * strideC, ldc);
+    }
+    return SM_OK;
+}
+
+static int cpu_linear(backend *be, float *out, const float *in, const float *W,
+                      const float *b, int R, int K, int N)
+{
+    if (b) {
+        for (int r = 0; r < R; r++)
+            memcpy(out + (size_t)r * N, b, (size_t)N * sizeof *out);
+    }
+    return cpu_matmul(be, 0, 1, R, N, K, 1.0f, in, K, W, K, b ? 1.0f : 0.0f,
+                      out, N);
+}
+
+/* ---- elementwise ------------------------------------------------------- */
+
+SIMD_CLONES
+static void add_span(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+SIMD_CLONES
+static void gelu_span(float *out, const float *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = in[i];
+        out[i] = 0.5f * x * (1.0f + sm_erff(x * 0.70710678118654752f));
+    }
+}
+
+/* Runs span(out + lo, a + lo, b + lo, hi - lo) over [0, n) in parallel. */
+#define PARALLEL_SPANS(nt, n, body)                                           \
+    do {                                                                      \
+        int nt_ = (n) < 65536 ? 1 : (nt);                                     \
+        _Pragma("omp parallel for num_threads(nt_) schedule(static)")         \
+        for (int t_ = 0; t_ < nt_; t_++) {                                    \
+            size_t lo = (n) * t_ / nt_, hi = (n) * (t_ + 1) / nt_;            \
+            body;                                                             \
+        }                                                                     \
+    } while (0)
+
+static int cpu_add(backend *be, float *out, const float *a, const float *b,
+                   size_t n)
+{
+    PARALLEL_SPANS(threads_of(be), n, add_span(out + lo, a + lo, b + lo, hi - lo));
+    return SM_OK;
+}
+
+static int cpu_gelu(backend *be, float *out, const float *in, size_t n)
+{
+    PARALLEL_SPANS(threads_of(be), n, gelu_span(out + lo, in + lo, hi - lo));
+    return SM_OK;
+}
+
+static int cpu_tanh(backend *be, float *out, const float *in, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++) out[i] = tanhf(in[i]);
+    return SM_OK;
+}
+
+SIMD_CLONES
+static void layernorm_row(float *out, float *mean_out, float *rstd_out,
+                          const float *x, const float *w, const float *b, int C,
+                          float eps)
+{
+    float sum = 0.0f;
+    for (int i = 0; i < C; i++) sum += x[i];
+    float mean = sum / C;
+    float var = 0.0f;
+    for (int i = 0; i < C; i++) {
+        float d = x[i] - mean;
+        var += d * d;
+    }
+    float rstd = 1.0f / sqrtf(var / C + eps);
+    for (int i = 0; i < C; i++) out[i] = (x[i] - mean) * rstd * w[i] + b[i];
+    if (mean_out) *mean_out = mean;
+    if (rstd_out) *rstd_out = rstd;
+}
+
+static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd,
+                         const float *in, const float *w, const float *b, int R,
+                         int C, float eps)
+{
+    int nt = R < 16 ? 1 : threads_of(be);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < R; r++)
+        layernorm_row(out + (size_t)r * C, mean ? mean + r : NULL,
+                      rstd ? rstd + r : NULL, in + (size_t)r * C, w, b, C, eps);
+    return SM_OK;
+}
+
+SIMD_CLONES
+static void softmax_row(float *x, int n_valid, int T, float scale)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < n_valid; j++) mx = x[j] > mx ? x[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < n_valid; j++) {
+        float e = sm_expf((x[j] - mx) * scale);
+        x[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n_valid; j++) x[j] *= inv;
+    for (int j = n_valid; j < T; j++) x[j] = 0.0f;
+}
+
+static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
+                              int B, int H, int T, float scale)
+{
+    int nt = threads_of(be);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        int len = lengths[bh / H];
+        len = len < 1 ? 1 : (len > T ? T : len);
+        float *rows = att + (size_t)bh * T * T;
+        for (int t = 0; t < T; t++) softmax_row(rows + (size_t)t * T, len, T, scale);
+    }
+    return SM_OK;
+}
+
+/* ---- gathers and layout changes --------------------------------------- */
+
+static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
+                     const float *word, const float *pos, const float *type,
+                     const float *task, int B, int T, int C, int pos_offset)
+{
+    int nt = B * T < 64 ? 1 : threads_of(be);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        const float *w = word + (size_t)ids[bt] * C;
+        const float *p = pos + (size_t)(t + pos_offset) * C;
+        const float *ty = type + (size_t)(types ? types[bt] : 0) * C;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = w[c] + p[c] + ty[c];
+        if (task)
+            for (int c = 0; c < C; c++) o[c] += task[c];
+    }
+    return SM_OK;
+}
+
+static int cpu_attn_split(backend *be, float *q, float *k, float *v,
+                          const float *qkv, int B, int T, int H, int d)
+{
+    int C = H * d;
+    int nt = B * T < 64 ? 1 : threads_of(be);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int b = bt / T, t = bt % T;
+        const float *src = qkv + (size_t)bt * 3 * C;
+        for (int h = 0; h < H; h++) {
+            size_t dst = (((size_t)b * H + h) * T + t) * d;
+            memcpy(q + dst, src + h * d, (size_t)d * sizeof *q);
+            memcpy(k + dst, src + C + h * d, (size_t)d * sizeof *k);
+            memcpy(v + dst, src + 2 * C + h * d, (size_t)d * sizeof *v);
+        }
+    }
+    return SM_OK;
+}
+
+static int cpu_attn_merge(backend *be, float *out, const float *in, int B,
+                          int T, int H, int d)
+{
+    int nt = B * T < 64 ? 1 : threads_of(be);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int b = bt / T, t = bt % T;
+        for (int h = 0; h < H; h++)
+            memcpy(out + ((size_t)bt * H + h) * d,
+                   in + (((size_t)b * H + h) * T + t) * d,
+                   (size_t)d * sizeof *out);
+    }
+    return SM_OK;
+}
+
+static int cpu_gather_cls(backend *be, float *out, const float *x, int B, int T,
+                          int C)
+{
+    (void)be;
+    for (int b = 0; b < B; b++)
+        memcpy(out + (size_t)b * C, x + (size_t)b * T * C, (size_t)C * sizeof *out);
+    return SM_OK;
+}
+
+static int cpu_synchronize(backend *be)
+{
+    (void)be;
+    return SM_OK;
+}
+
+static void cpu_destroy(backend *be)
+{
+    if (!be) return;
+    free(be->ctx);
+    free(be);
+}
+
+int backend_cpu_threads(const backend *be)
+{
+    return threads_of(be);
+}
+
+int backend_cpu_create(int threads, backend **out, char *err)
+{
+    *out = NULL;
+    if (threads <= 0) threads = omp_get_num_procs();
+    if (threads > 256) return sm_error(err, SM_ERR_INVALID, "threads: %d is more than 256", threads);
+    backend *be = calloc(1, sizeof *be);
+    cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        free(be);
+        free(ctx);
+        return sm_error(err, SM_ERR_NOMEM, "out of memory creating the CPU backend");
+    }
+    ctx->threads = threads;
+    /* We split work across threads ourselves; see the file comment. */
+    openblas_set_num_threads(1);
+    be->name = "cpu";
+    be->ctx = ctx;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->upload = cpu_copy;
+    be->download = cpu_copy;
+    be->matmul = cpu_matmul;
+    be->matmul_batched = cpu_matmul_batched;
+    be->linear = cpu_linear;
+    be->add = cpu_add;
+    be->layernorm = cpu_layernorm;
+    be->gelu = cpu_gelu;
+    be->tanh = cpu_tanh;
+    be->embed = cpu_embed;
+    be->attn_split = cpu_attn_split;
+    be->attn_merge = cpu_attn_merge;
+    be->softmax_masked = cpu_softmax_masked;
+    be->gather_cls = cpu_gather_cls;
+    be->synchronize = cpu_synchronize;
+    be->destroy = cpu_destroy;
+    *out = be;
+    return SM_OK;
+}

@@ -1,0 +1,212 @@
+/* bert.c: the encoder forward pass and its activation workspace.
+ *
+ * Written once against the backend table (backend.h), so the same code runs
+ * on the CPU and on a GPU backend. Shapes: B batch, T padded tokens, C hidden,
+ * H heads, d = C/H, F intermediate, K labels; N = B*T token rows.
+ * The workspace owns every activation buffer, sized once for the largest
+ * batch it will see; a forward pass allocates nothing.
+ */
+#include "bert.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+
+struct bert_workspace {
+    backend *be;
+    int max_batch, max_seq;
+    int C, F, H, K;
+    /* token-level activations (N = max_batch * max_seq rows) */
+    float *x;      /* (N, C) residual stream, the layer input and output */
+    float *qkv;    /* (N, 3C) */
+    float *q;      /* (B, H, T, d) */
+    float *k;      /* (B, H, T, d) */
+    float *v;      /* (B, H, T, d) */
+    float *att;    /* (B, H, T, T) */
+    float *ctx;    /* (B, H, T, d) */
+    float *merged; /* (N, C) attention output before the projection */
+    float *proj;   /* (N, C) a projection before the residual add */
+    float *ffn;    /* (N, F) */
+    /* sequence-level */
+    float *cls;    /* (B, C) */
+    float *pooled; /* (B, C) */
+    float *logits; /* (B, K) */
+    int *ids;      /* (N) token ids on the backend */
+    int *lengths;  /* (B) */
+};
+
+static void workspace_release(bert_workspace *ws)
+{
+    backend *be = ws->be;
+    float **bufs[] = {&ws->x, &ws->qkv, &ws->q, &ws->k, &ws->v, &ws->att,
+                      &ws->ctx, &ws->merged, &ws->proj, &ws->ffn, &ws->cls,
+                      &ws->pooled, &ws->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        if (*bufs[i]) be->free(be, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    if (ws->ids) be->free(be, ws->ids);
+    if (ws->lengths) be->free(be, ws->lengths);
+    ws->ids = ws->lengths = NULL;
+}
+
+void bert_workspace_free(bert_workspace *ws)
+{
+    if (!ws) return;
+    workspace_release(ws);
+    free(ws);
+}
+
+backend *bert_workspace_backend(const bert_workspace *ws)
+{
+    return ws->be;
+}
+
+int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
+                          int max_seq, bert_workspace **out, char *err)
+{
+    *out = NULL;
+    if (max_batch < 1 || max_seq < 2 || max_batch > (1 << 20) || max_seq > 65536)
+        return sm_error(err, SM_ERR_INVALID,
+                        "workspace: batch %d x sequence %d is out of range",
+                        max_batch, max_seq);
+    bert_workspace *ws = calloc(1, sizeof *ws);
+    if (!ws) return sm_error(err, SM_ERR_NOMEM, "out of memory creating a workspace");
+    ws->be = be;
+    ws->max_batch = max_batch;
+    ws->max_seq = max_seq;
+    ws->C = cfg->hidden_size;
+    ws->F = cfg->intermediate_size;
+    ws->H = cfg->num_attention_heads;
+    ws->K = cfg->num_labels;
+    size_t N = (size_t)max_batch * max_seq, C = ws->C, B = max_batch;
+    struct {
+        float **p;
+        size_t n;
+    } plan[] = {
+        {&ws->x, N * C},      {&ws->qkv, N * 3 * C},
+        {&ws->q, N * C},      {&ws->k, N * C},
+        {&ws->v, N * C},      {&ws->att, B * ws->H * (size_t)max_seq * max_seq},
+        {&ws->ctx, N * C},    {&ws->merged, N * C},
+        {&ws->proj, N * C},   {&ws->ffn, N * (size_t)ws->F},
+        {&ws->cls, B * C},    {&ws->pooled, B * C},
+        {&ws->logits, B * (size_t)ws->K},
+    };
+    size_t bytes = 0;
+    for (size_t i = 0; i < sizeof plan / sizeof *plan; i++) {
+        *plan[i].p = be->alloc(be, plan[i].n * sizeof(float));
+        bytes += plan[i].n * sizeof(float);
+        if (!*plan[i].p) goto nomem;
+    }
+    ws->ids = be->alloc(be, N * sizeof(int));
+    ws->lengths = be->alloc(be, B * sizeof(int));
+    if (!ws->ids || !ws->lengths) goto nomem;
+    *out = ws;
+    return SM_OK;
+nomem:
+    bert_workspace_free(ws);
+    return sm_error(err, SM_ERR_NOMEM,
+                    "out of memory: a %s workspace for batch %d x %d tokens needs about %zu MiB",
+                    be->name, max_batch, max_seq, bytes >> 20);
+}
+
+/* Propagates a backend failure out of bert_forward. */
+#define TRY(call)                            \
+    do {                                     \
+        int rc_ = (call);                    \
+        if (rc_) return sm_error(err, rc_, "%s backend: %s failed", be->name, #call); \
+    } while (0)
+
+/* One post-LN encoder layer, in place on ws->x (N, C). */
+static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
+                         bert_workspace *ws, int B, int T, char *err)
+{
+    backend *be = ws->be;
+    int C = ws->C, H = ws->H, d = C / H, F = ws->F, N = B * T;
+    float scale = 1.0f / sqrtf((float)d);
+
+    /* qkv(N,3C) = x · Wqkvᵀ + bqkv */
+    TRY(be->linear(be, ws->qkv, ws->x, lp->qkv_w, lp->qkv_b, N, C, 3 * C));
+    /* q, k, v (B,H,T,d) */
+    TRY(be->attn_split(be, ws->q, ws->k, ws->v, ws->qkv, B, T, H, d));
+    /* att(B,H,T,T) = q · kᵀ, then masked softmax of att / sqrt(d) */
+    TRY(be->matmul_batched(be, 0, 1, T, T, d, 1.0f, ws->q, d, (long long)T * d,
+                           ws->k, d, (long long)T * d, 0.0f, ws->att, T,
+                           (long long)T * T, B * H));
+    TRY(be->softmax_masked(be, ws->att, ws->lengths, B, H, T, scale));
+    /* ctx(B,H,T,d) = att · v */
+    TRY(be->matmul_batched(be, 0, 0, T, d, T, 1.0f, ws->att, T, (long long)T * T,
+                           ws->v, d, (long long)T * d, 0.0f, ws->ctx, d,
+                           (long long)T * d, B * H));
+    /* merged(N,C); proj(N,C) = merged · Woᵀ + bo; x = LN1(proj + x) */
+    TRY(be->attn_merge(be, ws->merged, ws->ctx, B, T, H, d));
+    TRY(be->linear(be, ws->proj, ws->merged, lp->attn_out_w, lp->attn_out_b, N, C, C));
+    TRY(be->add(be, ws->proj, ws->proj, ws->x, (size_t)N * C));
+    TRY(be->layernorm(be, ws->x, NULL, NULL, ws->proj, lp->ln1_w, lp->ln1_b, N, C,
+                      cfg->layer_norm_eps));
+    /* ffn(N,F) = gelu(x · W1ᵀ + b1); proj(N,C) = ffn · W2ᵀ + b2; x = LN2(proj + x) */
+    TRY(be->linear(be, ws->ffn, ws->x, lp->ffn_in_w, lp->ffn_in_b, N, C, F));
+    TRY(be->gelu(be, ws->ffn, ws->ffn, (size_t)N * F));
+    TRY(be->linear(be, ws->proj, ws->ffn, lp->ffn_out_w, lp->ffn_out_b, N, F, C));
+    TRY(be->add(be, ws->proj, ws->proj, ws->x, (size_t)N * C));
+    TRY(be->layernorm(be, ws->x, NULL, NULL, ws->proj, lp->ln2_w, lp->ln2_b, N, C,
+                      cfg->layer_norm_eps));
+    return SM_OK;
+}
+
+int bert_forward(const bert_config *cfg, const bert_params *p,
+                 bert_workspace *ws, const int *ids, const int *lengths, int B,
+                 int T, float *logits, float *pooled_out, char *err)
+{
+    backend *be = ws->be;
+    int C = ws->C, K = ws->K, N = B * T;
+
+    if (B < 1 || T < 1 || B > ws->max_batch || T > ws->max_seq)
+        return sm_error(err, SM_ERR_INVALID,
+                        "forward: batch %d x %d tokens exceeds the workspace (%d x %d)",
+                        B, T, ws->max_batch, ws->max_seq);
+    if (T + cfg->position_offset > cfg->max_position_embeddings)
+        return sm_error(err, SM_ERR_INVALID,
+                        "forward: %d tokens exceed max_position_embeddings %d", T,
+                        cfg->max_position_embeddings);
+    if (logits && !p->cls_w)
+        return sm_error(err, SM_ERR_INVALID,
+                        "the model has no classification head (classifier.weight); "
+                        "fine-tune it on labeled data first");
+    for (int i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
+            return sm_error(err, SM_ERR_INVALID, "forward: token id %d at %d is outside the vocabulary (%d)",
+                            ids[i], i, cfg->vocab_size);
+
+    TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
+    TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
+
+    /* x(N,C) = LN(word + position + type [+ task]) */
+    TRY(be->embed(be, ws->x, ws->ids, NULL, p->word_emb, p->pos_emb, p->type_emb,
+                  p->task_emb, B, T, C, cfg->position_offset));
+    TRY(be->layernorm(be, ws->x, NULL, NULL, ws->x, p->emb_ln_w, p->emb_ln_b, N, C,
+                      cfg->layer_norm_eps));
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        int rc = layer_forward(cfg, &p->layers[l], ws, B, T, err);
+        if (rc) return rc;
+    }
+    /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); logits(B,K) = pooled · Wcᵀ + bc */
+    TRY(be->gather_cls(be, ws->cls, ws->x, B, T, C));
+    TRY(be->linear(be, ws->pooled, ws->cls, p->pool_w, p->pool_b, B, C, C));
+    TRY(be->tanh(be, ws->pooled, ws->pooled, (size_t)B * C));
+    if (pooled_out)
+        TRY(be->download(be, pooled_out, ws->pooled, (size_t)B * C * sizeof(float)));
+    if (logits) {
+        TRY(be->linear(be, ws->logits, ws->pooled, p->cls_w, p->cls_b, B, C, K));
+        TRY(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
+    }
+    TRY(be->synchronize(be));
+    return SM_OK;
+}
+
+int bert_max_length(const bert_config *cfg)
+{
+    return cfg->max_position_embeddings - cfg->position_offset;
+}

@@ -1,0 +1,291 @@
+/* bert_load.c: Hugging Face checkpoint <-> bert_model.
+ *
+ * Loads config.json + vocab.txt + model.safetensors (from a directory or from
+ * memory) into one F32 arena laid out by bert_param_table, checking every
+ * tensor's dtype and shape, and saves a model back as safetensors with the
+ * same names. Accepts the "bert.", "ernie." and "roberta." prefixes (or none),
+ * the old LayerNorm gamma/beta names, and ignores only the position_ids
+ * buffer and pre-training heads ("cls."); any other unknown tensor is an
+ * error. Owns nothing beyond the bert_model it returns.
+ */
+#include "bert.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "safetensors.h"
+
+static const char *const k_prefixes[] = {"bert.", "ernie.", "roberta.", ""};
+
+static const char *save_prefix(const bert_config *cfg)
+{
+    if (!strcmp(cfg->model_type, "ernie")) return "ernie.";
+    if (!strcmp(cfg->model_type, "roberta")) return "roberta.";
+    return "bert.";
+}
+
+/* The checkpoint name for a table entry: the head is unprefixed. */
+static void checkpoint_name(char *out, size_t cap, const char *prefix,
+                            const char *name)
+{
+    if (!strncmp(name, "classifier.", 11))
+        snprintf(out, cap, "%s", name);
+    else
+        snprintf(out, cap, "%s%s", prefix, name);
+}
+
+/* Finds a tensor by name, also under the legacy LayerNorm.gamma/beta names. */
+static const st_tensor *find_tensor(const safetensors *st, const char *name)
+{
+    const st_tensor *t = safetensors_find(st, name);
+    if (t) return t;
+    const char *ln = strstr(name, "LayerNorm.");
+    if (!ln) return NULL;
+    char alt[160];
+    const char *leaf = ln + 10;
+    const char *legacy = !strcmp(leaf, "weight") ? "gamma" : !strcmp(leaf, "bias") ? "beta" : NULL;
+    if (!legacy) return NULL;
+    snprintf(alt, sizeof alt, "%.*s%s", (int)(leaf - name), name, legacy);
+    return safetensors_find(st, alt);
+}
+
+static int ignorable(const char *name, const char *prefix)
+{
+    char buf[160];
+    if (!strncmp(name, "cls.", 4)) return 1; /* MLM / NSP pre-training heads */
+    snprintf(buf, sizeof buf, "%sembeddings.position_ids", prefix);
+    return !strcmp(name, buf);
+}
+
+static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t used = 0;
+    used += (size_t)snprintf(out + used, cap - used, "[");
+    for (int i = 0; i < ndim && used < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s%lld", i ? ", " : "",
+                                 (long long)shape[i]);
+    if (used < cap) snprintf(out + used, cap - used, "]");
+}
+
+/* Copies every table tensor from st into m->arena. */
+static int load_tensors(bert_model *m, const safetensors *st, char *err)
+{
+    const char *prefix = NULL;
+    for (size_t i = 0; i < sizeof k_prefixes / sizeof *k_prefixes; i++) {
+        char probe[160];
+        snprintf(probe, sizeof probe, "%sembeddings.word_embeddings.weight", k_prefixes[i]);
+        if (safetensors_find(st, probe)) {
+            prefix = k_prefixes[i];
+            break;
+        }
+    }
+    if (!prefix)
+        return sm_error(err, SM_ERR_FORMAT,
+                        "model.safetensors: no tensor 'bert.embeddings.word_embeddings.weight' "
+                        "(nor with an 'ernie.', 'roberta.' or no prefix)");
+
+    m->has_head = safetensors_find(st, "classifier.weight") != NULL;
+    bert_param_spec *specs = NULL;
+    int n = 0, rc;
+    size_t total;
+    if ((rc = bert_param_table(&m->cfg, m->has_head, &specs, &n, &total, err))) return rc;
+    m->arena = calloc(total ? total : 1, sizeof *m->arena);
+    m->n_floats = total;
+    if (!m->arena) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory: %zu parameters", total);
+        goto end;
+    }
+
+    int matched = 0;
+    for (int i = 0; i < n; i++) {
+        char name[160], want[64], got[64];
+        checkpoint_name(name, sizeof name, prefix, specs[i].name);
+        const st_tensor *t = find_tensor(st, name);
+        if (!t) {
+            rc = sm_error(err, SM_ERR_FORMAT, "model.safetensors: missing tensor '%s'", name);
+            goto end;
+        }
+        int64_t shape[2] = {specs[i].shape[0], specs[i].shape[1]};
+        int ok = t->ndim == specs[i].ndim && t->shape[0] == shape[0] &&
+                 (specs[i].ndim == 1 || t->shape[1] == shape[1]);
+        if (!ok) {
+            format_shape(want, sizeof want, specs[i].ndim, shape);
+            format_shape(got, sizeof got, t->ndim, t->shape);
+            rc = sm_error(err, SM_ERR_FORMAT,
+                          "tensor '%s': expected shape %s, got %s (check config.json)",
+                          t->name, want, got);
+            goto end;
+        }
+        if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64) {
+            rc = sm_error(err, SM_ERR_FORMAT, "tensor '%s': dtype %s, expected F32, F16 or BF16",
+                          t->name, st_dtype_name(t->dtype));
+            goto end;
+        }
+        if ((rc = st_tensor_to_f32(t, m->arena + specs[i].offset, err))) goto end;
+        matched++;
+    }
+
+    /* Everything in the file must have been used or be known to be ignorable. */
+    if (matched != st->n_tensors) {
+        for (int j = 0; j < st->n_tensors; j++) {
+            const char *tn = st->tensors[j].name;
+            if (ignorable(tn, prefix)) continue;
+            int used = 0;
+            for (int i = 0; i < n && !used; i++) {
+                char name[160];
+                checkpoint_name(name, sizeof name, prefix, specs[i].name);
+                used = find_tensor(st, name) == &st->tensors[j];
+            }
+            if (!used) {
+                rc = sm_error(err, SM_ERR_FORMAT,
+                              "model.safetensors: unexpected tensor '%s' for a %d-layer %s model",
+                              tn, m->cfg.num_hidden_layers, m->cfg.model_type);
+                goto end;
+            }
+        }
+    }
+    rc = bert_params_bind(&m->cfg, m->has_head, m->arena, &m->p, err);
+end:
+    free(specs);
+    return rc;
+}
+
+int bert_model_load_buffers(const char *config_json, size_t config_len,
+                            const char *vocab, size_t vocab_len,
+                            const void *st_bytes, size_t st_len,
+                            bert_model **out, char *err)
+{
+    safetensors st = {0};
+    int rc;
+    *out = NULL;
+    bert_model *m = calloc(1, sizeof *m);
+    if (!m) return sm_error(err, SM_ERR_NOMEM, "out of memory loading a model");
+    if ((rc = bert_config_parse(config_json, config_len, &m->cfg, err))) goto fail;
+    if ((rc = tokenizer_load_buffer(vocab, vocab_len, m->cfg.do_lower_case, &m->tok, err)))
+        goto fail;
+    if (tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
+        rc = sm_error(err, SM_ERR_FORMAT,
+                      "vocab.txt has %d tokens but config.json says vocab_size %d",
+                      tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
+        goto fail;
+    }
+    if ((rc = safetensors_open_buffer(st_bytes, st_len, &st, err))) goto fail;
+    if ((rc = load_tensors(m, &st, err))) goto fail;
+    safetensors_close(&st);
+    *out = m;
+    return SM_OK;
+fail:
+    safetensors_close(&st);
+    bert_model_free(m);
+    return rc;
+}
+
+/* Reads a whole file into a malloc'd buffer. */
+static int read_file(const char *path, char **data, size_t *len, char *err)
+{
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return sm_error(err, SM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                return sm_error(err, SM_ERR_NOMEM, "out of memory reading '%s'", path);
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return sm_error(err, SM_ERR_IO, "error reading '%s'", path);
+    }
+    *data = buf;
+    *len = n;
+    return SM_OK;
+}
+
+int bert_model_load_dir(const char *dir, bert_model **out, char *err)
+{
+    char path[4096];
+    char *config = NULL, *vocab = NULL;
+    size_t config_len, vocab_len;
+    safetensors st = {0};
+    int rc;
+    *out = NULL;
+
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = read_file(path, &config, &config_len, err))) goto end;
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    if ((rc = read_file(path, &vocab, &vocab_len, err))) goto end;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if ((rc = safetensors_open_file(path, &st, err))) goto end;
+    rc = bert_model_load_buffers(config, config_len, vocab, vocab_len, st.base,
+                                 st.size, out, err);
+end:
+    safetensors_close(&st);
+    free(config);
+    free(vocab);
+    return rc;
+}
+
+void bert_model_free(bert_model *m)
+{
+    if (!m) return;
+    bert_params_release(&m->p);
+    free(m->arena);
+    tokenizer_free(m->tok);
+    bert_config_free(&m->cfg);
+    free(m);
+}
+
+size_t bert_model_num_params(const bert_model *m)
+{
+    return m->n_floats;
+}
+
+int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
+                                size_t *out_len, char *err)
+{
+    bert_param_spec *specs = NULL;
+    st_write_entry *entries = NULL;
+    char (*names)[160] = NULL;
+    int n = 0, rc;
+    size_t total;
+    *out = NULL;
+    *out_len = 0;
+    if ((rc = bert_param_table(&m->cfg, m->has_head, &specs, &n, &total, err))) return rc;
+    entries = calloc((size_t)n, sizeof *entries);
+    names = calloc((size_t)n, sizeof *names);
+    if (!entries || !names) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory saving a model");
+        goto end;
+    }
+    for (int i = 0; i < n; i++) {
+        checkpoint_name(names[i], sizeof names[i], save_prefix(&m->cfg), specs[i].name);
+        entries[i].name = names[i];
+        entries[i].data = m->arena + specs[i].offset;
+        entries[i].ndim = specs[i].ndim;
+        entries[i].shape[0] = specs[i].shape[0];
+        entries[i].shape[1] = specs[i].shape[1];
+    }
+    rc = safetensors_serialize(entries, n, (st_dtype)dtype, (uint8_t **)out, out_len, err);
+end:
+    free(names);
+    free(entries);
+    free(specs);
+    return rc;
+}

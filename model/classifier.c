@@ -1,0 +1,138 @@
+/* classifier.c: texts in, class probabilities out.
+ *
+ * bert_classify_texts() tokenizes a set of texts into one compact id arena,
+ * orders them by token count so each batch pads little, runs the encoder once
+ * per batch of at most batch_size, and writes softmax probabilities back in
+ * the caller's order. It owns only temporary buffers freed before return.
+ */
+#define _GNU_SOURCE /* qsort_r */
+#include "bert.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+
+typedef struct encoded {
+    int *ids;        /* all sequences back to back */
+    size_t *start;   /* (n) offset of sequence i in ids */
+    int *len;        /* (n) token count including [CLS] and [SEP] */
+    int *order;      /* (n) indices sorted by len */
+} encoded;
+
+static void encoded_free(encoded *e)
+{
+    free(e->ids);
+    free(e->start);
+    free(e->len);
+    free(e->order);
+}
+
+/* Orders sequence indices by token count; ties keep input order. */
+static int by_length_r(const void *a, const void *b, void *lens)
+{
+    int ia = *(const int *)a, ib = *(const int *)b;
+    const int *len = lens;
+    int d = len[ia] - len[ib];
+    return d ? d : ia - ib;
+}
+
+static int encode_all(const tokenizer *tok, const char *const *texts,
+                      const size_t *lens, int n, int max_length, encoded *e,
+                      int *truncated, char *err)
+{
+    size_t cap = (size_t)n * 64 + 16, used = 0;
+    e->ids = malloc(cap * sizeof *e->ids);
+    e->start = malloc((size_t)n * sizeof *e->start);
+    e->len = malloc((size_t)n * sizeof *e->len);
+    e->order = malloc((size_t)n * sizeof *e->order);
+    if (!e->ids || !e->start || !e->len || !e->order) goto nomem;
+    for (int i = 0; i < n; i++) {
+        if (cap - used < (size_t)max_length) {
+            cap = cap * 2 + (size_t)max_length;
+            int *grown = realloc(e->ids, cap * sizeof *e->ids);
+            if (!grown) goto nomem;
+            e->ids = grown;
+        }
+        int count, cut;
+        const char *text = texts[i] ? texts[i] : "";
+        int rc = tokenizer_encode(tok, text, texts[i] ? lens[i] : 0, max_length,
+                                  e->ids + used, &count, &cut, err);
+        if (rc) return rc;
+        e->start[i] = used;
+        e->len[i] = count;
+        e->order[i] = i;
+        if (truncated) truncated[i] = cut;
+        used += (size_t)count;
+    }
+    qsort_r(e->order, (size_t)n, sizeof *e->order, by_length_r, e->len);
+    return SM_OK;
+nomem:
+    return sm_error(err, SM_ERR_NOMEM, "out of memory tokenizing %d texts", n);
+}
+
+static void softmax(float *x, int K)
+{
+    float mx = x[0];
+    for (int k = 1; k < K; k++) mx = x[k] > mx ? x[k] : mx;
+    double sum = 0.0;
+    for (int k = 0; k < K; k++) sum += exp((double)x[k] - mx);
+    for (int k = 0; k < K; k++) x[k] = (float)(exp((double)x[k] - mx) / sum);
+}
+
+int bert_classify_texts(const bert_model *m, const bert_params *p,
+                        bert_workspace *ws, const char *const *texts,
+                        const size_t *lens, int n, int max_length,
+                        int batch_size, float *probs, int *truncated,
+                        char *err)
+{
+    encoded e = {0};
+    int *ids = NULL, *lengths = NULL;
+    float *logits = NULL;
+    int K = m->cfg.num_labels, rc;
+    int limit = bert_max_length(&m->cfg);
+
+    if (n <= 0) return SM_OK;
+    if (max_length <= 0 || max_length > limit) max_length = limit;
+    if (max_length < 2)
+        return sm_error(err, SM_ERR_INVALID, "max_length %d: must be at least 2", max_length);
+    if (batch_size < 1)
+        return sm_error(err, SM_ERR_INVALID, "batch_size %d: must be at least 1", batch_size);
+
+    if ((rc = encode_all(m->tok, texts, lens, n, max_length, &e, truncated, err))) goto end;
+    ids = malloc((size_t)batch_size * max_length * sizeof *ids);
+    lengths = malloc((size_t)batch_size * sizeof *lengths);
+    logits = malloc((size_t)batch_size * K * sizeof *logits);
+    if (!ids || !lengths || !logits) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory for a batch of %d", batch_size);
+        goto end;
+    }
+    int pad = tokenizer_pad_id(m->tok);
+    for (int first = 0; first < n; first += batch_size) {
+        int B = n - first < batch_size ? n - first : batch_size;
+        const int *batch = e.order + first;
+        int T = e.len[batch[B - 1]]; /* sorted: the last is the longest */
+        for (int b = 0; b < B; b++) {
+            int i = batch[b];
+            int *row = ids + (size_t)b * T;
+            memcpy(row, e.ids + e.start[i], (size_t)e.len[i] * sizeof *row);
+            for (int t = e.len[i]; t < T; t++) row[t] = pad;
+            lengths[b] = e.len[i];
+        }
+        if ((rc = bert_forward(&m->cfg, p, ws, ids, lengths, B, T, logits, NULL, err)))
+            goto end;
+        for (int b = 0; b < B; b++) {
+            float *out = probs + (size_t)batch[b] * K;
+            memcpy(out, logits + (size_t)b * K, (size_t)K * sizeof *out);
+            softmax(out, K);
+        }
+    }
+    rc = SM_OK;
+end:
+    free(logits);
+    free(lengths);
+    free(ids);
+    encoded_free(&e);
+    return rc;
+}
