@@ -28,6 +28,7 @@ EXT_OBJ   := $(EXT_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB       := $(BUILD)/libsentiment_model.a
+EXT_LIB   := $(BUILD)/libsentiment_ext.a
 SO        := $(if $(EXT_SRC),$(BUILD)/sentiment.so)
 
 .PHONY: all deps test asan demo bench clean
@@ -44,13 +45,18 @@ $(LIB): $(MODEL_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+$(EXT_LIB): $(EXT_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
 $(BUILD)/sentiment.so: $(EXT_OBJ) $(LIB)
 	$(CC) $(CFLAGS) $(SAN) -shared -o $@ $(EXT_OBJ) $(LIB) $(LDLIBS)
 
-# Tests link the model library, the extension objects and SQLite.
-$(BUILD)/tests/%: tests/%.c $(LIB) $(EXT_OBJ) $(wildcard tests/*.h)
+# Tests link the extension and model libraries (as archives, so a test pulls
+# in only the objects it uses) and SQLite.
+$(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(EXT_OBJ) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
