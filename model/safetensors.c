@@ -257,8 +257,13 @@ static int parse_tensor(const char *name, const json_t *jt,
     uint64_t need;
     char sb[200];
     if (__builtin_mul_overflow((uint64_t)t->numel,
-                               (uint64_t)st_dtype_size(t->dtype), &need) ||
-        need != end - begin)
+                               (uint64_t)st_dtype_size(t->dtype), &need))
+        return sm_error(err, SM_ERR_FORMAT,
+                        "safetensors: tensor '%s': shape %s %s: byte size "
+                        "overflows", name,
+                        shape_str(t->shape, t->ndim, sb, sizeof sb),
+                        st_dtype_name(t->dtype));
+    if (need != end - begin)
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': shape %s %s needs %llu "
                         "bytes, data_offsets give %llu", name,
