@@ -1,0 +1,972 @@
+/* tokenizer.c: Hugging Face BertTokenizer (the slow, pure-Python one:
+ * BasicTokenizer + WordpieceTokenizer) ported to C, id for id.
+ *
+ * Owns: the tokenizer struct, a private copy of the vocab bytes (one
+ * NUL-terminated string per line), the per-id offset/length arrays and the
+ * open-addressing hash table from token bytes to id. Nothing is shared with
+ * the caller; tokenizer_free() releases all of it. Each tokenize call owns a
+ * small workspace (stack buffers, heap only for words longer than 256 code
+ * points) and frees it before returning, so one tokenizer may be used by many
+ * threads at once.
+ *
+ * The pipeline, in the order transformers runs it for one text:
+ *
+ *   bytes --UTF-8, errors="replace"--> code points
+ *   split on the special tokens present in the vocab ([CLS] [SEP] [PAD] [UNK]
+ *     [MASK]); each match is emitted as its id (PreTrainedTokenizer.tokenize)
+ *   per remaining segment (BasicTokenizer.tokenize):
+ *     clean      drop U+0000, U+FFFD and every C* category except \t \n \r;
+ *                \t \n \r and Zs become word breaks (U+2028/U+2029 also
+ *                break words: Python's str.split() treats them as space)
+ *     CJK        every ideograph in HF's _is_chinese_char ranges is a word
+ *     NFC        (per word; NFC never composes across a space)
+ *     a word equal to a special token string is kept whole (never_split)
+ *     lower      if do_lower_case: str.lower() (full mapping: U+0130 -> i
+ *                U+0307; final sigma), then NFD and drop Mn
+ *     punct      split off every P* character and ASCII 33-47 58-64 91-96
+ *                123-126
+ *   WordPiece: greedy longest match, "##" continuation, [UNK] for a word that
+ *   cannot be split or has more than 100 code points.
+ *
+ * Unicode data comes from utf8proc. The reference transformers runs on a
+ * Python whose unicodedata may be older than utf8proc's tables; code points
+ * that the reference sees as unassigned (category Cn, hence dropped by the
+ * clean step) are listed in unassigned_in_reference[] below so both sides
+ * drop them.
+ */
+#include "tokenizer.h"
+#include "errors.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#define MAX_WORD_CHARS 100   /* WordpieceTokenizer.max_input_chars_per_word */
+#define MAX_TEXT_BYTES ((size_t)INT_MAX / 2)
+#define N_SPECIAL 5
+#define INLINE_CPS 256
+
+typedef int32_t cp_t; /* one code point, as utf8proc wants it */
+
+static const char *const special_names[N_SPECIAL] = {
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+};
+enum { SP_PAD, SP_UNK, SP_CLS, SP_SEP, SP_MASK };
+
+typedef struct {
+    uint32_t hash;
+    int32_t id; /* -1: empty slot */
+} slot;
+
+struct tokenizer {
+    char *text;        /* vocab bytes, each line NUL-terminated; owned */
+    uint32_t *off;     /* id -> offset of its token in text */
+    uint32_t *len;     /* id -> byte length of its token */
+    int n;             /* number of ids (lines) */
+    slot *table;       /* token bytes -> id; power-of-two size */
+    uint32_t mask;     /* table size - 1 */
+    size_t max_bytes;  /* longest token in bytes: bound for WordPiece */
+    int do_lower_case;
+    int special[N_SPECIAL]; /* ids of special_names[], -1 if absent */
+};
+
+/* ------------------------------------------------------------ vocabulary */
+
+static uint32_t fnv_step(uint32_t h, const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 16777619u;
+    return h;
+}
+#define FNV_SEED 2166136261u
+
+static int token_equals(const tokenizer *tok, int id, const char *pre,
+                        size_t plen, const char *s, size_t n)
+{
+    const char *t = tok->text + tok->off[id];
+    return tok->len[id] == plen + n && memcmp(t, pre, plen) == 0 &&
+           memcmp(t + plen, s, n) == 0;
+}
+
+/* Id of the token pre+s (pre is "" or "##"), or -1. */
+static int lookup2(const tokenizer *tok, const char *pre, size_t plen,
+                   const char *s, size_t n)
+{
+    uint32_t h = fnv_step(fnv_step(FNV_SEED, (const unsigned char *)pre, plen),
+                          (const unsigned char *)s, n);
+    for (uint32_t i = h & tok->mask;; i = (i + 1) & tok->mask) {
+        const slot *sl = &tok->table[i];
+        if (sl->id < 0)
+            return -1;
+        if (sl->hash == h && token_equals(tok, sl->id, pre, plen, s, n))
+            return sl->id;
+    }
+}
+
+/* Inserts id; a later duplicate replaces an earlier one, as in the Python
+ * dict that load_vocab() builds. */
+static void table_insert(tokenizer *tok, int id)
+{
+    const char *s = tok->text + tok->off[id];
+    size_t n = tok->len[id];
+    uint32_t h = fnv_step(FNV_SEED, (const unsigned char *)s, n);
+    for (uint32_t i = h & tok->mask;; i = (i + 1) & tok->mask) {
+        slot *sl = &tok->table[i];
+        if (sl->id < 0) {
+            sl->hash = h;
+            sl->id = id;
+            return;
+        }
+        if (sl->hash == h && token_equals(tok, sl->id, "", 0, s, n)) {
+            sl->id = id;
+            return;
+        }
+    }
+}
+
+/* Decodes one code point from s[0..n) (n >= 1) the way Python's
+ * bytes.decode("utf-8", errors="replace") does: an invalid or truncated
+ * sequence becomes one U+FFFD per maximal subpart, and the byte that breaks
+ * a sequence is not consumed. Returns the number of bytes consumed. */
+static size_t utf8_next(const unsigned char *s, size_t n, cp_t *out)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    cp_t v;
+
+    if (c < 0x80) {
+        *out = (cp_t)c;
+        return 1;
+    }
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        v = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        v = c & 0x0F;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        v = c & 0x07;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
+    } else {
+        *out = 0xFFFD;
+        return 1;
+    }
+    for (size_t i = 1; i <= need; i++) {
+        if (i >= n || s[i] < lo || s[i] > hi) {
+            *out = 0xFFFD;
+            return i;
+        }
+        v = (v << 6) | (s[i] & 0x3F);
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *out = v;
+    return need + 1;
+}
+
+static int valid_utf8(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        cp_t c;
+        size_t k = utf8_next(s + i, n - i, &c);
+        if (c == 0xFFFD && !(k == 3 && s[i] == 0xEF && s[i + 1] == 0xBF &&
+                             s[i + 2] == 0xBD))
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static size_t utf8_put(cp_t c, char *dst)
+{
+    return (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)dst);
+}
+
+/* Splits the copied vocab into lines in place. Line ends are "\n", "\r\n"
+ * and a lone "\r" (Python's universal newlines, as load_vocab() reads the
+ * file); a final line without a line end still counts. */
+static int split_lines(tokenizer *tok, size_t len, char *err)
+{
+    size_t n = 0, i, start;
+    char *t = tok->text;
+
+    for (i = 0; i < len; i++)
+        if (t[i] == '\n' || (t[i] == '\r' && (i + 1 == len || t[i + 1] != '\n')))
+            n++;
+    if (len > 0 && t[len - 1] != '\n' && t[len - 1] != '\r')
+        n++;
+    if (n > (size_t)INT_MAX / 4 || len > UINT32_MAX - 1)
+        return sm_error(err, SM_ERR_FORMAT,
+                        "vocab: %zu lines / %zu bytes is too large", n, len);
+    tok->off = malloc((n ? n : 1) * sizeof *tok->off);
+    tok->len = malloc((n ? n : 1) * sizeof *tok->len);
+    if (!tok->off || !tok->len)
+        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %zu lines", n);
+
+    tok->n = 0;
+    for (i = 0, start = 0; i <= len && (size_t)tok->n < n; i++) {
+        int eol = i == len || t[i] == '\n' || t[i] == '\r';
+        if (!eol)
+            continue;
+        if (!valid_utf8((const unsigned char *)t + start, i - start))
+            return sm_error(err, SM_ERR_FORMAT,
+                            "vocab: line %d is not valid UTF-8", tok->n + 1);
+        tok->off[tok->n] = (uint32_t)start;
+        tok->len[tok->n] = (uint32_t)(i - start);
+        if (i - start > tok->max_bytes)
+            tok->max_bytes = i - start;
+        tok->n++;
+        if (i < len && t[i] == '\r' && i + 1 < len && t[i + 1] == '\n')
+            t[i++] = '\0';
+        if (i < len)
+            t[i] = '\0';
+        start = i + 1;
+    }
+    return SM_OK;
+}
+
+int tokenizer_load_buffer(const char *vocab, size_t len, int do_lower_case,
+                          tokenizer **out, char *err)
+{
+    tokenizer *tok;
+    size_t cap = 16;
+    int rc;
+
+    if (!out || (!vocab && len))
+        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_buffer: NULL argument");
+    *out = NULL;
+    tok = calloc(1, sizeof *tok);
+    if (!tok)
+        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
+    tok->do_lower_case = do_lower_case != 0;
+    tok->text = malloc(len + 1);
+    if (!tok->text) {
+        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %zu bytes", len);
+        goto fail;
+    }
+    if (len)
+        memcpy(tok->text, vocab, len);
+    tok->text[len] = '\0';
+    rc = split_lines(tok, len, err);
+    if (rc)
+        goto fail;
+
+    while (cap < (size_t)tok->n * 2)
+        cap *= 2;
+    tok->table = malloc(cap * sizeof *tok->table);
+    if (!tok->table) {
+        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %d tokens", tok->n);
+        goto fail;
+    }
+    for (size_t i = 0; i < cap; i++)
+        tok->table[i].id = -1;
+    tok->mask = (uint32_t)(cap - 1);
+    for (int id = 0; id < tok->n; id++)
+        table_insert(tok, id);
+
+    for (int k = 0; k < N_SPECIAL; k++) {
+        const char *s = special_names[k];
+        tok->special[k] = lookup2(tok, "", 0, s, strlen(s));
+        if (tok->special[k] < 0 && k != SP_MASK) {
+            rc = sm_error(err, SM_ERR_FORMAT,
+                          "vocab: no %s token among %d lines; a BERT vocab.txt "
+                          "needs [CLS], [SEP], [PAD] and [UNK]", s, tok->n);
+            goto fail;
+        }
+    }
+    *out = tok;
+    return SM_OK;
+fail:
+    tokenizer_free(tok);
+    return rc;
+}
+
+int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
+                        char *err)
+{
+    FILE *f;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+
+    if (!path || !out)
+        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_file: NULL argument");
+    *out = NULL;
+    f = fopen(path, "rb");
+    if (!f)
+        return sm_error(err, SM_ERR_IO, "cannot open vocab '%s': %s", path,
+                        strerror(errno));
+    for (;;) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                rc = sm_error(err, SM_ERR_NOMEM, "vocab '%s': out of memory", path);
+                goto done;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    if (ferror(f)) {
+        rc = sm_error(err, SM_ERR_IO, "cannot read vocab '%s'", path);
+        goto done;
+    }
+    rc = tokenizer_load_buffer(buf, n, do_lower_case, out, err);
+done:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+void tokenizer_free(tokenizer *tok)
+{
+    if (!tok)
+        return;
+    free(tok->text);
+    free(tok->off);
+    free(tok->len);
+    free(tok->table);
+    free(tok);
+}
+
+int tokenizer_vocab_size(const tokenizer *tok) { return tok ? tok->n : 0; }
+int tokenizer_do_lower_case(const tokenizer *tok) { return tok ? tok->do_lower_case : 0; }
+int tokenizer_cls_id(const tokenizer *tok) { return tok ? tok->special[SP_CLS] : -1; }
+int tokenizer_sep_id(const tokenizer *tok) { return tok ? tok->special[SP_SEP] : -1; }
+int tokenizer_pad_id(const tokenizer *tok) { return tok ? tok->special[SP_PAD] : -1; }
+int tokenizer_unk_id(const tokenizer *tok) { return tok ? tok->special[SP_UNK] : -1; }
+int tokenizer_mask_id(const tokenizer *tok) { return tok ? tok->special[SP_MASK] : -1; }
+
+const char *tokenizer_token(const tokenizer *tok, int id)
+{
+    if (!tok || id < 0 || id >= tok->n)
+        return NULL;
+    return tok->text + tok->off[id];
+}
+
+int tokenizer_lookup(const tokenizer *tok, const char *token, size_t len)
+{
+    if (!tok || (!token && len))
+        return -1;
+    return lookup2(tok, "", 0, token ? token : "", len);
+}
+
+/* ------------------------------------------------------ character classes */
+
+/* Assigned in utf8proc's Unicode tables but unassigned (Cn) in the Unicode
+ * 14.0 data of the Python that generates the golden files, so HF's
+ * _is_control() drops them. Sorted, inclusive. */
+static const cp_t unassigned_in_reference[][2] = {
+    {0x0CF3, 0x0CF3},   {0x0ECE, 0x0ECE},   {0x10EFD, 0x10EFF},
+    {0x1123F, 0x11241}, {0x11B00, 0x11B09}, {0x11F00, 0x11F10},
+    {0x11F12, 0x11F3A}, {0x11F3E, 0x11F59}, {0x1342F, 0x1342F},
+    {0x13439, 0x13455}, {0x1B132, 0x1B132}, {0x1B155, 0x1B155},
+    {0x1D2C0, 0x1D2D3}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E06D},
+    {0x1E08F, 0x1E08F}, {0x1E4D0, 0x1E4F9}, {0x1F6DC, 0x1F6DC},
+    {0x1F774, 0x1F776}, {0x1F77B, 0x1F77F}, {0x1F7D9, 0x1F7D9},
+    {0x1FA75, 0x1FA77}, {0x1FA87, 0x1FA88}, {0x1FAAD, 0x1FAAF},
+    {0x1FABB, 0x1FABD}, {0x1FABF, 0x1FABF}, {0x1FACE, 0x1FACF},
+    {0x1FADA, 0x1FADB}, {0x1FAE8, 0x1FAE8}, {0x1FAF7, 0x1FAF8},
+    {0x2B739, 0x2B739}, {0x31350, 0x323AF},
+};
+
+static int in_ranges(cp_t c, const cp_t (*r)[2], size_t n)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c < r[mid][0])
+            hi = mid;
+        else if (c > r[mid][1])
+            lo = mid + 1;
+        else
+            return 1;
+    }
+    return 0;
+}
+
+/* HF BasicTokenizer._is_chinese_char. */
+static int is_cjk(cp_t c)
+{
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+enum { CH_WORD, CH_SPACE, CH_DROP, CH_CJK };
+
+/* ASCII: class and punctuation flag, built from HF's rules. */
+static unsigned char ascii_class(cp_t c)
+{
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+        return CH_SPACE;
+    if (c < 0x20 || c == 0x7F)
+        return CH_DROP;
+    return CH_WORD;
+}
+
+static int ascii_punct(cp_t c)
+{
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) ||
+           (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
+}
+
+/* What the clean + CJK steps do with one code point. */
+static int char_class(cp_t c)
+{
+    if (c < 0x80)
+        return ascii_class(c);
+    if ((c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF))
+        return CH_CJK; /* all assigned, the common case */
+    if (c == 0xFFFD)
+        return CH_DROP;
+    switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+        return CH_DROP;
+    case UTF8PROC_CATEGORY_ZS: case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+        return CH_SPACE;
+    default:
+        break;
+    }
+    if (c >= 0x0CF3 && in_ranges(c, unassigned_in_reference,
+                                 sizeof unassigned_in_reference /
+                                     sizeof unassigned_in_reference[0]))
+        return CH_DROP;
+    return is_cjk(c) ? CH_CJK : CH_WORD;
+}
+
+static int is_punct(cp_t c)
+{
+    if (c < 0x80)
+        return ascii_punct(c);
+    utf8proc_category_t k = utf8proc_category(c);
+    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
+/* True when NFC may change a word containing c (c >= 0x300; everything
+ * below is NFC-stable and composes only with a following mark, which is
+ * itself flagged here). */
+static int nfc_sensitive(cp_t c)
+{
+    if ((c >= 0x1100 && c <= 0x11FF) || (c >= 0xAC00 && c <= 0xD7A3))
+        return 1; /* Hangul jamo and syllables compose algorithmically */
+    const utf8proc_property_t *p = utf8proc_get_property(c);
+    return p->combining_class != 0 || p->comb_index != UINT16_MAX ||
+           (p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0);
+}
+
+/* CPython's _PyUnicode_IsCaseIgnorable / _PyUnicode_IsCased, rebuilt from
+ * categories; used only around a capital sigma. */
+static int case_ignorable(cp_t c)
+{
+    switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK:
+        return 1;
+    default:
+        break;
+    }
+    switch (c) { /* Word_Break MidLetter, MidNumLet, Single_Quote */
+    case 0x27: case 0x2E: case 0x3A: case 0xB7: case 0x387: case 0x55F:
+    case 0x5F4: case 0x2018: case 0x2019: case 0x2024: case 0x2027:
+    case 0xFE13: case 0xFE52: case 0xFE55: case 0xFF07: case 0xFF0E:
+    case 0xFF1A:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int cased(cp_t c)
+{
+    utf8proc_category_t k = utf8proc_category(c);
+    if (k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL ||
+        k == UTF8PROC_CATEGORY_LT)
+        return 1;
+    if (c == 0xAA || c == 0xBA || (c >= 0x1F130 && c <= 0x1F149) ||
+        (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189))
+        return 1;
+    return utf8proc_tolower(c) != c || utf8proc_toupper(c) != c;
+}
+
+/* Python's Final_Sigma rule for the capital sigma at w[i]. */
+static cp_t lower_sigma(const cp_t *w, size_t n, size_t i)
+{
+    size_t j = i;
+    while (j > 0 && case_ignorable(w[j - 1]))
+        j--;
+    if (j == 0 || !cased(w[j - 1]))
+        return 0x3C3;
+    for (j = i + 1; j < n && case_ignorable(w[j]); j++)
+        ;
+    return (j == n || !cased(w[j])) ? 0x3C2 : 0x3C3;
+}
+
+/* ------------------------------------------------------------- workspace */
+
+/* A growable code point buffer with inline storage for the usual short
+ * word. */
+typedef struct {
+    cp_t *p;
+    size_t n, cap;
+    cp_t inl[INLINE_CPS];
+} cpbuf;
+
+static void cpbuf_init(cpbuf *b)
+{
+    b->p = b->inl;
+    b->n = 0;
+    b->cap = INLINE_CPS;
+}
+
+static void cpbuf_free(cpbuf *b)
+{
+    if (b->p != b->inl)
+        free(b->p);
+    cpbuf_init(b);
+}
+
+/* Makes room for `more` code points after b->n. */
+static int cpbuf_reserve(cpbuf *b, size_t more, char *err)
+{
+    size_t need = b->n + more, cap = b->cap;
+    if (need <= cap)
+        return SM_OK;
+    while (cap < need)
+        cap *= 2;
+    cp_t *np = b->p == b->inl ? malloc(cap * sizeof *np)
+                              : realloc(b->p, cap * sizeof *np);
+    if (!np)
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory for a "
+                        "word of %zu code points", need);
+    if (b->p == b->inl)
+        memcpy(np, b->inl, b->n * sizeof *np);
+    b->p = np;
+    b->cap = cap;
+    return SM_OK;
+}
+
+typedef struct {
+    const tokenizer *tok;
+    int *ids;     /* output, may be NULL when cap == 0 */
+    int cap;      /* ids written while n < cap */
+    int n;        /* ids produced so far */
+    int limit;    /* stop once n > limit */
+    char *err;
+    cpbuf word;   /* the word being collected */
+    cpbuf nfc;    /* the word after NFC */
+    cpbuf low;    /* the word after lower-casing + NFD + Mn removal */
+} workspace;
+
+static void emit(workspace *w, int id)
+{
+    if (w->n < w->cap)
+        w->ids[w->n] = id;
+    w->n++;
+}
+
+static int done(const workspace *w) { return w->n > w->limit; }
+
+/* --------------------------------------------------------------- WordPiece */
+
+/* WordpieceTokenizer.tokenize for one basic token of n code points. */
+static void wordpiece(workspace *w, const cp_t *cp, size_t n)
+{
+    const tokenizer *tok = w->tok;
+    char bytes[4 * MAX_WORD_CHARS];
+    uint16_t off[MAX_WORD_CHARS + 1];
+    int sub[MAX_WORD_CHARS];
+    size_t nsub = 0, start = 0;
+
+    if (n == 0)
+        return;
+    if (n > MAX_WORD_CHARS) {
+        emit(w, tok->special[SP_UNK]);
+        return;
+    }
+    off[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        off[i + 1] = (uint16_t)(off[i] + utf8_put(cp[i], bytes + off[i]));
+
+    while (start < n) {
+        size_t plen = start ? 2 : 0, end = n;
+        int id = -1;
+        while (end > start) {
+            size_t blen = (size_t)(off[end] - off[start]);
+            if (plen + blen <= tok->max_bytes) {
+                id = lookup2(tok, "##", plen, bytes + off[start], blen);
+                if (id >= 0)
+                    break;
+            }
+            end--;
+        }
+        if (id < 0) {
+            emit(w, tok->special[SP_UNK]);
+            return;
+        }
+        sub[nsub++] = id;
+        start = end;
+    }
+    for (size_t i = 0; i < nsub; i++)
+        emit(w, sub[i]);
+}
+
+/* ------------------------------------------------------- basic tokenizer */
+
+/* NFC of cp[0..n) into w->nfc (canonical decomposition, canonical order,
+ * composition: what utf8proc_NFC does, on code points). */
+static int to_nfc(workspace *w, const cp_t *cp, size_t n)
+{
+    cpbuf *b = &w->nfc;
+    int bc = UTF8PROC_BOUNDCLASS_START;
+    b->n = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = cpbuf_reserve(b, 8, w->err);
+        if (rc)
+            return rc;
+        utf8proc_ssize_t k = utf8proc_decompose_char(cp[i], b->p + b->n, 8,
+                                                     UTF8PROC_COMPOSE, &bc);
+        if (k < 0 || k > 8)
+            return sm_error(w->err, SM_ERR_INVALID,
+                            "tokenizer: cannot normalise U+%04X", (unsigned)cp[i]);
+        b->n += (size_t)k;
+    }
+    for (size_t i = 0; i + 1 < b->n;) { /* canonical ordering, as utf8proc */
+        int c1 = utf8proc_get_property(b->p[i])->combining_class;
+        int c2 = utf8proc_get_property(b->p[i + 1])->combining_class;
+        if (c1 > c2 && c2 > 0) {
+            cp_t t = b->p[i];
+            b->p[i] = b->p[i + 1];
+            b->p[i + 1] = t;
+            if (i > 0)
+                i--;
+            else
+                i++;
+        } else {
+            i++;
+        }
+    }
+    utf8proc_ssize_t m = utf8proc_normalize_utf32(b->p, (utf8proc_ssize_t)b->n,
+                                                  UTF8PROC_COMPOSE);
+    if (m < 0)
+        return sm_error(w->err, SM_ERR_INVALID, "tokenizer: NFC failed");
+    b->n = (size_t)m;
+    return SM_OK;
+}
+
+/* str.lower(), then NFD, then drop Mn (HF _run_strip_accents), into w->low. */
+static int lower_strip(workspace *w, const cp_t *cp, size_t n)
+{
+    cpbuf *b = &w->low;
+    int bc = UTF8PROC_BOUNDCLASS_START;
+    b->n = 0;
+    for (size_t i = 0; i < n; i++) {
+        cp_t lc[2];
+        int nl = 1, rc = cpbuf_reserve(b, 16, w->err);
+        if (rc)
+            return rc;
+        if (cp[i] == 0x130) { /* SpecialCasing: I WITH DOT ABOVE */
+            lc[0] = 'i';
+            lc[1] = 0x307;
+            nl = 2;
+        } else if (cp[i] == 0x3A3) {
+            lc[0] = lower_sigma(cp, n, i);
+        } else {
+            lc[0] = utf8proc_tolower(cp[i]);
+        }
+        for (int j = 0; j < nl; j++) {
+            if (lc[j] < 0xC0) { /* nothing below U+00C0 decomposes */
+                b->p[b->n++] = lc[j];
+                continue;
+            }
+            utf8proc_ssize_t k = utf8proc_decompose_char(lc[j], b->p + b->n, 8,
+                                                         UTF8PROC_DECOMPOSE, &bc);
+            if (k < 0 || k > 8)
+                return sm_error(w->err, SM_ERR_INVALID,
+                                "tokenizer: cannot decompose U+%04X", (unsigned)lc[j]);
+            b->n += (size_t)k;
+        }
+    }
+    /* Canonical ordering, then drop Mn. */
+    for (size_t i = 0; i + 1 < b->n;) {
+        int c1 = utf8proc_get_property(b->p[i])->combining_class;
+        int c2 = utf8proc_get_property(b->p[i + 1])->combining_class;
+        if (c1 > c2 && c2 > 0) {
+            cp_t t = b->p[i];
+            b->p[i] = b->p[i + 1];
+            b->p[i + 1] = t;
+            if (i > 0)
+                i--;
+            else
+                i++;
+        } else {
+            i++;
+        }
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->p[i] < 0x300 || utf8proc_category(b->p[i]) != UTF8PROC_CATEGORY_MN)
+            b->p[m++] = b->p[i];
+    b->n = m;
+    return SM_OK;
+}
+
+/* A word that is exactly a special token string: HF passes
+ * all_special_tokens as never_split, so it is neither lower-cased nor split
+ * (WordPiece then finds it whole, or not at all when the vocab lacks it). */
+static int special_word(const cp_t *cp, size_t n)
+{
+    if (n < 5 || n > 6 || cp[0] != '[' || cp[n - 1] != ']')
+        return 0;
+    for (int k = 0; k < N_SPECIAL; k++) {
+        const char *s = special_names[k];
+        size_t i;
+        if (strlen(s) != n)
+            continue;
+        for (i = 0; i < n && cp[i] == (cp_t)(unsigned char)s[i]; i++)
+            ;
+        if (i == n)
+            return 1;
+    }
+    return 0;
+}
+
+/* _run_split_on_punc + WordPiece on each piece. */
+static void split_punct(workspace *w, const cp_t *cp, size_t n)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < n && !done(w); i++) {
+        if (!is_punct(cp[i]))
+            continue;
+        wordpiece(w, cp + start, i - start);
+        wordpiece(w, cp + i, 1);
+        start = i + 1;
+    }
+    if (!done(w))
+        wordpiece(w, cp + start, n - start);
+}
+
+/* One whitespace-delimited, CJK-free word (in w->word) through NFC,
+ * never_split, lower-casing and the punctuation split. */
+static int process_word(workspace *w, int nfc)
+{
+    cp_t *cp = w->word.p;
+    size_t n = w->word.n;
+    int rc;
+
+    if (nfc) {
+        rc = to_nfc(w, cp, n);
+        if (rc)
+            return rc;
+        cp = w->nfc.p;
+        n = w->nfc.n;
+    }
+    if (special_word(cp, n)) {
+        wordpiece(w, cp, n);
+        return SM_OK;
+    }
+    if (w->tok->do_lower_case) {
+        int ascii = 1;
+        for (size_t i = 0; i < n && ascii; i++)
+            ascii = cp[i] < 0x80;
+        if (ascii) {
+            for (size_t i = 0; i < n; i++)
+                if (cp[i] >= 'A' && cp[i] <= 'Z')
+                    cp[i] += 'a' - 'A';
+        } else {
+            rc = lower_strip(w, cp, n);
+            if (rc)
+                return rc;
+            cp = w->low.p;
+            n = w->low.n;
+        }
+    }
+    split_punct(w, cp, n);
+    return SM_OK;
+}
+
+/* An ideograph is a word of its own; NFC maps a compatibility ideograph to
+ * its unified one, and nothing else in the pipeline changes it. */
+static void emit_cjk(workspace *w, cp_t c)
+{
+    if ((c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F)) {
+        cp_t d[4];
+        int bc = UTF8PROC_BOUNDCLASS_START;
+        if (utf8proc_decompose_char(c, d, 4, UTF8PROC_COMPOSE, &bc) == 1)
+            c = d[0];
+    }
+    wordpiece(w, &c, 1);
+}
+
+/* BasicTokenizer.tokenize + WordPiece for one segment free of special
+ * tokens. */
+static int basic_segment(workspace *w, const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    int nfc = 0, rc;
+
+    w->word.n = 0;
+    while (i < len && !done(w)) {
+        cp_t c;
+        int cls;
+        if (s[i] < 0x80) {
+            c = s[i++];
+            cls = ascii_class(c);
+        } else {
+            i += utf8_next(s + i, len - i, &c);
+            cls = char_class(c);
+        }
+        if (cls == CH_WORD) {
+            if (w->word.n == w->word.cap &&
+                (rc = cpbuf_reserve(&w->word, 1, w->err)) != SM_OK)
+                return rc;
+            w->word.p[w->word.n++] = c;
+            if (c >= 0x300 && !nfc)
+                nfc = nfc_sensitive(c);
+            continue;
+        }
+        if (cls == CH_DROP)
+            continue;
+        if (w->word.n) { /* a break ends the word */
+            rc = process_word(w, nfc);
+            if (rc)
+                return rc;
+            w->word.n = 0;
+            nfc = 0;
+        }
+        if (cls == CH_CJK && !done(w))
+            emit_cjk(w, c);
+    }
+    if (w->word.n && !done(w))
+        return process_word(w, nfc);
+    return SM_OK;
+}
+
+/* The special token (present in the vocab) starting at s[0..n), or -1. */
+static int special_at(const tokenizer *tok, const char *s, size_t n,
+                      size_t *mlen)
+{
+    for (int k = 0; k < N_SPECIAL; k++) {
+        size_t l = strlen(special_names[k]);
+        if (tok->special[k] >= 0 && l <= n && memcmp(s, special_names[k], l) == 0) {
+            *mlen = l;
+            return tok->special[k];
+        }
+    }
+    return -1;
+}
+
+/* The whole text: split on special tokens (all ASCII, so a byte search on
+ * the raw text finds exactly what HF's trie finds on the decoded text), and
+ * run the basic tokenizer on what lies between. */
+static int run(workspace *w, const char *text, size_t len)
+{
+    size_t seg = 0, i = 0;
+    while (i < len && !done(w)) {
+        const char *p = memchr(text + i, '[', len - i);
+        size_t mlen = 0;
+        int id;
+        if (!p)
+            break;
+        i = (size_t)(p - text);
+        id = special_at(w->tok, p, len - i, &mlen);
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        int rc = basic_segment(w, (const unsigned char *)text + seg, i - seg);
+        if (rc)
+            return rc;
+        if (!done(w))
+            emit(w, id);
+        i += mlen;
+        seg = i;
+    }
+    if (done(w))
+        return SM_OK;
+    return basic_segment(w, (const unsigned char *)text + seg, len - seg);
+}
+
+static int tokenize_limited(const tokenizer *tok, const char *text,
+                            size_t len, int *ids, int cap, int limit,
+                            int *n_out, char *err)
+{
+    workspace w;
+    int rc;
+
+    if (!tok || (!text && len) || cap < 0 || (!ids && cap > 0))
+        return sm_error(err, SM_ERR_INVALID, "tokenizer: NULL or negative argument");
+    if (len > MAX_TEXT_BYTES)
+        return sm_error(err, SM_ERR_INVALID,
+                        "tokenizer: text of %zu bytes is longer than %zu", len,
+                        MAX_TEXT_BYTES);
+    memset(&w, 0, offsetof(workspace, word));
+    w.tok = tok;
+    w.ids = ids;
+    w.cap = cap;
+    w.limit = limit;
+    w.err = err;
+    cpbuf_init(&w.word);
+    cpbuf_init(&w.nfc);
+    cpbuf_init(&w.low);
+    rc = len ? run(&w, text, len) : SM_OK;
+    cpbuf_free(&w.word);
+    cpbuf_free(&w.nfc);
+    cpbuf_free(&w.low);
+    *n_out = w.n;
+    return rc;
+}
+
+int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
+                       int *ids, int cap, int *n_total, char *err)
+{
+    int n = 0, rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, &n, err);
+    if (n_total)
+        *n_total = n;
+    return rc;
+}
+
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
+                     int max_length, int *ids, int *n, int *truncated,
+                     char *err)
+{
+    int body = 0, rc;
+
+    if (!tok || !ids || max_length < 2)
+        return sm_error(err, SM_ERR_INVALID,
+                        "tokenizer_encode: max_length is %d, expected at least 2 "
+                        "(room for [CLS] and [SEP])", max_length);
+    /* Stop as soon as one token more than fits is seen. */
+    rc = tokenize_limited(tok, text, len, ids + 1, max_length - 2,
+                          max_length - 2, &body, err);
+    if (rc)
+        return rc;
+    if (truncated)
+        *truncated = body > max_length - 2;
+    if (body > max_length - 2)
+        body = max_length - 2;
+    ids[0] = tok->special[SP_CLS];
+    ids[body + 1] = tok->special[SP_SEP];
+    if (n)
+        *n = body + 2;
+    return SM_OK;
+}
