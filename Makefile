@@ -14,8 +14,8 @@ CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp
-CPPFLAGS += -Imodel -Iext -I/usr/include/x86_64-linux-gnu/openblas-pthread
-LDLIBS   += -lopenblas -lutf8proc -ljansson -lm -lpthread -ldl
+CPPFLAGS += -Imodel -Iext
+LDLIBS   += -lutf8proc -ljansson -lm -lpthread -ldl
 SAN      ?=
 
 MODEL_SRC := $(sort $(wildcard model/*.c))
@@ -78,3 +78,9 @@ clean:
 	rm -rf build build-asan
 
 -include $(MODEL_OBJ:.o=.d) $(EXT_OBJ:.o=.d)
+
+# Fuzz the file parsers with libFuzzer (clang): FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz:
+	@./scripts/fuzz.sh $(FUZZ_SECONDS)

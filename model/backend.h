@@ -69,6 +69,16 @@ struct backend {
      * int memory. */
     int (*softmax_masked)(backend *be, float *att, const int *lengths, int B,
                           int H, int T, float scale);
+    /* Multi-head self-attention core, fused: for each sequence b and head h,
+     * q, k, v are the h-th d-wide slices of qkv(B,T,3C) rows (query, key,
+     * value blocks of C each), att(b,h) = softmax(scale * q kᵀ) over keys
+     * t < lengths[b], and out(B,T,C)[b,t,h*d:(h+1)*d] = att(b,h) v for
+     * t < lengths[b]; rows t >= lengths[b] (padding) are set to 0.
+     * att(B,H,T,T) is scratch that holds the probabilities afterwards (for a
+     * backward pass); lengths is backend int memory. */
+    int (*attention)(backend *be, float *out, float *att, const float *qkv,
+                     const int *lengths, int B, int T, int H, int d,
+                     float scale);
     /* Rows (B,C) gathered from x(B,T,C) at t = 0: the [CLS] vectors. */
     int (*gather_cls)(backend *be, float *out, const float *x, int B, int T,
                       int C);

@@ -21,11 +21,7 @@ struct bert_workspace {
     /* token-level activations (N = max_batch * max_seq rows) */
     float *x;      /* (N, C) residual stream, the layer input and output */
     float *qkv;    /* (N, 3C) */
-    float *q;      /* (B, H, T, d) */
-    float *k;      /* (B, H, T, d) */
-    float *v;      /* (B, H, T, d) */
-    float *att;    /* (B, H, T, T) */
-    float *ctx;    /* (B, H, T, d) */
+    float *att;    /* (B, H, T, T) attention probabilities */
     float *merged; /* (N, C) attention output before the projection */
     float *proj;   /* (N, C) a projection before the residual add */
     float *ffn;    /* (N, F) */
@@ -40,8 +36,7 @@ struct bert_workspace {
 static void workspace_release(bert_workspace *ws)
 {
     backend *be = ws->be;
-    float **bufs[] = {&ws->x, &ws->qkv, &ws->q, &ws->k, &ws->v, &ws->att,
-                      &ws->ctx, &ws->merged, &ws->proj, &ws->ffn, &ws->cls,
+    float **bufs[] = {&ws->x, &ws->qkv, &ws->att, &ws->merged, &ws->proj, &ws->ffn, &ws->cls,
                       &ws->pooled, &ws->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
         if (*bufs[i]) be->free(be, *bufs[i]);
@@ -87,9 +82,8 @@ int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
         size_t n;
     } plan[] = {
         {&ws->x, N * C},      {&ws->qkv, N * 3 * C},
-        {&ws->q, N * C},      {&ws->k, N * C},
-        {&ws->v, N * C},      {&ws->att, B * ws->H * (size_t)max_seq * max_seq},
-        {&ws->ctx, N * C},    {&ws->merged, N * C},
+        {&ws->att, B * ws->H * (size_t)max_seq * max_seq},
+        {&ws->merged, N * C},
         {&ws->proj, N * C},   {&ws->ffn, N * (size_t)ws->F},
         {&ws->cls, B * C},    {&ws->pooled, B * C},
         {&ws->logits, B * (size_t)ws->K},
@@ -129,19 +123,9 @@ static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
 
     /* qkv(N,3C) = x · Wqkvᵀ + bqkv */
     TRY(be->linear(be, ws->qkv, ws->x, lp->qkv_w, lp->qkv_b, N, C, 3 * C));
-    /* q, k, v (B,H,T,d) */
-    TRY(be->attn_split(be, ws->q, ws->k, ws->v, ws->qkv, B, T, H, d));
-    /* att(B,H,T,T) = q · kᵀ, then masked softmax of att / sqrt(d) */
-    TRY(be->matmul_batched(be, 0, 1, T, T, d, 1.0f, ws->q, d, (long long)T * d,
-                           ws->k, d, (long long)T * d, 0.0f, ws->att, T,
-                           (long long)T * T, B * H));
-    TRY(be->softmax_masked(be, ws->att, ws->lengths, B, H, T, scale));
-    /* ctx(B,H,T,d) = att · v */
-    TRY(be->matmul_batched(be, 0, 0, T, d, T, 1.0f, ws->att, T, (long long)T * T,
-                           ws->v, d, (long long)T * d, 0.0f, ws->ctx, d,
-                           (long long)T * d, B * H));
-    /* merged(N,C); proj(N,C) = merged · Woᵀ + bo; x = LN1(proj + x) */
-    TRY(be->attn_merge(be, ws->merged, ws->ctx, B, T, H, d));
+    /* merged(N,C) = per head softmax(q kᵀ / sqrt(d), padding masked) v */
+    TRY(be->attention(be, ws->merged, ws->att, ws->qkv, ws->lengths, B, T, H, d, scale));
+    /* proj(N,C) = merged · Woᵀ + bo; x = LN1(proj + x) */
     TRY(be->linear(be, ws->proj, ws->merged, lp->attn_out_w, lp->attn_out_b, N, C, C));
     TRY(be->add(be, ws->proj, ws->proj, ws->x, (size_t)N * C));
     TRY(be->layernorm(be, ws->x, NULL, NULL, ws->proj, lp->ln1_w, lp->ln1_b, N, C,

@@ -1,0 +1,234 @@
+/* bench_encoder.c: encoder forward speed against the machine's sgemm rate.
+ *
+ * Builds a random-weight model of the given shape, runs the forward pass on
+ * batches of fixed length (--seq) or of real review lengths (--lengths FILE:
+ * a TSV whose last column is text; lengths in code points + 2, capped at
+ * --seq, batches sorted by length as classify does), and prints sequences/s
+ * and the GFLOP/s reached next to what cblas_sgemm reaches on the same
+ * matrix shapes with the same thread count, in the same run. Median of
+ * --runs timings. Not a test: it asserts nothing.
+ *
+ *   build/bench/bench_encoder --layers 12 --hidden 768 --heads 12 \
+ *       --intermediate 3072 --batch 32 --seq 128 --threads 2
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bert.h"
+#include "blas.h"
+#include "errors.h"
+
+typedef struct options {
+    int layers, hidden, heads, intermediate, batch, seq, threads, runs;
+    const char *lengths;
+} options;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / (1 << 24))) - 0.5f;
+}
+
+/* Forward FLOPs of one sequence of T tokens (matrix products only). */
+static double flops_per_sequence(const options *o, int T)
+{
+    double C = o->hidden, F = o->intermediate;
+    double linear = 2.0 * T * (4 * C * C + 2 * C * F);
+    double attention = 2.0 * 2.0 * T * T * C;
+    return o->layers * (linear + attention) + 2.0 * C * C;
+}
+
+/* GFLOP/s of cblas_sgemm on the encoder's four linear shapes, M = rows. */
+static double sgemm_rate(const options *o, int rows)
+{
+    int C = o->hidden, F = o->intermediate;
+    int shapes[4][2] = {{3 * C, C}, {C, C}, {F, C}, {C, F}};
+    size_t maxel = (size_t)rows * (F > 3 * C ? F : 3 * C);
+    float *A = malloc(maxel * sizeof *A), *W = malloc((size_t)F * 3 * C * sizeof *W),
+          *out = malloc(maxel * sizeof *out);
+    for (size_t i = 0; i < maxel; i++) A[i] = frand();
+    for (size_t i = 0; i < (size_t)F * 3 * C; i++) W[i] = frand();
+    blas_set_threads(o->threads);
+    double times[16];
+    double flops = 0;
+    for (int s = 0; s < 4; s++) flops += 2.0 * rows * shapes[s][0] * shapes[s][1];
+    for (int r = 0; r < o->runs; r++) {
+        double t0 = now();
+        for (int s = 0; s < 4; s++)
+            blas_sgemm(0, 1, rows, shapes[s][0], shapes[s][1],
+                        1.0f, A, shapes[s][1], W, shapes[s][1], 0.0f, out, shapes[s][0]);
+        times[r] = now() - t0;
+    }
+    free(A);
+    free(W);
+    free(out);
+    return flops / median(times, o->runs) / 1e9;
+}
+
+/* Token counts of real reviews: code points of the last TSV column + 2. */
+static int *read_lengths(const char *path, int cap, int *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "bench_encoder: cannot open %s\n", path);
+        return NULL;
+    }
+    int *len = NULL, used = 0, alloc = 0;
+    char line[1 << 16];
+    int first = 1;
+    while (fgets(line, sizeof line, f)) {
+        if (first) { /* header */
+            first = 0;
+            continue;
+        }
+        char *text = strrchr(line, '\t');
+        text = text ? text + 1 : line;
+        int cps = 0;
+        for (char *c = text; *c && *c != '\n'; c++) cps += ((unsigned char)*c & 0xC0) != 0x80;
+        if (used == alloc) {
+            alloc = alloc ? alloc * 2 : 1024;
+            len = realloc(len, (size_t)alloc * sizeof *len);
+        }
+        len[used++] = cps + 2 > cap ? cap : cps + 2;
+    }
+    fclose(f);
+    *n = used;
+    return len;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){4, 312, 12, 1248, 32, 128, 2, 5, NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *target = !strcmp(a, "--layers") ? &o->layers
+                    : !strcmp(a, "--hidden") ? &o->hidden
+                    : !strcmp(a, "--heads") ? &o->heads
+                    : !strcmp(a, "--intermediate") ? &o->intermediate
+                    : !strcmp(a, "--batch") ? &o->batch
+                    : !strcmp(a, "--seq") ? &o->seq
+                    : !strcmp(a, "--threads") ? &o->threads
+                    : !strcmp(a, "--runs") ? &o->runs : NULL;
+        if (!v) goto usage;
+        if (!strcmp(a, "--lengths")) o->lengths = v;
+        else if (target && atoi(v) > 0) *target = atoi(v);
+        else goto usage;
+        i++;
+    }
+    if (o->runs > 16) o->runs = 16;
+    return 0;
+usage:
+    fprintf(stderr, "usage: bench_encoder [--layers N] [--hidden N] [--heads N] [--intermediate N]\n"
+                    "       [--batch N] [--seq N] [--threads N] [--runs N] [--lengths reviews.tsv]\n");
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    char err[SM_ERR_MAX];
+    if (parse_args(argc, argv, &o)) return 2;
+
+    bert_config cfg;
+    bert_config_init(&cfg);
+    cfg.vocab_size = 8000;
+    cfg.hidden_size = o.hidden;
+    cfg.num_hidden_layers = o.layers;
+    cfg.num_attention_heads = o.heads;
+    cfg.intermediate_size = o.intermediate;
+    cfg.max_position_embeddings = o.seq > 512 ? o.seq : 512;
+    bert_param_spec *specs;
+    int n_specs;
+    size_t total;
+    bert_params p;
+    if (bert_param_table(&cfg, 1, &specs, &n_specs, &total, err)) goto fail;
+    float *arena = malloc(total * sizeof *arena);
+    for (size_t i = 0; i < total; i++) arena[i] = frand() * 0.1f;
+    if (bert_params_bind(&cfg, 1, arena, &p, err)) goto fail;
+
+    /* Batches: fixed length, or real lengths sorted as classify sorts them. */
+    int n_seq = o.batch, *lens = NULL;
+    if (o.lengths) {
+        lens = read_lengths(o.lengths, o.seq, &n_seq);
+        if (!lens) return 1;
+        qsort(lens, (size_t)n_seq, sizeof *lens, cmp_int);
+    } else {
+        lens = malloc((size_t)n_seq * sizeof *lens);
+        for (int i = 0; i < n_seq; i++) lens[i] = o.seq;
+    }
+
+    if (blas_load(err)) goto fail;
+    double sgemm = sgemm_rate(&o, o.batch * o.seq);
+    backend *be;
+    if (backend_cpu_create(o.threads, &be, err)) goto fail;
+    bert_workspace *ws;
+    if (bert_workspace_create(be, &cfg, o.batch, o.seq, &ws, err)) goto fail;
+    int *ids = malloc((size_t)o.batch * o.seq * sizeof *ids);
+    float *logits = malloc((size_t)o.batch * cfg.num_labels * sizeof *logits);
+    for (int i = 0; i < o.batch * o.seq; i++) ids[i] = 5 + i % 7000;
+
+    double times[16], flops = 0;
+    for (int r = 0; r < o.runs; r++) {
+        double t0 = now();
+        flops = 0;
+        for (int first = 0; first < n_seq; first += o.batch) {
+            int B = n_seq - first < o.batch ? n_seq - first : o.batch;
+            int T = lens[first + B - 1];
+            if (bert_forward(&cfg, &p, ws, ids, lens + first, B, T, logits, NULL, err)) goto fail;
+            flops += B * flops_per_sequence(&o, T);
+        }
+        times[r] = now() - t0;
+    }
+    double t = median(times, o.runs);
+    double rate = flops / t / 1e9;
+    printf("%s\n", blas_describe());
+    printf("shape L=%d C=%d H=%d F=%d  batch %d  %s  threads %d\n", o.layers, o.hidden, o.heads,
+           o.intermediate, o.batch, o.lengths ? "real lengths" : "fixed length", o.threads);
+    printf("  sequences: %d, max seq %d, median of %d runs: %.3f s\n", n_seq, o.seq, o.runs, t);
+    printf("  %.1f sequences/s   encoder %.1f GFLOP/s   sgemm %.1f GFLOP/s   ratio %.0f%%\n",
+           n_seq / t, rate, sgemm, 100.0 * rate / sgemm);
+    free(ids);
+    free(logits);
+    free(lens);
+    bert_workspace_free(ws);
+    be->destroy(be);
+    bert_params_release(&p);
+    free(arena);
+    free(specs);
+    bert_config_free(&cfg);
+    return 0;
+fail:
+    fprintf(stderr, "bench_encoder: %s\n", err);
+    return 1;
+}

@@ -1,0 +1,25 @@
+/* blas.h: the one matrix-product routine we take from OpenBLAS, loaded at run
+ * time with the kernel chosen for this CPU.
+ *
+ * OpenBLAS picks its kernels when the library is loaded, by CPU model number;
+ * on processors newer than the build it falls back to generic SSE3 kernels,
+ * 4-8x slower. So we do not link it: on first use we read the CPU's features
+ * (AVX-512, AVX2+FMA), set OPENBLAS_CORETYPE to the matching kernel family
+ * unless the user already set it, and dlopen libopenblas.so.0. A user's
+ * OPENBLAS_CORETYPE always wins.
+ */
+#ifndef SM_BLAS_H
+#define SM_BLAS_H
+
+/* Loads OpenBLAS once per process (thread-safe). */
+int blas_load(char *err);
+/* Row-major C(M,N) = alpha op(A) op(B) + beta C, as cblas_sgemm. blas_load
+ * must have succeeded. */
+void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
+                const float *A, int lda, const float *B, int ldb, float beta,
+                float *C, int ldc);
+void blas_set_threads(int n);
+/* "OpenBLAS 0.3.21 SkylakeX" once loaded, else "OpenBLAS (not loaded)". */
+const char *blas_describe(void);
+
+#endif
