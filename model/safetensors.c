@@ -561,18 +561,19 @@ static int check_entry(const st_write_entry *e, int i, size_t *numel,
                         "safetensors_serialize: tensor '%s': ndim %d, expected "
                         "0..%d", e->name, e->ndim, ST_MAX_DIMS);
     int64_t m = 1;
+    int overflow = 0;
     for (int d = 0; d < e->ndim; d++) {
         if (e->shape[d] < 0)
             return sm_error(err, SM_ERR_INVALID,
                             "safetensors_serialize: tensor '%s': shape[%d] is "
                             "%lld, expected >= 0", e->name, d,
                             (long long)e->shape[d]);
-        if (__builtin_mul_overflow(m, e->shape[d], &m) ||
-            m > INT64_MAX / 16)
-            return sm_error(err, SM_ERR_INVALID,
-                            "safetensors_serialize: tensor '%s': too many "
-                            "elements", e->name);
+        overflow |= __builtin_mul_overflow(m, e->shape[d], &m);
     }
+    if (overflow || m > INT64_MAX / 16)
+        return sm_error(err, SM_ERR_INVALID,
+                        "safetensors_serialize: tensor '%s': too many "
+                        "elements", e->name);
     if (m > 0 && !e->data)
         return sm_error(err, SM_ERR_INVALID,
                         "safetensors_serialize: tensor '%s': data is NULL",

@@ -1,0 +1,178 @@
+#!/bin/sh
+# fuzz.sh: builds the libFuzzer targets in tests/fuzz/ against the model/
+# parsers with clang (-fsanitize=fuzzer,address,undefined) and runs each for
+# SECONDS (default 60), starting from a small seed corpus written here.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     e.g. scripts/fuzz.sh 300 config
+#   make fuzz FUZZ_SECONDS=120
+#
+# Work lives in build/fuzz/: <target> binaries, corpus/<target>/ (grows across
+# runs), seeds/<target>/, artifacts/<target>/ (crashing inputs). Replay one
+# with: build/fuzz/fuzz_config build/fuzz/artifacts/config/crash-...
+# Without clang + libFuzzer (Debian: clang, libclang-rt-dev), the targets are
+# built as standalone programs with cc and ASan and replay the seeds and
+# corpus only. Exits non-zero when a target crashes or fails to build.
+set -eu
+
+SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
+[ $# -gt 0 ] && shift
+TARGETS=${*:-"safetensors config"}
+OUT=${FUZZ_OUT:-build/fuzz}
+
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+
+# The sources each target needs: its parser and the error helper.
+sources() {
+    case $1 in
+    safetensors) echo "model/safetensors.c model/errors.c" ;;
+    config) echo "model/config.c model/errors.c" ;;
+    *) echo "fuzz.sh: unknown target '$1' (safetensors, config)" >&2; exit 2 ;;
+    esac
+}
+
+have_libfuzzer() {
+    command -v clang >/dev/null 2>&1 || return 1
+    printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)'\
+'{(void)d;(void)n;return 0;}\n' >"$OUT/probe.c"
+    clang -fsanitize=fuzzer "$OUT/probe.c" -o "$OUT/probe" >/dev/null 2>&1
+}
+
+# Little-endian 8-byte length followed by the header and n zero bytes.
+st_seed() { # file header data_bytes
+    len=$(printf '%s' "$2" | wc -c)
+    i=0
+    : >"$1"
+    while [ $i -lt 8 ]; do
+        printf "\\$(printf '%03o' $(( (len >> (8 * i)) & 255 )))" >>"$1"
+        i=$((i + 1))
+    done
+    printf '%s' "$2" >>"$1"
+    head -c "$3" /dev/zero >>"$1"
+}
+
+write_seeds() {
+    s=$OUT/seeds/safetensors
+    mkdir -p "$s"
+    st_seed "$s/one_f32" '{"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}' 24
+    st_seed "$s/mixed" '{"__metadata__":{"format":"pt"},"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[2,2],"data_offsets":[8,16]},"c":{"dtype":"F64","shape":[],"data_offsets":[16,24]},"d":{"dtype":"I64","shape":[1],"data_offsets":[24,32]}}' 32
+    st_seed "$s/ints" '{"i8":{"dtype":"I8","shape":[3],"data_offsets":[0,3]},"u8":{"dtype":"U8","shape":[1],"data_offsets":[3,4]},"b":{"dtype":"BOOL","shape":[4],"data_offsets":[4,8]},"i32":{"dtype":"I32","shape":[2],"data_offsets":[8,16]}}        ' 16
+    st_seed "$s/empty_tensor" '{"e":{"dtype":"F32","shape":[0,5],"data_offsets":[0,0]},"f":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}' 4
+    st_seed "$s/no_tensors" '{}      ' 0
+
+    c=$OUT/seeds/config
+    mkdir -p "$c"
+    printf '%s' '{"architectures":["BertForMaskedLM"],"attention_probs_dropout_prob":0.1,"hidden_act":"gelu","hidden_dropout_prob":0.1,"hidden_size":768,"initializer_range":0.02,"intermediate_size":3072,"layer_norm_eps":1e-12,"max_position_embeddings":512,"model_type":"bert","num_attention_heads":12,"num_hidden_layers":12,"pad_token_id":0,"type_vocab_size":2,"vocab_size":21128}' >"$c/bert"
+    printf '%s' '{"attention_probs_dropout_prob":0.1,"hidden_act":"gelu","hidden_dropout_prob":0.1,"hidden_size":768,"max_position_embeddings":2048,"num_attention_heads":12,"num_hidden_layers":12,"task_type_vocab_size":3,"type_vocab_size":4,"use_task_id":true,"vocab_size":40000,"layer_norm_eps":1e-05,"model_type":"ernie","intermediate_size":3072}' >"$c/ernie"
+    printf '%s' '{"model_type":"roberta","vocab_size":50265,"hidden_size":768,"num_hidden_layers":12,"num_attention_heads":12,"intermediate_size":3072,"max_position_embeddings":514,"type_vocab_size":1,"pad_token_id":1,"classifier_dropout":null,"layer_norm_eps":1e-05,"id2label":{"0":"negative","1":"positive"},"label2id":{"negative":0,"positive":1}}' >"$c/roberta"
+    printf '%s' '{"vocab_size":100,"hidden_size":32,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":64,"max_position_embeddings":64,"num_labels":3,"do_lower_case":false}' >"$c/small"
+    printf '%s' '{"model_type":"xlm-roberta","vocab_size":9,"hidden_size":8.0,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"max_position_embeddings":16,"id2label":{"1":"正面","0":"负面","2":"x"}}' >"$c/labels"
+}
+
+write_dicts() {
+    cat >"$OUT/safetensors.dict" <<'EOF'
+"\"dtype\""
+"\"shape\""
+"\"data_offsets\""
+"\"__metadata__\""
+"\"F32\""
+"\"F16\""
+"\"BF16\""
+"\"F64\""
+"\"I64\""
+"\"U8\""
+"\"BOOL\""
+"\"format\""
+"\"pt\""
+"{"
+"}"
+"["
+"]"
+":"
+","
+"-1"
+"18446744073709551615"
+"9223372036854775807"
+"1e3"
+"\"\\u00e9\""
+EOF
+    cat >"$OUT/config.dict" <<'EOF'
+"\"model_type\""
+"\"bert\""
+"\"ernie\""
+"\"roberta\""
+"\"xlm-roberta\""
+"\"vocab_size\""
+"\"hidden_size\""
+"\"num_hidden_layers\""
+"\"num_attention_heads\""
+"\"intermediate_size\""
+"\"max_position_embeddings\""
+"\"type_vocab_size\""
+"\"layer_norm_eps\""
+"\"hidden_act\""
+"\"gelu\""
+"\"pad_token_id\""
+"\"use_task_id\""
+"\"task_type_vocab_size\""
+"\"hidden_dropout_prob\""
+"\"attention_probs_dropout_prob\""
+"\"classifier_dropout\""
+"\"do_lower_case\""
+"\"id2label\""
+"\"label2id\""
+"\"num_labels\""
+"true"
+"false"
+"null"
+"1e-12"
+"0.1"
+"768.0"
+"-1"
+"{"
+"}"
+":"
+","
+EOF
+}
+
+write_seeds
+write_dicts
+status=0
+
+if have_libfuzzer; then
+    for t in $TARGETS; do
+        bin=$OUT/fuzz_$t
+        echo "== building $bin"
+        # shellcheck disable=SC2046
+        clang -g -O1 -std=gnu11 -Wall -Wextra -Imodel \
+            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+            tests/fuzz/fuzz_$t.c $(sources "$t") -ljansson -lm -o "$bin"
+        mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
+        echo "== fuzzing $t for ${SECONDS_EACH}s"
+        if ! "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
+            -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+            -dict="$OUT/$t.dict" \
+            -artifact_prefix="$OUT/artifacts/$t/" \
+            "$OUT/corpus/$t" "$OUT/seeds/$t"; then
+            echo "fuzz.sh: $t crashed; inputs in $OUT/artifacts/$t/" >&2
+            status=1
+        fi
+    done
+else
+    echo "fuzz.sh: clang with libFuzzer not found (Debian: apt-get install" \
+        "clang libclang-rt-dev); replaying seeds with standalone builds" >&2
+    for t in $TARGETS; do
+        bin=$OUT/replay_$t
+        # shellcheck disable=SC2046
+        ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -Imodel -DFUZZ_STANDALONE \
+            -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+            tests/fuzz/fuzz_$t.c $(sources "$t") -ljansson -lm -o "$bin"
+        mkdir -p "$OUT/corpus/$t"
+        # shellcheck disable=SC2046
+        if ! "$bin" $(find "$OUT/seeds/$t" "$OUT/corpus/$t" -type f); then
+            status=1
+        fi
+    done
+fi
+exit $status

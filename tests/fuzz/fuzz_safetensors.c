@@ -1,0 +1,118 @@
+/* fuzz_safetensors.c: libFuzzer target for the safetensors reader.
+ *
+ * Opens the input as a safetensors buffer; when it is accepted, every tensor
+ * must be findable by name, convert to F32 (floating dtypes) within its
+ * bounds, and survive a write (as F32) and re-read bit for bit. Built by
+ * scripts/fuzz.sh; with -DFUZZ_STANDALONE it is a plain program that runs
+ * the files named on its command line (for replaying crashes without clang).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "safetensors.h"
+
+static int is_float(st_dtype dt)
+{
+    return dt == ST_F32 || dt == ST_F16 || dt == ST_BF16 || dt == ST_F64;
+}
+
+/* Writes the floating tensors as F32, reads them back, compares. */
+static void check_rewrite(const safetensors *st, float **vals)
+{
+    st_write_entry *e = calloc((size_t)st->n_tensors + 1, sizeof *e);
+    int n = 0;
+    for (int i = 0; i < st->n_tensors; i++) {
+        const st_tensor *t = &st->tensors[i];
+        if (!vals[i] || !t->name[0])
+            continue;
+        e[n].name = t->name;
+        e[n].data = vals[i];
+        e[n].ndim = t->ndim;
+        memcpy(e[n].shape, t->shape, sizeof t->shape);
+        n++;
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char err[SM_ERR_MAX];
+    if (safetensors_serialize(e, n, ST_F32, &buf, &len, err) != SM_OK)
+        __builtin_trap(); /* what we read, we must be able to write */
+    safetensors back;
+    if (safetensors_open_buffer(buf, len, &back, err) != SM_OK ||
+        back.n_tensors != n)
+        __builtin_trap();
+    for (int i = 0; i < n; i++) {
+        const st_tensor *t = safetensors_find(&back, e[i].name);
+        if (!t || t->dtype != ST_F32 || t->ndim != e[i].ndim ||
+            (t->numel && memcmp(t->data, e[i].data, t->nbytes) != 0))
+            __builtin_trap();
+    }
+    safetensors_close(&back);
+    free(buf);
+    free(e);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    safetensors st;
+    char err[SM_ERR_MAX];
+    if (safetensors_open_buffer(data, size, &st, err) != SM_OK) {
+        if (st.tensors || st.n_tensors || !err[0])
+            __builtin_trap(); /* a failure leaves st empty, with a message */
+        return 0;
+    }
+    float **vals = calloc((size_t)st.n_tensors + 1, sizeof *vals);
+    for (int i = 0; i < st.n_tensors; i++) {
+        const st_tensor *t = &st.tensors[i];
+        if (safetensors_find(&st, t->name) != t)
+            __builtin_trap();
+        if (t->data < st.base || t->data + t->nbytes > st.base + st.size ||
+            (size_t)t->numel * st_dtype_size(t->dtype) != t->nbytes)
+            __builtin_trap();
+        float *dst = malloc((size_t)t->numel * sizeof *dst + 1);
+        int rc = st_tensor_to_f32(t, dst, err);
+        if (rc != (is_float(t->dtype) ? SM_OK : SM_ERR_UNSUPPORTED))
+            __builtin_trap();
+        if (rc == SM_OK)
+            vals[i] = dst;
+        else
+            free(dst);
+    }
+    check_rewrite(&st, vals);
+    for (int i = 0; i < st.n_tensors; i++)
+        free(vals[i]);
+    free(vals);
+    safetensors_close(&st);
+    safetensors_close(&st);
+    return 0;
+}
+
+#ifdef FUZZ_STANDALONE
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        FILE *f = fopen(argv[i], "rb");
+        if (!f) {
+            perror(argv[i]);
+            return 1;
+        }
+        size_t cap = 1 << 16, len = 0, got;
+        uint8_t *buf = malloc(cap);
+        while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
+            len += got;
+            if (len == cap)
+                buf = realloc(buf, cap *= 2);
+        }
+        fclose(f);
+        uint8_t *exact = malloc(len ? len : 1); /* exact size for ASan */
+        memcpy(exact, buf, len);
+        LLVMFuzzerTestOneInput(exact, len);
+        free(exact);
+        free(buf);
+    }
+    printf("ran %d inputs\n", argc - 1);
+    return 0;
+}
+#endif
