@@ -1,0 +1,251 @@
+/* batch_window.c: sentiment_batch(), automatic batching of any expression.
+ *
+ *   SELECT id, sentiment_batch(title || ' ' || body)
+ *              OVER (ROWS BETWEEN CURRENT ROW AND 255 FOLLOWING)
+ *   FROM reviews;
+ *
+ *   SELECT id, sentiment_batch(body, 'hotel')
+ *              OVER (PARTITION BY shop ORDER BY id
+ *                    ROWS BETWEEN CURRENT ROW AND 63 FOLLOWING)
+ *   FROM reviews;
+ *
+ * Returns the same label as sentiment(expr [, model]) for each row, but
+ * classifies rows in batches like classify (which needs a table or a query
+ * as text; this works on any expression in any query). It is an aggregate
+ * window function: the window frame is the current row and the next N
+ * rows; when the current row has not been classified yet, every
+ * not-yet-classified row of the frame goes to the engine in one call
+ * (ordered by length, in encoder batches of sentiment_config('batch_size')),
+ * so N + 1 rows are classified at a time. N = 255 is a good default; larger
+ * N uses more memory and does not batch better than batch_size.
+ *
+ * The frame must be exactly `ROWS BETWEEN CURRENT ROW AND N FOLLOWING` (N
+ * >= 0, or UNBOUNDED FOLLOWING to classify a whole partition at once).
+ * Other frames would return another row's label, so they are detected and
+ * reported as an error ("use OVER (ROWS BETWEEN CURRENT ROW AND 255
+ * FOLLOWING)"), as is a call without OVER. The model argument is read from
+ * the first row. NULL, empty and white-space text give NULL; other values
+ * are converted as sentiment() does.
+ */
+#include <string.h>
+
+#include "sentiment_ext.h"
+
+static const char *const k_fn = "sentiment_batch()";
+static const char *const k_usage =
+    "sentiment_batch(): use it as a window function over the current row and the rows after "
+    "it: sentiment_batch(text [, model]) OVER (ROWS BETWEEN CURRENT ROW AND 255 FOLLOWING)";
+
+enum { ROW_PENDING, ROW_DONE, ROW_NULL };
+
+typedef struct bw_row {
+    char *text;
+    size_t len;
+    int state;
+    int label;
+} bw_row;
+
+/* The aggregate context (zeroed by SQLite on first use). */
+typedef struct bw_ctx {
+    sx_model *m;
+    bw_row *q;               /* ring buffer of the frame's rows */
+    int head, count, cap;
+    sqlite3_int64 steps, values, inverses_since_value;
+    int failed;
+} bw_ctx;
+
+static bw_row *row_at(bw_ctx *p, int i)
+{
+    return &p->q[(p->head + i) % p->cap];
+}
+
+static int push(bw_ctx *p, char *text, size_t len, int state)
+{
+    if (p->count == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 64;
+        bw_row *q = sqlite3_malloc64((sqlite3_uint64)cap * sizeof *q);
+        if (!q) return SQLITE_NOMEM;
+        for (int i = 0; i < p->count; i++) q[i] = *row_at(p, i);
+        sqlite3_free(p->q);
+        p->q = q;
+        p->cap = cap;
+        p->head = 0;
+    }
+    bw_row *r = &p->q[(p->head + p->count) % p->cap];
+    r->text = text;
+    r->len = len;
+    r->state = state;
+    r->label = -1;
+    p->count++;
+    return SQLITE_OK;
+}
+
+static void fail(sqlite3_context *ctx, bw_ctx *p, const char *msg)
+{
+    if (p) p->failed = 1;
+    sqlite3_result_error(ctx, msg, -1);
+}
+
+static void bwStep(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    bw_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
+    const char *text;
+    char *copy = NULL, *errmsg = NULL;
+    size_t len;
+
+    if (!p) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    if (p->failed) return;
+    if (!p->m) {
+        const char *name = NULL;
+        if (argc > 1) {
+            if (sqlite3_value_type(argv[1]) == SQLITE_NULL) {
+                fail(ctx, p, "sentiment_batch(): model name is NULL; expected a name from "
+                             "sentiment_models, e.g. 'default'");
+                return;
+            }
+            name = (const char *)sqlite3_value_text(argv[1]);
+        }
+        if (sx_model_resolve(c, k_fn, name, &p->m, &errmsg)) {
+            fail(ctx, p, errmsg ? errmsg : k_fn);
+            sqlite3_free(errmsg);
+            return;
+        }
+    }
+    if (sx_value_text(argv[0], &text, &len) != SQLITE_OK) goto nomem;
+    if (text) {
+        copy = sqlite3_malloc64(len + 1);
+        if (!copy) goto nomem;
+        memcpy(copy, text, len);
+        copy[len] = 0;
+    }
+    if (push(p, copy, len, copy ? ROW_PENDING : ROW_NULL) != SQLITE_OK) goto nomem;
+    p->steps++;
+    return;
+nomem:
+    sqlite3_free(copy);
+    p->failed = 1;
+    sqlite3_result_error_nomem(ctx);
+}
+
+static void bwInverse(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    bw_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
+    (void)argc;
+    (void)argv;
+    if (!p || p->count == 0) return;
+    sqlite3_free(p->q[p->head].text);
+    p->q[p->head].text = NULL;
+    p->head = (p->head + 1) % p->cap;
+    p->count--;
+    p->inverses_since_value++;
+}
+
+/* Classifies every pending row of the frame in one engine call. */
+static int classify_pending(sqlite3_context *ctx, bw_ctx *p)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char **texts = NULL;
+    size_t *lens = NULL;
+    float *probs = NULL;
+    int *idx = NULL, n = 0, rc = SQLITE_NOMEM;
+    int K = p->m->bert->cfg.num_labels;
+    char *errmsg = NULL;
+
+    texts = sqlite3_malloc64((sqlite3_uint64)p->count * sizeof *texts);
+    lens = sqlite3_malloc64((sqlite3_uint64)p->count * sizeof *lens);
+    idx = sqlite3_malloc64((sqlite3_uint64)p->count * sizeof *idx);
+    probs = sqlite3_malloc64((sqlite3_uint64)p->count * K * sizeof *probs);
+    if (!texts || !lens || !idx || !probs) {
+        sqlite3_result_error_nomem(ctx);
+        goto end;
+    }
+    for (int i = 0; i < p->count; i++) {
+        bw_row *r = row_at(p, i);
+        if (r->state != ROW_PENDING) continue;
+        texts[n] = r->text;
+        lens[n] = r->len;
+        idx[n++] = i;
+    }
+    if (sx_engine_classify(c, k_fn, p->m, texts, lens, n, 0, probs, NULL, &errmsg)) {
+        sqlite3_result_error(ctx, errmsg ? errmsg : k_fn, -1);
+        rc = SQLITE_ERROR;
+        goto end;
+    }
+    for (int j = 0; j < n; j++) {
+        bw_row *r = row_at(p, idx[j]);
+        r->label = sx_argmax(probs + (size_t)j * K, K);
+        r->state = ROW_DONE;
+        sqlite3_free(r->text); /* no longer needed */
+        r->text = NULL;
+    }
+    rc = SQLITE_OK;
+end:
+    sqlite3_free(texts);
+    sqlite3_free(lens);
+    sqlite3_free(idx);
+    sqlite3_free(probs);
+    sqlite3_free(errmsg);
+    return rc;
+}
+
+static void bwValue(sqlite3_context *ctx)
+{
+    bw_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
+    bw_row *r;
+
+    if (!p) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    if (p->failed) {
+        sqlite3_result_error(ctx, "sentiment_batch(): failed on an earlier row", -1);
+        return;
+    }
+    /* With the frame CURRENT ROW .. N FOLLOWING, exactly one row leaves the
+     * frame between two results; anything else is another frame. */
+    if (p->values > 0 && p->inverses_since_value != 1) {
+        fail(ctx, p, k_usage);
+        return;
+    }
+    p->inverses_since_value = 0;
+    p->values++;
+    if (p->count == 0 || !p->m) return; /* NULL */
+    r = row_at(p, 0);
+    if (r->state == ROW_PENDING && classify_pending(ctx, p) != SQLITE_OK) {
+        p->failed = 1;
+        return;
+    }
+    if (r->state == ROW_DONE)
+        sqlite3_result_text(ctx, p->m->bert->cfg.id2label[r->label], -1, SQLITE_TRANSIENT);
+}
+
+/* Also runs for a statement that fails part-way, and for an empty
+ * partition, where the context was never allocated. */
+static void bwFinal(sqlite3_context *ctx)
+{
+    bw_ctx *p = sqlite3_aggregate_context(ctx, 0);
+    if (!p) return;
+    if (!p->failed && p->steps > 0 && p->values < p->steps) sqlite3_result_error(ctx, k_usage, -1);
+    for (int i = 0; i < p->count; i++) sqlite3_free(row_at(p, i)->text);
+    sqlite3_free(p->q);
+    p->q = NULL;
+    p->count = 0;
+    sx_registry_release(p->m);
+    p->m = NULL;
+}
+
+int sx_register_batch_window(sqlite3 *db, sx_conn *c)
+{
+    int rc = SQLITE_OK;
+    for (int nArg = 1; nArg <= 2 && rc == SQLITE_OK; nArg++) {
+        sx_conn_ref(c);
+        rc = sqlite3_create_window_function(db, "sentiment_batch", nArg,
+                                            SQLITE_UTF8 | SQLITE_INNOCUOUS, c, bwStep, bwFinal,
+                                            bwValue, bwInverse, sx_conn_unref);
+    }
+    return rc;
+}

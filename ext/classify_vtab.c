@@ -1,0 +1,664 @@
+/* classify_vtab.c: classify, batched classification of a table or query.
+ *
+ * As a table-valued function (eponymous virtual table):
+ *
+ *   SELECT id, label, score, probs FROM classify('reviews', 'comment');
+ *   SELECT id, label FROM classify('reviews', 'comment', 'hotel');
+ *   SELECT * FROM classify('SELECT id, title || body FROM reviews WHERE y = 2024');
+ *   SELECT * FROM classify('SELECT id, body FROM reviews', 'hotel');
+ *   CREATE TABLE review_labels AS
+ *       SELECT id, label, score FROM classify('reviews', 'comment');
+ *
+ * As a persistent virtual table over a source:
+ *
+ *   CREATE VIRTUAL TABLE labels USING classify(reviews, comment, hotel);
+ *   SELECT * FROM labels;                  -- every row, classified in batches
+ *   SELECT label FROM labels WHERE id = 7; -- classifies just that row
+ *
+ * Arguments (hidden columns source, column, model, batch_size; in CREATE
+ * VIRTUAL TABLE the first three, quoted or not):
+ *   source      a table name (id = its rowid, text = `column`), or a query
+ *               starting with SELECT, WITH or VALUES whose first column is
+ *               the id and second the text (further columns are ignored).
+ *               A query source takes the model as its second argument.
+ *   column      the text column of a table source.
+ *   model       a model name as for sentiment() (default 'default').
+ *   batch_size  rows per encoder call (default sentiment_config('batch_size')).
+ * Hidden-column arguments given in a query take precedence over the ones a
+ * persistent table was created with.
+ *
+ * Columns: id (the source's id value, unchanged, so it joins back), label
+ * TEXT, score REAL and probs TEXT (as sentiment(), sentiment_score() and
+ * sentiment_probs() would give), truncated INTEGER (1 when the text was cut
+ * to max_length). Exactly one output row per source row, in source order;
+ * a row whose text is NULL, empty or white space has NULL label, score,
+ * probs and truncated. Texts are converted as sentiment() does (numbers as
+ * text, blobs as UTF-8 bytes).
+ *
+ * How it runs: rows are read batch_size at a time; each batch's texts go to
+ * the engine in one call, which orders them by length so padding is small,
+ * and results come back in source order. A progress line (rows, rows/s, ETA)
+ * appears on stderr when it is a terminal (sentiment_config('progress')).
+ * sqlite3_interrupt() (Ctrl-C in the shell) stops it before the next batch.
+ *
+ * Because a source may be any query, classify is SQLITE_VTAB_DIRECTONLY: it
+ * cannot be used inside triggers or views of a database schema.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "sentiment_ext.h"
+
+enum {
+    COL_ID,
+    COL_LABEL,
+    COL_SCORE,
+    COL_PROBS,
+    COL_TRUNCATED,
+    COL_SOURCE, /* hidden columns: the arguments */
+    COL_COLUMN,
+    COL_MODEL,
+    COL_BATCH_SIZE
+};
+#define N_ARGS 4
+
+/* idxNum bits set by xBestIndex, and the order of xFilter's argv:
+ *   0x01  source = ?      (hidden column source)
+ *   0x02  column = ?      (hidden column column)
+ *   0x04  model = ?       (hidden column model)
+ *   0x08  batch_size = ?  (hidden column batch_size)
+ *   0x10  id = ?          (classify only the matching source row)
+ * argv holds the values of the bits that are set, in this order. */
+#define IDX_SOURCE 0x01
+#define IDX_COLUMN 0x02
+#define IDX_MODEL 0x04
+#define IDX_BATCH 0x08
+#define IDX_ID 0x10
+
+static const char *const k_fn = "classify()";
+
+typedef struct cl_vtab {
+    sqlite3_vtab base;
+    sqlite3 *db;
+    sx_conn *c;
+    char *args[3]; /* source, column, model of a persistent table, or NULL */
+} cl_vtab;
+
+typedef struct cl_cursor {
+    sqlite3_vtab_cursor base;
+    sqlite3_stmt *src;       /* the source query */
+    sx_model *m;
+    int batch_size;
+    int is_query;            /* source is a SELECT (filter ids in C) */
+    sqlite3_value *want_id;  /* id = ? on a query source, or NULL */
+    sqlite3_value *args[N_ARGS]; /* argument values, for the hidden columns */
+    int src_done, eof;
+    sqlite3_int64 rowid;
+    /* the current batch */
+    int n, pos, cap;
+    sqlite3_value **ids;
+    char **texts;            /* NULL for NULL / blank text */
+    size_t *lens;
+    float *probs;            /* (n, K) */
+    int *trunc;
+    sx_progress progress;
+    int64_t done;
+} cl_cursor;
+
+/* Removes SQL quoting from a CREATE VIRTUAL TABLE argument, in place. */
+static void dequote(char *z)
+{
+    char q = z[0], end;
+    size_t i, j;
+    if (q != '\'' && q != '"' && q != '`' && q != '[') return;
+    end = q == '[' ? ']' : q;
+    for (i = 1, j = 0; z[i]; i++) {
+        if (z[i] == end) {
+            if (end != ']' && z[i + 1] == end) {
+                z[j++] = end;
+                i++;
+            } else {
+                break;
+            }
+        } else {
+            z[j++] = z[i];
+        }
+    }
+    z[j] = 0;
+}
+
+/* 1 when the source text is a query rather than a table name. */
+static int is_query(const char *s)
+{
+    static const char *const kw[] = {"select", "with", "values"};
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '(') s++;
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(kw[i]);
+        if (!strncasecmp(s, kw[i], n) &&
+            !((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
+              (s[n] >= '0' && s[n] <= '9') || s[n] == '_'))
+            return 1;
+    }
+    return 0;
+}
+
+/* xConnect and xCreate: argv[3..] are the CREATE VIRTUAL TABLE arguments
+ * (none for the eponymous table-valued function). */
+static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+                     sqlite3_vtab **ppVtab, char **pzErr)
+{
+    cl_vtab *v = NULL;
+    int rc;
+
+    if (argc > 6) {
+        *pzErr = sqlite3_mprintf("%s: expected CREATE VIRTUAL TABLE name USING "
+                                 "classify(source [, column] [, model]), got %d arguments",
+                                 k_fn, argc - 3);
+        return SQLITE_ERROR;
+    }
+    rc = sqlite3_declare_vtab(db, "CREATE TABLE x(id, label TEXT, score REAL, probs TEXT, "
+                                  "truncated INTEGER, source HIDDEN, \"column\" HIDDEN, "
+                                  "model HIDDEN, batch_size HIDDEN)");
+    if (rc != SQLITE_OK) return rc;
+    v = sqlite3_malloc(sizeof *v);
+    if (!v) return SQLITE_NOMEM;
+    memset(v, 0, sizeof *v);
+    v->db = db;
+    v->c = pAux;
+    for (int i = 3; i < argc; i++) {
+        v->args[i - 3] = sqlite3_mprintf("%s", argv[i]);
+        if (!v->args[i - 3]) {
+            rc = SQLITE_NOMEM;
+            goto end;
+        }
+        dequote(v->args[i - 3]);
+    }
+    sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+    *ppVtab = &v->base;
+    v = NULL;
+end:
+    if (v) {
+        for (int i = 0; i < 3; i++) sqlite3_free(v->args[i]);
+        sqlite3_free(v);
+    }
+    return rc;
+}
+
+/* xDisconnect and xDestroy: no shadow tables, nothing stored. */
+static int clDisconnect(sqlite3_vtab *pVtab)
+{
+    cl_vtab *v = (cl_vtab *)pVtab;
+    for (int i = 0; i < 3; i++) sqlite3_free(v->args[i]);
+    sqlite3_free(v);
+    return SQLITE_OK;
+}
+
+static int clOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+{
+    cl_cursor *cur = sqlite3_malloc(sizeof *cur);
+    (void)pVtab;
+    if (!cur) return SQLITE_NOMEM;
+    memset(cur, 0, sizeof *cur);
+    *ppCursor = &cur->base;
+    return SQLITE_OK;
+}
+
+static void batch_clear(cl_cursor *cur)
+{
+    for (int i = 0; i < cur->n; i++) {
+        sqlite3_value_free(cur->ids[i]);
+        sqlite3_free(cur->texts[i]);
+        cur->ids[i] = NULL;
+        cur->texts[i] = NULL;
+    }
+    cur->n = cur->pos = 0;
+}
+
+/* Frees everything a filter set up; the cursor can be filtered again. */
+static void cursor_reset(cl_cursor *cur)
+{
+    batch_clear(cur);
+    sqlite3_free(cur->ids);
+    sqlite3_free(cur->texts);
+    sqlite3_free(cur->lens);
+    sqlite3_free(cur->probs);
+    sqlite3_free(cur->trunc);
+    cur->ids = NULL;
+    cur->texts = NULL;
+    cur->lens = NULL;
+    cur->probs = NULL;
+    cur->trunc = NULL;
+    cur->cap = 0;
+    sqlite3_finalize(cur->src);
+    cur->src = NULL;
+    sx_registry_release(cur->m);
+    cur->m = NULL;
+    sqlite3_value_free(cur->want_id);
+    cur->want_id = NULL;
+    for (int i = 0; i < N_ARGS; i++) {
+        sqlite3_value_free(cur->args[i]);
+        cur->args[i] = NULL;
+    }
+    sx_progress_end(&cur->progress);
+    cur->src_done = cur->eof = 0;
+    cur->rowid = 0;
+    cur->done = 0;
+}
+
+static int clClose(sqlite3_vtab_cursor *pCur)
+{
+    cl_cursor *cur = (cl_cursor *)pCur;
+    cursor_reset(cur);
+    sqlite3_free(cur);
+    return SQLITE_OK;
+}
+
+/* Equality of two SQL values as `=` would see them for ids (numbers by
+ * value, text and blobs by bytes; NULL equals nothing). */
+static int same_id(sqlite3_value *a, sqlite3_value *b)
+{
+    int ta = sqlite3_value_type(a), tb = sqlite3_value_type(b);
+    if (ta == SQLITE_NULL || tb == SQLITE_NULL) return 0;
+    if ((ta == SQLITE_INTEGER || ta == SQLITE_FLOAT) && (tb == SQLITE_INTEGER || tb == SQLITE_FLOAT)) {
+        if (ta == SQLITE_INTEGER && tb == SQLITE_INTEGER)
+            return sqlite3_value_int64(a) == sqlite3_value_int64(b);
+        return sqlite3_value_double(a) == sqlite3_value_double(b);
+    }
+    if (ta != tb) return 0;
+    int na = sqlite3_value_bytes(a), nb = sqlite3_value_bytes(b);
+    const void *pa = ta == SQLITE_TEXT ? (const void *)sqlite3_value_text(a) : sqlite3_value_blob(a);
+    const void *pb = tb == SQLITE_TEXT ? (const void *)sqlite3_value_text(b) : sqlite3_value_blob(b);
+    return na == nb && (na == 0 || (pa && pb && !memcmp(pa, pb, (size_t)na)));
+}
+
+static int set_error(cl_cursor *cur, char *msg)
+{
+    sqlite3_vtab *vt = cur->base.pVtab;
+    sqlite3_free(vt->zErrMsg);
+    vt->zErrMsg = msg;
+    return SQLITE_ERROR;
+}
+
+/* Reads the next batch from the source and classifies it. */
+static int fill_batch(cl_cursor *cur)
+{
+    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    const char **texts = NULL;
+    size_t *lens = NULL;
+    float *probs = NULL;
+    int *trunc = NULL, *where = NULL;
+    int n_text = 0, rc = SQLITE_OK, K = cur->m->bert->cfg.num_labels;
+    char *errmsg = NULL;
+
+    batch_clear(cur);
+    while (cur->n < cur->batch_size && !cur->src_done) {
+        int step = sqlite3_step(cur->src);
+        if (step == SQLITE_DONE) {
+            cur->src_done = 1;
+            break;
+        }
+        if (step != SQLITE_ROW) {
+            if (step == SQLITE_INTERRUPT)
+                return set_error(cur, sqlite3_mprintf("%s: interrupted", k_fn));
+            return set_error(cur, sqlite3_mprintf("%s: reading the source failed: %s", k_fn,
+                                                  sqlite3_errmsg(v->db)));
+        }
+        sqlite3_value *id = sqlite3_column_value(cur->src, 0);
+        if (cur->want_id && !same_id(id, cur->want_id)) continue;
+        int i = cur->n;
+        cur->ids[i] = sqlite3_value_dup(id);
+        if (!cur->ids[i]) return SQLITE_NOMEM;
+        cur->n++;
+        int type = sqlite3_column_type(cur->src, 1);
+        const char *t = NULL;
+        if (type == SQLITE_BLOB) {
+            t = sqlite3_column_blob(cur->src, 1);
+        } else if (type != SQLITE_NULL) {
+            t = (const char *)sqlite3_column_text(cur->src, 1);
+            if (!t) return SQLITE_NOMEM;
+        }
+        size_t len = (size_t)sqlite3_column_bytes(cur->src, 1);
+        if (t && !sx_text_blank(t, len)) {
+            cur->texts[i] = sqlite3_malloc64(len + 1);
+            if (!cur->texts[i]) return SQLITE_NOMEM;
+            memcpy(cur->texts[i], t, len);
+            cur->texts[i][len] = 0;
+            cur->lens[i] = len;
+        }
+    }
+    for (int i = 0; i < cur->n; i++) n_text += cur->texts[i] != NULL;
+    if (n_text == 0) goto end;
+    if (n_text == cur->n) { /* the common case: classify in place */
+        texts = (const char **)cur->texts;
+        lens = cur->lens;
+        probs = cur->probs;
+        trunc = cur->trunc;
+    } else { /* compact the non-NULL rows, classify, scatter back */
+        texts = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *texts);
+        lens = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *lens);
+        probs = sqlite3_malloc64((sqlite3_uint64)n_text * K * sizeof *probs);
+        trunc = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *trunc);
+        where = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *where);
+        if (!texts || !lens || !probs || !trunc || !where) {
+            rc = SQLITE_NOMEM;
+            goto end;
+        }
+        for (int i = 0, j = 0; i < cur->n; i++) {
+            if (!cur->texts[i]) continue;
+            texts[j] = cur->texts[i];
+            lens[j] = cur->lens[i];
+            where[j++] = i;
+        }
+    }
+    if (sx_engine_classify(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size, probs,
+                           trunc, &errmsg)) {
+        rc = set_error(cur, errmsg);
+        errmsg = NULL;
+        goto end;
+    }
+    if (where) {
+        for (int j = 0; j < n_text; j++) {
+            memcpy(cur->probs + (size_t)where[j] * K, probs + (size_t)j * K, (size_t)K * sizeof *probs);
+            cur->trunc[where[j]] = trunc[j];
+        }
+    }
+end:
+    cur->done += cur->n;
+    sx_progress_update(&cur->progress, cur->done);
+    if (where) {
+        sqlite3_free(texts);
+        sqlite3_free(lens);
+        sqlite3_free(probs);
+        sqlite3_free(trunc);
+        sqlite3_free(where);
+    }
+    sqlite3_free(errmsg);
+    return rc;
+}
+
+/* Number of rows of a table source, for the progress line's ETA. */
+static int64_t count_rows(sqlite3 *db, const char *table)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t n = -1;
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM \"%w\"", table);
+    if (sql && sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_free(sql);
+    return n;
+}
+
+static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
+                    sqlite3_value **argv)
+{
+    cl_cursor *cur = (cl_cursor *)pCur;
+    cl_vtab *v = (cl_vtab *)pCur->pVtab;
+    const char *arg[3] = {v->args[0], v->args[1], v->args[2]};
+    const char *source, *column, *model;
+    char *sql = NULL, *errmsg = NULL;
+    int a = 0, rc = SQLITE_OK, K;
+    (void)idxStr;
+    (void)argc;
+
+    cursor_reset(cur);
+    cur->batch_size = v->c->batch_size;
+    for (int bit = 0; bit < N_ARGS; bit++) {
+        if (!(idxNum & (1 << bit))) continue;
+        cur->args[bit] = sqlite3_value_dup(argv[a]);
+        if (!cur->args[bit]) return SQLITE_NOMEM;
+        if (bit < 3) {
+            if (sqlite3_value_type(argv[a]) == SQLITE_NULL) {
+                arg[bit] = NULL;
+            } else {
+                arg[bit] = (const char *)sqlite3_value_text(cur->args[bit]);
+                if (!arg[bit]) return SQLITE_NOMEM;
+            }
+        } else {
+            sqlite3_int64 bs = sqlite3_value_int64(argv[a]);
+            if (sqlite3_value_type(argv[a]) != SQLITE_INTEGER || bs < 1 || bs > 4096) {
+                const char *shown = (const char *)sqlite3_value_text(argv[a]);
+                return set_error(cur, sqlite3_mprintf("%s: batch_size must be an integer from "
+                                                      "1 to 4096, got '%s'",
+                                                      k_fn, shown ? shown : "NULL"));
+            }
+            cur->batch_size = (int)bs;
+        }
+        a++;
+    }
+    if (idxNum & IDX_ID) {
+        cur->want_id = sqlite3_value_dup(argv[a]);
+        if (!cur->want_id) return SQLITE_NOMEM;
+    }
+    source = arg[0];
+    column = arg[1];
+    model = arg[2];
+    if (!source || !*source) {
+        return set_error(cur, sqlite3_mprintf("%s: expected classify(source, column [, model]) "
+                                              "with source a table name or a SELECT; got %s",
+                                              k_fn, source ? "''" : "no source"));
+    }
+    cur->is_query = is_query(source);
+    if (cur->is_query) {
+        /* classify('SELECT ...', 'model'): the second argument is the model */
+        if (column && model && *column)
+            return set_error(cur, sqlite3_mprintf("%s: a SELECT source takes its text from "
+                                                  "its second column; pass the model as the "
+                                                  "second argument, got column '%s'",
+                                                  k_fn, column));
+        if (column && !model) model = column;
+        rc = sqlite3_prepare_v2(v->db, source, -1, &cur->src, NULL);
+        if (rc != SQLITE_OK)
+            return set_error(cur, sqlite3_mprintf("%s: cannot run the source query: %s", k_fn,
+                                                  sqlite3_errmsg(v->db)));
+        if (!sqlite3_stmt_readonly(cur->src))
+            return set_error(cur, sqlite3_mprintf("%s: the source query must only read; "
+                                                  "got '%s'",
+                                                  k_fn, source));
+        if (sqlite3_column_count(cur->src) < 2)
+            return set_error(cur, sqlite3_mprintf("%s: the source query must return two "
+                                                  "columns (id, text); it returns %d",
+                                                  k_fn, sqlite3_column_count(cur->src)));
+    } else {
+        if (!column || !*column)
+            return set_error(cur, sqlite3_mprintf("%s: expected classify('%s', column [, model]): "
+                                                  "a table source needs the text column",
+                                                  k_fn, source));
+        sql = sqlite3_mprintf("SELECT rowid, \"%w\" FROM \"%w\"%s", column, source,
+                              cur->want_id ? " WHERE rowid = ?1" : "");
+        if (!sql) return SQLITE_NOMEM;
+        rc = sqlite3_prepare_v2(v->db, sql, -1, &cur->src, NULL);
+        sqlite3_free(sql);
+        if (rc != SQLITE_OK) {
+            const char *e = sqlite3_errmsg(v->db);
+            return set_error(cur, sqlite3_mprintf("%s: cannot read column '%s' of table '%s': "
+                                                  "%s%s",
+                                                  k_fn, column, source, e,
+                                                  strstr(e, "rowid")
+                                                      ? " (a WITHOUT ROWID table needs a "
+                                                        "SELECT source: classify('SELECT "
+                                                        "id, text FROM t'))"
+                                                      : ""));
+        }
+        if (cur->want_id) {
+            sqlite3_bind_value(cur->src, 1, cur->want_id);
+            sqlite3_value_free(cur->want_id); /* the query filters: no need in C */
+            cur->want_id = NULL;
+        }
+    }
+    if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg)) return set_error(cur, errmsg);
+
+    K = cur->m->bert->cfg.num_labels;
+    cur->cap = cur->batch_size;
+    cur->ids = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->ids);
+    cur->texts = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->texts);
+    cur->lens = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->lens);
+    cur->probs = sqlite3_malloc64((sqlite3_uint64)cur->cap * K * sizeof *cur->probs);
+    cur->trunc = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->trunc);
+    if (!cur->ids || !cur->texts || !cur->lens || !cur->probs || !cur->trunc) return SQLITE_NOMEM;
+    memset(cur->ids, 0, (size_t)cur->cap * sizeof *cur->ids);
+    memset(cur->texts, 0, (size_t)cur->cap * sizeof *cur->texts);
+
+    sx_progress_begin(&cur->progress, v->c, "classify", -1);
+    if (cur->progress.active && !cur->is_query && !(idxNum & IDX_ID))
+        cur->progress.total = count_rows(v->db, source);
+
+    rc = fill_batch(cur);
+    if (rc != SQLITE_OK) return rc;
+    cur->rowid = 1;
+    if (cur->n == 0) {
+        cur->eof = 1;
+        sx_progress_end(&cur->progress);
+    }
+    return SQLITE_OK;
+}
+
+static int clNext(sqlite3_vtab_cursor *pCur)
+{
+    cl_cursor *cur = (cl_cursor *)pCur;
+    int rc;
+    cur->rowid++;
+    if (++cur->pos < cur->n) return SQLITE_OK;
+    if (cur->src_done) {
+        cur->eof = 1;
+        sx_progress_end(&cur->progress);
+        return SQLITE_OK;
+    }
+    rc = fill_batch(cur);
+    if (rc != SQLITE_OK) return rc;
+    if (cur->n == 0) {
+        cur->eof = 1;
+        sx_progress_end(&cur->progress);
+    }
+    return SQLITE_OK;
+}
+
+static int clEof(sqlite3_vtab_cursor *pCur)
+{
+    return ((cl_cursor *)pCur)->eof;
+}
+
+static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
+{
+    cl_cursor *cur = (cl_cursor *)pCur;
+    int p = cur->pos;
+    const bert_config *cfg = cur->m ? &cur->m->bert->cfg : NULL;
+    const float *probs;
+
+    if (i >= COL_SOURCE) {
+        if (cur->args[i - COL_SOURCE]) sqlite3_result_value(ctx, cur->args[i - COL_SOURCE]);
+        return SQLITE_OK;
+    }
+    if (i == COL_ID) {
+        sqlite3_result_value(ctx, cur->ids[p]);
+        return SQLITE_OK;
+    }
+    if (!cur->texts[p] || !cfg) return SQLITE_OK; /* NULL */
+    probs = cur->probs + (size_t)p * cfg->num_labels;
+    switch (i) {
+    case COL_LABEL:
+        sqlite3_result_text(ctx, cfg->id2label[sx_argmax(probs, cfg->num_labels)], -1,
+                            SQLITE_TRANSIENT);
+        break;
+    case COL_SCORE:
+        sqlite3_result_double(ctx, sx_score(cfg, probs));
+        break;
+    case COL_PROBS: {
+        char *json = sx_probs_json(cfg, probs);
+        if (!json) return SQLITE_NOMEM;
+        sqlite3_result_text(ctx, json, -1, sqlite3_free);
+        break;
+    }
+    case COL_TRUNCATED:
+        sqlite3_result_int(ctx, cur->trunc[p] != 0);
+        break;
+    }
+    return SQLITE_OK;
+}
+
+static int clRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+{
+    *pRowid = ((cl_cursor *)pCur)->rowid;
+    return SQLITE_OK;
+}
+
+/* Plans: every usable `hidden = ?` becomes an argument (see IDX_*); an
+ * unusable one makes the plan impossible (SQLITE_CONSTRAINT), so SQLite
+ * picks a join order that supplies it. `id = ?` is served (cheaply) but
+ * not omitted: SQLite re-checks it. A missing source is reported by
+ * xFilter with a message, not by failing the plan. */
+static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+{
+    int col_of[N_ARGS + 1] = {-1, -1, -1, -1, -1};
+    int mask = 0, n = 0;
+    (void)pVtab;
+
+    for (int i = 0; i < info->nConstraint; i++) {
+        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+        int bit;
+        if (c->iColumn >= COL_SOURCE) bit = c->iColumn - COL_SOURCE;
+        else if (c->iColumn == COL_ID) bit = 4;
+        else continue;
+        if (c->op != SQLITE_INDEX_CONSTRAINT_EQ) {
+            if (bit < 4) return SQLITE_CONSTRAINT; /* e.g. source > 'x' */
+            continue;
+        }
+        if (!c->usable) {
+            if (bit < 4) return SQLITE_CONSTRAINT;
+            continue;
+        }
+        if (col_of[bit] < 0) {
+            col_of[bit] = i;
+            mask |= 1 << bit;
+        }
+    }
+    for (int bit = 0; bit <= 4; bit++) {
+        if (col_of[bit] < 0) continue;
+        info->aConstraintUsage[col_of[bit]].argvIndex = ++n;
+        info->aConstraintUsage[col_of[bit]].omit = bit < 4;
+    }
+    info->idxNum = mask;
+    if (mask & IDX_ID) {
+        info->estimatedCost = 10;
+        info->estimatedRows = 1;
+    } else {
+        info->estimatedCost = 1e6;
+        info->estimatedRows = 100000;
+    }
+    return SQLITE_OK;
+}
+
+static sqlite3_module classifyModule = {
+    /* iVersion    */ 0,
+    /* xCreate     */ clConnect, /* same as xConnect: eponymous and creatable */
+    /* xConnect    */ clConnect,
+    /* xBestIndex  */ clBestIndex,
+    /* xDisconnect */ clDisconnect,
+    /* xDestroy    */ clDisconnect,
+    /* xOpen       */ clOpen,
+    /* xClose      */ clClose,
+    /* xFilter     */ clFilter,
+    /* xNext       */ clNext,
+    /* xEof        */ clEof,
+    /* xColumn     */ clColumn,
+    /* xRowid      */ clRowid,
+    /* xUpdate     */ 0, /* read-only */
+    /* xBegin      */ 0, /* no transactions: nothing is stored */
+    /* xSync       */ 0,
+    /* xCommit     */ 0,
+    /* xRollback   */ 0,
+    /* xFindMethod */ 0, /* no overloaded functions */
+    /* xRename     */ 0, /* nothing to rename */
+    /* xSavepoint  */ 0, /* iVersion 0: no savepoints */
+    /* xRelease    */ 0,
+    /* xRollbackTo */ 0,
+    /* xShadowName */ 0, /* no shadow tables */
+};
+
+int sx_register_classify(sqlite3 *db, sx_conn *c)
+{
+    sx_conn_ref(c);
+    return sqlite3_create_module_v2(db, "classify", &classifyModule, c, sx_conn_unref);
+}

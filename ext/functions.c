@@ -1,0 +1,460 @@
+/* functions.c: the scalar SQL functions of the sentiment extension.
+ *
+ *   sentiment(text [, model])        -> TEXT   label of the top class
+ *   sentiment_score(text [, model])  -> REAL   P(positive) when the model's
+ *                                              labels are exactly negative and
+ *                                              positive, else P(top label)
+ *   sentiment_probs(text [, model])  -> TEXT   JSON {"negative":0.1,...} in
+ *                                              class-id order
+ *   sentiment_tokens(text [, model]) -> TEXT   JSON array of the WordPiece
+ *                                              tokens (as BertTokenizer.
+ *                                              tokenize: no [CLS]/[SEP], not
+ *                                              truncated)
+ *   sentiment_load(name, dir)        -> TEXT   registers the Hugging Face
+ *                                              model directory dir (config.json,
+ *                                              vocab.txt, model.safetensors)
+ *                                              as `name` on this connection and
+ *                                              loads it; returns a summary.
+ *                                              dir NULL unregisters `name`.
+ *                                              'default' overrides the built-in
+ *                                              model for this connection.
+ *   sentiment_save(name [, model])   -> INT    stores `model` (default
+ *                                              'default') in this database as a
+ *                                              new version of `name`
+ *                                              (sentiment_model_store, created
+ *                                              on first use); returns the
+ *                                              version number
+ *   sentiment_device()               -> TEXT   where inference runs, e.g.
+ *                                              "cpu: 2 threads, OpenBLAS 0.3.21"
+ *   sentiment_version()              -> TEXT   "sentiment 0.1.0 (...)"
+ *   sentiment_debug()                -> TEXT   JSON: build, device, model cache
+ *                                              (entries, loads, evictions) and
+ *                                              this connection's counters (rows
+ *                                              classified, rows truncated)
+ *
+ * Inputs. NULL text gives NULL. Empty or white-space-only text (ASCII white
+ * space, U+00A0, U+2000..U+200B, U+3000, U+FEFF) gives NULL. INTEGER and
+ * REAL values are classified as their text form, as SQLite converts them
+ * ('42', '4.5'). A BLOB is taken as UTF-8 bytes; invalid UTF-8 anywhere is
+ * repaired (U+FFFD, then dropped as BertTokenizer does), never an error.
+ * Text longer than the model's maximum length (sentiment_config
+ * 'max_length') is truncated and counted in sentiment_debug()'s
+ * connection.truncated.
+ *
+ * Models. `model` is a name from sentiment_models, looked up exactly;
+ * `name@N` picks version N of a database model (models.c). A NULL model
+ * name is an error. The model argument is resolved once per statement when
+ * it is a constant.
+ *
+ * Errors name the function, the value and what was expected, e.g.
+ *   sentiment(): no model named 'hotle'; known: default, hotel
+ * sentiment_load and sentiment_save read files or write tables, so they are
+ * SQLITE_DIRECTONLY (not usable from triggers, views or schema).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "sentiment_ext.h"
+
+#ifndef SENTIMENT_COMMIT
+#define SENTIMENT_COMMIT "unknown"
+#endif
+
+enum { OUT_LABEL, OUT_SCORE, OUT_PROBS, OUT_TOKENS };
+
+static const char *const k_fn_names[] = {"sentiment()", "sentiment_score()",
+                                         "sentiment_probs()", "sentiment_tokens()"};
+
+static void release_model(void *p)
+{
+    sx_registry_release(p);
+}
+
+/* The model named by argv[i] (or default when i >= argc), referenced.
+ * *cached says whether it came from (and is owned by) the auxdata. */
+static sx_model *model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn,
+                           int argc, sqlite3_value **argv, int i, int *cached)
+{
+    char *errmsg = NULL;
+    sx_model *m = NULL;
+    const char *name = NULL;
+
+    *cached = 0;
+    if (i < argc) {
+        m = sqlite3_get_auxdata(ctx, i);
+        if (m) {
+            *cached = 1;
+            return m;
+        }
+        if (sqlite3_value_type(argv[i]) == SQLITE_NULL) {
+            errmsg = sqlite3_mprintf("%s: model name is NULL; expected a name from "
+                                     "sentiment_models, e.g. 'default'",
+                                     fn);
+            goto end;
+        }
+        name = (const char *)sqlite3_value_text(argv[i]);
+        if (!name) goto end;
+    }
+    sx_model_resolve(c, fn, name, &m, &errmsg);
+end:
+    if (errmsg) {
+        sqlite3_result_error(ctx, errmsg, -1);
+        sqlite3_free(errmsg);
+    } else if (!m) {
+        sqlite3_result_error_nomem(ctx);
+    }
+    return m;
+}
+
+/* Hands a resolved model to the statement's auxdata (for the next rows). */
+static void model_done(sqlite3_context *ctx, sx_model *m, int argc, int i,
+                       int cached)
+{
+    if (cached || !m) return;
+    if (i < argc)
+        sqlite3_set_auxdata(ctx, i, m, release_model);
+    else
+        sx_registry_release(m);
+}
+
+static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
+                          const char *text, size_t len)
+{
+    char err[SM_ERR_MAX];
+    int n = 0, *ids = NULL;
+    sqlite3_str *s = NULL;
+    const tokenizer *tok = m->bert->tok;
+
+    if (tokenizer_tokenize(tok, text, len, NULL, 0, &n, err) != SM_OK) goto fail;
+    ids = sqlite3_malloc64((sqlite3_uint64)(n > 0 ? n : 1) * sizeof *ids);
+    if (!ids) goto nomem;
+    if (tokenizer_tokenize(tok, text, len, ids, n, &n, err) != SM_OK) goto fail;
+    s = sqlite3_str_new(NULL);
+    sqlite3_str_appendchar(s, 1, '[');
+    for (int i = 0; i < n; i++) {
+        const char *t = tokenizer_token(tok, ids[i]);
+        if (i) sqlite3_str_appendchar(s, 1, ',');
+        sx_json_string(s, t ? t : "[UNK]");
+    }
+    sqlite3_str_appendchar(s, 1, ']');
+    if (sqlite3_str_errcode(s)) goto nomem;
+    sqlite3_result_text(ctx, sqlite3_str_finish(s), -1, sqlite3_free);
+    sqlite3_free(ids);
+    return;
+fail: {
+    char *msg = sqlite3_mprintf("%s: %s", fn, err);
+    sqlite3_result_error(ctx, msg ? msg : fn, -1);
+    sqlite3_free(msg);
+    sqlite3_free(ids);
+    return;
+}
+nomem:
+    sqlite3_free(sqlite3_str_finish(s));
+    sqlite3_free(ids);
+    sqlite3_result_error_nomem(ctx);
+}
+
+/* sentiment(), sentiment_score(), sentiment_probs(), sentiment_tokens(). */
+static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv,
+                         int out)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char *fn = k_fn_names[out];
+    char *errmsg = NULL;
+    float stack_probs[16], *probs = stack_probs;
+    sx_model *m = NULL;
+    int cached = 0, k, top;
+    size_t len = 0;
+    const char *text;
+
+    if (sx_value_text(argv[0], &text, &len) != SQLITE_OK) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    if (!text) return; /* NULL result */
+    m = model_arg(ctx, c, fn, argc, argv, 1, &cached);
+    if (!m) return;
+    if (out == OUT_TOKENS) {
+        tokens_result(ctx, fn, m, text, len);
+        goto end;
+    }
+    k = m->bert->cfg.num_labels;
+    if (k > (int)(sizeof stack_probs / sizeof *stack_probs)) {
+        probs = sqlite3_malloc64((sqlite3_uint64)k * sizeof *probs);
+        if (!probs) {
+            sqlite3_result_error_nomem(ctx);
+            goto end;
+        }
+    }
+    if (sx_engine_classify(c, fn, m, &text, &len, 1, 1, probs, NULL, &errmsg)) {
+        sqlite3_result_error(ctx, errmsg ? errmsg : fn, -1);
+        goto end;
+    }
+    top = sx_argmax(probs, k);
+    switch (out) {
+    case OUT_LABEL:
+        sqlite3_result_text(ctx, m->bert->cfg.id2label[top], -1, SQLITE_TRANSIENT);
+        break;
+    case OUT_SCORE:
+        sqlite3_result_double(ctx, sx_score(&m->bert->cfg, probs));
+        break;
+    default: {
+        char *json = sx_probs_json(&m->bert->cfg, probs);
+        if (json) sqlite3_result_text(ctx, json, -1, sqlite3_free);
+        else sqlite3_result_error_nomem(ctx);
+    }
+    }
+end:
+    sqlite3_free(errmsg);
+    if (probs != stack_probs) sqlite3_free(probs);
+    model_done(ctx, m, argc, 1, cached);
+}
+
+static void fn_sentiment(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    classify_one(ctx, argc, argv, OUT_LABEL);
+}
+
+static void fn_score(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    classify_one(ctx, argc, argv, OUT_SCORE);
+}
+
+static void fn_probs(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    classify_one(ctx, argc, argv, OUT_PROBS);
+}
+
+static void fn_tokens(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    classify_one(ctx, argc, argv, OUT_TOKENS);
+}
+
+/* A one-line description of a loaded model. */
+static char *model_summary(const char *name, const bert_model *m, const char *from)
+{
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    const bert_config *cfg = &m->cfg;
+    sqlite3_str_appendf(s, "%s: %s, %d label%s (", name, cfg->model_type, cfg->num_labels,
+                        cfg->num_labels == 1 ? "" : "s");
+    for (int i = 0; i < cfg->num_labels; i++)
+        sqlite3_str_appendf(s, "%s%s", i ? ", " : "", cfg->id2label[i]);
+    sqlite3_str_appendf(s, "), %d layers, hidden %d, %lld parameters, from %s",
+                        cfg->num_hidden_layers, cfg->hidden_size,
+                        (long long)bert_model_num_params(m), from);
+    return sqlite3_str_finish(s);
+}
+
+/* sentiment_load(name, dir) */
+static void fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char *fn = "sentiment_load()";
+    char *errmsg = NULL, *summary = NULL;
+    const char *name, *path;
+    (void)argc;
+
+    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
+        errmsg = sqlite3_mprintf("%s: expected a model name (TEXT) as the first argument, "
+                                 "got %s",
+                                 fn, sqlite3_value_type(argv[0]) == SQLITE_NULL ? "NULL"
+                                                                                : "a non-text value");
+        goto end;
+    }
+    name = (const char *)sqlite3_value_text(argv[0]);
+    if (sqlite3_value_type(argv[1]) == SQLITE_NULL) {
+        if (sx_model_register(c, fn, name, NULL, &errmsg)) goto end;
+        summary = sqlite3_mprintf("%s: unregistered", name);
+        goto end;
+    }
+    if (sqlite3_value_type(argv[1]) != SQLITE_TEXT) {
+        errmsg = sqlite3_mprintf("%s: expected a model directory path (TEXT) as the second "
+                                 "argument",
+                                 fn);
+        goto end;
+    }
+    path = (const char *)sqlite3_value_text(argv[1]);
+    if (sx_model_register(c, fn, name, path, &errmsg)) goto end;
+    for (sx_file_reg *r = c->files; r; r = r->next)
+        if (!strcmp(r->name, name)) summary = model_summary(name, r->model->bert, r->path);
+end:
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else if (summary) sqlite3_result_text(ctx, summary, -1, SQLITE_TRANSIENT);
+    else sqlite3_result_error_nomem(ctx);
+    sqlite3_free(errmsg);
+    sqlite3_free(summary);
+}
+
+/* vocab.txt text rebuilt from the tokenizer (one token a line). */
+static char *vocab_text(const tokenizer *tok, size_t *len)
+{
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    int n = tokenizer_vocab_size(tok);
+    for (int i = 0; i < n; i++) {
+        const char *t = tokenizer_token(tok, i);
+        sqlite3_str_appendf(s, "%s\n", t ? t : "");
+    }
+    *len = (size_t)sqlite3_str_length(s);
+    return sqlite3_str_finish(s);
+}
+
+/* sentiment_save(name [, model]) */
+static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char *fn = "sentiment_save()";
+    char err[SM_ERR_MAX];
+    char *errmsg = NULL, *config = NULL, *vocab = NULL, *labels = NULL;
+    void *weights = NULL;
+    size_t weights_len = 0, vocab_len = 0;
+    sx_model *m = NULL;
+    int cached = 0;
+    int64_t version = 0;
+    const char *name;
+
+    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
+        errmsg = sqlite3_mprintf("%s: expected a model name (TEXT) as the first argument", fn);
+        goto end;
+    }
+    name = (const char *)sqlite3_value_text(argv[0]);
+    if (sx_model_name_check(fn, name, 1, &errmsg)) goto end;
+    m = model_arg(ctx, c, fn, argc, argv, 1, &cached);
+    if (!m) return; /* error already set */
+    if (bert_config_to_json(&m->bert->cfg, &config, err) != SM_OK ||
+        bert_model_save_safetensors(m->bert, 0 /* ST_F32 */, &weights, &weights_len, err) != SM_OK) {
+        errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", fn, err);
+        goto end;
+    }
+    vocab = vocab_text(m->bert->tok, &vocab_len);
+    {
+        sqlite3_str *s = sqlite3_str_new(NULL);
+        sqlite3_str_appendchar(s, 1, '[');
+        for (int i = 0; i < m->bert->cfg.num_labels; i++) {
+            if (i) sqlite3_str_appendchar(s, 1, ',');
+            sx_json_string(s, m->bert->cfg.id2label[i]);
+        }
+        sqlite3_str_appendchar(s, 1, ']');
+        labels = sqlite3_str_finish(s);
+    }
+    if (!vocab || !labels) {
+        errmsg = sqlite3_mprintf("%s: out of memory", fn);
+        goto end;
+    }
+    if (sx_store_put(c->db, name, config, strlen(config), vocab, vocab_len, labels, NULL, weights,
+                     weights_len, &version, &errmsg) != SQLITE_OK) {
+        char *inner = errmsg;
+        errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot store the model");
+        sqlite3_free(inner);
+        goto end;
+    }
+end:
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_int64(ctx, version);
+    sqlite3_free(errmsg);
+    free(config);
+    free(weights);
+    sqlite3_free(vocab);
+    sqlite3_free(labels);
+    model_done(ctx, m, argc, 1, cached);
+}
+
+static void fn_device(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    char *errmsg = NULL;
+    (void)argc;
+    (void)argv;
+    if (sx_engine_backend(c, "sentiment_device()", &errmsg)) {
+        sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_device(): failed", -1);
+        sqlite3_free(errmsg);
+        return;
+    }
+    sqlite3_result_text(ctx, c->be_desc, -1, SQLITE_TRANSIENT);
+}
+
+static void fn_version(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_builtin b;
+    char *v;
+    (void)argc;
+    (void)argv;
+    v = sqlite3_mprintf("sentiment " SX_VERSION " (commit " SENTIMENT_COMMIT
+                        ", gcc " __VERSION__ ", SQLite %s, %s, built-in model: %s)",
+                        sqlite3_libversion(), sx_device_blas(),
+                        sx_builtin_get(&b) ? "yes" : "none");
+    if (v) sqlite3_result_text(ctx, v, -1, sqlite3_free);
+    else sqlite3_result_error_nomem(ctx);
+}
+
+static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    sx_registry_stats st;
+    sx_builtin b;
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    int nfiles = 0;
+    (void)argc;
+    (void)argv;
+
+    sx_registry_stats_get(&st);
+    for (sx_file_reg *r = c->files; r; r = r->next) nfiles++;
+    sqlite3_str_appendf(s, "{\"version\":\"%s\",\"commit\":\"%s\",\"compiler\":\"gcc %s\","
+                           "\"sqlite\":\"%s\",\"blas\":",
+                        SX_VERSION, SENTIMENT_COMMIT, __VERSION__, sqlite3_libversion());
+    sx_json_string(s, sx_device_blas());
+    sqlite3_str_appendf(s, ",\"builtin_model\":%s,\"device\":", sx_builtin_get(&b) ? "true" : "false");
+    sx_json_string(s, c->device);
+    sqlite3_str_appendall(s, ",\"backend\":");
+    if (c->be) sx_json_string(s, c->be_desc);
+    else sqlite3_str_appendall(s, "null");
+    sqlite3_str_appendf(s, ",\"cache\":{\"entries\":%d,\"in_use\":%d,\"loads\":%lld,"
+                           "\"evictions\":%lld}",
+                        st.entries, st.referenced, (long long)st.loads, (long long)st.evictions);
+    sqlite3_str_appendf(s, ",\"connection\":{\"rows\":%lld,\"truncated\":%lld,"
+                           "\"registered_models\":%d}}",
+                        (long long)c->rows, (long long)c->truncated, nfiles);
+    if (sqlite3_str_errcode(s)) {
+        sqlite3_free(sqlite3_str_finish(s));
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    sqlite3_result_text(ctx, sqlite3_str_finish(s), -1, sqlite3_free);
+}
+
+#define SX_SAFE (SQLITE_UTF8 | SQLITE_INNOCUOUS)
+#define SX_DIRECT (SQLITE_UTF8 | SQLITE_DIRECTONLY)
+
+static const struct {
+    const char *name;
+    int nArg;
+    int flags;
+    void (*xFunc)(sqlite3_context *, int, sqlite3_value **);
+} aFunc[] = {
+    {"sentiment", 1, SX_SAFE, fn_sentiment},
+    {"sentiment", 2, SX_SAFE, fn_sentiment},
+    {"sentiment_score", 1, SX_SAFE, fn_score},
+    {"sentiment_score", 2, SX_SAFE, fn_score},
+    {"sentiment_probs", 1, SX_SAFE, fn_probs},
+    {"sentiment_probs", 2, SX_SAFE, fn_probs},
+    {"sentiment_tokens", 1, SX_SAFE, fn_tokens},
+    {"sentiment_tokens", 2, SX_SAFE, fn_tokens},
+    {"sentiment_load", 2, SX_DIRECT, fn_load},
+    {"sentiment_save", 1, SX_DIRECT, fn_save},
+    {"sentiment_save", 2, SX_DIRECT, fn_save},
+    {"sentiment_device", 0, SX_SAFE, fn_device},
+    {"sentiment_version", 0, SX_SAFE | SQLITE_DETERMINISTIC, fn_version},
+    {"sentiment_debug", 0, SX_SAFE, fn_debug},
+};
+
+int sx_register_functions(sqlite3 *db, sx_conn *c)
+{
+    int rc = SQLITE_OK;
+    for (size_t i = 0; i < sizeof aFunc / sizeof aFunc[0] && rc == SQLITE_OK; i++) {
+        sx_conn_ref(c);
+        rc = sqlite3_create_function_v2(db, aFunc[i].name, aFunc[i].nArg, aFunc[i].flags, c,
+                                        aFunc[i].xFunc, NULL, NULL, sx_conn_unref);
+    }
+    return rc;
+}

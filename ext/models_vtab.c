@@ -1,0 +1,356 @@
+/* models_vtab.c: sentiment_models, every model this connection can use.
+ *
+ *   SELECT name, version, source, labels FROM sentiment_models;
+ *
+ * An eponymous, read-only virtual table; one row per model, in lookup
+ * order (models.c): models registered with sentiment_load() (source
+ * 'file'), then every stored version in the main database's
+ * sentiment_model_store (source 'database'), then the built-in model as
+ * 'default' (source 'builtin', listed only when this build has one and no
+ * 'default' was registered). Columns:
+ *   name         what to pass as the model argument (`name@version` for an
+ *                older database version)
+ *   version      1 for builtin and file models; 1, 2, ... in the database
+ *   source       'builtin', 'file' or 'database'
+ *   labels       JSON array of the labels in class-id order
+ *   model_type   'bert', 'ernie' or 'roberta'
+ *   layers, hidden_size, heads, max_length (tokens, with [CLS]/[SEP])
+ *   parameters   number of scalar parameters
+ *   created      UTC time a database model was stored, else NULL
+ *   path         the directory of a file model, else NULL
+ *   loaded       1 when the model is in the process-wide cache now
+ * A stored model whose config cannot be parsed is listed with NULL
+ * architecture columns; using it gives the parse error.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "sentiment_ext.h"
+
+enum {
+    COL_NAME,
+    COL_VERSION,
+    COL_SOURCE,
+    COL_LABELS,
+    COL_TYPE,
+    COL_LAYERS,
+    COL_HIDDEN,
+    COL_HEADS,
+    COL_MAXLEN,
+    COL_PARAMS,
+    COL_CREATED,
+    COL_PATH,
+    COL_LOADED,
+    N_COLS
+};
+
+typedef struct mv_row {
+    char *name, *source, *labels, *type, *created, *path;
+    sqlite3_int64 version, params;
+    int layers, hidden, heads, maxlen, loaded, have_cfg;
+} mv_row;
+
+typedef struct mv_vtab {
+    sqlite3_vtab base;
+    sx_conn *c;
+} mv_vtab;
+
+typedef struct mv_cursor {
+    sqlite3_vtab_cursor base;
+    mv_row *rows;
+    int n, cap, pos;
+} mv_cursor;
+
+static int mvConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+                     sqlite3_vtab **ppVtab, char **pzErr)
+{
+    mv_vtab *v;
+    int rc;
+    (void)argc;
+    (void)argv;
+    (void)pzErr;
+    rc = sqlite3_declare_vtab(db, "CREATE TABLE x(name TEXT, version INTEGER, source TEXT, "
+                                  "labels TEXT, model_type TEXT, layers INTEGER, "
+                                  "hidden_size INTEGER, heads INTEGER, max_length INTEGER, "
+                                  "parameters INTEGER, created TEXT, path TEXT, loaded INTEGER)");
+    if (rc != SQLITE_OK) return rc;
+    v = sqlite3_malloc(sizeof *v);
+    if (!v) return SQLITE_NOMEM;
+    memset(v, 0, sizeof *v);
+    v->c = pAux;
+    sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+    *ppVtab = &v->base;
+    return SQLITE_OK;
+}
+
+static int mvDisconnect(sqlite3_vtab *pVtab)
+{
+    sqlite3_free(pVtab);
+    return SQLITE_OK;
+}
+
+static int mvOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+{
+    mv_cursor *cur = sqlite3_malloc(sizeof *cur);
+    (void)pVtab;
+    if (!cur) return SQLITE_NOMEM;
+    memset(cur, 0, sizeof *cur);
+    *ppCursor = &cur->base;
+    return SQLITE_OK;
+}
+
+static void rows_free(mv_cursor *cur)
+{
+    for (int i = 0; i < cur->n; i++) {
+        mv_row *r = &cur->rows[i];
+        sqlite3_free(r->name);
+        sqlite3_free(r->source);
+        sqlite3_free(r->labels);
+        sqlite3_free(r->type);
+        sqlite3_free(r->created);
+        sqlite3_free(r->path);
+    }
+    sqlite3_free(cur->rows);
+    cur->rows = NULL;
+    cur->n = cur->cap = cur->pos = 0;
+}
+
+static int mvClose(sqlite3_vtab_cursor *pCur)
+{
+    rows_free((mv_cursor *)pCur);
+    sqlite3_free(pCur);
+    return SQLITE_OK;
+}
+
+static char *labels_json(const bert_config *cfg)
+{
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    sqlite3_str_appendchar(s, 1, '[');
+    for (int i = 0; i < cfg->num_labels; i++) {
+        if (i) sqlite3_str_appendchar(s, 1, ',');
+        sx_json_string(s, cfg->id2label[i]);
+    }
+    sqlite3_str_appendchar(s, 1, ']');
+    return sqlite3_str_finish(s);
+}
+
+/* Appends a row; cfg (may be NULL) fills the architecture columns. */
+static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
+                       const char *source, const bert_config *cfg, sqlite3_int64 params)
+{
+    mv_row *r;
+    if (cur->n == cur->cap) {
+        int cap = cur->cap ? cur->cap * 2 : 8;
+        mv_row *grown = sqlite3_realloc64(cur->rows, (sqlite3_uint64)cap * sizeof *grown);
+        if (!grown) return NULL;
+        cur->rows = grown;
+        cur->cap = cap;
+    }
+    r = &cur->rows[cur->n++];
+    memset(r, 0, sizeof *r);
+    r->name = sqlite3_mprintf("%s", name);
+    r->source = sqlite3_mprintf("%s", source);
+    r->version = version;
+    if (!r->name || !r->source) return NULL;
+    if (cfg) {
+        r->have_cfg = 1;
+        r->labels = labels_json(cfg);
+        r->type = sqlite3_mprintf("%s", cfg->model_type);
+        if (!r->labels || !r->type) return NULL;
+        r->layers = cfg->num_hidden_layers;
+        r->hidden = cfg->hidden_size;
+        r->heads = cfg->num_attention_heads;
+        r->maxlen = bert_max_length(cfg);
+        r->params = params;
+    }
+    return r;
+}
+
+/* Parameter count a config implies (with a classification head). */
+static sqlite3_int64 params_of(const bert_config *cfg)
+{
+    bert_param_spec *specs = NULL;
+    int n = 0;
+    size_t total = 0;
+    char err[SM_ERR_MAX];
+    if (bert_param_table(cfg, 1, &specs, &n, &total, err) != SM_OK) total = 0;
+    free(specs);
+    return (sqlite3_int64)total;
+}
+
+static int add_database_rows(mv_cursor *cur, sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int rc;
+    char err[SM_ERR_MAX];
+
+    if (!sx_store_exists(db)) return SQLITE_OK;
+    rc = sqlite3_prepare_v2(db,
+                            "SELECT name, version, uid, config, created FROM main." SX_STORE_TABLE
+                            " ORDER BY name, version",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        sqlite3_int64 version = sqlite3_column_int64(st, 1);
+        const char *uid = (const char *)sqlite3_column_text(st, 2);
+        const char *config = (const char *)sqlite3_column_text(st, 3);
+        size_t config_len = (size_t)sqlite3_column_bytes(st, 3);
+        const char *created = (const char *)sqlite3_column_text(st, 4);
+        bert_config cfg;
+        int have = config && bert_config_parse(config, config_len, &cfg, err) == SM_OK;
+        mv_row *r = add_row(cur, name ? name : "", version, "database", have ? &cfg : NULL,
+                            have ? params_of(&cfg) : 0);
+        if (have) bert_config_free(&cfg);
+        if (!r) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        if (created && !(r->created = sqlite3_mprintf("%s", created))) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        if (uid) {
+            char *key = sqlite3_mprintf("db:%s", uid);
+            r->loaded = key && sx_registry_is_loaded(key);
+            sqlite3_free(key);
+        }
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
+                    sqlite3_value **argv)
+{
+    mv_cursor *cur = (mv_cursor *)pCur;
+    mv_vtab *v = (mv_vtab *)pCur->pVtab;
+    sx_conn *c = v->c;
+    int rc, have_default = 0;
+    sx_builtin b;
+    (void)idxNum;
+    (void)idxStr;
+    (void)argc;
+    (void)argv;
+
+    rows_free(cur);
+    for (sx_file_reg *r = c->files; r; r = r->next) {
+        mv_row *row = add_row(cur, r->name, 1, "file", &r->model->bert->cfg,
+                              (sqlite3_int64)bert_model_num_params(r->model->bert));
+        if (!row || !(row->path = sqlite3_mprintf("%s", r->path))) return SQLITE_NOMEM;
+        row->loaded = 1; /* a registration holds its model */
+        if (!strcmp(r->name, "default")) have_default = 1;
+    }
+    rc = add_database_rows(cur, c->db);
+    if (rc != SQLITE_OK) {
+        sqlite3_free(pCur->pVtab->zErrMsg);
+        pCur->pVtab->zErrMsg = sqlite3_mprintf("sentiment_models: cannot read "
+                                               SX_STORE_TABLE ": %s",
+                                               sqlite3_errstr(rc));
+        return rc;
+    }
+    if (!have_default && sx_builtin_get(&b)) {
+        bert_config cfg;
+        char err[SM_ERR_MAX];
+        int have = bert_config_parse(b.config, b.config_len, &cfg, err) == SM_OK;
+        mv_row *row = add_row(cur, "default", 1, "builtin", have ? &cfg : NULL,
+                              have ? params_of(&cfg) : 0);
+        if (have) bert_config_free(&cfg);
+        if (!row) return SQLITE_NOMEM;
+        row->loaded = sx_registry_is_loaded("builtin");
+    }
+    cur->pos = 0;
+    return SQLITE_OK;
+}
+
+static int mvNext(sqlite3_vtab_cursor *pCur)
+{
+    ((mv_cursor *)pCur)->pos++;
+    return SQLITE_OK;
+}
+
+static int mvEof(sqlite3_vtab_cursor *pCur)
+{
+    mv_cursor *cur = (mv_cursor *)pCur;
+    return cur->pos >= cur->n;
+}
+
+static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
+{
+    mv_cursor *cur = (mv_cursor *)pCur;
+    const mv_row *r = &cur->rows[cur->pos];
+    switch (i) {
+    case COL_NAME: sqlite3_result_text(ctx, r->name, -1, SQLITE_TRANSIENT); break;
+    case COL_VERSION: sqlite3_result_int64(ctx, r->version); break;
+    case COL_SOURCE: sqlite3_result_text(ctx, r->source, -1, SQLITE_TRANSIENT); break;
+    case COL_LOADED: sqlite3_result_int(ctx, r->loaded); break;
+    case COL_CREATED:
+        if (r->created) sqlite3_result_text(ctx, r->created, -1, SQLITE_TRANSIENT);
+        break;
+    case COL_PATH:
+        if (r->path) sqlite3_result_text(ctx, r->path, -1, SQLITE_TRANSIENT);
+        break;
+    default:
+        if (!r->have_cfg) break; /* NULL */
+        switch (i) {
+        case COL_LABELS: sqlite3_result_text(ctx, r->labels, -1, SQLITE_TRANSIENT); break;
+        case COL_TYPE: sqlite3_result_text(ctx, r->type, -1, SQLITE_TRANSIENT); break;
+        case COL_LAYERS: sqlite3_result_int(ctx, r->layers); break;
+        case COL_HIDDEN: sqlite3_result_int(ctx, r->hidden); break;
+        case COL_HEADS: sqlite3_result_int(ctx, r->heads); break;
+        case COL_MAXLEN: sqlite3_result_int(ctx, r->maxlen); break;
+        case COL_PARAMS: sqlite3_result_int64(ctx, r->params); break;
+        }
+    }
+    return SQLITE_OK;
+}
+
+static int mvRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+{
+    *pRowid = ((mv_cursor *)pCur)->pos + 1;
+    return SQLITE_OK;
+}
+
+/* One plan: a full scan of a short list (idxNum unused, always 0). */
+static int mvBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+{
+    (void)pVtab;
+    info->idxNum = 0;
+    info->estimatedCost = 100;
+    info->estimatedRows = 10;
+    return SQLITE_OK;
+}
+
+static sqlite3_module modelsModule = {
+    /* iVersion    */ 0,
+    /* xCreate     */ 0, /* eponymous only: no CREATE VIRTUAL TABLE */
+    /* xConnect    */ mvConnect,
+    /* xBestIndex  */ mvBestIndex,
+    /* xDisconnect */ mvDisconnect,
+    /* xDestroy    */ mvDisconnect,
+    /* xOpen       */ mvOpen,
+    /* xClose      */ mvClose,
+    /* xFilter     */ mvFilter,
+    /* xNext       */ mvNext,
+    /* xEof        */ mvEof,
+    /* xColumn     */ mvColumn,
+    /* xRowid      */ mvRowid,
+    /* xUpdate     */ 0, /* read-only: use sentiment_load / sentiment_save */
+    /* xBegin      */ 0,
+    /* xSync       */ 0,
+    /* xCommit     */ 0,
+    /* xRollback   */ 0,
+    /* xFindMethod */ 0,
+    /* xRename     */ 0,
+    /* xSavepoint  */ 0,
+    /* xRelease    */ 0,
+    /* xRollbackTo */ 0,
+    /* xShadowName */ 0,
+};
+
+int sx_register_models_vtab(sqlite3 *db, sx_conn *c)
+{
+    sx_conn_ref(c);
+    return sqlite3_create_module_v2(db, "sentiment_models", &modelsModule, c, sx_conn_unref);
+}

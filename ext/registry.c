@@ -1,0 +1,224 @@
+/* registry.c: the process-wide cache of loaded models.
+ *
+ * Every connection of the process shares one list of loaded models, keyed by
+ * identity ("builtin", "file:<dir>:<mtime>:<size>", "db:<uid>"). A caller
+ * acquires an entry (loading it on a miss) and releases it when done; the
+ * entry's reference count says who still uses it. Unreferenced entries stay
+ * cached so the next query does not reload, up to SX_CACHE_IDLE_MAX of them
+ * (least recently used go first). Loading a newer version of a family (the
+ * same database model name) marks the older versions stale: they are freed
+ * as soon as nobody uses them, and a later `name@old` loads them afresh.
+ *
+ * Locking: `g_lock` guards the list and the counters and is held only for
+ * short bookkeeping. `g_load_lock` serialises loads, so two threads asking
+ * for the same model load it once, while lookups of cached models never wait
+ * behind a load. The cache outlives every connection; sentiment.c pins the
+ * shared object so it is not unloaded under it.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "sentiment_ext.h"
+
+#define SX_CACHE_IDLE_MAX 8
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+static sx_model *g_head;
+static uint64_t g_tick, g_next_id = 1;
+static int64_t g_loads, g_evictions;
+
+static void entry_free(sx_model *e)
+{
+    if (!e) return;
+    bert_model_free(e->bert);
+    free(e->key);
+    free(e->family);
+    free(e);
+}
+
+/* Unlinks and returns the entries to free (caller frees outside the lock):
+ * stale unreferenced ones, then the least recently used idle ones beyond
+ * SX_CACHE_IDLE_MAX. Called with g_lock held. */
+static sx_model *collect_garbage_locked(void)
+{
+    sx_model *dead = NULL, **pp = &g_head;
+    int idle = 0;
+    while (*pp) {
+        sx_model *e = *pp;
+        if (e->refs == 0 && e->stale) {
+            *pp = e->next;
+            e->next = dead;
+            dead = e;
+            g_evictions++;
+            continue;
+        }
+        if (e->refs == 0) idle++;
+        pp = &e->next;
+    }
+    while (idle > SX_CACHE_IDLE_MAX) {
+        sx_model **victim = NULL;
+        for (pp = &g_head; *pp; pp = &(*pp)->next)
+            if ((*pp)->refs == 0 &&
+                (!victim || (*pp)->last_used < (*victim)->last_used))
+                victim = pp;
+        sx_model *e = *victim;
+        *victim = e->next;
+        e->next = dead;
+        dead = e;
+        g_evictions++;
+        idle--;
+    }
+    return dead;
+}
+
+static void free_list(sx_model *dead)
+{
+    while (dead) {
+        sx_model *next = dead->next;
+        entry_free(dead);
+        dead = next;
+    }
+}
+
+static sx_model *find_locked(const char *key)
+{
+    for (sx_model *e = g_head; e; e = e->next)
+        if (!e->stale && !strcmp(e->key, key)) return e;
+    return NULL;
+}
+
+int sx_registry_acquire(const char *key, const char *family, int64_t version,
+                        sx_loader load, void *ctx, sx_model **out, char *err)
+{
+    sx_model *e, *dead = NULL;
+    bert_model *bm = NULL;
+    int rc;
+
+    *out = NULL;
+    pthread_mutex_lock(&g_lock);
+    e = find_locked(key);
+    if (e) {
+        e->refs++;
+        e->last_used = ++g_tick;
+        pthread_mutex_unlock(&g_lock);
+        *out = e;
+        return SM_OK;
+    }
+    pthread_mutex_unlock(&g_lock);
+
+    pthread_mutex_lock(&g_load_lock);
+    pthread_mutex_lock(&g_lock);
+    e = find_locked(key); /* loaded by another thread while we waited? */
+    if (e) {
+        e->refs++;
+        e->last_used = ++g_tick;
+        pthread_mutex_unlock(&g_lock);
+        pthread_mutex_unlock(&g_load_lock);
+        *out = e;
+        return SM_OK;
+    }
+    pthread_mutex_unlock(&g_lock);
+
+    rc = load(ctx, &bm, err);
+    if (rc != SM_OK) goto end;
+    e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key)) || (family && !(e->family = strdup(family)))) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory caching model '%s'", key);
+        goto end;
+    }
+    e->bert = bm;
+    e->version = version;
+    bm = NULL;
+    e->refs = 1;
+
+    pthread_mutex_lock(&g_lock);
+    e->id = g_next_id++;
+    e->last_used = ++g_tick;
+    if (family)
+        for (sx_model *o = g_head; o; o = o->next)
+            if (o->family && !strcmp(o->family, family) && o->version < version) o->stale = 1;
+    e->next = g_head;
+    g_head = e;
+    g_loads++;
+    dead = collect_garbage_locked();
+    pthread_mutex_unlock(&g_lock);
+    *out = e;
+    e = NULL;
+
+end:
+    pthread_mutex_unlock(&g_load_lock);
+    free_list(dead);
+    if (e) entry_free(e);
+    bert_model_free(bm);
+    return rc;
+}
+
+void sx_registry_retain(sx_model *e)
+{
+    pthread_mutex_lock(&g_lock);
+    e->refs++;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void sx_registry_release(sx_model *e)
+{
+    sx_model *dead;
+    if (!e) return;
+    pthread_mutex_lock(&g_lock);
+    e->refs--;
+    e->last_used = ++g_tick;
+    dead = collect_garbage_locked();
+    pthread_mutex_unlock(&g_lock);
+    free_list(dead);
+}
+
+int sx_registry_is_loaded(const char *key)
+{
+    int found;
+    pthread_mutex_lock(&g_lock);
+    found = find_locked(key) != NULL;
+    pthread_mutex_unlock(&g_lock);
+    return found;
+}
+
+void sx_registry_stats_get(sx_registry_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    pthread_mutex_lock(&g_lock);
+    st->loads = g_loads;
+    st->evictions = g_evictions;
+    for (sx_model *e = g_head; e; e = e->next) {
+        st->entries++;
+        if (e->refs > 0) st->referenced++;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void sx_registry_trim(void)
+{
+    sx_model *dead = NULL, **pp;
+    pthread_mutex_lock(&g_lock);
+    pp = &g_head;
+    while (*pp) {
+        sx_model *e = *pp;
+        if (e->refs == 0) {
+            *pp = e->next;
+            e->next = dead;
+            dead = e;
+            g_evictions++;
+        } else {
+            pp = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    free_list(dead);
+}
+
+/* At exit (or unload), free what nobody uses so leak checkers stay quiet. */
+__attribute__((destructor)) static void registry_at_exit(void)
+{
+    sx_registry_trim();
+}

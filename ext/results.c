@@ -1,0 +1,100 @@
+/* results.c: turning texts and probabilities into SQL values.
+ *
+ * What counts as blank input, which label is on top, what `score` means for
+ * a model, and the JSON that sentiment_probs() and classify's probs column
+ * return. One definition each, so every function and the virtual table
+ * agree row for row.
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "sentiment_ext.h"
+
+int sx_text_blank(const char *text, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)text, *e = p + len;
+    while (p < e) {
+        if (*p == ' ' || (*p >= '\t' && *p <= '\r')) { p++; continue; }
+        if (e - p >= 2 && p[0] == 0xC2 && p[1] == 0xA0) { p += 2; continue; }   /* U+00A0 */
+        if (e - p >= 3) {
+            if (p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80) { p += 3; continue; } /* U+3000 */
+            if (p[0] == 0xE2 && p[1] == 0x80 && p[2] >= 0x80 && p[2] <= 0x8B) {   /* U+2000..200B */
+                p += 3;
+                continue;
+            }
+            if (p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) { p += 3; continue; } /* U+FEFF */
+        }
+        return 0;
+    }
+    return 1;
+}
+
+/* The text argument as bytes in *text, NULL for NULL or blank input.
+ * Returns SQLITE_NOMEM when converting the value ran out of memory. */
+int sx_value_text(sqlite3_value *v, const char **text, size_t *len)
+{
+    const char *t;
+    int type = sqlite3_value_type(v);
+    *text = NULL;
+    *len = 0;
+    if (type == SQLITE_NULL) return SQLITE_OK;
+    if (type == SQLITE_BLOB) {
+        t = sqlite3_value_blob(v); /* NULL for a zero-length blob */
+    } else {
+        t = (const char *)sqlite3_value_text(v);
+        if (!t) return SQLITE_NOMEM;
+    }
+    *len = (size_t)sqlite3_value_bytes(v);
+    if (t && !sx_text_blank(t, *len)) *text = t;
+    return SQLITE_OK;
+}
+
+int sx_argmax(const float *probs, int k)
+{
+    int best = 0;
+    for (int i = 1; i < k; i++)
+        if (probs[i] > probs[best]) best = i;
+    return best;
+}
+
+double sx_score(const bert_config *cfg, const float *probs)
+{
+    if (cfg->num_labels == 2) {
+        for (int i = 0; i < 2; i++)
+            if (!strcasecmp(cfg->id2label[i], "positive") &&
+                !strcasecmp(cfg->id2label[1 - i], "negative"))
+                return probs[i];
+    }
+    return probs[sx_argmax(probs, cfg->num_labels)];
+}
+
+void sx_json_string(sqlite3_str *s, const char *text)
+{
+    sqlite3_str_appendchar(s, 1, '"');
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        switch (*p) {
+        case '"': sqlite3_str_appendall(s, "\\\""); break;
+        case '\\': sqlite3_str_appendall(s, "\\\\"); break;
+        case '\n': sqlite3_str_appendall(s, "\\n"); break;
+        case '\r': sqlite3_str_appendall(s, "\\r"); break;
+        case '\t': sqlite3_str_appendall(s, "\\t"); break;
+        default:
+            if (*p < 0x20) sqlite3_str_appendf(s, "\\u%04x", *p);
+            else sqlite3_str_appendchar(s, 1, (char)*p);
+        }
+    }
+    sqlite3_str_appendchar(s, 1, '"');
+}
+
+char *sx_probs_json(const bert_config *cfg, const float *probs)
+{
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    sqlite3_str_appendchar(s, 1, '{');
+    for (int i = 0; i < cfg->num_labels; i++) {
+        if (i) sqlite3_str_appendchar(s, 1, ',');
+        sx_json_string(s, cfg->id2label[i]);
+        sqlite3_str_appendf(s, ":%.6g", (double)probs[i]);
+    }
+    sqlite3_str_appendchar(s, 1, '}');
+    return sqlite3_str_finish(s);
+}

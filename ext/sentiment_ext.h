@@ -1,0 +1,253 @@
+/* sentiment_ext.h: what the files of ext/ share, and nothing else.
+ *
+ * ext/ is the SQLite glue: it knows SQLite and knows no math. The pieces:
+ *
+ *   sentiment.c       entry point, registration tables, per-connection state
+ *   functions.c       the scalar functions (sentiment, sentiment_score, ...)
+ *   config.c          sentiment_config(key [, value]) and its validation
+ *   device.c          backend selection: cpu now, the CUDA plugin seam
+ *   engine.c          one connection's backend + workspaces, batched classify
+ *   registry.c        the process-wide model cache (reference counted)
+ *   models.c          model names -> cache entries (lookup order, name@N)
+ *   storage.c         the sentiment_model_store table inside a database
+ *   builtin.c         the built-in model embedded with .incbin, when present
+ *   classify_vtab.c   the classify table-valued function / virtual table
+ *   models_vtab.c     the sentiment_models eponymous virtual table
+ *   batch_window.c    sentiment_batch(): the window-function form of classify
+ *
+ * Naming: everything shared is prefixed sx_. Error messages handed between
+ * files are sqlite3_mprintf'd strings (the caller frees them with
+ * sqlite3_free) and already name the SQL function they belong to.
+ */
+#ifndef SENTIMENT_EXT_H
+#define SENTIMENT_EXT_H
+
+#include <sqlite3ext.h>
+SQLITE_EXTENSION_INIT3
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bert.h"
+
+#define SX_VERSION "0.1.0"
+
+/* Longest model name accepted (bytes). */
+#define SX_NAME_MAX 128
+
+/* ------------------------------------------------------------------ */
+/* registry.c: the process-wide cache of loaded models.                */
+
+/* One loaded model. Fields are read-only for everyone but registry.c; an
+ * entry stays valid while the caller holds a reference. */
+typedef struct sx_model {
+    char *key;          /* identity: "builtin", "file:<path>:<mtime>:<size>", "db:<uid>" */
+    char *family;       /* what a newer version replaces ("db:<file>:<name>") or NULL */
+    int64_t version;    /* version within the family */
+    bert_model *bert;
+    uint64_t id;        /* unique per load, never reused */
+    int refs;           /* guarded by the registry mutex */
+    int stale;          /* a newer version of the family was loaded */
+    uint64_t last_used;
+    struct sx_model *next;
+} sx_model;
+
+/* Loads a model for the registry; returns SM_OK or an error code with a
+ * message in err (SM_ERR_MAX bytes). */
+typedef int (*sx_loader)(void *ctx, bert_model **out, char *err);
+
+/* Returns a referenced entry for key, loading it with load(ctx) when it is
+ * not cached. Concurrent callers asking for the same key load it once.
+ * Loading version v of a family (NULL: none) marks the family's older
+ * versions stale. */
+int sx_registry_acquire(const char *key, const char *family, int64_t version,
+                        sx_loader load, void *ctx, sx_model **out, char *err);
+/* Adds a reference to an entry the caller already holds. */
+void sx_registry_retain(sx_model *e);
+void sx_registry_release(sx_model *e);
+/* 1 when key is in the cache (and not stale). */
+int sx_registry_is_loaded(const char *key);
+
+typedef struct sx_registry_stats {
+    int64_t loads;      /* models loaded since the process started */
+    int64_t evictions;  /* entries freed */
+    int entries;        /* entries cached now */
+    int referenced;     /* of which in use */
+} sx_registry_stats;
+void sx_registry_stats_get(sx_registry_stats *st);
+/* Frees every unreferenced entry. */
+void sx_registry_trim(void);
+
+/* ------------------------------------------------------------------ */
+/* sentiment.c / engine.c: per-connection state.                        */
+
+/* A model registered on this connection by sentiment_load(). */
+typedef struct sx_file_reg {
+    char *name;
+    char *path;                 /* canonical directory path */
+    sx_model *model;            /* loaded at registration, referenced */
+    struct sx_file_reg *next;
+} sx_file_reg;
+
+#define SX_MAX_WORKSPACES 4
+
+typedef struct sx_ws_slot {
+    sx_model *model;            /* referenced while the slot is used */
+    bert_workspace *ws;
+    int batch, seq;
+    uint64_t last_used;
+} sx_ws_slot;
+
+enum { SX_PROGRESS_AUTO = 0, SX_PROGRESS_OFF = 1, SX_PROGRESS_ON = 2 };
+
+typedef struct sx_conn {
+    sqlite3 *db;
+    int refs;                   /* one per registered function / module */
+    /* configuration (config.c) */
+    char device[32];            /* "auto", "cpu", "cuda", "cuda:N" */
+    int threads;                /* 0 = all cores */
+    int batch_size;
+    int max_length;             /* 0 = the model's maximum */
+    int progress;               /* SX_PROGRESS_* */
+    /* engine (engine.c) */
+    backend *be;
+    char be_desc[128];          /* what sentiment_device() reports */
+    sx_ws_slot ws[SX_MAX_WORKSPACES];
+    uint64_t tick;
+    /* models (models.c) */
+    sx_file_reg *files;
+    /* counters (sentiment_debug) */
+    int64_t rows;               /* texts classified */
+    int64_t truncated;          /* of which cut to max_length */
+} sx_conn;
+
+void sx_conn_ref(sx_conn *c);
+void sx_conn_unref(void *c);    /* the one destructor */
+
+/* Drops backend and workspaces (after a device or threads change). */
+void sx_engine_reset(sx_conn *c);
+/* Makes sure c->be exists; *errmsg (sqlite3_mprintf'd) names fn. */
+int sx_engine_backend(sx_conn *c, const char *fn, char **errmsg);
+/* Classifies n texts (none NULL or blank) with one engine call: probs gets
+ * n x num_labels, truncated (may be NULL) gets n flags. batch_size <= 0 uses
+ * the connection's. Counts rows and truncations. */
+int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
+                       const char *const *texts, const size_t *lens, int n,
+                       int batch_size, float *probs, int *truncated,
+                       char **errmsg);
+/* The effective max_length for a model on this connection. */
+int sx_engine_max_length(const sx_conn *c, const bert_model *m);
+
+/* ------------------------------------------------------------------ */
+/* device.c: choosing where inference runs.                             */
+
+/* Validates a device name; 0 or an error (sqlite3_mprintf'd, naming fn). */
+int sx_device_check(const char *fn, const char *spec, char **errmsg);
+/* Creates the backend for spec ("auto" -> cpu for now). */
+int sx_device_create(const char *fn, const char *spec, int threads,
+                     backend **out, char *desc, size_t desc_cap,
+                     char **errmsg);
+/* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (model/blas.h). */
+const char *sx_device_blas(void);
+
+/* ------------------------------------------------------------------ */
+/* models.c: from a model name to a cache entry.                        */
+
+enum { SX_SRC_BUILTIN = 1, SX_SRC_DATABASE = 2, SX_SRC_FILE = 3 };
+
+/* Resolves name ("default" when NULL; "name@N" picks a database version)
+ * and returns a referenced entry. */
+int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
+                     sx_model **out, char **errmsg);
+/* A registry acquire for a model directory (used by sentiment_load). */
+int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
+                         char **errmsg);
+/* Registers / replaces / (path NULL) removes a connection's file model. */
+int sx_model_register(sx_conn *c, const char *fn, const char *name,
+                      const char *path, char **errmsg);
+void sx_model_unregister_all(sx_conn *c);
+/* The cache key for a file model directory, or NULL when unreadable. */
+char *sx_model_dir_key(const char *path);
+/* 0 when name is acceptable for registering (for_store: storing, where
+ * 'default' is reserved). */
+int sx_model_name_check(const char *fn, const char *name, int for_store,
+                        char **errmsg);
+/* The "known: ..." list for error messages (sqlite3_mprintf'd). */
+char *sx_model_known(sx_conn *c);
+
+/* ------------------------------------------------------------------ */
+/* builtin.c: the model compiled into sentiment.so (if any).            */
+
+typedef struct sx_builtin {
+    const char *config; size_t config_len;
+    const char *vocab;  size_t vocab_len;
+    const void *weights; size_t weights_len;
+} sx_builtin;
+/* Fills *b and returns 1; 0 (and an empty *b) when this build has no
+ * built-in model. */
+int sx_builtin_get(sx_builtin *b);
+
+/* ------------------------------------------------------------------ */
+/* storage.c: the sentiment_model_store table.                          */
+
+#define SX_STORE_TABLE "sentiment_model_store"
+
+/* 1 when the main database has the store table (never creates it). */
+int sx_store_exists(sqlite3 *db);
+/* Creates the table if missing. */
+int sx_store_ensure(sqlite3 *db, char **errmsg);
+/* Finds name at version (0 = latest): uid (sqlite3_malloc'd) and version.
+ * Returns SQLITE_OK, SQLITE_NOTFOUND, or an error with *errmsg. */
+int sx_store_find(sqlite3 *db, const char *name, int64_t version, char **uid,
+                  int64_t *found_version, char **errmsg);
+/* Loads the model stored under uid (for the registry). */
+int sx_store_load(sqlite3 *db, const char *uid, bert_model **out, char *err);
+/* Stores a new version of name; returns its number in *version. labels and
+ * metrics are JSON text (metrics may be NULL). */
+int sx_store_put(sqlite3 *db, const char *name, const char *config,
+                 size_t config_len, const char *vocab, size_t vocab_len,
+                 const char *labels, const char *metrics, const void *weights,
+                 size_t weights_len, int64_t *version, char **errmsg);
+/* Appends the distinct stored names, ", "-separated, to s. */
+void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count);
+/* "db:<file>:<name>": what a newer version of name replaces. */
+char *sx_store_family(sqlite3 *db, const char *name);
+
+/* ------------------------------------------------------------------ */
+/* Helpers shared by the SQL functions (functions.c).                   */
+
+/* 1 when text is empty or holds only white space (ASCII, U+00A0,
+ * U+2000..U+200B, U+3000, U+FEFF). */
+int sx_text_blank(const char *text, size_t len);
+/* A text argument as bytes (*text NULL for NULL or blank input; a BLOB is
+ * taken as UTF-8 bytes, numbers as their text). SQLITE_NOMEM on OOM. */
+int sx_value_text(sqlite3_value *v, const char **text, size_t *len);
+/* Index of the top label (ties -> lowest index). */
+int sx_argmax(const float *probs, int k);
+/* P(positive) for a positive/negative model, else P(top label). */
+double sx_score(const bert_config *cfg, const float *probs);
+/* {"label": p, ...} as a sqlite3_malloc'd string. */
+char *sx_probs_json(const bert_config *cfg, const float *probs);
+/* Appends a JSON string literal. */
+void sx_json_string(sqlite3_str *s, const char *text);
+
+/* Progress line on stderr (classify, sentiment_batch). */
+typedef struct sx_progress {
+    int active;
+    double start, last;
+    int64_t done, total;        /* total < 0: unknown */
+    const char *what;
+} sx_progress;
+void sx_progress_begin(sx_progress *p, const sx_conn *c, const char *what,
+                       int64_t total);
+void sx_progress_update(sx_progress *p, int64_t done);
+void sx_progress_end(sx_progress *p);
+
+/* Module and function registration hooks of the other files. */
+int sx_register_classify(sqlite3 *db, sx_conn *c);
+int sx_register_models_vtab(sqlite3 *db, sx_conn *c);
+int sx_register_functions(sqlite3 *db, sx_conn *c);
+int sx_register_config(sqlite3 *db, sx_conn *c);
+int sx_register_batch_window(sqlite3 *db, sx_conn *c);
+
+#endif
