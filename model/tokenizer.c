@@ -57,9 +57,14 @@ static const char *const special_names[N_SPECIAL] = {
 };
 enum { SP_PAD, SP_UNK, SP_CLS, SP_SEP, SP_MASK };
 
+/* A hash slot keeps short tokens inline, so the usual lookup (one
+ * ideograph, or "##" and a few letters) touches one cache line. */
+#define SLOT_KEY 8
 typedef struct {
     uint32_t hash;
-    int32_t id; /* -1: empty slot */
+    int32_t id;   /* -1: empty slot */
+    uint32_t len; /* token bytes */
+    char key[SLOT_KEY]; /* the first SLOT_KEY bytes of the token */
 } slot;
 
 struct tokenizer {
@@ -84,12 +89,21 @@ static uint32_t fnv_step(uint32_t h, const unsigned char *s, size_t n)
 }
 #define FNV_SEED 2166136261u
 
-static int token_equals(const tokenizer *tok, int id, const char *pre,
-                        size_t plen, const char *s, size_t n)
+/* Does the token in slot sl equal pre+s? */
+static int slot_equals(const tokenizer *tok, const slot *sl, const char *pre,
+                       size_t plen, const char *s, size_t n)
 {
-    const char *t = tok->text + tok->off[id];
-    return tok->len[id] == plen + n && memcmp(t, pre, plen) == 0 &&
-           memcmp(t + plen, s, n) == 0;
+    const char *t = sl->len <= SLOT_KEY ? sl->key : tok->text + tok->off[sl->id];
+    size_t i;
+    if (sl->len != plen + n)
+        return 0;
+    for (i = 0; i < plen; i++)
+        if (t[i] != pre[i])
+            return 0;
+    for (i = 0; i < n; i++)
+        if (t[plen + i] != s[i])
+            return 0;
+    return 1;
 }
 
 /* Id of the token pre+s (pre is "" or "##"), or -1. */
@@ -102,7 +116,7 @@ static int lookup2(const tokenizer *tok, const char *pre, size_t plen,
         const slot *sl = &tok->table[i];
         if (sl->id < 0)
             return -1;
-        if (sl->hash == h && token_equals(tok, sl->id, pre, plen, s, n))
+        if (sl->hash == h && slot_equals(tok, sl, pre, plen, s, n))
             return sl->id;
     }
 }
@@ -119,9 +133,11 @@ static void table_insert(tokenizer *tok, int id)
         if (sl->id < 0) {
             sl->hash = h;
             sl->id = id;
+            sl->len = (uint32_t)n;
+            memcpy(sl->key, s, n < SLOT_KEY ? n : SLOT_KEY);
             return;
         }
-        if (sl->hash == h && token_equals(tok, sl->id, "", 0, s, n)) {
+        if (sl->hash == h && slot_equals(tok, sl, "", 0, s, n)) {
             sl->id = id;
             return;
         }
