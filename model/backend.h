@@ -84,10 +84,97 @@ struct backend {
                       int C);
     int (*synchronize)(backend *be);
     void (*destroy)(backend *be);
+
+    /* ---- training (the CPU versions are in backend_cpu_train.c) ----------
+     * Each *_backward takes the forward's arguments in the same order with
+     * d-prefixed gradients first. The accumulation rule, once: activation
+     * gradients are written (=) unless an argument says otherwise; parameter
+     * gradients (dW, db, dw, dword, ...) always accumulate (+=), so the
+     * micro-batches of one optimizer step add up and the caller zeroes the
+     * gradient arena once per step. Reductions run in a fixed order, so the
+     * same inputs give the same bits whatever the thread timing.
+     * Dropout masks come from a counter-based hash (dropout_rng.h) of a
+     * 64-bit key and the element index, so any backend draws the same mask
+     * with no state and the backward pass regenerates it instead of storing
+     * it. */
+
+    /* Sets `bytes` of backend memory to zero. */
+    int (*zero)(backend *be, void *p, size_t bytes);
+    /* x(n) *= s. */
+    int (*scale)(backend *be, float *x, size_t n, float s);
+    /* out[0] (backend memory) = sum of x[i]^2 over n elements, summed in
+     * double in a fixed order. */
+    int (*sumsq)(backend *be, float *out, const float *x, size_t n);
+    /* Backward of linear, out(R,N) = in(R,K) · W(N,K)ᵀ + b(N):
+     * din(R,K) = dout · W (added to din when accumulate_din, else written),
+     * dW(N,K) += doutᵀ · in, db(N) += column sums of dout. din and db may
+     * be NULL. */
+    int (*linear_backward)(backend *be, float *din, float *dW, float *db,
+                           const float *dout, const float *in, const float *W,
+                           int R, int K, int N, int accumulate_din);
+    /* Backward of layernorm from its input `in` (R,C) and the mean/rstd (R)
+     * the forward saved: din(R,C) written, dw, db (C) +=. din may alias
+     * dout. */
+    int (*layernorm_backward)(backend *be, float *din, float *dw, float *db,
+                              const float *dout, const float *in,
+                              const float *mean, const float *rstd,
+                              const float *w, int R, int C);
+    /* din = dout * gelu'(in), exact erf GELU. din may alias dout. */
+    int (*gelu_backward)(backend *be, float *din, const float *dout,
+                         const float *in, size_t n);
+    /* din = dout * (1 - out^2), where out = tanh(in) from the forward. */
+    int (*tanh_backward)(backend *be, float *din, const float *dout,
+                         const float *out, size_t n);
+    /* Inverted dropout: out[i] = in[i] / (1 - p) when element i is kept
+     * (dropout_keep(key, i, p)), else 0. p == 0 copies. out may alias in.
+     * The backward is the same call on the gradient with the same key. */
+    int (*dropout)(backend *be, float *out, const float *in, size_t n,
+                   float p, unsigned long long key);
+    /* attention with dropout on the probabilities: att(B,H,T,T) keeps the
+     * softmax probabilities (as attention does); with p > 0 the output uses
+     * them dropped (element index (b,h,i,j) of att, key), written to the
+     * scratch att_drop(B,H,T,T), which may be NULL when p == 0. */
+    int (*attention_train)(backend *be, float *out, float *att,
+                           float *att_drop, const float *qkv,
+                           const int *lengths, int B, int T, int H, int d,
+                           float scale, float p, unsigned long long key);
+    /* Backward of attention_train: dqkv(B,T,3C) written (padding rows 0)
+     * from dout(B,T,C), the saved probabilities att and qkv; datt and
+     * att_drop (B,H,T,T) are scratch (att_drop unused when p == 0). */
+    int (*attention_backward)(backend *be, float *dqkv, float *datt,
+                              float *att_drop, const float *dout,
+                              const float *att, const float *qkv,
+                              const int *lengths, int B, int T, int H, int d,
+                              float scale, float p, unsigned long long key);
+    /* Backward of embed: dword, dpos, dtype (and dtask when non-NULL) +=
+     * the rows of dout(B,T,C) scattered by id, position and type. */
+    int (*embed_backward)(backend *be, float *dword, float *dpos,
+                          float *dtype, float *dtask, const float *dout,
+                          const int *ids, const int *types, int B, int T,
+                          int C, int pos_offset);
+    /* Backward of gather_cls: dx(B,T,C) = 0 except dx[b,0,:] = dcls[b,:]. */
+    int (*scatter_cls)(backend *be, float *dx, const float *dcls, int B, int T,
+                       int C);
+    /* Softmax cross-entropy: probs(B,K) = softmax(logits(B,K)),
+     * losses(B) = -log probs[b, labels[b]]; labels is backend int memory. */
+    int (*cross_entropy)(backend *be, float *losses, float *probs,
+                         const float *logits, const int *labels, int B, int K);
+    /* dlogits(B,K) = scale * (probs - onehot(labels)), written. */
+    int (*cross_entropy_backward)(backend *be, float *dlogits,
+                                  const float *probs, const int *labels, int B,
+                                  int K, float scale);
+    /* One AdamW step (t >= 1) on n elements, as torch.optim.AdamW:
+     * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+    int (*adamw)(backend *be, float *p, const float *g, float *m, float *v,
+                 size_t n, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, int t);
 };
 
 /* The CPU backend; threads <= 0 means "all cores". */
 int backend_cpu_create(int threads, backend **out, char *err);
 int backend_cpu_threads(const backend *be);
+/* Fills the training ops of a CPU backend (backend_cpu_train.c). */
+void backend_cpu_init_train_ops(backend *be);
 
 #endif

@@ -381,6 +381,7 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->gather_cls = cpu_gather_cls;
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;
+    backend_cpu_init_train_ops(be);
     *out = be;
     return SM_OK;
 }

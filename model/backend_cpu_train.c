@@ -1,0 +1,427 @@
+/* backend_cpu_train.c: the CPU versions of the training ops of backend.h
+ * (backward passes, dropout, cross-entropy, AdamW, gradient norms).
+ *
+ * Determinism is the rule here: every sum that crosses rows (bias and
+ * LayerNorm gradients, embedding scatter-adds, norms) is split by columns or
+ * by fixed chunks, never by whichever thread arrives first, so a training
+ * run is bit-for-bit repeatable. Matrix products go through the backend's
+ * matmul (OpenBLAS, statically split); per-(sequence, head) attention work is
+ * done entirely by one thread. backend_cpu_init_train_ops() fills the table.
+ */
+#include "backend.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "blas.h"
+#include "dropout_rng.h"
+#include "errors.h"
+#include "fastmath.h"
+
+#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+/* Threads for a loop of `work` elements: one for small jobs. */
+static int nthreads(const backend *be, size_t work)
+{
+    return work < 32768 ? 1 : backend_cpu_threads(be);
+}
+
+static int cpu_zero(backend *be, void *p, size_t bytes)
+{
+    (void)be;
+    if (bytes) memset(p, 0, bytes);
+    return SM_OK;
+}
+
+static int cpu_scale(backend *be, float *x, size_t n, float s)
+{
+    int nt = nthreads(be, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+    return SM_OK;
+}
+
+/* 64 fixed chunks summed in double, then added in chunk order: the result
+ * does not depend on the thread count. */
+static int cpu_sumsq(backend *be, float *out, const float *x, size_t n)
+{
+    enum { CHUNKS = 64 };
+    double part[CHUNKS];
+    int nt = nthreads(be, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int c = 0; c < CHUNKS; c++) {
+        size_t lo = n * (size_t)c / CHUNKS, hi = n * (size_t)(c + 1) / CHUNKS;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (int c = 0; c < CHUNKS; c++) total += part[c];
+    out[0] = (float)total;
+    return SM_OK;
+}
+
+/* db(N) += column sums of dout(R,N): columns split across threads, rows
+ * summed in order. */
+static void column_sums_add(const backend *be, float *db, const float *dout,
+                            int R, int N)
+{
+    enum { BLOCK = 64 };
+    int blocks = (N + BLOCK - 1) / BLOCK;
+    int nt = nthreads(be, (size_t)R * N);
+    if (nt > blocks) nt = blocks;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int blk = 0; blk < blocks; blk++) {
+        int c0 = blk * BLOCK, c1 = c0 + BLOCK < N ? c0 + BLOCK : N;
+        float acc[BLOCK] = {0};
+        for (int r = 0; r < R; r++) {
+            const float *row = dout + (size_t)r * N;
+            for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
+        }
+        for (int c = c0; c < c1; c++) db[c] += acc[c - c0];
+    }
+}
+
+static int cpu_linear_backward(backend *be, float *din, float *dW, float *db,
+                               const float *dout, const float *in,
+                               const float *W, int R, int K, int N,
+                               int accumulate_din)
+{
+    /* din(R,K) = dout(R,N) · W(N,K) */
+    if (din)
+        be->matmul(be, 0, 0, R, K, N, 1.0f, dout, N, W, K,
+                   accumulate_din ? 1.0f : 0.0f, din, K);
+    /* dW(N,K) += dout(R,N)ᵀ · in(R,K) */
+    be->matmul(be, 1, 0, N, K, R, 1.0f, dout, N, in, K, 1.0f, dW, K);
+    if (db) column_sums_add(be, db, dout, R, N);
+    return SM_OK;
+}
+
+static int cpu_layernorm_backward(backend *be, float *din, float *dw, float *db,
+                                  const float *dout, const float *in,
+                                  const float *mean, const float *rstd,
+                                  const float *w, int R, int C)
+{
+    /* Pass 1, by channel blocks: dw += Σ_r dout * xhat, db += Σ_r dout.
+     * It reads dout before pass 2 may overwrite it (din aliasing dout). */
+    enum { BLOCK = 64 };
+    int blocks = (C + BLOCK - 1) / BLOCK;
+    int nt = nthreads(be, (size_t)R * C);
+    int nt1 = nt > blocks ? blocks : nt;
+#pragma omp parallel for num_threads(nt1) schedule(static)
+    for (int blk = 0; blk < blocks; blk++) {
+        int c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
+        float aw[BLOCK] = {0}, ab[BLOCK] = {0};
+        for (int r = 0; r < R; r++) {
+            const float *x = in + (size_t)r * C, *dy = dout + (size_t)r * C;
+            float mu = mean[r], rs = rstd[r];
+            for (int c = c0; c < c1; c++) {
+                aw[c - c0] += dy[c] * ((x[c] - mu) * rs);
+                ab[c - c0] += dy[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            dw[c] += aw[c - c0];
+            db[c] += ab[c - c0];
+        }
+    }
+    /* Pass 2, by rows: din = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)). */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *x = in + (size_t)r * C, *dy = dout + (size_t)r * C;
+        float *dx = din + (size_t)r * C;
+        float mu = mean[r], rs = rstd[r];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dn = dy[c] * w[c];
+            s1 += dn;
+            s2 += dn * ((x[c] - mu) * rs);
+        }
+        s1 /= C;
+        s2 /= C;
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - mu) * rs;
+            dx[c] = rs * (dy[c] * w[c] - s1 - xhat * s2);
+        }
+    }
+    return SM_OK;
+}
+
+SIMD_CLONES
+static void gelu_backward_span(float *din, const float *dout, const float *in,
+                               size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = in[i];
+        float cdf = 0.5f * (1.0f + sm_erff(x * 0.70710678118654752f));
+        float pdf = 0.39894228040143268f * sm_expf(-0.5f * x * x);
+        din[i] = dout[i] * (cdf + x * pdf);
+    }
+}
+
+static int cpu_gelu_backward(backend *be, float *din, const float *dout,
+                             const float *in, size_t n)
+{
+    int nt = nthreads(be, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+        gelu_backward_span(din + lo, dout + lo, in + lo, hi - lo);
+    }
+    return SM_OK;
+}
+
+static int cpu_tanh_backward(backend *be, float *din, const float *dout,
+                             const float *out, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++) din[i] = dout[i] * (1.0f - out[i] * out[i]);
+    return SM_OK;
+}
+
+static int cpu_dropout(backend *be, float *out, const float *in, size_t n,
+                       float p, unsigned long long key)
+{
+    if (p <= 0.0f) {
+        if (out != in) memcpy(out, in, n * sizeof *out);
+        return SM_OK;
+    }
+    uint32_t thr = dropout_threshold(p);
+    float inv = 1.0f / (1.0f - p);
+    int nt = nthreads(be, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] = dropout_keep(key, i, thr) ? in[i] * inv : 0.0f;
+    return SM_OK;
+}
+
+/* In-place softmax of scale * x over the first n entries of a row; entries
+ * [n, T) are set to 0 (masked keys). */
+static void softmax_row(float *x, int n, int T, float scale)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float e = sm_expf((x[j] - mx) * scale);
+        x[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++) x[j] *= inv;
+    for (int j = n; j < T; j++) x[j] = 0.0f;
+}
+
+/* Writes the dropped len x len block of probabilities P (ld T) into Pd. */
+static void drop_block(float *Pd, const float *P, int len, int T,
+                       size_t base, uint64_t key, uint32_t thr, float inv)
+{
+    for (int i = 0; i < len; i++)
+        for (int j = 0; j < len; j++) {
+            size_t at = (size_t)i * T + j;
+            Pd[at] = dropout_keep(key, base + at, thr) ? P[at] * inv : 0.0f;
+        }
+}
+
+static int clamp_len(int len, int T)
+{
+    return len < 1 ? 1 : (len > T ? T : len);
+}
+
+static int cpu_attention_train(backend *be, float *out, float *att,
+                               float *att_drop, const float *qkv,
+                               const int *lengths, int B, int T, int H, int d,
+                               float scale, float p, unsigned long long key)
+{
+    int C = H * d, nt = backend_cpu_threads(be);
+    uint32_t thr = dropout_threshold(p);
+    float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H, len = clamp_len(lengths[b], T);
+        size_t base = (size_t)bh * T * T;
+        const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * d;
+        const float *k = q + C, *v = q + 2 * C;
+        float *P = att + base, *o = out + (size_t)b * T * C + (size_t)h * d;
+        /* S(len,len) = q kᵀ; P = softmax(scale S) row by row */
+        blas_sgemm(0, 1, len, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, P, T);
+        for (int t = 0; t < len; t++) softmax_row(P + (size_t)t * T, len, T, scale);
+        const float *Pv = P;
+        if (p > 0.0f) {
+            drop_block(att_drop + base, P, len, T, base, key, thr, inv);
+            Pv = att_drop + base;
+        }
+        /* o(len,d) = P v */
+        blas_sgemm(0, 0, len, d, len, 1.0f, Pv, T, v, 3 * C, 0.0f, o, C);
+        for (int t = len; t < T; t++) memset(o + (size_t)t * C, 0, (size_t)d * sizeof *o);
+    }
+    return SM_OK;
+}
+
+static int cpu_attention_backward(backend *be, float *dqkv, float *datt,
+                                  float *att_drop, const float *dout,
+                                  const float *att, const float *qkv,
+                                  const int *lengths, int B, int T, int H,
+                                  int d, float scale, float p,
+                                  unsigned long long key)
+{
+    int C = H * d, nt = backend_cpu_threads(be);
+    uint32_t thr = dropout_threshold(p);
+    float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H, len = clamp_len(lengths[b], T);
+        size_t base = (size_t)bh * T * T, row0 = (size_t)b * T;
+        const float *q = qkv + row0 * 3 * C + (size_t)h * d;
+        const float *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + row0 * 3 * C + (size_t)h * d;
+        float *dk = dq + C, *dv = dq + 2 * C;
+        const float *dO = dout + row0 * C + (size_t)h * d;
+        const float *P = att + base, *Pv = P;
+        float *dP = datt + base;
+        if (p > 0.0f) {
+            drop_block(att_drop + base, P, len, T, base, key, thr, inv);
+            Pv = att_drop + base;
+        }
+        /* dv(len,d) = Pvᵀ dO; dPv(len,len) = dO vᵀ */
+        blas_sgemm(1, 0, len, d, len, 1.0f, Pv, T, dO, C, 0.0f, dv, 3 * C);
+        blas_sgemm(0, 1, len, len, d, 1.0f, dO, C, v, 3 * C, 0.0f, dP, T);
+        /* through the dropout, then the softmax: dS = scale P (dP - Σ P dP) */
+        for (int i = 0; i < len; i++) {
+            float *dr = dP + (size_t)i * T;
+            const float *pr = P + (size_t)i * T;
+            if (p > 0.0f) {
+                for (int j = 0; j < len; j++)
+                    dr[j] = dropout_keep(key, base + (size_t)i * T + j, thr) ? dr[j] * inv : 0.0f;
+            }
+            float s = 0.0f;
+            for (int j = 0; j < len; j++) s += pr[j] * dr[j];
+            for (int j = 0; j < len; j++) dr[j] = scale * pr[j] * (dr[j] - s);
+        }
+        /* dq = dS k; dk = dSᵀ q */
+        blas_sgemm(0, 0, len, d, len, 1.0f, dP, T, k, 3 * C, 0.0f, dq, 3 * C);
+        blas_sgemm(1, 0, len, d, len, 1.0f, dP, T, q, 3 * C, 0.0f, dk, 3 * C);
+        for (int t = len; t < T; t++) {
+            float *row = dq + (size_t)t * 3 * C;
+            memset(row, 0, (size_t)d * sizeof *row);
+            memset(row + C, 0, (size_t)d * sizeof *row);
+            memset(row + 2 * C, 0, (size_t)d * sizeof *row);
+        }
+    }
+    return SM_OK;
+}
+
+/* Channels split across threads; tokens added in order. */
+static int cpu_embed_backward(backend *be, float *dword, float *dpos,
+                              float *dtype, float *dtask, const float *dout,
+                              const int *ids, const int *types, int B, int T,
+                              int C, int pos_offset)
+{
+    enum { BLOCK = 32 };
+    int blocks = (C + BLOCK - 1) / BLOCK;
+    int nt = nthreads(be, (size_t)B * T * C);
+    if (nt > blocks) nt = blocks;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int blk = 0; blk < blocks; blk++) {
+        int c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            int t = bt % T;
+            const float *g = dout + (size_t)bt * C;
+            float *w = dword + (size_t)ids[bt] * C;
+            float *ps = dpos + (size_t)(t + pos_offset) * C;
+            float *ty = dtype + (size_t)(types ? types[bt] : 0) * C;
+            for (int c = c0; c < c1; c++) {
+                w[c] += g[c];
+                ps[c] += g[c];
+                ty[c] += g[c];
+            }
+            if (dtask)
+                for (int c = c0; c < c1; c++) dtask[c] += g[c];
+        }
+    }
+    return SM_OK;
+}
+
+static int cpu_scatter_cls(backend *be, float *dx, const float *dcls, int B,
+                           int T, int C)
+{
+    (void)be;
+    memset(dx, 0, (size_t)B * T * C * sizeof *dx);
+    for (int b = 0; b < B; b++)
+        memcpy(dx + (size_t)b * T * C, dcls + (size_t)b * C, (size_t)C * sizeof *dx);
+    return SM_OK;
+}
+
+static int cpu_cross_entropy(backend *be, float *losses, float *probs,
+                             const float *logits, const int *labels, int B,
+                             int K)
+{
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        const float *z = logits + (size_t)b * K;
+        float *pr = probs + (size_t)b * K;
+        double mx = z[0], sum = 0.0;
+        for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+        for (int k = 0; k < K; k++) sum += exp((double)z[k] - mx);
+        for (int k = 0; k < K; k++) pr[k] = (float)(exp((double)z[k] - mx) / sum);
+        losses[b] = (float)(log(sum) + mx - z[labels[b]]);
+    }
+    return SM_OK;
+}
+
+static int cpu_cross_entropy_backward(backend *be, float *dlogits,
+                                      const float *probs, const int *labels,
+                                      int B, int K, float scale)
+{
+    (void)be;
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < K; k++)
+            dlogits[(size_t)b * K + k] =
+                scale * (probs[(size_t)b * K + k] - (k == labels[b] ? 1.0f : 0.0f));
+    return SM_OK;
+}
+
+static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, int t)
+{
+    /* The scalars as torch computes them (in double), applied in float. */
+    double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
+    float decay = (float)(1.0 - (double)lr * weight_decay);
+    float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+    int nt = nthreads(be, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float pi = weight_decay != 0.0f ? p[i] * decay : p[i];
+        float mi = m[i] + (gi - m[i]) * a1;
+        float vi = v[i] * beta2 + gi * gi * a2;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = pi - step * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+    }
+    return SM_OK;
+}
+
+void backend_cpu_init_train_ops(backend *be)
+{
+    be->zero = cpu_zero;
+    be->scale = cpu_scale;
+    be->sumsq = cpu_sumsq;
+    be->linear_backward = cpu_linear_backward;
+    be->layernorm_backward = cpu_layernorm_backward;
+    be->gelu_backward = cpu_gelu_backward;
+    be->tanh_backward = cpu_tanh_backward;
+    be->dropout = cpu_dropout;
+    be->attention_train = cpu_attention_train;
+    be->attention_backward = cpu_attention_backward;
+    be->embed_backward = cpu_embed_backward;
+    be->scatter_cls = cpu_scatter_cls;
+    be->cross_entropy = cpu_cross_entropy;
+    be->cross_entropy_backward = cpu_cross_entropy_backward;
+    be->adamw = cpu_adamw;
+}
