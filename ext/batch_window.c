@@ -21,9 +21,14 @@
  *
  * The frame must be exactly `ROWS BETWEEN CURRENT ROW AND N FOLLOWING` (N
  * >= 0, or UNBOUNDED FOLLOWING to classify a whole partition at once).
- * Other frames would return another row's label, so they are detected and
- * reported as an error ("use OVER (ROWS BETWEEN CURRENT ROW AND 255
- * FOLLOWING)"), as is a call without OVER. The model argument is read from
+ * Other frames would return another row's label. Frames that move row by
+ * row differently (ORDER BY without a frame, n PRECEDING ...) are detected
+ * and reported as an error ("use OVER (ROWS BETWEEN CURRENT ROW AND 255
+ * FOLLOWING)"), as is a call without OVER. One case cannot be detected:
+ * SQLite computes a whole-partition frame (`OVER ()`, `OVER (PARTITION BY
+ * x)`, UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) once and gives that one
+ * value to every row of the partition, which here is the first row's
+ * label. Do not use those frames. The model argument is read from
  * the first row. NULL, empty and white-space text give NULL; other values
  * are converted as sentiment() does.
  */

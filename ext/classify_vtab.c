@@ -377,6 +377,21 @@ end:
     return rc;
 }
 
+/* SELECT rowid, `column` FROM "table": the column in backquotes, which
+ * (unlike double quotes) never fall back to a string literal when the
+ * column does not exist. */
+static char *select_sql(const char *column, const char *table, int by_id)
+{
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    sqlite3_str_appendall(s, "SELECT rowid, `");
+    for (const char *p = column; *p; p++) {
+        if (*p == '`') sqlite3_str_appendchar(s, 1, '`');
+        sqlite3_str_appendchar(s, 1, *p);
+    }
+    sqlite3_str_appendf(s, "` FROM \"%w\"%s", table, by_id ? " WHERE rowid = ?1" : "");
+    return sqlite3_str_finish(s);
+}
+
 /* Number of rows of a table source, for the progress line's ETA. */
 static int64_t count_rows(sqlite3 *db, const char *table)
 {
@@ -466,8 +481,7 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
             return set_error(cur, sqlite3_mprintf("%s: expected classify('%s', column [, model]): "
                                                   "a table source needs the text column",
                                                   k_fn, source));
-        sql = sqlite3_mprintf("SELECT rowid, \"%w\" FROM \"%w\"%s", column, source,
-                              cur->want_id ? " WHERE rowid = ?1" : "");
+        sql = select_sql(column, source, cur->want_id != NULL);
         if (!sql) return SQLITE_NOMEM;
         rc = sqlite3_prepare_v2(v->db, sql, -1, &cur->src, NULL);
         sqlite3_free(sql);
