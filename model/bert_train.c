@@ -1,0 +1,414 @@
+/* bert_train.c: forward with dropout and saved activations, cross-entropy,
+ * and the backward pass, written once against the backend table.
+ *
+ * Each layer is a *_forward / *_backward pair with the same arguments; the
+ * backward runs in exact reverse order of the forward. Parameter gradients
+ * accumulate (+=) into views of a gradient arena (see bert_train.h);
+ * activation gradients are written. The workspace owns one activation arena
+ * and one int arena, carved once at creation.
+ */
+#include "bert_train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dropout_rng.h"
+#include "errors.h"
+
+/* Dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l layer l, the last the
+ * classifier input. */
+#define SITE_EMB 0u
+#define SITE_ATTN(l) (1u + 3u * (unsigned)(l))
+#define SITE_HID1(l) (2u + 3u * (unsigned)(l))
+#define SITE_HID2(l) (3u + 3u * (unsigned)(l))
+#define SITE_CLS 4095u
+
+/* What one layer saves for its backward pass. */
+typedef struct layer_acts {
+    float *x_in;          /* (N,C) layer input */
+    float *qkv;           /* (N,3C) */
+    float *att;           /* (B,H,T,T) attention probabilities, before dropout */
+    float *merged;        /* (N,C) attention output, input of attention.output.dense */
+    float *r1;            /* (N,C) dropout(dense) + x_in: input of LN1 */
+    float *mean1, *rstd1; /* (N) */
+    float *x1;            /* (N,C) LN1 output: FFN input */
+    float *h;             /* (N,F) intermediate before GELU */
+    float *r2;            /* (N,C) dropout(output.dense) + x1: input of LN2 */
+    float *mean2, *rstd2; /* (N) */
+} layer_acts;
+
+struct bert_train_ws {
+    backend *be;
+    int max_batch, max_seq, L, C, F, H, K;
+    float *arena;         /* every float buffer below */
+    size_t arena_floats;
+    int *iarena;          /* ids, lengths, labels */
+    /* saved activations */
+    float *r0;            /* (N,C) word + position + type [+ task] */
+    float *mean0, *rstd0; /* (N) embedding LayerNorm statistics */
+    layer_acts *layers;   /* L entries; layer l's output is layer l+1's x_in */
+    float *x_out;         /* (N,C) last layer output */
+    float *cls;           /* (B,C) [CLS] rows */
+    float *pooled;        /* (B,C) tanh(dense(cls)) */
+    float *pooled_drop;   /* (B,C) classifier input */
+    float *logits;        /* (B,K) */
+    float *probs;         /* (B,K) */
+    float *losses;        /* (B) */
+    /* scratch */
+    float *gelu;          /* (N,F) GELU output, recomputed in the backward */
+    float *att_drop;      /* (B,H,T,T) dropped probabilities */
+    float *datt;          /* (B,H,T,T) */
+    float *dx;            /* (N,C) gradient of the residual stream */
+    float *dtmp;          /* (N,C) a gradient through a dropout */
+    float *dmerged;       /* (N,C) */
+    float *dqkv;          /* (N,3C) */
+    float *dffn;          /* (N,F) */
+    float *dcls;          /* (B,C) */
+    float *dpooled;       /* (B,C) */
+    float *dlogits;       /* (B,K) */
+    int *ids;             /* (N) */
+    int *lengths;         /* (B) */
+    int *labels;          /* (B) */
+    float *host_losses;   /* (B) host copy of losses */
+    /* the last forward */
+    int B, T, ready;
+    bert_dropout drop;
+};
+
+void bert_dropout_from_config(const bert_config *cfg, float override,
+                              uint64_t seed, bert_dropout *d)
+{
+    memset(d, 0, sizeof *d);
+    d->hidden = cfg->hidden_dropout_prob;
+    d->attention = cfg->attention_probs_dropout_prob;
+    d->classifier = cfg->classifier_dropout >= 0 ? cfg->classifier_dropout
+                                                 : cfg->hidden_dropout_prob;
+    if (override >= 0) d->hidden = d->attention = d->classifier = override;
+    d->seed = seed;
+}
+
+void bert_train_ws_free(bert_train_ws *ws)
+{
+    if (!ws) return;
+    if (ws->arena) ws->be->free(ws->be, ws->arena);
+    if (ws->iarena) ws->be->free(ws->be, ws->iarena);
+    free(ws->layers);
+    free(ws->host_losses);
+    free(ws);
+}
+
+size_t bert_train_ws_bytes(const bert_train_ws *ws)
+{
+    return ws->arena_floats * sizeof(float) +
+           ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) * sizeof(int);
+}
+
+int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
+                         int max_seq, bert_train_ws **out, char *err)
+{
+    *out = NULL;
+    if (max_batch < 1 || max_seq < 2 || max_batch > (1 << 16) || max_seq > 8192)
+        return sm_error(err, SM_ERR_INVALID,
+                        "training workspace: batch %d x sequence %d is out of range",
+                        max_batch, max_seq);
+    if (!be->linear_backward)
+        return sm_error(err, SM_ERR_UNSUPPORTED, "the %s backend cannot train", be->name);
+    bert_train_ws *ws = calloc(1, sizeof *ws);
+    if (!ws) return sm_error(err, SM_ERR_NOMEM, "out of memory creating a training workspace");
+    ws->be = be;
+    ws->max_batch = max_batch;
+    ws->max_seq = max_seq;
+    ws->L = cfg->num_hidden_layers;
+    ws->C = cfg->hidden_size;
+    ws->F = cfg->intermediate_size;
+    ws->H = cfg->num_attention_heads;
+    ws->K = cfg->num_labels;
+    ws->layers = calloc((size_t)(ws->L ? ws->L : 1), sizeof *ws->layers);
+    ws->host_losses = malloc((size_t)max_batch * sizeof *ws->host_losses);
+    if (!ws->layers || !ws->host_losses) goto nomem;
+
+    size_t N = (size_t)max_batch * max_seq, B = max_batch, C = ws->C, F = ws->F;
+    size_t att = B * ws->H * (size_t)max_seq * max_seq, K = ws->K;
+    /* Two passes over one plan: the first counts, the second carves. Each
+     * buffer is rounded to 16 floats (64 bytes). */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t at = 0;
+        float *base = ws->arena;
+#define CARVE(ptr, n)                                        \
+    do {                                                     \
+        if (pass) (ptr) = base + at;                         \
+        at += ((size_t)(n) + 15) & ~(size_t)15;              \
+    } while (0)
+        CARVE(ws->r0, N * C);
+        CARVE(ws->mean0, N);
+        CARVE(ws->rstd0, N);
+        for (int l = 0; l < ws->L; l++) {
+            layer_acts *a = &ws->layers[l];
+            CARVE(a->x_in, N * C);
+            CARVE(a->qkv, N * 3 * C);
+            CARVE(a->att, att);
+            CARVE(a->merged, N * C);
+            CARVE(a->r1, N * C);
+            CARVE(a->mean1, N);
+            CARVE(a->rstd1, N);
+            CARVE(a->x1, N * C);
+            CARVE(a->h, N * F);
+            CARVE(a->r2, N * C);
+            CARVE(a->mean2, N);
+            CARVE(a->rstd2, N);
+        }
+        CARVE(ws->x_out, N * C);
+        CARVE(ws->cls, B * C);
+        CARVE(ws->pooled, B * C);
+        CARVE(ws->pooled_drop, B * C);
+        CARVE(ws->logits, B * K);
+        CARVE(ws->probs, B * K);
+        CARVE(ws->losses, B);
+        CARVE(ws->gelu, N * F);
+        CARVE(ws->att_drop, att);
+        CARVE(ws->datt, att);
+        CARVE(ws->dx, N * C);
+        CARVE(ws->dtmp, N * C);
+        CARVE(ws->dmerged, N * C);
+        CARVE(ws->dqkv, N * 3 * C);
+        CARVE(ws->dffn, N * F);
+        CARVE(ws->dcls, B * C);
+        CARVE(ws->dpooled, B * C);
+        CARVE(ws->dlogits, B * K);
+#undef CARVE
+        if (!pass) {
+            ws->arena_floats = at;
+            ws->arena = be->alloc(be, at * sizeof(float));
+            if (!ws->arena) goto nomem;
+        }
+    }
+    ws->iarena = be->alloc(be, (N + 2 * B) * sizeof(int));
+    if (!ws->iarena) goto nomem;
+    ws->ids = ws->iarena;
+    ws->lengths = ws->iarena + N;
+    ws->labels = ws->iarena + N + B;
+    *out = ws;
+    return SM_OK;
+nomem:;
+    size_t mib = ws->arena_floats * sizeof(float) >> 20;
+    bert_train_ws_free(ws);
+    return sm_error(err, SM_ERR_NOMEM,
+                    "out of memory: a %s training workspace for batch %d x %d tokens needs "
+                    "about %zu MiB; lower batch_size or max_length",
+                    be->name, max_batch, max_seq, mib);
+}
+
+/* Propagates a backend failure. */
+#define TRY(call)                                                                    \
+    do {                                                                             \
+        int rc_ = (call);                                                            \
+        if (rc_) return sm_error(err, rc_, "%s backend: %s failed", be->name, #call); \
+    } while (0)
+
+static uint64_t key_of(const bert_dropout *d, unsigned site)
+{
+    return dropout_key(d->seed, d->step, site);
+}
+
+/* ---- one encoder layer ---------------------------------------------------
+ * layer_forward: a->x_in(N,C) -> x_out(N,C), saving a's activations.
+ * layer_backward: dx(N,C) holds dL/dx_out on entry and dL/dx_in on return. */
+
+static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
+                         bert_train_ws *ws, layer_acts *a, float *x_out, int l,
+                         char *err)
+{
+    backend *be = ws->be;
+    int B = ws->B, T = ws->T, C = ws->C, H = ws->H, d = C / H, F = ws->F, N = B * T;
+    const bert_dropout *dr = &ws->drop;
+    float scale = 1.0f / sqrtf((float)d);
+    size_t NC = (size_t)N * C;
+
+    /* qkv(N,3C) = x_in · Wqkvᵀ + bqkv */
+    TRY(be->linear(be, a->qkv, a->x_in, lp->qkv_w, lp->qkv_b, N, C, 3 * C));
+    /* merged(N,C) = per head dropout(softmax(q kᵀ / sqrt(d))) v */
+    TRY(be->attention_train(be, a->merged, a->att, ws->att_drop, a->qkv, ws->lengths, B,
+                            T, H, d, scale, dr->attention, key_of(dr, SITE_ATTN(l))));
+    /* r1(N,C) = dropout(merged · Woᵀ + bo) + x_in; x1 = LN1(r1) */
+    TRY(be->linear(be, a->r1, a->merged, lp->attn_out_w, lp->attn_out_b, N, C, C));
+    TRY(be->dropout(be, a->r1, a->r1, NC, dr->hidden, key_of(dr, SITE_HID1(l))));
+    TRY(be->add(be, a->r1, a->r1, a->x_in, NC));
+    TRY(be->layernorm(be, a->x1, a->mean1, a->rstd1, a->r1, lp->ln1_w, lp->ln1_b, N, C,
+                      cfg->layer_norm_eps));
+    /* h(N,F) = x1 · W1ᵀ + b1; gelu = GELU(h) */
+    TRY(be->linear(be, a->h, a->x1, lp->ffn_in_w, lp->ffn_in_b, N, C, F));
+    TRY(be->gelu(be, ws->gelu, a->h, (size_t)N * F));
+    /* r2(N,C) = dropout(gelu · W2ᵀ + b2) + x1; x_out = LN2(r2) */
+    TRY(be->linear(be, a->r2, ws->gelu, lp->ffn_out_w, lp->ffn_out_b, N, F, C));
+    TRY(be->dropout(be, a->r2, a->r2, NC, dr->hidden, key_of(dr, SITE_HID2(l))));
+    TRY(be->add(be, a->r2, a->r2, a->x1, NC));
+    TRY(be->layernorm(be, x_out, a->mean2, a->rstd2, a->r2, lp->ln2_w, lp->ln2_b, N, C,
+                      cfg->layer_norm_eps));
+    return SM_OK;
+}
+
+static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
+                          const bert_layer_params *lg, bert_train_ws *ws,
+                          layer_acts *a, int l, char *err)
+{
+    (void)cfg;
+    backend *be = ws->be;
+    int B = ws->B, T = ws->T, C = ws->C, H = ws->H, d = C / H, F = ws->F, N = B * T;
+    const bert_dropout *dr = &ws->drop;
+    float scale = 1.0f / sqrtf((float)d);
+    size_t NC = (size_t)N * C;
+    float *dx = ws->dx;
+
+    /* x_out = LN2(r2): dx <- dL/dr2 (also dL/dx1 through the residual) */
+    TRY(be->layernorm_backward(be, dx, lg->ln2_w, lg->ln2_b, dx, a->r2, a->mean2, a->rstd2,
+                               lp->ln2_w, N, C));
+    /* r2 = dropout(gelu · W2ᵀ + b2) + x1 */
+    float *dp = dx;
+    if (dr->hidden > 0) {
+        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(dr, SITE_HID2(l))));
+        dp = ws->dtmp;
+    }
+    TRY(be->gelu(be, ws->gelu, a->h, (size_t)N * F));
+    TRY(be->linear_backward(be, ws->dffn, lg->ffn_out_w, lg->ffn_out_b, dp, ws->gelu,
+                            lp->ffn_out_w, N, F, C, 0));
+    /* gelu = GELU(h); h = x1 · W1ᵀ + b1: dx += dh · W1 */
+    TRY(be->gelu_backward(be, ws->dffn, ws->dffn, a->h, (size_t)N * F));
+    TRY(be->linear_backward(be, dx, lg->ffn_in_w, lg->ffn_in_b, ws->dffn, a->x1,
+                            lp->ffn_in_w, N, C, F, 1));
+    /* x1 = LN1(r1): dx <- dL/dr1 */
+    TRY(be->layernorm_backward(be, dx, lg->ln1_w, lg->ln1_b, dx, a->r1, a->mean1, a->rstd1,
+                               lp->ln1_w, N, C));
+    /* r1 = dropout(merged · Woᵀ + bo) + x_in */
+    dp = dx;
+    if (dr->hidden > 0) {
+        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(dr, SITE_HID1(l))));
+        dp = ws->dtmp;
+    }
+    TRY(be->linear_backward(be, ws->dmerged, lg->attn_out_w, lg->attn_out_b, dp, a->merged,
+                            lp->attn_out_w, N, C, C, 0));
+    /* merged = attention(qkv) */
+    TRY(be->attention_backward(be, ws->dqkv, ws->datt, ws->att_drop, ws->dmerged, a->att,
+                               a->qkv, ws->lengths, B, T, H, d, scale, dr->attention,
+                               key_of(dr, SITE_ATTN(l))));
+    /* qkv = x_in · Wqkvᵀ + bqkv: dx += dqkv · Wqkv */
+    TRY(be->linear_backward(be, dx, lg->qkv_w, lg->qkv_b, ws->dqkv, a->x_in, lp->qkv_w, N,
+                            C, 3 * C, 1));
+    return SM_OK;
+}
+
+/* ---- the whole model ---------------------------------------------------- */
+
+int bert_train_forward(const bert_config *cfg, const bert_params *p,
+                       bert_train_ws *ws, const int *ids, const int *lengths,
+                       const int *labels, int B, int T,
+                       const bert_dropout *drop, double *loss_sum,
+                       float *logits, char *err)
+{
+    backend *be = ws->be;
+    int C = ws->C, K = ws->K, N = B * T, L = ws->L;
+
+    ws->ready = 0;
+    if (B < 1 || T < 1 || B > ws->max_batch || T > ws->max_seq)
+        return sm_error(err, SM_ERR_INVALID,
+                        "training: batch %d x %d tokens exceeds the workspace (%d x %d)", B, T,
+                        ws->max_batch, ws->max_seq);
+    if (T + cfg->position_offset > cfg->max_position_embeddings)
+        return sm_error(err, SM_ERR_INVALID,
+                        "training: %d tokens exceed max_position_embeddings %d", T,
+                        cfg->max_position_embeddings);
+    if (!p->cls_w || cfg->num_labels != K)
+        return sm_error(err, SM_ERR_INVALID, "training: the model needs a %d-label head", K);
+    for (int i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
+            return sm_error(err, SM_ERR_INVALID,
+                            "training: token id %d at %d is outside the vocabulary (%d)",
+                            ids[i], i, cfg->vocab_size);
+    for (int b = 0; b < B; b++) {
+        if (labels[b] < 0 || labels[b] >= K)
+            return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
+                            labels[b], b, K);
+        if (lengths[b] < 1 || lengths[b] > T)
+            return sm_error(err, SM_ERR_INVALID, "training: length %d of example %d is not in [1, %d]",
+                            lengths[b], b, T);
+    }
+    ws->B = B;
+    ws->T = T;
+    if (drop) ws->drop = *drop;
+    else memset(&ws->drop, 0, sizeof ws->drop);
+    const bert_dropout *dr = &ws->drop;
+
+    TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
+    TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
+    TRY(be->upload(be, ws->labels, labels, (size_t)B * sizeof(int)));
+
+    /* x_in[0](N,C) = dropout(LN(word + position + type [+ task])) */
+    float *x0 = L ? ws->layers[0].x_in : ws->x_out;
+    TRY(be->embed(be, ws->r0, ws->ids, NULL, p->word_emb, p->pos_emb, p->type_emb,
+                  p->task_emb, B, T, C, cfg->position_offset));
+    TRY(be->layernorm(be, x0, ws->mean0, ws->rstd0, ws->r0, p->emb_ln_w, p->emb_ln_b, N, C,
+                      cfg->layer_norm_eps));
+    TRY(be->dropout(be, x0, x0, (size_t)N * C, dr->hidden, key_of(dr, SITE_EMB)));
+    for (int l = 0; l < L; l++) {
+        float *out = l + 1 < L ? ws->layers[l + 1].x_in : ws->x_out;
+        int rc = layer_forward(cfg, &p->layers[l], ws, &ws->layers[l], out, l, err);
+        if (rc) return rc;
+    }
+    /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp) */
+    TRY(be->gather_cls(be, ws->cls, ws->x_out, B, T, C));
+    TRY(be->linear(be, ws->pooled, ws->cls, p->pool_w, p->pool_b, B, C, C));
+    TRY(be->tanh(be, ws->pooled, ws->pooled, (size_t)B * C));
+    /* logits(B,K) = dropout(pooled) · Wcᵀ + bc; losses(B) = cross-entropy */
+    TRY(be->dropout(be, ws->pooled_drop, ws->pooled, (size_t)B * C, dr->classifier,
+                    key_of(dr, SITE_CLS)));
+    TRY(be->linear(be, ws->logits, ws->pooled_drop, p->cls_w, p->cls_b, B, C, K));
+    TRY(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
+    TRY(be->download(be, ws->host_losses, ws->losses, (size_t)B * sizeof(float)));
+    if (logits)
+        TRY(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
+    TRY(be->synchronize(be));
+    double sum = 0.0;
+    for (int b = 0; b < B; b++) sum += ws->host_losses[b];
+    *loss_sum = sum;
+    ws->ready = 1;
+    return SM_OK;
+}
+
+int bert_train_backward(const bert_config *cfg, const bert_params *p,
+                        const bert_params *g, bert_train_ws *ws,
+                        float loss_scale, char *err)
+{
+    backend *be = ws->be;
+    int B = ws->B, T = ws->T, C = ws->C, K = ws->K, N = B * T, L = ws->L;
+    const bert_dropout *dr = &ws->drop;
+
+    if (!ws->ready)
+        return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
+    ws->ready = 0;
+    /* losses = cross-entropy(logits) */
+    TRY(be->cross_entropy_backward(be, ws->dlogits, ws->probs, ws->labels, B, K, loss_scale));
+    /* logits = dropout(pooled) · Wcᵀ + bc */
+    TRY(be->linear_backward(be, ws->dpooled, g->cls_w, g->cls_b, ws->dlogits,
+                            ws->pooled_drop, p->cls_w, B, C, K, 0));
+    TRY(be->dropout(be, ws->dpooled, ws->dpooled, (size_t)B * C, dr->classifier,
+                    key_of(dr, SITE_CLS)));
+    /* pooled = tanh(cls · Wpᵀ + bp) */
+    TRY(be->tanh_backward(be, ws->dpooled, ws->dpooled, ws->pooled, (size_t)B * C));
+    TRY(be->linear_backward(be, ws->dcls, g->pool_w, g->pool_b, ws->dpooled, ws->cls,
+                            p->pool_w, B, C, C, 0));
+    /* cls = x_out[:,0,:] */
+    TRY(be->scatter_cls(be, ws->dx, ws->dcls, B, T, C));
+    for (int l = L - 1; l >= 0; l--) {
+        int rc = layer_backward(cfg, &p->layers[l], &g->layers[l], ws, &ws->layers[l], l, err);
+        if (rc) return rc;
+    }
+    /* x_in[0] = dropout(LN(r0)); r0 = embeddings */
+    TRY(be->dropout(be, ws->dx, ws->dx, (size_t)N * C, dr->hidden, key_of(dr, SITE_EMB)));
+    TRY(be->layernorm_backward(be, ws->dx, g->emb_ln_w, g->emb_ln_b, ws->dx, ws->r0,
+                               ws->mean0, ws->rstd0, p->emb_ln_w, N, C));
+    TRY(be->embed_backward(be, g->word_emb, g->pos_emb, g->type_emb,
+                           p->task_emb ? g->task_emb : NULL, ws->dx, ws->ids, NULL, B, T, C,
+                           cfg->position_offset));
+    TRY(be->synchronize(be));
+    return SM_OK;
+}

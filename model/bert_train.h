@@ -1,0 +1,64 @@
+/* bert_train.h: the encoder's training pass: forward with dropout that keeps
+ * every activation the backward needs, softmax cross-entropy, and the
+ * backward pass into a gradient arena.
+ *
+ * Gradients live in an arena laid out by bert_param_table exactly like the
+ * parameters (same offsets), so bert_params_bind() on the gradient arena
+ * gives the gradient of every tensor under the same field name. Parameter
+ * gradients accumulate (+=): zero the arena once per optimizer step, and
+ * micro-batches add up. Shapes: B batch, T padded tokens, C hidden, H heads,
+ * d = C/H, F intermediate, K labels, N = B*T.
+ */
+#ifndef SM_BERT_TRAIN_H
+#define SM_BERT_TRAIN_H
+
+#include <stdint.h>
+
+#include "bert.h"
+
+/* Dropout for one training micro-step. Probabilities in [0, 1); all zero
+ * (or a forward for evaluation) means no dropout. The mask of every site is
+ * a function of (seed, step, site, element) only (dropout_rng.h). */
+typedef struct bert_dropout {
+    float hidden;     /* embeddings, attention output, FFN output */
+    float attention;  /* attention probabilities */
+    float classifier; /* pooled vector before the classifier */
+    uint64_t seed;
+    uint64_t step;    /* distinct per micro-batch */
+} bert_dropout;
+
+/* Fills d from the config (classifier_dropout < 0 means hidden_dropout_prob).
+ * override >= 0 replaces all three probabilities. */
+void bert_dropout_from_config(const bert_config *cfg, float override,
+                              uint64_t seed, bert_dropout *d);
+
+/* Training activations and gradient scratch for up to max_batch x max_seq
+ * tokens on one backend; allocated once, nothing is allocated per step. */
+typedef struct bert_train_ws bert_train_ws;
+
+int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
+                         int max_seq, bert_train_ws **out, char *err);
+void bert_train_ws_free(bert_train_ws *ws);
+/* Bytes the workspace holds on its backend. */
+size_t bert_train_ws_bytes(const bert_train_ws *ws);
+
+/* Forward pass in training mode. ids(B,T), lengths(B) and labels(B) are host
+ * memory; positions t >= lengths[b] are padding, labels in [0, K). Sets
+ * *loss_sum to the sum over the batch of the per-example cross-entropy
+ * (host double, summed in order). logits (B,K host) may be NULL. drop may be
+ * NULL (no dropout). Needs a head. */
+int bert_train_forward(const bert_config *cfg, const bert_params *p,
+                       bert_train_ws *ws, const int *ids, const int *lengths,
+                       const int *labels, int B, int T,
+                       const bert_dropout *drop, double *loss_sum,
+                       float *logits, char *err);
+
+/* Backward of the last bert_train_forward on ws: adds to the gradients g
+ * (views of a gradient arena on the same backend) the gradient of
+ * loss_scale * Σ_b loss_b. For the mean over a batch of n examples split in
+ * micro-batches, loss_scale = 1/n for every micro-batch. */
+int bert_train_backward(const bert_config *cfg, const bert_params *p,
+                        const bert_params *g, bert_train_ws *ws,
+                        float loss_scale, char *err);
+
+#endif
