@@ -11,7 +11,8 @@
 # with: build/fuzz/fuzz_config build/fuzz/artifacts/config/crash-...
 # Without clang + libFuzzer (Debian: clang, libclang-rt-dev), the targets are
 # built as standalone programs with cc and ASan and replay the seeds and
-# corpus only. Exits non-zero when a target crashes or fails to build.
+# corpus only (FUZZ_REPLAY=1 asks for that even with clang: a quick
+# regression run). Exits non-zero when a target crashes or fails to build.
 set -eu
 
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
@@ -59,6 +60,8 @@ write_seeds() {
     st_seed "$s/ints" '{"i8":{"dtype":"I8","shape":[3],"data_offsets":[0,3]},"u8":{"dtype":"U8","shape":[1],"data_offsets":[3,4]},"b":{"dtype":"BOOL","shape":[4],"data_offsets":[4,8]},"i32":{"dtype":"I32","shape":[2],"data_offsets":[8,16]}}        ' 16
     st_seed "$s/empty_tensor" '{"e":{"dtype":"F32","shape":[0,5],"data_offsets":[0,0]},"f":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}' 4
     st_seed "$s/no_tensors" '{}      ' 0
+    st_seed "$s/odd_fields" '{"__metadata__":{"a":"b","n":1},"s":{"dtype":"F32","shape":"2","data_offsets":[0,8]},"t":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}}' 8
+    st_seed "$s/overlap" '{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]},"c":{"dtype":"U8","shape":[1.5],"data_offsets":[24,25]}}' 25
 
     c=$OUT/seeds/config
     mkdir -p "$c"
@@ -66,6 +69,8 @@ write_seeds() {
     printf '%s' '{"attention_probs_dropout_prob":0.1,"hidden_act":"gelu","hidden_dropout_prob":0.1,"hidden_size":768,"max_position_embeddings":2048,"num_attention_heads":12,"num_hidden_layers":12,"task_type_vocab_size":3,"type_vocab_size":4,"use_task_id":true,"vocab_size":40000,"layer_norm_eps":1e-05,"model_type":"ernie","intermediate_size":3072}' >"$c/ernie"
     printf '%s' '{"model_type":"roberta","vocab_size":50265,"hidden_size":768,"num_hidden_layers":12,"num_attention_heads":12,"intermediate_size":3072,"max_position_embeddings":514,"type_vocab_size":1,"pad_token_id":1,"classifier_dropout":null,"layer_norm_eps":1e-05,"id2label":{"0":"negative","1":"positive"},"label2id":{"negative":0,"positive":1}}' >"$c/roberta"
     printf '%s' '{"vocab_size":100,"hidden_size":32,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":64,"max_position_embeddings":64,"num_labels":3,"do_lower_case":false}' >"$c/small"
+    printf '%s' '{"vocab_size":5,"hidden_size":4,"num_hidden_layers":1,"num_attention_heads":3,"intermediate_size":"4","max_position_embeddings":2,"pad_token_id":5,"id2label":{"0":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","1":""}}' >"$c/errors"
+    printf '%s' '[{"model_type":"roberta","pad_token_id":511,"max_position_embeddings":512}]' >"$c/array"
     printf '%s' '{"model_type":"xlm-roberta","vocab_size":9,"hidden_size":8.0,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"max_position_embeddings":16,"id2label":{"1":"正面","0":"负面","2":"x"}}' >"$c/labels"
 }
 
@@ -140,7 +145,7 @@ write_seeds
 write_dicts
 status=0
 
-if have_libfuzzer; then
+if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
     for t in $TARGETS; do
         bin=$OUT/fuzz_$t
         echo "== building $bin"
@@ -160,8 +165,9 @@ if have_libfuzzer; then
         fi
     done
 else
-    echo "fuzz.sh: clang with libFuzzer not found (Debian: apt-get install" \
-        "clang libclang-rt-dev); replaying seeds with standalone builds" >&2
+    [ -n "${FUZZ_REPLAY:-}" ] ||
+        echo "fuzz.sh: clang with libFuzzer not found (Debian: apt-get" \
+            "install clang libclang-rt-dev); replaying the corpus only" >&2
     for t in $TARGETS; do
         bin=$OUT/replay_$t
         # shellcheck disable=SC2046
