@@ -45,6 +45,7 @@ st_seed() { # file header data_bytes
     i=0
     : >"$1"
     while [ $i -lt 8 ]; do
+        # shellcheck disable=SC2059 # the format is the octal escape
         printf "\\$(printf '%03o' $(( (len >> (8 * i)) & 255 )))" >>"$1"
         i=$((i + 1))
     done
@@ -152,7 +153,7 @@ if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
         # shellcheck disable=SC2046
         clang -g -O1 -std=gnu11 -Wall -Wextra -Imodel \
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-            tests/fuzz/fuzz_$t.c $(sources "$t") -ljansson -lm -o "$bin"
+            "tests/fuzz/fuzz_$t.c" $(sources "$t") -ljansson -lm -o "$bin"
         mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
         echo "== fuzzing $t for ${SECONDS_EACH}s"
         if ! "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
@@ -173,7 +174,7 @@ else
         # shellcheck disable=SC2046
         ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -Imodel -DFUZZ_STANDALONE \
             -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-            tests/fuzz/fuzz_$t.c $(sources "$t") -ljansson -lm -o "$bin"
+            "tests/fuzz/fuzz_$t.c" $(sources "$t") -ljansson -lm -o "$bin"
         mkdir -p "$OUT/corpus/$t"
         # shellcheck disable=SC2046
         if ! "$bin" $(find "$OUT/seeds/$t" "$OUT/corpus/$t" -type f); then
