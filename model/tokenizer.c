@@ -681,11 +681,27 @@ static int to_nfc(workspace *w, const cp_t *cp, size_t n)
             i++;
         }
     }
-    utf8proc_ssize_t m = utf8proc_normalize_utf32(b->p, (utf8proc_ssize_t)b->n,
-                                                  UTF8PROC_COMPOSE);
-    if (m < 0)
-        return sm_error(w->err, SM_ERR_INVALID, "tokenizer: NFC failed");
-    b->n = (size_t)m;
+    /* Compose. utf8proc would swallow U+11A7 (the Hangul TBASE, which is
+     * no trailing consonant) after an LV syllable; it is a starter that
+     * composes with nothing, so composing the runs between such code points
+     * separately is exact. STABLE honours the composition exclusions
+     * (U+2ADC stays decomposed). */
+    size_t out = 0, start = 0;
+    for (size_t i = 0; i <= b->n; i++) {
+        if (i < b->n && b->p[i] != 0x11A7)
+            continue;
+        utf8proc_ssize_t m = utf8proc_normalize_utf32(
+            b->p + start, (utf8proc_ssize_t)(i - start),
+            UTF8PROC_COMPOSE | UTF8PROC_STABLE);
+        if (m < 0)
+            return sm_error(w->err, SM_ERR_INVALID, "tokenizer: NFC failed");
+        memmove(b->p + out, b->p + start, (size_t)m * sizeof *b->p);
+        out += (size_t)m;
+        if (i < b->n)
+            b->p[out++] = 0x11A7;
+        start = i + 1;
+    }
+    b->n = out;
     return SM_OK;
 }
 
