@@ -27,6 +27,7 @@
 #include "errors.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "trainer.h"
 
 #define GOLDEN "tests/fixtures/train"
 #define GRAD_TOL 1e-3
@@ -276,10 +277,355 @@ static void test_golden_gradients_and_losses(void **state)
     trainable_free(&tr);
 }
 
+/* Micro-batches add up: batch 8 in one pass == 2 micro-batches of 4. */
+static void test_gradient_accumulation(void **state)
+{
+    (void)state;
+    trainable a, b;
+    batch bt;
+    trainable_init(&a, 2, MAX_EX, MAX_T);
+    trainable_init(&b, 2, MAX_EX, MAX_T);
+    load_batch(a.m, &bt);
+    assert_int_equal(bt.B, 8);
+    double la = fwd_bwd(&a, &bt, 0, 8, 8, NULL);
+    double lb = fwd_bwd(&b, &bt, 0, 4, 8, NULL) + fwd_bwd(&b, &bt, 4, 4, 8, NULL);
+    assert_true(fabs(la - lb) <= 1e-5 * fabs(la));
+    double ss = 0;
+    for (size_t i = 0; i < a.m->n_floats; i++) ss += (double)a.grads[i] * a.grads[i];
+    double rms = sqrt(ss / (double)a.m->n_floats), worst = 0;
+    for (size_t i = 0; i < a.m->n_floats; i++) {
+        double d = fabs((double)a.grads[i] - b.grads[i]);
+        if (d > worst) worst = d;
+    }
+    print_message("accumulation: max |full - 2 x half| %.2e (gradient rms %.2e)\n", worst, rms);
+    assert_true(worst <= 1e-4 * rms + 1e-9);
+    trainable_free(&a);
+    trainable_free(&b);
+}
+
+/* The same dropout key gives the same bits; another step another mask; no
+ * dropout equals the inference forward. */
+static void test_dropout_reproducible_and_off_in_eval(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    trainable tr;
+    batch bt;
+    trainable_init(&tr, 2, MAX_EX, MAX_T);
+    load_batch(tr.m, &bt);
+    bert_dropout d;
+    bert_dropout_from_config(&tr.m->cfg, 0.2f, 11, &d);
+    assert_true(d.hidden == 0.2f && d.attention == 0.2f && d.classifier == 0.2f);
+    float l1[MAX_EX * 4], l2[MAX_EX * 4], l3[MAX_EX * 4], eval[MAX_EX * 4], inf[MAX_EX * 4];
+    double s1, s2, s3, se;
+    const bert_config *cfg = &tr.m->cfg;
+    assert_int_equal(bert_train_forward(cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths, bt.labels, bt.B,
+                                        bt.T, &d, &s1, l1, err), SM_OK);
+    assert_int_equal(bert_train_forward(cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths, bt.labels, bt.B,
+                                        bt.T, &d, &s2, l2, err), SM_OK);
+    assert_memory_equal(l1, l2, (size_t)bt.B * cfg->num_labels * sizeof *l1);
+    d.step++;
+    assert_int_equal(bert_train_forward(cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths, bt.labels, bt.B,
+                                        bt.T, &d, &s3, l3, err), SM_OK);
+    assert_memory_not_equal(l1, l3, (size_t)bt.B * cfg->num_labels * sizeof *l1);
+    /* evaluation: no dropout, the inference forward's logits */
+    assert_int_equal(bert_train_forward(cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths, bt.labels, bt.B,
+                                        bt.T, NULL, &se, eval, err), SM_OK);
+    bert_workspace *iws;
+    assert_int_equal(bert_workspace_create(tr.be, cfg, bt.B, bt.T, &iws, err), SM_OK);
+    assert_int_equal(bert_forward(cfg, &tr.m->p, iws, bt.ids, bt.lengths, bt.B, bt.T, inf, NULL, err),
+                     SM_OK);
+    for (int i = 0; i < bt.B * cfg->num_labels; i++) assert_true(fabsf(eval[i] - inf[i]) <= 1e-5f);
+    bert_workspace_free(iws);
+    /* A dropout config of 0 is exactly no dropout. */
+    bert_dropout_from_config(cfg, 0.0f, 11, &d);
+    assert_int_equal(bert_train_forward(cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths, bt.labels, bt.B,
+                                        bt.T, &d, &s3, l3, err), SM_OK);
+    assert_memory_equal(l3, eval, (size_t)bt.B * cfg->num_labels * sizeof *l3);
+    trainable_free(&tr);
+}
+
+/* Clipping scales the gradients to the limit; above it nothing changes. */
+static void test_clipping(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    trainable tr;
+    batch bt;
+    trainable_init(&tr, 2, MAX_EX, MAX_T);
+    load_batch(tr.m, &bt);
+    fwd_bwd(&tr, &bt, 0, bt.B, bt.B, NULL);
+    adamw *opt;
+    assert_int_equal(adamw_create(tr.be, &tr.m->cfg, 1, &opt, err), SM_OK);
+    float norm, after, before_clip;
+    assert_int_equal(grad_global_norm(opt, tr.grads, &norm, err), SM_OK);
+    adamw_hparams h;
+    adamw_hparams_default(&h);
+    h.grad_clip = norm / 4;
+    assert_int_equal(adamw_step(opt, tr.m->arena, tr.grads, &h, 1e-3f, &before_clip, err), SM_OK);
+    assert_true(before_clip == norm);
+    assert_int_equal(grad_global_norm(opt, tr.grads, &after, err), SM_OK);
+    assert_true(fabsf(after - norm / 4) <= 1e-5f * norm);
+    h.grad_clip = after * 2;
+    assert_int_equal(adamw_step(opt, tr.m->arena, tr.grads, &h, 1e-3f, NULL, err), SM_OK);
+    assert_int_equal(grad_global_norm(opt, tr.grads, &norm, err), SM_OK);
+    assert_true(norm == after);
+    assert_int_equal(adamw_steps(opt), 2);
+    /* A non-finite gradient is an error that leaves the parameters alone. */
+    float *copy = malloc(tr.m->n_floats * sizeof *copy);
+    memcpy(copy, tr.m->arena, tr.m->n_floats * sizeof *copy);
+    tr.grads[3] = NAN;
+    assert_int_equal(adamw_step(opt, tr.m->arena, tr.grads, &h, 1e-3f, NULL, err), SM_ERR_INVALID);
+    assert_non_null(strstr(err, "not finite"));
+    assert_memory_equal(copy, tr.m->arena, tr.m->n_floats * sizeof *copy);
+    free(copy);
+    adamw_free(opt);
+    trainable_free(&tr);
+}
+
+static void test_schedule(void **state)
+{
+    (void)state;
+    /* transformers.get_linear_schedule_with_warmup(warmup 2, total 10) */
+    double want[] = {0, 0.5, 1, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0, 0};
+    for (int s = 0; s < 12; s++)
+        assert_true(fabs(lr_linear_schedule(1.0f, s, 2, 10) - want[s]) <= 1e-7);
+    assert_true(lr_linear_schedule(2.0f, 0, 0, 4) == 2.0f);
+}
+
+/* ---- the trainer ------------------------------------------------------- */
+
+/* A synthetic task in the fixture vocabulary: a row holds filler tokens and
+ * one keyword; the keyword's group is the label. */
+static train_dataset *synthetic(int vocab, int rows, int K, uint64_t seed)
+{
+    char err[SM_ERR_MAX] = "";
+    train_dataset *ds;
+    assert_int_equal(train_dataset_create(vocab, &ds, err), SM_OK);
+    uint64_t s = seed;
+    int ids[40];
+    for (int r = 0; r < rows; r++) {
+        s = dropout_mix64(s);
+        int label = (int)(s % (uint64_t)K), n = 4 + (int)((s >> 8) % 20), key = 1 + (int)((s >> 16) % (n - 2));
+        ids[0] = 2;
+        for (int t = 1; t < n - 1; t++) ids[t] = 800 + (int)((dropout_mix64(s + t) >> 20) % 40);
+        ids[key] = 520 + 10 * label + (int)((s >> 24) % 3);
+        ids[n - 1] = 3;
+        assert_int_equal(train_dataset_add(ds, ids, n, label, err), SM_OK);
+    }
+    return ds;
+}
+
+typedef struct counter {
+    int calls, stop_after, polls;
+    long last_step;
+    int epochs_seen;
+} counter;
+
+static int count_progress(void *user, const trainer_progress *p)
+{
+    counter *c = user;
+    c->calls++;
+    c->last_step = p->step;
+    if (p->epoch_done) {
+        c->epochs_seen++;
+        assert_true(p->examples_per_sec > 0);
+    }
+    return 0;
+}
+
+static int stop_interrupt(void *user)
+{
+    counter *c = user;
+    return ++c->polls > c->stop_after;
+}
+
+static void test_trainer_learns(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    backend *be;
+    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    bert_model *m = load_model();
+    train_dataset *ds = synthetic(m->cfg.vocab_size, 320, 3, 77);
+    double bpr = train_dataset_bytes_per_row(ds);
+    print_message("trainer: dataset %d rows, %.1f bytes per row, %zu bytes held\n",
+                  train_dataset_rows(ds), bpr, train_dataset_bytes(ds));
+    assert_true(bpr < 2 * 24 + 16 + 1);
+
+    trainer_options o;
+    trainer_options_default(&o);
+    o.epochs = 8;
+    o.lr = 3e-3f;
+    o.batch_size = 16;
+    o.valid_fraction = 0.25f;
+    o.dropout = 0.0f;
+    counter c = {0};
+    o.progress = count_progress;
+    o.user = &c;
+    trainer_result r;
+    int rc = trainer_run(m, be, ds, &o, &r, err);
+    if (rc) print_error("%s\n", err);
+    assert_int_equal(rc, SM_OK);
+    assert_int_equal(r.n_valid, 80);
+    assert_int_equal(r.n_train, 240);
+    assert_int_equal(r.steps, 8 * 15);
+    assert_int_equal(c.epochs_seen, 8);
+    assert_int_equal(c.last_step, 120);
+    for (int e = 0; e < r.epochs; e++)
+        print_message("  epoch %d: loss %.4f, validation accuracy %.3f\n", e + 1, r.train_loss[e],
+                      r.valid_accuracy[e]);
+    print_message("  best epoch %d (%.3f), %.2f s, %.0f examples/s\n", r.best_epoch,
+                  r.best_accuracy, r.seconds, r.examples_per_sec);
+    assert_true(r.valid_accuracy[0] < 0.6); /* from chance ... */
+    assert_true(r.best_accuracy > 0.95);    /* ... to learned */
+    assert_true(r.train_loss[r.epochs - 1] < r.train_loss[0]);
+    assert_true(r.valid_accuracy[r.best_epoch - 1] == r.best_accuracy);
+    for (int e = 0; e < r.epochs; e++) assert_true(r.valid_accuracy[e] <= r.best_accuracy);
+    for (int e = 0; e < r.best_epoch - 1; e++) assert_true(r.valid_accuracy[e] < r.best_accuracy);
+    trainer_result_free(&r);
+    train_dataset_free(ds);
+    bert_model_free(m);
+    be->destroy(be);
+}
+
+/* Same seed, same data, dropout on, two threads: the same model, bit for
+ * bit; another seed, another model. */
+static void test_trainer_deterministic(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    backend *be;
+    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+    bert_model *m[3] = {load_model(), load_model(), load_model()};
+    train_dataset *ds = synthetic(m[0]->cfg.vocab_size, 48, 3, 3);
+    trainer_options o;
+    trainer_options_default(&o);
+    o.epochs = 2;
+    o.lr = 1e-3f;
+    o.batch_size = 16;
+    o.accumulation = 2;
+    o.dropout = 0.1f;
+    trainer_result r[3];
+    for (int i = 0; i < 3; i++) {
+        o.seed = i < 2 ? 5 : 6;
+        int rc = trainer_run(m[i], be, ds, &o, &r[i], err);
+        if (rc) print_error("%s\n", err);
+        assert_int_equal(rc, SM_OK);
+    }
+    assert_memory_equal(m[0]->arena, m[1]->arena, m[0]->n_floats * sizeof(float));
+    assert_memory_equal(r[0].train_loss, r[1].train_loss, 2 * sizeof(double));
+    assert_memory_not_equal(m[0]->arena, m[2]->arena, m[0]->n_floats * sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        trainer_result_free(&r[i]);
+        bert_model_free(m[i]);
+    }
+    train_dataset_free(ds);
+    be->destroy(be);
+}
+
+static void test_trainer_interrupt_and_nan(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    backend *be;
+    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+    bert_model *m = load_model();
+    train_dataset *ds = synthetic(m->cfg.vocab_size, 64, 3, 9);
+    float *before = malloc(m->n_floats * sizeof *before);
+    memcpy(before, m->arena, m->n_floats * sizeof *before);
+    trainer_options o;
+    trainer_options_default(&o);
+    o.batch_size = 8;
+    o.accumulation = 2;
+    counter c = {.stop_after = 5};
+    o.interrupt = stop_interrupt;
+    o.user = &c;
+    trainer_result r;
+    assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INTERRUPTED);
+    assert_non_null(strstr(err, "interrupted"));
+    assert_int_equal(c.polls, 6); /* stopped at the first poll that said so */
+    assert_memory_equal(before, m->arena, m->n_floats * sizeof *before);
+    assert_null(r.train_loss);
+
+    /* A NaN in the parameters: the loss is NaN, reported, model untouched. */
+    o.interrupt = NULL;
+    m->p.cls_b[1] = NAN;
+    memcpy(before, m->arena, m->n_floats * sizeof *before);
+    assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
+    assert_non_null(strstr(err, "NaN"));
+    assert_memory_equal(before, m->arena, m->n_floats * sizeof *before);
+
+    /* Bad options and data are errors with the value named. */
+    trainer_options_default(&o);
+    o.batch_size = 0;
+    assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
+    assert_non_null(strstr(err, "batch_size 0"));
+    trainer_options_default(&o);
+    o.valid_fraction = 0.99f;
+    assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
+    int ids[3] = {2, 600, 3};
+    assert_int_equal(train_dataset_add(ds, ids, 3, 7, err), SM_OK);
+    trainer_options_default(&o);
+    assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
+    assert_non_null(strstr(err, "label index 7"));
+    ids[1] = 999999;
+    assert_int_equal(train_dataset_add(ds, ids, 3, 0, err), SM_ERR_INVALID);
+    free(before);
+    train_dataset_free(ds);
+    bert_model_free(m);
+    be->destroy(be);
+}
+
+static void test_prepare_head(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    bert_model *m = load_model();
+    size_t n0 = m->n_floats;
+    float *body = malloc(n0 * sizeof *body);
+    memcpy(body, m->arena, n0 * sizeof *body);
+    int kept;
+    const char *same[] = {"pos", "neg", "neu"};
+    assert_int_equal(trainer_prepare_head(m, 3, same, 1, &kept, err), SM_OK);
+    assert_int_equal(kept, 1);
+    assert_int_equal(bert_config_label_index(&m->cfg, "pos"), 2);
+    const char *other[] = {"bad", "good"};
+    assert_int_equal(trainer_prepare_head(m, 2, other, 1, &kept, err), SM_OK);
+    assert_int_equal(kept, 0);
+    assert_int_equal(m->cfg.num_labels, 2);
+    assert_string_equal(m->cfg.id2label[1], "good");
+    int C = m->cfg.hidden_size;
+    assert_int_equal(m->n_floats, n0 - 3 * (size_t)C - 3 + 2 * (size_t)C + 2);
+    /* the body is unchanged, the head is normal(0, 0.02) with zero bias */
+    assert_memory_equal(body, m->arena, (n0 - 3 * (size_t)C - 3) * sizeof *body);
+    double ss = 0;
+    for (int i = 0; i < 2 * C; i++) ss += (double)m->p.cls_w[i] * m->p.cls_w[i];
+    assert_true(fabs(sqrt(ss / (2 * C)) - 0.02) < 0.006);
+    assert_true(m->p.cls_b[0] == 0 && m->p.cls_b[1] == 0);
+    /* seeded: the same seed gives the same head */
+    bert_model *m2 = load_model();
+    assert_int_equal(trainer_prepare_head(m2, 2, other, 1, &kept, err), SM_OK);
+    assert_memory_equal(m->p.cls_w, m2->p.cls_w, 2 * (size_t)C * sizeof(float));
+    const char *one[] = {"x"};
+    assert_int_equal(trainer_prepare_head(m2, 1, one, 1, &kept, err), SM_ERR_INVALID);
+    free(body);
+    bert_model_free(m);
+    bert_model_free(m2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_gradients_and_losses),
+        cmocka_unit_test(test_gradient_accumulation),
+        cmocka_unit_test(test_dropout_reproducible_and_off_in_eval),
+        cmocka_unit_test(test_clipping),
+        cmocka_unit_test(test_schedule),
+        cmocka_unit_test(test_trainer_learns),
+        cmocka_unit_test(test_trainer_deterministic),
+        cmocka_unit_test(test_trainer_interrupt_and_nan),
+        cmocka_unit_test(test_prepare_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
