@@ -28,6 +28,7 @@
 #include "optimizer.h"
 #include "safetensors.h"
 #include "trainer.h"
+#include "vocab_builder.h"
 
 #define GOLDEN "tests/fixtures/train"
 #define GRAD_TOL 1e-3
@@ -614,6 +615,151 @@ static void test_prepare_head(void **state)
     bert_model_free(m2);
 }
 
+/* ---- vocabularies and models from scratch ------------------------------- */
+
+static const char *const k_texts[] = {
+    "房间很干净，服务很好。", "服务太差了，房间也不干净。", "GOOD hotel, good food!",
+    "早餐很好吃", "价格便宜，位置好", "good good 很好", "差评：隔音差", "Café nice",
+};
+#define N_TEXTS (int)(sizeof k_texts / sizeof *k_texts)
+
+static char *build_vocab(int reverse, int min_count, int max_size, size_t *len, int *n)
+{
+    char err[SM_ERR_MAX] = "";
+    vocab_builder *vb;
+    assert_int_equal(vocab_builder_create(1, &vb, err), SM_OK);
+    for (int i = 0; i < N_TEXTS; i++) {
+        const char *t = k_texts[reverse ? N_TEXTS - 1 - i : i];
+        assert_int_equal(vocab_builder_add(vb, t, strlen(t), err), SM_OK);
+    }
+    char *v;
+    assert_int_equal(vocab_builder_build(vb, min_count, max_size, &v, len, n, err), SM_OK);
+    vocab_builder_free(vb);
+    return v;
+}
+
+static int has_line(const char *vocab, const char *tok)
+{
+    size_t n = strlen(tok);
+    for (const char *p = vocab; *p;) {
+        const char *e = strchr(p, '\n');
+        if ((size_t)(e - p) == n && !memcmp(p, tok, n)) return 1;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static void test_vocab_builder(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    size_t len, len2;
+    int n, n2;
+    char *v = build_vocab(0, 2, 0, &len, &n);
+    char *v2 = build_vocab(1, 2, 0, &len2, &n2);
+    /* depends on the texts, not their order */
+    assert_int_equal(len, len2);
+    assert_memory_equal(v, v2, len);
+    assert_int_equal(strncmp(v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", 31), 0);
+    assert_true(has_line(v, "好") && has_line(v, "很") && has_line(v, "，"));
+    assert_true(has_line(v, "good"));  /* a frequent word, lower-cased */
+    assert_true(has_line(v, "##o"));   /* continuation of a character seen inside words */
+    assert_false(has_line(v, "hotel")); /* once only */
+    assert_false(has_line(v, "早"));    /* once only */
+    assert_false(has_line(v, "GOOD"));
+    int lines = 0;
+    for (const char *p = v; *p; p++) lines += *p == '\n';
+    assert_int_equal(lines, n);
+    /* the tokenizer takes it, and known characters never become [UNK] */
+    tokenizer *tok;
+    assert_int_equal(tokenizer_load_buffer(v, len, 1, &tok, err), SM_OK);
+    int ids[32], count, cut;
+    const char *t = "服务很好 good food";
+    assert_int_equal(tokenizer_encode(tok, t, strlen(t), 32, ids, &count, &cut, err), SM_OK);
+    for (int i = 0; i < count; i++) assert_int_not_equal(ids[i], tokenizer_unk_id(tok));
+    assert_int_equal(ids[0], tokenizer_cls_id(tok));
+    assert_int_equal(tokenizer_pad_id(tok), 0);
+    tokenizer_free(tok);
+    free(v2);
+    /* a size cap keeps the specials and the most frequent first */
+    v2 = build_vocab(0, 1, 8, &len2, &n2);
+    assert_int_equal(n2, 8);
+    assert_true(has_line(v2, "[MASK]"));
+    vocab_builder *vb;
+    assert_int_equal(vocab_builder_create(1, &vb, err), SM_OK);
+    assert_int_equal(vocab_builder_build(vb, 0, 0, &v2, &len2, &n2, err), SM_ERR_INVALID);
+    vocab_builder_free(vb);
+    free(v2);
+    free(v);
+}
+
+static void test_scratch_model(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    size_t vlen;
+    int nv;
+    char *vocab = build_vocab(0, 1, 0, &vlen, &nv);
+    const char *labels[] = {"negative", "positive"};
+    bert_shape shape = {2, 32, 4, 64, 32};
+    bert_model *m;
+    int rc = bert_model_create_scratch(&shape, vocab, vlen, 1, 2, labels, 3, &m, err);
+    if (rc) print_error("%s\n", err);
+    assert_int_equal(rc, SM_OK);
+    assert_int_equal(m->cfg.vocab_size, nv);
+    assert_int_equal(m->cfg.max_position_embeddings, 32);
+    assert_true(m->p.emb_ln_w[0] == 1.0f && m->p.layers[1].ffn_in_b[0] == 0.0f);
+
+    train_dataset *ds;
+    assert_int_equal(train_dataset_create(m->cfg.vocab_size, &ds, err), SM_OK);
+    static const int label_of[] = {1, 0, 1, 1, 1, 1, 0, 1};
+    for (int rep = 0; rep < 4; rep++)
+        for (int i = 0; i < N_TEXTS; i++) {
+            int ids[32], n, cut;
+            assert_int_equal(tokenizer_encode(m->tok, k_texts[i], strlen(k_texts[i]), 32, ids, &n,
+                                              &cut, err), SM_OK);
+            assert_int_equal(train_dataset_add(ds, ids, n, label_of[i], err), SM_OK);
+        }
+    backend *be;
+    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    trainer_options o;
+    trainer_options_default(&o);
+    o.epochs = 6;
+    o.lr = 1e-3f;
+    o.batch_size = 8;
+    o.valid_fraction = 0;
+    trainer_result r;
+    rc = trainer_run(m, be, ds, &o, &r, err);
+    if (rc) print_error("%s\n", err);
+    assert_int_equal(rc, SM_OK);
+    assert_int_equal(r.best_epoch, 6); /* no split: the last epoch */
+    assert_true(isnan(r.best_accuracy));
+    assert_true(r.train_loss[5] < r.train_loss[0]);
+    print_message("scratch model: %d tokens, loss %.4f -> %.4f\n", nv, r.train_loss[0],
+                  r.train_loss[5]);
+
+    /* It stores and loads like any model. */
+    char *cfg_json;
+    void *st;
+    size_t st_len;
+    assert_int_equal(bert_config_to_json(&m->cfg, &cfg_json, err), SM_OK);
+    assert_int_equal(bert_model_save_safetensors(m, ST_F32, &st, &st_len, err), SM_OK);
+    bert_model *m2;
+    rc = bert_model_load_buffers(cfg_json, strlen(cfg_json), vocab, vlen, st, st_len, &m2, err);
+    if (rc) print_error("%s\n", err);
+    assert_int_equal(rc, SM_OK);
+    assert_int_equal(m2->n_floats, m->n_floats);
+    assert_memory_equal(m2->arena, m->arena, m->n_floats * sizeof(float));
+    bert_model_free(m2);
+    free(st);
+    free(cfg_json);
+    trainer_result_free(&r);
+    train_dataset_free(ds);
+    be->destroy(be);
+    bert_model_free(m);
+    free(vocab);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -626,6 +772,8 @@ int main(void)
         cmocka_unit_test(test_trainer_deterministic),
         cmocka_unit_test(test_trainer_interrupt_and_nan),
         cmocka_unit_test(test_prepare_head),
+        cmocka_unit_test(test_vocab_builder),
+        cmocka_unit_test(test_scratch_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
