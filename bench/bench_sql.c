@@ -1,0 +1,327 @@
+/* bench_sql.c: rows/s of the SQL front door against the engine called
+ * directly from C, on real review texts.
+ *
+ *   build/bench/bench_sql [--data FILE.tsv] [--rows N] [--model DIR]
+ *                         [--batch B] [--threads T] [--frame F]
+ *                         [--scalar-rows N] [--repeat R] [--ext PATH]
+ *
+ * Reads N texts (default 20,000) from column 2 of a TSV with a header
+ * (default ../shared/data/online_shopping_10_cats/all.tsv; the texts are
+ * read at run time, never copied into the project) into an in-memory
+ * table, loads build/sentiment.so into SQLite, registers the model
+ * directory (default model/builtin when present, else the tiny test model)
+ * and times, best of R runs:
+ *
+ *   sentiment()  SELECT count(sentiment(text, m)) FROM reviews   (first
+ *                --scalar-rows rows: one encoder call per row)
+ *   classify     SELECT count(label) FROM classify('reviews', 'text', m)
+ *   window       sentiment_batch(text, m) OVER (ROWS BETWEEN CURRENT ROW
+ *                AND F-1 FOLLOWING)
+ *   direct C     bert_classify_texts() on the same batches of B rows, in
+ *                the same order, with the same backend settings
+ *
+ * and prints rows/s and the ratio classify / direct (target >= 0.9). It
+ * also checks that classify and the direct engine agree on every label.
+ *
+ * SQLite is opened with dlopen (libsqlite3.so.0), so this program links
+ * only the model library, as the Makefile builds benches.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "bert.h"
+#include "errors.h"
+
+/* The SQLite calls used, resolved at run time. */
+static struct {
+    int (*open)(const char *, sqlite3 **);
+    int (*close)(sqlite3 *);
+    int (*exec)(sqlite3 *, const char *, int (*)(void *, int, char **, char **), void *, char **);
+    void (*free)(void *);
+    int (*prepare_v2)(sqlite3 *, const char *, int, sqlite3_stmt **, const char **);
+    int (*bind_text)(sqlite3_stmt *, int, const char *, int, void (*)(void *));
+    int (*bind_int)(sqlite3_stmt *, int, int);
+    int (*step)(sqlite3_stmt *);
+    int (*reset)(sqlite3_stmt *);
+    int (*finalize)(sqlite3_stmt *);
+    sqlite3_int64 (*column_int64)(sqlite3_stmt *, int);
+    const unsigned char *(*column_text)(sqlite3_stmt *, int);
+    const char *(*errmsg)(sqlite3 *);
+    int (*enable_load_extension)(sqlite3 *, int);
+    int (*load_extension)(sqlite3 *, const char *, const char *, char **);
+} S;
+
+static int load_sqlite(void)
+{
+    void *h = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        fprintf(stderr, "bench_sql: cannot load libsqlite3.so.0: %s\n", dlerror());
+        return 1;
+    }
+#define SYM(f)                                                                   \
+    do {                                                                         \
+        *(void **)&S.f = dlsym(h, "sqlite3_" #f);                                \
+        if (!S.f) {                                                              \
+            fprintf(stderr, "bench_sql: libsqlite3 lacks sqlite3_%s\n", #f);     \
+            return 1;                                                            \
+        }                                                                        \
+    } while (0)
+    SYM(open);
+    SYM(close);
+    SYM(exec);
+    SYM(free);
+    SYM(prepare_v2);
+    SYM(bind_text);
+    SYM(bind_int);
+    SYM(step);
+    SYM(reset);
+    SYM(finalize);
+    SYM(column_int64);
+    SYM(column_text);
+    SYM(errmsg);
+    SYM(enable_load_extension);
+    SYM(load_extension);
+#undef SYM
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Column 2 of each line after the header, up to max texts. */
+static int read_texts(const char *path, int max, char ***texts_out, int *n_out)
+{
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0, lineno = 0;
+    char **texts = calloc((size_t)max, sizeof *texts);
+    if (!f || !texts) {
+        fprintf(stderr, "bench_sql: cannot read %s\n", path);
+        if (f) fclose(f);
+        free(texts);
+        return 1;
+    }
+    while (n < max && (len = getline(&line, &cap, f)) > 0) {
+        if (lineno++ == 0) continue; /* header */
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        char *tab = strchr(line, '\t');
+        if (!tab) continue;
+        char *text = tab + 1, *end = strchr(text, '\t');
+        if (end) *end = 0;
+        if (!*text) continue;
+        texts[n++] = strdup(text);
+    }
+    free(line);
+    fclose(f);
+    *texts_out = texts;
+    *n_out = n;
+    return 0;
+}
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    if (S.exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        fprintf(stderr, "bench_sql: %s\n  %s\n", err ? err : "?", sql);
+        S.free(err);
+        return 1;
+    }
+    return 0;
+}
+
+/* Runs a query returning one integer; best time of `repeat` runs. */
+static int timed_count(sqlite3 *db, const char *sql, int repeat, double *best, long long *count)
+{
+    *best = 1e30;
+    for (int r = 0; r < repeat; r++) {
+        sqlite3_stmt *st = NULL;
+        double t0 = now_s();
+        if (S.prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK || S.step(st) != SQLITE_ROW) {
+            fprintf(stderr, "bench_sql: %s\n  %s\n", S.errmsg(db), sql);
+            S.finalize(st);
+            return 1;
+        }
+        *count = S.column_int64(st, 0);
+        S.finalize(st);
+        double t = now_s() - t0;
+        if (t < *best) *best = t;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *data = "../shared/data/online_shopping_10_cats/all.tsv";
+    const char *model_dir = access("model/builtin/model.safetensors", R_OK) == 0
+                                ? "model/builtin"
+                                : "tests/fixtures/models/bert_tiny";
+    const char *ext = "build/sentiment";
+    int rows = 20000, batch = 32, threads = 0, frame = 256, scalar_rows = 2000, repeat = 3;
+    char **texts = NULL, err[SM_ERR_MAX], sql[512];
+    int n = 0, rc = 1;
+    sqlite3 *db = NULL;
+    sqlite3_stmt *ins = NULL;
+    bert_model *m = NULL;
+    backend *be = NULL;
+    bert_workspace *ws = NULL;
+    float *probs = NULL;
+    int *trunc = NULL;
+    size_t *lens = NULL;
+
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) goto usage;
+        if (!strcmp(argv[i], "--data")) data = v;
+        else if (!strcmp(argv[i], "--rows")) rows = atoi(v);
+        else if (!strcmp(argv[i], "--model")) model_dir = v;
+        else if (!strcmp(argv[i], "--batch")) batch = atoi(v);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
+        else if (!strcmp(argv[i], "--frame")) frame = atoi(v);
+        else if (!strcmp(argv[i], "--scalar-rows")) scalar_rows = atoi(v);
+        else if (!strcmp(argv[i], "--repeat")) repeat = atoi(v);
+        else if (!strcmp(argv[i], "--ext")) ext = v;
+        else goto usage;
+        i++;
+    }
+    if (rows < 1 || batch < 1 || frame < 1 || repeat < 1 || scalar_rows < 0) goto usage;
+    if (access(data, R_OK) != 0 && access("/work/shared/data/online_shopping_10_cats/all.tsv", R_OK) == 0 &&
+        !strcmp(data, "../shared/data/online_shopping_10_cats/all.tsv"))
+        data = "/work/shared/data/online_shopping_10_cats/all.tsv";
+    if (load_sqlite() || read_texts(data, rows, &texts, &n)) return 1;
+    if (scalar_rows > n) scalar_rows = n;
+    lens = malloc((size_t)n * sizeof *lens);
+    for (int i = 0; i < n; i++) lens[i] = strlen(texts[i]);
+
+    /* --- SQL --- */
+    if (S.open(":memory:", &db) != SQLITE_OK) goto end;
+    S.enable_load_extension(db, 1);
+    {
+        char *e = NULL;
+        if (S.load_extension(db, ext, NULL, &e) != SQLITE_OK) {
+            fprintf(stderr, "bench_sql: cannot load %s: %s\n", ext, e ? e : "?");
+            S.free(e);
+            goto end;
+        }
+    }
+    if (exec(db, "CREATE TABLE reviews(id INTEGER PRIMARY KEY, text TEXT); BEGIN")) goto end;
+    if (S.prepare_v2(db, "INSERT INTO reviews(text) VALUES (?1)", -1, &ins, NULL) != SQLITE_OK) goto end;
+    for (int i = 0; i < n; i++) {
+        S.bind_text(ins, 1, texts[i], -1, SQLITE_STATIC);
+        if (S.step(ins) != SQLITE_DONE) goto end;
+        S.reset(ins);
+    }
+    S.finalize(ins);
+    ins = NULL;
+    if (exec(db, "COMMIT")) goto end;
+    snprintf(sql, sizeof sql, "SELECT sentiment_load('bench', '%s')", model_dir);
+    if (exec(db, sql)) goto end;
+    snprintf(sql, sizeof sql, "SELECT sentiment_config('batch_size', %d), sentiment_config('threads', %d), "
+                              "sentiment_config('progress', 'off')",
+             batch, threads);
+    if (exec(db, sql)) goto end;
+
+    double t_scalar = 0, t_classify, t_window, t_direct = 1e30;
+    long long c_scalar = 0, c_classify, c_window;
+    /* warm up: load, workspaces, BLAS threads */
+    if (exec(db, "SELECT count(label) FROM classify('SELECT id, text FROM reviews LIMIT 256', 'bench')")) goto end;
+    if (scalar_rows > 0) {
+        snprintf(sql, sizeof sql, "SELECT count(sentiment(text, 'bench')) FROM reviews WHERE id <= %d",
+                 scalar_rows);
+        if (timed_count(db, sql, repeat, &t_scalar, &c_scalar)) goto end;
+    }
+    if (timed_count(db, "SELECT count(label) FROM classify('reviews', 'text', 'bench')", repeat, &t_classify,
+                    &c_classify))
+        goto end;
+    snprintf(sql, sizeof sql,
+             "SELECT count(w) FROM (SELECT sentiment_batch(text, 'bench') OVER "
+             "(ROWS BETWEEN CURRENT ROW AND %d FOLLOWING) AS w FROM reviews)",
+             frame - 1);
+    if (timed_count(db, sql, repeat, &t_window, &c_window)) goto end;
+
+    /* --- the engine directly, same batches --- */
+    if (bert_model_load_dir(model_dir, &m, err) || backend_cpu_create(threads, &be, err)) {
+        fprintf(stderr, "bench_sql: %s\n", err);
+        goto end;
+    }
+    int maxlen = bert_max_length(&m->cfg), K = m->cfg.num_labels;
+    if (bert_workspace_create(be, &m->cfg, batch, maxlen, &ws, err)) {
+        fprintf(stderr, "bench_sql: %s\n", err);
+        goto end;
+    }
+    probs = malloc((size_t)n * K * sizeof *probs);
+    trunc = malloc((size_t)n * sizeof *trunc);
+    for (int r = 0; r < repeat + 1; r++) { /* the first run warms up */
+        double t0 = now_s();
+        for (int first = 0; first < n; first += batch) {
+            int b = n - first < batch ? n - first : batch;
+            if (bert_classify_texts(m, &m->p, ws, (const char *const *)texts + first, lens + first, b, maxlen,
+                                    batch, probs + (size_t)first * K, trunc + first, err)) {
+                fprintf(stderr, "bench_sql: %s\n", err);
+                goto end;
+            }
+        }
+        double t = now_s() - t0;
+        if (r > 0 && t < t_direct) t_direct = t;
+    }
+
+    /* the labels agree */
+    {
+        sqlite3_stmt *st = NULL;
+        int i = 0, differ = 0, truncated = 0;
+        S.prepare_v2(db, "SELECT label FROM classify('reviews', 'text', 'bench')", -1, &st, NULL);
+        while (S.step(st) == SQLITE_ROW && i < n) {
+            const float *p = probs + (size_t)i * K;
+            int top = 0;
+            for (int k = 1; k < K; k++)
+                if (p[k] > p[top]) top = k;
+            if (strcmp((const char *)S.column_text(st, 0), m->cfg.id2label[top])) differ++;
+            truncated += trunc[i];
+            i++;
+        }
+        S.finalize(st);
+        printf("bench_sql: %d texts from %s\n", n, data);
+        printf("model %s (%d layers, hidden %d, max_length %d), batch %d, %d thread%s, %d truncated\n",
+               model_dir, m->cfg.num_hidden_layers, m->cfg.hidden_size, maxlen, batch,
+               backend_cpu_threads(be), backend_cpu_threads(be) == 1 ? "" : "s", truncated);
+        printf("%-34s %8s %9s %10s\n", "path", "rows", "seconds", "rows/s");
+        if (scalar_rows > 0)
+            printf("%-34s %8lld %9.3f %10.0f\n", "sentiment() per row", c_scalar, t_scalar, c_scalar / t_scalar);
+        printf("%-34s %8lld %9.3f %10.0f\n", "classify", c_classify, t_classify, c_classify / t_classify);
+        snprintf(sql, sizeof sql, "sentiment_batch() OVER (%d rows)", frame);
+        printf("%-34s %8lld %9.3f %10.0f\n", sql, c_window, t_window, c_window / t_window);
+        printf("%-34s %8d %9.3f %10.0f\n", "direct C (bert_classify_texts)", n, t_direct, n / t_direct);
+        printf("classify / direct = %.3f (target >= 0.90); window / direct = %.3f; label differences: %d\n",
+               t_direct / t_classify, t_direct / t_window, differ);
+        rc = differ ? 1 : 0;
+    }
+    goto end;
+usage:
+    fprintf(stderr, "usage: bench_sql [--data FILE.tsv] [--rows N] [--model DIR] [--batch B] [--threads T] "
+                    "[--frame F] [--scalar-rows N] [--repeat R] [--ext PATH]\n");
+    return 2;
+end:
+    if (ins) S.finalize(ins);
+    if (db) S.close(db);
+    bert_workspace_free(ws);
+    if (be) be->destroy(be);
+    bert_model_free(m);
+    for (int i = 0; i < n; i++) free(texts[i]);
+    free(texts);
+    free(lens);
+    free(probs);
+    free(trunc);
+    return rc;
+}
