@@ -685,11 +685,12 @@ static void test_vocab_builder(void **state)
     v2 = build_vocab(0, 1, 8, &len2, &n2);
     assert_int_equal(n2, 8);
     assert_true(has_line(v2, "[MASK]"));
+    free(v2);
     vocab_builder *vb;
     assert_int_equal(vocab_builder_create(1, &vb, err), SM_OK);
     assert_int_equal(vocab_builder_build(vb, 0, 0, &v2, &len2, &n2, err), SM_ERR_INVALID);
+    assert_null(v2);
     vocab_builder_free(vb);
-    free(v2);
     free(v);
 }
 
