@@ -63,12 +63,22 @@ static int cpu_sumsq(backend *be, float *out, const float *x, size_t n)
     return SM_OK;
 }
 
+/* acc[0..n) += Σ_r rows[r*ld + 0..n) */
+SIMD_CLONES
+static void sum_rows_span(float *acc, const float *rows, int R, size_t ld, int n)
+{
+    for (int r = 0; r < R; r++) {
+        const float *row = rows + (size_t)r * ld;
+        for (int c = 0; c < n; c++) acc[c] += row[c];
+    }
+}
+
 /* db(N) += column sums of dout(R,N): columns split across threads, rows
  * summed in order. */
 static void column_sums_add(const backend *be, float *db, const float *dout,
                             int R, int N)
 {
-    enum { BLOCK = 64 };
+    enum { BLOCK = 256 };
     int blocks = (N + BLOCK - 1) / BLOCK;
     int nt = nthreads(be, (size_t)R * N);
     if (nt > blocks) nt = blocks;
@@ -76,10 +86,7 @@ static void column_sums_add(const backend *be, float *db, const float *dout,
     for (int blk = 0; blk < blocks; blk++) {
         int c0 = blk * BLOCK, c1 = c0 + BLOCK < N ? c0 + BLOCK : N;
         float acc[BLOCK] = {0};
-        for (int r = 0; r < R; r++) {
-            const float *row = dout + (size_t)r * N;
-            for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
-        }
+        sum_rows_span(acc, dout + c0, R, (size_t)N, c1 - c0);
         for (int c = c0; c < c1; c++) db[c] += acc[c - c0];
     }
 }
@@ -383,26 +390,38 @@ static int cpu_cross_entropy_backward(backend *be, float *dlogits,
     return SM_OK;
 }
 
-static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
-                     size_t n, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, int t)
+SIMD_CLONES
+static void adamw_span(float *p, const float *g, float *m, float *v, size_t n,
+                       float decay, float step, float bc2_sqrt, float a1,
+                       float beta2, float a2, float eps)
 {
-    /* The scalars as torch computes them (in double), applied in float. */
-    double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
-    float decay = (float)(1.0 - (double)lr * weight_decay);
-    float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    int nt = nthreads(be, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
-        float pi = weight_decay != 0.0f ? p[i] * decay : p[i];
+        float pi = p[i] * decay;
         float mi = m[i] + (gi - m[i]) * a1;
         float vi = v[i] * beta2 + gi * gi * a2;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = pi - step * (mi / denom);
         m[i] = mi;
         v[i] = vi;
+    }
+}
+
+static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, int t)
+{
+    /* The scalars as torch computes them (in double), applied in float. */
+    double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
+    float decay = weight_decay != 0.0f ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
+    float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+    int nt = nthreads(be, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int c = 0; c < nt; c++) {
+        size_t lo = n * c / nt, hi = n * (c + 1) / nt;
+        adamw_span(p + lo, g + lo, m + lo, v + lo, hi - lo, decay, step, bc2_sqrt, a1, beta2,
+                   a2, eps);
     }
     return SM_OK;
 }

@@ -34,6 +34,7 @@ typedef struct layer_acts {
     float *mean1, *rstd1; /* (N) */
     float *x1;            /* (N,C) LN1 output: FFN input */
     float *h;             /* (N,F) intermediate before GELU */
+    float *g;             /* (N,F) GELU(h): input of output.dense */
     float *r2;            /* (N,C) dropout(output.dense) + x1: input of LN2 */
     float *mean2, *rstd2; /* (N) */
 } layer_acts;
@@ -56,7 +57,6 @@ struct bert_train_ws {
     float *probs;         /* (B,K) */
     float *losses;        /* (B) */
     /* scratch */
-    float *gelu;          /* (N,F) GELU output, recomputed in the backward */
     float *att_drop;      /* (B,H,T,T) dropped probabilities */
     float *datt;          /* (B,H,T,T) */
     float *dx;            /* (N,C) gradient of the residual stream */
@@ -154,6 +154,7 @@ int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
             CARVE(a->rstd1, N);
             CARVE(a->x1, N * C);
             CARVE(a->h, N * F);
+            CARVE(a->g, N * F);
             CARVE(a->r2, N * C);
             CARVE(a->mean2, N);
             CARVE(a->rstd2, N);
@@ -165,7 +166,6 @@ int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
         CARVE(ws->logits, B * K);
         CARVE(ws->probs, B * K);
         CARVE(ws->losses, B);
-        CARVE(ws->gelu, N * F);
         CARVE(ws->att_drop, att);
         CARVE(ws->datt, att);
         CARVE(ws->dx, N * C);
@@ -236,11 +236,11 @@ static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
     TRY(be->add(be, a->r1, a->r1, a->x_in, NC));
     TRY(be->layernorm(be, a->x1, a->mean1, a->rstd1, a->r1, lp->ln1_w, lp->ln1_b, N, C,
                       cfg->layer_norm_eps));
-    /* h(N,F) = x1 · W1ᵀ + b1; gelu = GELU(h) */
+    /* h(N,F) = x1 · W1ᵀ + b1; g = GELU(h) */
     TRY(be->linear(be, a->h, a->x1, lp->ffn_in_w, lp->ffn_in_b, N, C, F));
-    TRY(be->gelu(be, ws->gelu, a->h, (size_t)N * F));
-    /* r2(N,C) = dropout(gelu · W2ᵀ + b2) + x1; x_out = LN2(r2) */
-    TRY(be->linear(be, a->r2, ws->gelu, lp->ffn_out_w, lp->ffn_out_b, N, F, C));
+    TRY(be->gelu(be, a->g, a->h, (size_t)N * F));
+    /* r2(N,C) = dropout(g · W2ᵀ + b2) + x1; x_out = LN2(r2) */
+    TRY(be->linear(be, a->r2, a->g, lp->ffn_out_w, lp->ffn_out_b, N, F, C));
     TRY(be->dropout(be, a->r2, a->r2, NC, dr->hidden, key_of(dr, SITE_HID2(l))));
     TRY(be->add(be, a->r2, a->r2, a->x1, NC));
     TRY(be->layernorm(be, x_out, a->mean2, a->rstd2, a->r2, lp->ln2_w, lp->ln2_b, N, C,
@@ -263,16 +263,15 @@ static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
     /* x_out = LN2(r2): dx <- dL/dr2 (also dL/dx1 through the residual) */
     TRY(be->layernorm_backward(be, dx, lg->ln2_w, lg->ln2_b, dx, a->r2, a->mean2, a->rstd2,
                                lp->ln2_w, N, C));
-    /* r2 = dropout(gelu · W2ᵀ + b2) + x1 */
+    /* r2 = dropout(g · W2ᵀ + b2) + x1 */
     float *dp = dx;
     if (dr->hidden > 0) {
         TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(dr, SITE_HID2(l))));
         dp = ws->dtmp;
     }
-    TRY(be->gelu(be, ws->gelu, a->h, (size_t)N * F));
-    TRY(be->linear_backward(be, ws->dffn, lg->ffn_out_w, lg->ffn_out_b, dp, ws->gelu,
+    TRY(be->linear_backward(be, ws->dffn, lg->ffn_out_w, lg->ffn_out_b, dp, a->g,
                             lp->ffn_out_w, N, F, C, 0));
-    /* gelu = GELU(h); h = x1 · W1ᵀ + b1: dx += dh · W1 */
+    /* g = GELU(h); h = x1 · W1ᵀ + b1: dx += dh · W1 */
     TRY(be->gelu_backward(be, ws->dffn, ws->dffn, a->h, (size_t)N * F));
     TRY(be->linear_backward(be, dx, lg->ffn_in_w, lg->ffn_in_b, ws->dffn, a->x1,
                             lp->ffn_in_w, N, C, F, 1));
