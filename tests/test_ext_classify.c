@@ -126,8 +126,9 @@ static void test_classify_errors(void **state)
     expect_text(db, "SELECT count(*) FROM t", "20");
     expect_error(db, "SELECT * FROM classify('SELECT id, body FROM t', 'body', 'tiny')",
                  "classify(): a SELECT source takes its text from its second column");
+    exec_ok(db, "SELECT sentiment_load('default', '" TINY_MODEL "')");
     expect_error(db, "SELECT * FROM classify('t', 'body', 'hotle')",
-                 "classify(): no model named 'hotle'; known: tiny");
+                 "classify(): no model named 'hotle'; known: default, tiny");
     expect_error(db, "SELECT * FROM classify('t', 'body', 'tiny', 0)",
                  "classify(): batch_size must be an integer from 1 to 4096, got '0'");
     expect_error(db, "SELECT * FROM classify('t', 'body', 'tiny', 'x')", "got 'x'");

@@ -83,7 +83,8 @@ static void test_database_models(void **state)
     exec_ok(db, "SELECT sentiment_load('emo', '" ERNIE_MODEL "')");
     expect_text(db, "SELECT sentiment_save('hotel', 'tiny')", "1");
     expect_text(db, "SELECT sentiment_save('hotel', 'emo')", "2");
-    expect_text(db, "SELECT group_concat(name || '@' || version || ':' || source, ' ') FROM sentiment_models",
+    expect_text(db, "SELECT group_concat(name || '@' || version || ':' || source, ' ') FROM sentiment_models "
+                    "WHERE source <> 'builtin'",
                 "tiny@1:file emo@1:file hotel@1:database hotel@2:database");
     expect_text(db, "SELECT labels FROM sentiment_models WHERE name = 'hotel' AND version = 2",
                 "[\"anger\",\"joy\",\"neutral\"]");
@@ -97,7 +98,9 @@ static void test_database_models(void **state)
     expect_text(db, "SELECT sentiment_probs('服务很好', 'hotel@1') = sentiment_probs('服务很好', 'tiny')", "1");
     expect_text(db, "SELECT sentiment_probs('服务很好', 'hotel@2') = sentiment_probs('服务很好', 'emo')", "1");
     expect_error(db, "SELECT sentiment('x', 'hotel@3')", "sentiment(): no version 3 of model 'hotel'; the latest is 2");
-    expect_error(db, "SELECT sentiment('x', 'hote')", "sentiment(): no model named 'hote'; known: tiny, emo, hotel");
+    exec_ok(db, "SELECT sentiment_load('default', '" TINY_MODEL "')");
+    expect_error(db, "SELECT sentiment('x', 'hote')",
+                 "sentiment(): no model named 'hote'; known: default, tiny, emo, hotel");
     expect_error(db, "SELECT sentiment('x', 'hotel@0')", "no model named 'hotel@0'");
     /* classify and the window form on a database model */
     make_reviews(db);

@@ -2,6 +2,8 @@
 -- expected. Each statement below fails; the shell prints the message.
 .headers off
 .mode list
+-- a registered 'default' hides a built-in model: the same output in any build
+SELECT sentiment_load('default', 'tests/fixtures/models/bert_tiny') IS NOT NULL;
 SELECT sentiment_load('tiny', 'tests/fixtures/models/bert_tiny') IS NOT NULL;
 CREATE TABLE reviews(id INTEGER PRIMARY KEY, comment TEXT);
 SELECT sentiment('x', 'hotle');
