@@ -18,12 +18,22 @@ if ! command -v sqlite3 >/dev/null 2>&1; then
     echo "run-sql-tests: the sqlite3 shell is not installed" >&2
     exit 1
 fi
+# A sanitizer build of sentiment.so (make asan) needs its runtime loaded
+# first in the uninstrumented sqlite3 shell and python.
+preload=$(ldd "$so.so" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {printf "%s ", $3}')
+run() {
+    if [ -n "$preload" ]; then
+        env LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" "$@"
+    else
+        "$@"
+    fi
+}
 failed=0
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 for sql in sql/tests/*.sql; do
     name=${sql%.sql}
-    { echo ".load $so"; cat "$sql"; } | sqlite3 -batch :memory: >"$tmp" 2>&1
+    { echo ".load $so"; cat "$sql"; } | run sqlite3 -batch :memory: >"$tmp" 2>&1
     if [ "$update" = "--update" ]; then
         cp "$tmp" "$name.expected"
         echo "updated $name.expected"
@@ -39,13 +49,13 @@ done
 py=""
 for p in python3 /usr/bin/python3; do
     if command -v "$p" >/dev/null 2>&1 &&
-        "$p" -c 'import sqlite3; sqlite3.connect(":memory:").enable_load_extension' 2>/dev/null; then
+        "$p" -c 'import sqlite3; sqlite3.connect(":memory:").enable_load_extension' >/dev/null 2>&1; then
         py=$p
         break
     fi
 done
 if [ -n "$py" ]; then
-    if "$py" examples/label_table.py --extension "$so" \
+    if run "$py" examples/label_table.py --extension "$so" \
         --model tests/fixtures/models/bert_tiny >"$tmp" 2>&1 &&
         grep -q "labelled" "$tmp"; then
         echo "ok   examples/label_table.py ($py)"
