@@ -56,6 +56,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "safetensors.h"
 #include "sentiment_ext.h"
 
 #ifndef SENTIMENT_COMMIT
@@ -323,7 +324,7 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     m = model_arg(ctx, c, fn, argc, argv, 1, &cached);
     if (!m) return; /* error already set */
     if (bert_config_to_json(&m->bert->cfg, &config, err) != SM_OK ||
-        bert_model_save_safetensors(m->bert, 0 /* ST_F32 */, &weights, &weights_len, err) != SM_OK) {
+        bert_model_save_safetensors(m->bert, ST_F32, &weights, &weights_len, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", fn, err);
         goto end;
     }
