@@ -31,8 +31,8 @@ LIB       := $(BUILD)/libsentiment_model.a
 EXT_LIB   := $(BUILD)/libsentiment_ext.a
 SO        := $(if $(EXT_SRC),$(BUILD)/sentiment.so)
 
-.PHONY: all deps test asan demo bench clean
-all: deps $(LIB) $(SO)
+.PHONY: all deps test asan demo bench clean builtin-model
+all: deps $(LIB) $(SO) $(BUILD)/train_builtin
 
 deps:
 	@./scripts/install-deps.sh
@@ -57,6 +57,14 @@ $(BUILD)/sentiment.so: $(EXT_OBJ) $(LIB)
 $(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
+
+# The built-in model's trainer (see model/builtin/README.md).
+BUILTIN_TRAINER_SRC := $(sort $(wildcard model/builtin/*.c))
+$(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard model/builtin/*.h) $(LIB)
+	$(CC) $(CPPFLAGS) -Imodel/builtin $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
+
+builtin-model: deps $(BUILD)/train_builtin
+	$(BUILD)/train_builtin --data ../shared/data --out model/builtin
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,303 @@
+/* train_builtin.c: trains the built-in sentiment model from ../shared/data
+ * with this project's own trainer, evaluates it on texts it never saw, and
+ * writes the model directory that sentiment.so embeds.
+ *
+ *   make builtin-model                      (the documented command)
+ *   build/train_builtin --data ../shared/data --out model/builtin [options]
+ *
+ * Options (defaults are the shipped recipe): --layers 4 --hidden 256
+ * --heads 4 --intermediate 1024 --max-length 128 --epochs 3 --lr 5e-4
+ * --batch 32 --seed 42 --threads 0 (all cores) --min-count 3
+ * --vocab-size 8000 --weibo 0|1 --limit N (first N training rows, for quick
+ * trials) --dtype f16|bf16|f32.
+ *
+ * Output: config.json, vocab.txt, model.safetensors and metrics.json (split
+ * sizes, per-epoch loss and validation accuracy, accuracy per evaluation
+ * set, [UNK] rate, timings). The evaluation sets and how they are kept out of
+ * training are described in reviews.c.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "bert.h"
+#include "errors.h"
+#include "reviews.h"
+#include "safetensors.h"
+#include "trainer.h"
+#include "vocab_builder.h"
+
+typedef struct recipe {
+    const char *data, *out;
+    bert_shape shape;
+    int epochs, batch, threads, min_count, vocab_size, weibo, limit;
+    float lr;
+    unsigned long long seed;
+    const char *dtype;
+} recipe;
+
+static const char *const k_labels[2] = {"negative", "positive"};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_args(int argc, char **argv, recipe *r)
+{
+    *r = (recipe){"../shared/data", "model/builtin", {4, 256, 4, 1024, 128},
+                  3, 32, 0, 3, 8000, 0, 0, 5e-4f, 42, "f16"};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--data")) r->data = v;
+        else if (!strcmp(k, "--out")) r->out = v;
+        else if (!strcmp(k, "--layers")) r->shape.layers = atoi(v);
+        else if (!strcmp(k, "--hidden")) r->shape.hidden = atoi(v);
+        else if (!strcmp(k, "--heads")) r->shape.heads = atoi(v);
+        else if (!strcmp(k, "--intermediate")) r->shape.intermediate = atoi(v);
+        else if (!strcmp(k, "--max-length")) r->shape.max_length = atoi(v);
+        else if (!strcmp(k, "--epochs")) r->epochs = atoi(v);
+        else if (!strcmp(k, "--lr")) r->lr = strtof(v, NULL);
+        else if (!strcmp(k, "--batch")) r->batch = atoi(v);
+        else if (!strcmp(k, "--seed")) r->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--threads")) r->threads = atoi(v);
+        else if (!strcmp(k, "--min-count")) r->min_count = atoi(v);
+        else if (!strcmp(k, "--vocab-size")) r->vocab_size = atoi(v);
+        else if (!strcmp(k, "--weibo")) r->weibo = atoi(v);
+        else if (!strcmp(k, "--limit")) r->limit = atoi(v);
+        else if (!strcmp(k, "--dtype")) r->dtype = v;
+        else {
+            fprintf(stderr, "train_builtin: unknown option %s\n", k);
+            return 1;
+        }
+    }
+    if (argc % 2 == 0) {
+        fprintf(stderr, "train_builtin: option %s needs a value\n", argv[argc - 1]);
+        return 1;
+    }
+    return 0;
+}
+
+static int progress(void *user, const trainer_progress *p)
+{
+    (void)user;
+    if (p->epoch_done)
+        fprintf(stderr, "\nepoch %d/%d: train loss %.4f, validation accuracy %.4f\n", p->epoch,
+                p->epochs, p->epoch_loss, p->valid_accuracy);
+    else if (p->step % 20 == 0 || p->step == p->total_steps)
+        fprintf(stderr, "\repoch %d/%d step %ld/%ld loss %.4f lr %.2e %.0f ex/s eta %.0f s   ",
+                p->epoch, p->epochs, p->step, p->total_steps, p->loss, p->lr,
+                p->examples_per_sec, p->eta_sec);
+    return 0;
+}
+
+static int write_file(const char *dir, const char *name, const void *data, size_t len,
+                      char *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len || fclose(f)) {
+        if (f) fclose(f);
+        return sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
+    }
+    return SM_OK;
+}
+
+/* Accuracy of m on one evaluation set. */
+static int evaluate(const bert_model *m, bert_workspace *ws, const review_set *set,
+                    int max_length, double *accuracy, char *err)
+{
+    int K = m->cfg.num_labels, correct = 0, rc = SM_OK;
+    const int chunk = 256;
+    const char *texts[256];
+    size_t lens[256];
+    float *probs = malloc((size_t)chunk * K * sizeof *probs);
+    if (!probs) return sm_error(err, SM_ERR_NOMEM, "out of memory");
+    for (int first = 0; first < set->n && !rc; first += chunk) {
+        int n = set->n - first < chunk ? set->n - first : chunk;
+        for (int i = 0; i < n; i++) {
+            texts[i] = set->rows[first + i].text;
+            lens[i] = strlen(texts[i]);
+        }
+        rc = bert_classify_texts(m, &m->p, ws, texts, lens, n, max_length, 32, probs, NULL, err);
+        for (int i = 0; i < n && !rc; i++) {
+            int pred = probs[i * K + 1] > probs[i * K + 0];
+            correct += pred == set->rows[first + i].label;
+        }
+    }
+    free(probs);
+    *accuracy = set->n ? (double)correct / set->n : NAN;
+    return rc;
+}
+
+/* Share of word pieces that are [UNK] over a set's texts. */
+static double unk_rate(const tokenizer *tok, const review_set *set)
+{
+    long unk = 0, total = 0;
+    int ids[4096];
+    for (int i = 0; i < set->n; i++) {
+        int n;
+        if (tokenizer_tokenize(tok, set->rows[i].text, strlen(set->rows[i].text), ids, 4096, &n,
+                               NULL))
+            continue;
+        for (int k = 0; k < n && k < 4096; k++) unk += ids[k] == tokenizer_unk_id(tok);
+        total += n < 4096 ? n : 4096;
+    }
+    return total ? (double)unk / total : 0.0;
+}
+
+int main(int argc, char **argv)
+{
+    recipe r;
+    char err[SM_ERR_MAX] = "";
+    review_data d;
+    vocab_builder *vb = NULL;
+    char *vocab = NULL, *config = NULL;
+    size_t vocab_len;
+    int n_tokens, rc;
+    bert_model *m = NULL;
+    train_dataset *ds = NULL;
+    backend *be = NULL;
+    bert_workspace *ws = NULL;
+    trainer_result res = {0};
+    void *weights = NULL;
+    size_t weights_len;
+    double t0 = now();
+
+    if (parse_args(argc, argv, &r)) return 2;
+    if ((rc = reviews_load(r.data, r.weibo, &d, err))) goto fail;
+    fprintf(stderr, "train %d rows (dropped: %d equal to an evaluation text, %d duplicates, "
+                    "%d conflicting), unlabeled %d\n",
+            d.train.n, d.dropped_eval_overlap, d.dropped_duplicates, d.dropped_conflicts,
+            d.unlabeled.n);
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+        fprintf(stderr, "eval  %-40s %5d rows\n", d.eval_name[e], d.eval[e].n);
+    /* Shuffle (seeded) so that --limit takes a fair sample of every set. */
+    unsigned long long state = r.seed * 2654435761ull + 1;
+    for (int i = d.train.n - 1; i > 0; i--) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        int j = (int)((state >> 33) % (unsigned long long)(i + 1));
+        review tmp = d.train.rows[i];
+        d.train.rows[i] = d.train.rows[j];
+        d.train.rows[j] = tmp;
+    }
+    int n_train = r.limit > 0 && r.limit < d.train.n ? r.limit : d.train.n;
+
+    /* Vocabulary from the training and unlabeled texts only. */
+    if ((rc = vocab_builder_create(1, &vb, err))) goto fail;
+    for (int i = 0; i < n_train; i++)
+        if ((rc = vocab_builder_add(vb, d.train.rows[i].text, strlen(d.train.rows[i].text), err)))
+            goto fail;
+    for (int i = 0; i < d.unlabeled.n; i++)
+        if ((rc = vocab_builder_add(vb, d.unlabeled.rows[i].text,
+                                    strlen(d.unlabeled.rows[i].text), err)))
+            goto fail;
+    if ((rc = vocab_builder_build(vb, r.min_count, r.vocab_size, &vocab, &vocab_len, &n_tokens,
+                                  err)))
+        goto fail;
+    fprintf(stderr, "vocabulary: %d tokens\n", n_tokens);
+
+    if ((rc = bert_model_create_scratch(&r.shape, vocab, vocab_len, 1, 2, k_labels, r.seed, &m,
+                                        err)))
+        goto fail;
+    fprintf(stderr, "model: %d layers, hidden %d, %d heads, intermediate %d, %zu parameters\n",
+            r.shape.layers, r.shape.hidden, r.shape.heads, r.shape.intermediate,
+            bert_model_num_params(m));
+
+    /* Tokenize the training rows once. */
+    if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
+    int *ids = malloc((size_t)r.shape.max_length * sizeof *ids);
+    for (int i = 0; i < n_train && !rc; i++) {
+        int n, cut;
+        rc = tokenizer_encode(m->tok, d.train.rows[i].text, strlen(d.train.rows[i].text),
+                              r.shape.max_length, ids, &n, &cut, err);
+        if (!rc) rc = train_dataset_add(ds, ids, n, d.train.rows[i].label, err);
+    }
+    free(ids);
+    if (rc) goto fail;
+
+    if ((rc = backend_cpu_create(r.threads, &be, err))) goto fail;
+    trainer_options opt;
+    trainer_options_default(&opt);
+    opt.epochs = r.epochs;
+    opt.lr = r.lr;
+    opt.batch_size = r.batch;
+    opt.max_length = r.shape.max_length;
+    opt.valid_fraction = 0.05f;
+    opt.seed = r.seed;
+    opt.progress = progress;
+    if ((rc = trainer_run(m, be, ds, &opt, &res, err))) goto fail;
+    fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n", res.n_train,
+            res.seconds, res.examples_per_sec, res.best_epoch);
+
+    /* Evaluate on every held-out set. */
+    double acc[REVIEW_EVAL_SETS];
+    if ((rc = bert_workspace_create(be, &m->cfg, 32, r.shape.max_length, &ws, err))) goto fail;
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++) {
+        if ((rc = evaluate(m, ws, &d.eval[e], r.shape.max_length, &acc[e], err))) goto fail;
+        printf("accuracy %-40s %.4f (%d rows)\n", d.eval_name[e], acc[e], d.eval[e].n);
+    }
+    double unk = unk_rate(m->tok, &d.eval[0]);
+    printf("[UNK] rate on %s: %.4f%%\n", d.eval_name[0], 100 * unk);
+
+    /* Write the model directory. */
+    int dtype = !strcmp(r.dtype, "f32") ? ST_F32 : !strcmp(r.dtype, "bf16") ? ST_BF16 : ST_F16;
+    mkdir(r.out, 0755);
+    if ((rc = bert_config_to_json(&m->cfg, &config, err))) goto fail;
+    if ((rc = write_file(r.out, "config.json", config, strlen(config), err))) goto fail;
+    if ((rc = write_file(r.out, "vocab.txt", vocab, vocab_len, err))) goto fail;
+    if ((rc = bert_model_save_safetensors(m, dtype, &weights, &weights_len, err))) goto fail;
+    if ((rc = write_file(r.out, "model.safetensors", weights, weights_len, err))) goto fail;
+
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.json", r.out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        rc = sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
+        goto fail;
+    }
+    fprintf(f, "{\n  \"train_rows\": %d,\n  \"valid_rows\": %d,\n  \"vocab_size\": %d,\n",
+            res.n_train, res.n_valid, n_tokens);
+    fprintf(f, "  \"parameters\": %zu,\n  \"shape\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, "
+               "\"intermediate\": %d, \"max_length\": %d},\n",
+            bert_model_num_params(m), r.shape.layers, r.shape.hidden, r.shape.heads,
+            r.shape.intermediate, r.shape.max_length);
+    fprintf(f, "  \"recipe\": {\"epochs\": %d, \"lr\": %g, \"batch\": %d, \"seed\": %llu, "
+               "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\"},\n",
+            r.epochs, r.lr, r.batch, r.seed, r.min_count, r.vocab_size, r.weibo, r.dtype);
+    fprintf(f, "  \"epochs\": [");
+    for (int e = 0; e < res.epochs; e++)
+        fprintf(f, "%s{\"train_loss\": %.5f, \"valid_accuracy\": %.5f}", e ? ", " : "",
+                res.train_loss[e], res.valid_accuracy[e]);
+    fprintf(f, "],\n  \"best_epoch\": %d,\n  \"accuracy\": {", res.best_epoch);
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+        fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], acc[e]);
+    fprintf(f, "},\n  \"eval_rows\": {");
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+        fprintf(f, "%s\"%s\": %d", e ? ", " : "", d.eval_name[e], d.eval[e].n);
+    fprintf(f, "},\n  \"unk_rate_chnsenticorp_dev\": %.6f,\n  \"train_seconds\": %.1f,\n"
+               "  \"examples_per_sec\": %.1f,\n  \"total_seconds\": %.1f,\n  \"threads\": %d\n}\n",
+            unk, res.seconds, res.examples_per_sec, now() - t0, backend_cpu_threads(be));
+    fclose(f);
+    fprintf(stderr, "wrote %s (model.safetensors %.1f MB)\n", r.out, weights_len / 1e6);
+    rc = SM_OK;
+fail:
+    if (rc) fprintf(stderr, "train_builtin: %s\n", err);
+    free(weights);
+    free(config);
+    trainer_result_free(&res);
+    bert_workspace_free(ws);
+    if (be) be->destroy(be);
+    train_dataset_free(ds);
+    bert_model_free(m);
+    free(vocab);
+    vocab_builder_free(vb);
+    reviews_free(&d);
+    return rc ? 1 : 0;
+}
