@@ -1,0 +1,965 @@
+#!/usr/bin/env python3
+"""Our engine side by side with ONNX Runtime, PyTorch and PaddlePaddle on the CPU.
+
+Run through `make bench` (scripts/bench.sh sets up the Python environment):
+
+    scripts/bench.sh [--quick] [--shapes builtin,ernie-medium,bert-base]
+                     [--threads 1,2] [--batches 1,32] [--inputs real,fixed]
+                     [--engines ours,sql,onnxruntime,torch,paddle] [--runs 5]
+
+What one run does, on one machine, with the same weights and the same token
+ids for every engine:
+
+1. Models (bench/make_models.py): one random-weight BertForSequenceClassification
+   per shape, saved as a Hugging Face directory, exported to ONNX and rebuilt in
+   paddle.nn; cached outside the repository.
+2. Inputs: 512 reviews sampled with a fixed seed from
+   ../shared/data/chnsenticorp/dev.tsv (read at run time, never stored in the
+   repository), tokenized once with transformers' BertTokenizer on the model's
+   vocabulary (max 128 tokens); our tokenizer must give identical ids.
+   - "real": natural lengths. The 512 sequences are sorted by length for every
+     engine (classify does that for ours) and cut into batches, each padded to
+     its own longest sequence. To keep the run short, a pass covers a
+     length-stratified subset: evenly spaced batches of the sorted list at
+     batch 32, evenly spaced sequences at batch 1 (counts in the report).
+   - "fixed": every sequence exactly 128 real tokens ([CLS], 126 tokens of the
+     reviews' token stream, [SEP]), no padding.
+3. Speed: each engine in its own process per (shape, threads), with
+   OMP_NUM_THREADS set to the thread count; one warm-up batch, then --runs
+   passes; the median pass gives sequences/s. Padded input arrays are built
+   before the clock starts; the timed part is the forward pass and the softmax.
+   - ours (C): build/bench/bench_peers, the encoder from C on the same ids;
+   - classify (SQL): build/sentiment.so's classify() through Python's sqlite3,
+     end to end from text (tokenizing included), "real" inputs only;
+   - onnxruntime: InferenceSession, all graph optimizations, intra_op threads =
+     the thread count, inter_op 1, sequential;
+   - torch: transformers BertForSequenceClassification, eager (its default
+     SDPA attention), torch.set_num_threads, inference_mode;
+   - paddle: paddle.inference with oneDNN (dygraph when inference fails).
+4. Correctness: every engine's probabilities on every workload against ours
+   (labels equal, probabilities within 1e-3). An engine that disagrees gets no
+   speed ratio.
+5. Report: a Markdown table on stdout and in bench/out/results-<date>.md (with
+   the raw timings in a .json beside it); a full run also replaces
+   bench/RESULTS.md.
+
+Training (examples/s against PyTorch) joins the report when the engine has a
+trainer (model/trainer.h); until then the report says it is not measured.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+ENGINES = ["ours", "sql", "onnxruntime", "torch", "paddle"]
+PEERS = ["onnxruntime", "torch", "paddle"]
+TITLES = {"ours": "ours (C)", "sql": "classify (SQL)", "onnxruntime": "ONNX Runtime",
+          "torch": "PyTorch", "paddle": "Paddle"}
+SHAPE_ORDER = ["builtin", "ernie-medium", "bert-base"]
+MAX_LEN = 128
+N_TEXTS = 512
+SEED = 20240611
+PROB_TOL = 1e-3
+
+# Sequences per timed pass, by shape and batch size: a pass takes about a
+# second on two cores, so the whole matrix stays near a quarter of an hour.
+# At batch 32 the counts are whole batches (real inputs: evenly spaced batches
+# of the 16 in the sorted sample).
+WORK_SIZES = {
+    "builtin": {1: 32, 32: 64},
+    "ernie-medium": {1: 6, 32: 32},
+    "bert-base": {1: 3, 32: 32},
+}
+# Training: batch 32 of 128-token sequences, mean step time after a warm-up
+# step (bench/bench_train.c's method), our trainer against a PyTorch loop.
+TRAIN_BATCH, TRAIN_SEQ, TRAIN_VOCAB = 32, 128, 21128
+TRAIN_SHAPES = {"builtin": (4, 256, 4, 1024), "ernie-medium": (6, 768, 12, 3072),
+                "bert-base": (12, 768, 12, 3072)}
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- workers
+
+def read_ids(path):
+    with open(path, encoding="utf-8") as f:
+        return [[int(x) for x in line.split()] for line in f if line.strip()]
+
+
+def padded_batches(seqs, batch, np):
+    """(ids, mask, types, lengths) per batch, each padded to its longest."""
+    out = []
+    for first in range(0, len(seqs), batch):
+        chunk = seqs[first:first + batch]
+        T = max(len(s) for s in chunk)
+        ids = np.zeros((len(chunk), T), dtype=np.int64)
+        mask = np.zeros((len(chunk), T), dtype=np.int64)
+        for b, s in enumerate(chunk):
+            ids[b, :len(s)] = s
+            mask[b, :len(s)] = 1
+        out.append((ids, mask, np.zeros_like(ids)))
+    return out
+
+
+def softmax(np, logits):
+    z = logits.astype(np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def threadpools():
+    try:
+        import threadpoolctl
+        return [{k: v for k, v in d.items() if k in ("internal_api", "version", "num_threads",
+                                                    "architecture", "threading_layer", "prefix")}
+                for d in threadpoolctl.threadpool_info()]
+    except Exception as e:
+        return "threadpoolctl unavailable: %s" % e
+
+
+def make_runner(engine, model_dir, threads, np):
+    """Returns (run(ids, mask, types) -> logits, description dict)."""
+    hf = os.path.join(model_dir, "hf")
+    if engine == "onnxruntime":
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(os.path.join(model_dir, "model.onnx"), so,
+                                    providers=["CPUExecutionProvider"])
+
+        def run(ids, mask, types):
+            return sess.run(None, {"input_ids": ids, "attention_mask": mask,
+                                   "token_type_ids": types})[0]
+        return run, {"version": ort.__version__,
+                     "config": "CPUExecutionProvider, graph optimizations ORT_ENABLE_ALL, "
+                               "intra_op_num_threads = threads, inter_op_num_threads 1, "
+                               "sequential"}
+    if engine == "torch":
+        import torch
+        import transformers
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(hf).eval()
+
+        def run(ids, mask, types):
+            with torch.inference_mode():
+                return model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                             token_type_ids=torch.from_numpy(types)).logits.numpy()
+        return run, {"version": torch.__version__, "transformers": transformers.__version__,
+                     "config": "eager, %s attention, torch.set_num_threads(threads), "
+                               "inference_mode" % model.config._attn_implementation}
+    if engine == "paddle":
+        import paddle
+        prefix = os.path.join(model_dir, "paddle", "model")
+        try:
+            import paddle.inference as pi
+            graph = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
+            cfg = pi.Config(graph, prefix + ".pdiparams")
+            cfg.disable_gpu()
+            cfg.set_cpu_math_library_num_threads(threads)
+            cfg.enable_mkldnn()
+            cfg.switch_ir_optim(True)
+            cfg.disable_glog_info()
+            pred = pi.create_predictor(cfg)
+            names = pred.get_input_names()
+            handles = {n: pred.get_input_handle(n) for n in names}
+            out = pred.get_output_handle(pred.get_output_names()[0])
+
+            def run(ids, mask, types):
+                feed = {"input_ids": ids, "token_type_ids": types,
+                        "attention_mask": mask.astype(np.float32)}
+                for n in names:
+                    handles[n].copy_from_cpu(feed[n])
+                pred.run()
+                return out.copy_to_cpu()
+            # Probe once so that a predictor that cannot run falls back.
+            probe = np.array([[2, 100, 3]], dtype=np.int64)
+            run(probe, np.ones_like(probe), np.zeros_like(probe))
+            return run, {"version": paddle.__version__,
+                         "config": "paddle.inference, oneDNN, IR optimizations, "
+                                   "cpu_math_library_num_threads = threads"}
+        except Exception as e:
+            reason = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1][:200])
+        import paddle_bert
+        paddle.set_device("cpu")
+        paddle.set_num_threads(threads) if hasattr(paddle, "set_num_threads") else None
+        net = paddle_bert.load(hf)
+
+        def run(ids, mask, types):
+            with paddle.no_grad():
+                return net(paddle.to_tensor(ids), paddle.to_tensor(types),
+                           paddle.to_tensor(mask.astype(np.float32))).numpy()
+        return run, {"version": paddle.__version__,
+                     "config": "dygraph (paddle.inference failed: %s)" % reason}
+    raise SystemExit("unknown engine %s" % engine)
+
+
+def worker(args):
+    """One engine, one model, one thread count, several workloads."""
+    import numpy as np
+    run, info = make_runner(args.engine, args.model_dir, args.threads, np)
+    info.update(engine=args.engine, threads=args.threads, threadpools=threadpools())
+    print(json.dumps(info), flush=True)
+    for spec in args.work:
+        name, batch, ids_path, probs_path = (spec.split(":") + [None])[:4]
+        batch = int(batch)
+        seqs = read_ids(ids_path)
+        batches = padded_batches(seqs, batch, np)
+        longest = max(range(len(batches)), key=lambda k: batches[k][0].shape[1])
+        t0 = time.perf_counter()
+        softmax(np, run(*batches[longest]))
+        warm = time.perf_counter() - t0
+        times, probs = [], None
+        for r in range(args.runs):
+            outs = []
+            t0 = time.perf_counter()
+            for b in batches:
+                outs.append(softmax(np, run(*b)))
+            times.append(time.perf_counter() - t0)
+            if r == 0:
+                probs = np.concatenate(outs)
+        if probs_path:
+            np.savetxt(probs_path, probs, fmt="%.9g")
+        print(json.dumps({"engine": args.engine, "work": name, "batch": batch,
+                          "threads": args.threads, "seqs": len(seqs), "warmup_s": warm,
+                          "times": times}), flush=True)
+
+
+def sql_worker(args):
+    """classify() through SQLite: texts in, probabilities out."""
+    import sqlite3
+    so = os.path.join(ROOT, "build", "sentiment")
+    db = sqlite3.connect(":memory:")
+    db.enable_load_extension(True)
+    db.load_extension(so)
+    db.enable_load_extension(False)
+    version = db.execute("SELECT sentiment_version()").fetchone()[0]
+    db.execute("SELECT sentiment_load('bench', ?)", (os.path.join(args.model_dir, "hf"),))
+    db.execute("SELECT sentiment_config('device', 'cpu')")
+    db.execute("SELECT sentiment_config('threads', ?)", (args.threads,))
+    db.execute("SELECT sentiment_config('max_length', ?)", (MAX_LEN,))
+    db.execute("SELECT sentiment_config('progress', 'off')")
+    device = db.execute("SELECT sentiment_device()").fetchone()[0]
+    with open(os.path.join(args.model_dir, "hf", "config.json"), encoding="utf-8") as f:
+        id2label = json.load(f).get("id2label") or {"0": "LABEL_0", "1": "LABEL_1"}
+    labels = [id2label[k] for k in sorted(id2label, key=int)]
+    print(json.dumps({"engine": "sql", "threads": args.threads, "version": version,
+                      "sqlite": sqlite3.sqlite_version, "device": device,
+                      "config": "classify('t', 'text', 'bench'), sentiment_config threads %d"
+                                % args.threads}), flush=True)
+    for spec in args.work:
+        name, batch, texts_path, probs_path = (spec.split(":") + [None])[:4]
+        batch = int(batch)
+        with open(texts_path, encoding="utf-8") as f:
+            texts = [line.rstrip("\n") for line in f]
+        db.execute("DROP TABLE IF EXISTS t")
+        db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, text TEXT)")
+        db.executemany("INSERT INTO t(id, text) VALUES (?, ?)", enumerate(texts, 1))
+        db.execute("SELECT sentiment_config('batch_size', ?)", (batch,))
+        query = "SELECT id, probs FROM classify('t', 'text', 'bench')"
+        # Warm-up: the last (longest) batch of rows.
+        t0 = time.perf_counter()
+        db.execute("SELECT count(*) FROM classify('SELECT id, text FROM t WHERE id > %d', 'bench')"
+                   % max(0, len(texts) - batch)).fetchall()
+        warm = time.perf_counter() - t0
+        times, rows = [], None
+        for r in range(args.runs):
+            t0 = time.perf_counter()
+            got = db.execute(query).fetchall()
+            times.append(time.perf_counter() - t0)
+            if r == 0:
+                rows = got
+        if probs_path:
+            with open(probs_path, "w", encoding="utf-8") as f:
+                for _, probs in rows:
+                    p = json.loads(probs) if probs else {}
+                    f.write(" ".join("%.9g" % p.get(lab, float("nan")) for lab in labels) + "\n")
+        print(json.dumps({"engine": "sql", "work": name, "batch": batch, "threads": args.threads,
+                          "seqs": len(texts), "warmup_s": warm, "times": times}), flush=True)
+
+
+def train_worker(args):
+    """PyTorch training steps: forward, backward, AdamW, on a random model."""
+    import torch
+    import transformers
+    from transformers import BertConfig, BertForSequenceClassification
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    L, C, H, F = (int(x) for x in args.shape.split(","))
+    cfg = BertConfig(vocab_size=TRAIN_VOCAB, hidden_size=C, num_hidden_layers=L,
+                     num_attention_heads=H, intermediate_size=F, max_position_embeddings=512,
+                     num_labels=2)
+    torch.manual_seed(1)
+    model = BertForSequenceClassification(cfg).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    B, T = args.batch, args.seq
+    ids = torch.tensor([[2 if t == 0 else 3 if t == T - 1 else 5 + (b * 131 + t * 17) % (TRAIN_VOCAB - 5)
+                         for t in range(T)] for b in range(B)])
+    mask = torch.ones_like(ids)
+    labels = torch.tensor([b & 1 for b in range(B)])
+    times = []
+    for step in range(args.steps + 1):
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step:
+            times.append(time.perf_counter() - t0)
+    print(json.dumps({"engine": "torch", "threads": args.threads, "version": torch.__version__,
+                      "transformers": transformers.__version__,
+                      "attention": model.config._attn_implementation,
+                      "examples_per_s": B * len(times) / sum(times), "step_times": times}),
+          flush=True)
+
+
+# ---------------------------------------------------------------- inputs
+
+def sample_texts(data_dir):
+    path = os.path.join(data_dir, "chnsenticorp", "dev.tsv")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    header = lines[0].split("\t")
+    col = header.index("text")
+    texts = [ln.split("\t")[col] for ln in lines[1:] if ln.strip()]
+    rng = random.Random(SEED)
+    return path, rng.sample(texts, min(N_TEXTS, len(texts)))
+
+
+def tokenize(vocab_path, texts):
+    import warnings
+    from transformers import BertTokenizer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = BertTokenizer(vocab_path, do_lower_case=True)
+        enc = tok(texts, truncation=True, max_length=MAX_LEN)
+    return enc["input_ids"], tok.cls_token_id, tok.sep_token_id
+
+
+def spaced(n_total, n):
+    """n indices spread evenly over range(n_total) (bin centres)."""
+    n = min(n, n_total)
+    return [int((i + 0.5) * n_total / n) for i in range(n)]
+
+
+def workloads(ids, cls, sep, sizes, batches, kinds):
+    """{name: (batch, [sequence ids], [text index or None])}."""
+    order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
+    stream = [t for s in ids for t in s[1:-1]]
+    out = {}
+    for batch in batches:
+        want = sizes[batch]
+        if "real" in kinds:
+            if batch == 1:
+                pick = [order[k] for k in spaced(len(order), want)]
+            else:
+                n_b = len(order) // batch
+                pick = [order[k * batch + j] for k in spaced(n_b, want // batch)
+                        for j in range(batch)]
+            out["real-b%d" % batch] = (batch, [ids[i] for i in pick], pick)
+        if "fixed" in kinds:
+            body = MAX_LEN - 2
+            seqs = []
+            for k in range(want):
+                start = (k * body) % max(1, len(stream) - body)
+                seqs.append([cls] + stream[start:start + body] + [sep])
+            out["fixed-b%d" % batch] = (batch, seqs, None)
+    return out
+
+
+# ---------------------------------------------------------------- running
+
+def run_json(cmd, env, what):
+    """Runs a worker; returns its JSON lines (or raises with its stderr)."""
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, cwd=ROOT)
+    lines = []
+    for ln in p.stdout.splitlines():
+        ln = ln.strip()
+        if ln.startswith("{"):
+            try:
+                lines.append(json.loads(ln))
+            except ValueError:
+                pass
+    if p.returncode != 0:
+        tail = "\n".join(p.stderr.strip().splitlines()[-3:])
+        raise RuntimeError("%s exited %d: %s" % (what, p.returncode, tail))
+    log("  %-12s %5.1f s" % (what, time.time() - t0))
+    return lines
+
+
+def engine_env(threads, clean_env):
+    env = dict(clean_env)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["MKL_NUM_THREADS"] = str(threads)
+    env["PYTHONWARNINGS"] = "ignore"
+    env["GLOG_minloglevel"] = "2"
+    env["FLAGS_call_stack_level"] = "0"
+    return env
+
+
+def load_probs(path):
+    with open(path, encoding="utf-8") as f:
+        return [[float(x) for x in ln.split()] for ln in f if ln.strip()]
+
+
+def compare(ref, got):
+    """(max |dp|, label mismatches that are not ties) of two (n, K) lists."""
+    worst, bad = 0.0, 0
+    if len(ref) != len(got):
+        return float("inf"), len(ref)
+    for a, b in zip(ref, got):
+        d = max(abs(x - y) for x, y in zip(a, b))
+        worst = max(worst, d)
+        la = max(range(len(a)), key=a.__getitem__)
+        lb = max(range(len(b)), key=b.__getitem__)
+        tie = sorted(a)[-1] - sorted(a)[-2] <= 2 * PROB_TOL
+        if la != lb and not tie:
+            bad += 1
+    return worst, bad
+
+
+def sql_python():
+    """A Python whose sqlite3 can load extensions (the venv's may not)."""
+    probe = "import sqlite3,sys; sys.exit(0 if hasattr(sqlite3.Connection,'enable_load_extension') else 1)"
+    for py in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
+        if py and os.path.exists(py) and subprocess.run([py, "-c", probe]).returncode == 0:
+            return py
+    return None
+
+
+def machine_info():
+    info = {"cpu": platform.processor() or "?", "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for ln in f:
+                if ln.startswith("model name"):
+                    info["cpu"] = ln.split(":", 1)[1].strip()
+                    break
+        flags = open("/proc/cpuinfo", encoding="utf-8").read().split("flags", 1)[1].split("\n")[0]
+        info["simd"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni",
+                                            "amx_bf16", "amx_int8") if " " + f in flags)
+    except (OSError, IndexError):
+        pass
+    try:
+        info["load"] = " ".join("%.2f" % x for x in os.getloadavg())
+    except OSError:
+        pass
+    info["os"] = platform.platform()
+    info["python"] = platform.python_version()
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL).stdout.strip()
+        info["commit"] = rev + (" (with uncommitted changes)" if dirty else "")
+    except OSError:
+        pass
+    return info
+
+
+def run_training(args, shapes, threads_list, clean_env, res):
+    """Training examples/s, ours (bench_train) against PyTorch: Markdown text."""
+    import re
+    train_bin = os.path.join(ROOT, "build", "bench", "bench_train")
+    if args.no_train:
+        return "Not measured in this run (--no-train)."
+    if not os.path.exists(os.path.join(ROOT, "bench", "bench_train.c")):
+        return ("Not measured yet: the engine has no training benchmark (bench/bench_train.c). "
+                "When it lands, this section compares training examples/s with PyTorch's on the "
+                "same shapes and batches.")
+    if not os.access(train_bin, os.X_OK):
+        return "Not measured: %s is not built (run `make bench`)." % train_bin
+    shapes = [s for s in shapes if s in TRAIN_SHAPES]
+    L = ["Batch %d x %d tokens (no padding), random weights, dropout as in the config (0.1), "
+         "AdamW; mean step time over %d steps after one warm-up step (forward, backward, "
+         "optimizer), examples/s. Ours: build/bench/bench_train; PyTorch: "
+         "BertForSequenceClassification in train mode with torch.optim.AdamW."
+         % (TRAIN_BATCH, TRAIN_SEQ, args.train_steps), "",
+         "| shape | threads | ours | PyTorch | ours / PyTorch |", "|---|---:|---:|---:|---:|"]
+    for s in shapes:
+        Ls, C, H, F = TRAIN_SHAPES[s]
+        for threads in threads_list:
+            env = engine_env(threads, clean_env)
+            log("bench: training, %s, %d thread%s" % (s, threads, "s" if threads > 1 else ""))
+            ours = theirs = None
+            t0 = time.time()
+            p = subprocess.run([train_bin, str(Ls), str(C), str(H), str(F), str(TRAIN_BATCH),
+                                str(TRAIN_SEQ), str(args.train_steps), str(threads)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            m = re.search(r"([0-9.]+) examples/s", p.stdout)
+            if p.returncode == 0 and m:
+                ours = float(m.group(1))
+                res["raw"].append({"engine": "ours", "work": "train", "shape": s,
+                                   "threads": threads, "output": p.stdout.strip()})
+            else:
+                res["notes"].append("bench_train on %s, %d threads: %s" % (
+                    s, threads, (p.stderr.strip() or p.stdout.strip() or "no output")[-300:]))
+            log("  %-12s %5.1f s" % ("ours", time.time() - t0))
+            if "torch" not in res["skipped"]:
+                try:
+                    lines = run_json([sys.executable, os.path.abspath(__file__), "train-worker",
+                                      "--shape", "%d,%d,%d,%d" % (Ls, C, H, F), "--threads",
+                                      str(threads), "--steps", str(args.train_steps)], env, "torch")
+                    theirs = lines[-1]["examples_per_s"]
+                    res["raw"].append(dict(lines[-1], work="train", shape=s))
+                except (RuntimeError, IndexError, KeyError) as e:
+                    res["notes"].append("PyTorch training on %s, %d threads failed: %s"
+                                        % (s, threads, e))
+            L.append("| %s | %d | %s | %s | %s |" % (
+                s, threads, fmt_rate(ours), fmt_rate(theirs),
+                "%.2fx" % (ours / theirs) if ours and theirs else "—"))
+    if not shapes:
+        return "Not measured in this run (no training shape chosen)."
+    return "\n".join(L)
+
+
+def fmt_rate(x):
+    if x is None:
+        return "—"
+    return "%.0f" % x if x >= 100 else "%.1f" % x if x >= 10 else "%.2f" % x
+
+
+def render(res):
+    """The Markdown report."""
+    L = []
+    m = res["machine"]
+    L.append("# CPU speed against the peers")
+    L.append("")
+    L.append("%s, `%s`%s." % (res["date"], res["command"],
+                              " (quick: one shape)" if res["quick"] else ""))
+    L.append("")
+    L.append("- Machine: %s, %s cores (%s); load average at start %s, at end %s."
+             % (m.get("cpu"), m.get("cores"), m.get("simd", ""), m.get("load", "?"),
+                res.get("load_end", "?")))
+    L.append("- OS: %s; Python %s; project commit %s." % (m.get("os"), m.get("python"),
+                                                         m.get("commit", "?")))
+    for e in ENGINES:
+        inf = res["engine_info"].get(e)
+        if inf:
+            L.append("- %s: %s" % (TITLES[e], inf))
+    for e, why in sorted(res["skipped"].items()):
+        L.append("- %s: not measured: %s" % (TITLES.get(e, e), why))
+    L.append("- BLAS environment: %s" % res["blas_env"])
+    L.append("- Inputs: %s" % res["inputs"])
+    L.append("")
+    L.append("## Inference, sequences/s (median of %d passes after a warm-up; higher is better)"
+             % res["runs"])
+    L.append("")
+    engines = [e for e in ENGINES if e in res["engines_run"]]
+    peers = [e for e in PEERS if e in engines]
+    head = ["shape", "input", "batch", "threads"] + [TITLES[e] for e in engines] + \
+           ["ours / %s" % TITLES[p] for p in peers]
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|")
+    for row in res["rows"]:
+        cells = [row["shape"], row["input"], str(row["batch"]), str(row["threads"])]
+        for e in engines:
+            cells.append(fmt_rate(row["rate"].get(e)))
+        for p in peers:
+            ours, theirs = row["rate"].get("ours"), row["rate"].get(p)
+            if ours is None or theirs is None:
+                cells.append("—")
+            elif not res["checks"].get((p, row["shape"]), {}).get("pass"):
+                cells.append("refused")
+            else:
+                cells.append("%.2fx" % (ours / theirs))
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("Workload per pass (sequences): %s. \"real\": natural lengths, sorted by length for "
+             "every engine, each batch padded to its own longest; \"fixed\": 128 tokens each. "
+             "classify (SQL) runs end to end from text (tokenizing and SQLite included) on the "
+             "real inputs only. \"refused\": that engine's outputs disagree with ours, so no "
+             "ratio is given." % res["sizes"])
+    L.append("")
+    L.append("## Correctness: each engine's probabilities against ours, same inputs")
+    L.append("")
+    L.append("| engine | shape | result | max abs(p - ours) | label differences | sequences |")
+    L.append("|---|---|---|---:|---:|---:|")
+    for (e, shape), c in sorted(res["checks"].items(), key=lambda kv: (
+            ENGINES.index(kv[0][0]), SHAPE_ORDER.index(kv[0][1]))):
+        L.append("| %s | %s | %s | %.2g | %d | %d |" % (
+            TITLES[e], shape, "pass" if c["pass"] else "FAIL", c["max"], c["labels"], c["n"]))
+    L.append("")
+    L.append("Token ids: %s" % res["token_check"])
+    L.append("")
+    L.append("## Models")
+    L.append("")
+    L.append("| shape | layers | hidden | heads | FFN | parameters | weights | ONNX vs PyTorch | "
+             "Paddle vs PyTorch |")
+    L.append("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+    for shape in res["shapes"]:
+        mf = res["models"][shape]
+        L.append("| %s | %d | %d | %d | %d | %.1fM | %s | %.1g | %s |" % (
+            shape, mf["layers"], mf["hidden"], mf["heads"], mf["intermediate"],
+            mf["params"] / 1e6, mf["label"], mf["onnx_max_diff"],
+            "%.1g" % mf["paddle_dygraph_max_diff"] if "paddle_dygraph_max_diff" in mf
+            else mf.get("paddle", "—")))
+    L.append("")
+    L.append("## Training")
+    L.append("")
+    L.append(res["training"])
+    L.append("")
+    if res["notes"]:
+        L.append("## Notes")
+        L.append("")
+        for n in res["notes"]:
+            L.append("- " + n)
+        L.append("")
+    return "\n".join(L)
+
+
+def main_run(args):
+    t_start = time.time()
+    shapes = args.shapes.split(",") if args.shapes else (["builtin"] if args.quick else SHAPE_ORDER)
+    for s in shapes:
+        if s not in WORK_SIZES:
+            raise SystemExit("bench: unknown shape %r; known: %s" % (s, ", ".join(SHAPE_ORDER)))
+    threads_list = [int(x) for x in args.threads.split(",")]
+    batch_list = [int(x) for x in args.batches.split(",")]
+    kinds = args.inputs.split(",")
+    engines = args.engines.split(",")
+    for e in engines:
+        if e not in ENGINES:
+            raise SystemExit("bench: unknown engine %r; known: %s" % (e, ", ".join(ENGINES)))
+    cache = os.path.abspath(args.cache)
+    work_dir = os.path.join(cache, "run")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    os.makedirs(work_dir)
+    driver = os.path.join(ROOT, "build", "bench", "bench_peers")
+    if not os.access(driver, os.X_OK):
+        raise SystemExit("bench: %s is missing: run `make bench`" % driver)
+
+    res = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
+           "command": args.command or "scripts/bench.sh " + " ".join(sys.argv[2:]),
+           "machine": machine_info(), "runs": args.runs, "engine_info": {}, "skipped": {},
+           "shapes": shapes, "models": {}, "rows": [], "checks": {}, "notes": [],
+           "engines_run": [], "raw": []}
+    if res["machine"].get("load") and float(res["machine"]["load"].split()[0]) > 0.5 * (
+            os.cpu_count() or 1):
+        res["notes"].append("The machine was busy when the run started (load average %s on %s "
+                            "cores): other work shared the cores, so the figures are noisy and "
+                            "low; the ratios, taken side by side, are the better guide."
+                            % (res["machine"]["load"], os.cpu_count()))
+
+    # The BLAS environment: the peers bundle their own BLAS (or none); our
+    # engine picks its OpenBLAS kernels from the CPU features unless
+    # OPENBLAS_CORETYPE is set. A value preset on the machine is taken out
+    # for every engine, so none runs with kernels chosen for another CPU.
+    preset = {k: os.environ[k] for k in BLAS_ENV if k in os.environ}
+    clean_env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
+    if preset and args.keep_blas_env:
+        clean_env = dict(os.environ)
+        res["blas_env"] = "preset %s kept for every engine (--keep-blas-env)." % preset
+    elif preset:
+        res["blas_env"] = ("preset %s, removed for every engine in this run: ours then picks "
+                           "its OpenBLAS kernels from the CPU features; the peers use the BLAS "
+                           "they bundle, with their own defaults." % preset)
+    else:
+        res["blas_env"] = ("OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for every engine: ours "
+                           "picks its OpenBLAS kernels from the CPU features (it sets "
+                           "OPENBLAS_CORETYPE inside its own process only); the peers use the "
+                           "BLAS they bundle, with their own defaults. Each engine process gets "
+                           "OMP_NUM_THREADS and MKL_NUM_THREADS = the thread count.")
+
+    # Peers that can be imported; the others are reported as missing.
+    for e in PEERS:
+        if e not in engines:
+            continue
+        mod = {"onnxruntime": "onnxruntime", "torch": "torch", "paddle": "paddle"}[e]
+        p = subprocess.run([sys.executable, "-c", "import %s" % mod], env=clean_env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            res["skipped"][e] = "cannot import %s (%s)" % (
+                mod, (p.stderr.strip().splitlines() or ["?"])[-1][:200])
+    if args.missing:
+        for item in args.missing.split(";"):
+            if item.strip():
+                e, _, why = item.partition("=")
+                res["skipped"].setdefault(e.strip(), why.strip())
+    sqlpy = None
+    if "sql" in engines:
+        if not os.path.exists(os.path.join(ROOT, "build", "sentiment.so")):
+            res["skipped"]["sql"] = "build/sentiment.so is not built"
+        else:
+            sqlpy = sql_python()
+            if not sqlpy:
+                res["skipped"]["sql"] = "no Python whose sqlite3 can load extensions"
+    engines = [e for e in engines if e not in res["skipped"]]
+    res["engines_run"] = engines
+
+    # Models.
+    log("bench: models (cached in %s)" % cache)
+    subprocess.run([sys.executable, os.path.join(HERE, "make_models.py"), "--cache", cache,
+                    "--shapes", ",".join(shapes)], env=dict(clean_env, PYTHONWARNINGS="ignore"),
+                   check=True, cwd=ROOT)
+    for s in shapes:
+        with open(os.path.join(cache, "models", s, "manifest.json"), encoding="utf-8") as f:
+            res["models"][s] = json.load(f)
+        if "paddle" in engines and res["models"][s].get("paddle") != "saved":
+            res["notes"].append("Paddle model for %s: %s" % (s, res["models"][s].get("paddle")))
+
+    # Inputs.
+    data_path, texts = sample_texts(args.data)
+    res["inputs"] = ("%d reviews sampled (seed %d) from %s, tokenized once with transformers' "
+                     "BertTokenizer on each model's vocabulary, max %d tokens."
+                     % (len(texts), SEED, os.path.relpath(data_path, os.path.dirname(ROOT)),
+                        MAX_LEN, ))
+    token_checks = []
+    per_shape_work = {}
+    tok_cache = {}
+    sizes_text = []
+    for s in shapes:
+        model_dir = os.path.join(cache, "models", s)
+        vocab = os.path.join(model_dir, "hf", "vocab.txt")
+        key = open(vocab, "rb").read()
+        if key not in tok_cache:
+            ids, cls, sep = tokenize(vocab, texts)
+            tdir = os.path.join(work_dir, "tokens-%d" % len(tok_cache))
+            os.makedirs(tdir)
+            with open(os.path.join(tdir, "texts.txt"), "w", encoding="utf-8") as f:
+                f.write("".join(t + "\n" for t in texts))
+            with open(os.path.join(tdir, "ids.txt"), "w", encoding="utf-8") as f:
+                f.write("".join(" ".join(map(str, x)) + "\n" for x in ids))
+            chk = run_json([driver, "--model", os.path.join(model_dir, "hf"), "--check-tokens",
+                            os.path.join(tdir, "texts.txt"), os.path.join(tdir, "ids.txt"),
+                            "--max-length", str(MAX_LEN)], clean_env, "token check")
+            c = chk[-1] if chk else {}
+            lens = sorted(len(x) for x in ids)
+            token_checks.append("%d of %d texts identical to BertTokenizer (vocabulary of %s); "
+                                "lengths in tokens: median %d, mean %.0f, %d%% at the %d cap"
+                                % (c.get("identical", 0), len(texts), s, lens[len(lens) // 2],
+                                   sum(lens) / len(lens),
+                                   100 * sum(1 for x in lens if x >= MAX_LEN) // len(lens),
+                                   MAX_LEN))
+            if c.get("identical") != len(texts):
+                res["notes"].append("Our tokenizer differs from BertTokenizer on %d texts "
+                                    "(first: line %s); the timed engines all use the "
+                                    "BertTokenizer ids, classify (SQL) tokenizes itself."
+                                    % (len(texts) - c.get("identical", 0),
+                                       c.get("first_difference")))
+            tok_cache[key] = (ids, cls, sep)
+        ids, cls, sep = tok_cache[key]
+        wl = workloads(ids, cls, sep, WORK_SIZES[s], batch_list, kinds)
+        sdir = os.path.join(work_dir, s)
+        os.makedirs(sdir)
+        files = {}
+        for name, (batch, seqs, pick) in wl.items():
+            ip = os.path.join(sdir, name + ".ids")
+            with open(ip, "w", encoding="utf-8") as f:
+                f.write("".join(" ".join(map(str, x)) + "\n" for x in seqs))
+            tp = None
+            if pick is not None:
+                tp = os.path.join(sdir, name + ".txt")
+                with open(tp, "w", encoding="utf-8") as f:
+                    f.write("".join(texts[i] + "\n" for i in pick))
+            files[name] = (batch, ip, tp, len(seqs))
+        per_shape_work[s] = files
+        sizes_text.append("%s %s" % (s, ", ".join("%s %d" % (n, v[3]) for n, v in files.items())))
+    res["token_check"] = "; ".join(token_checks)
+    res["sizes"] = "; ".join(sizes_text)
+
+    # Speed.
+    order = [e for e in ENGINES if e in engines]
+    rates = {}
+    probs = {}
+    rot = 0
+    for s in shapes:
+        model_dir = os.path.join(cache, "models", s)
+        files = per_shape_work[s]
+        for threads in threads_list:
+            log("bench: %s, %d thread%s" % (s, threads, "s" if threads > 1 else ""))
+            env = engine_env(threads, clean_env)
+            rot += 1
+            for e in order[rot % len(order):] + order[:rot % len(order)]:
+                def pf(name):
+                    return os.path.join(work_dir, s, "%s-%s-t%d.probs" % (e, name, threads))
+                if e == "ours":
+                    cmd = [driver, "--model", os.path.join(model_dir, "hf"), "--threads",
+                           str(threads), "--runs", str(args.runs)]
+                    cmd += ["%s:%d:%s:%s" % (n, b, ip, pf(n)) for n, (b, ip, tp, _) in files.items()]
+                elif e == "sql":
+                    cmd = [sqlpy, os.path.abspath(__file__), "sql-worker", "--model-dir",
+                           model_dir, "--threads", str(threads), "--runs", str(args.runs)]
+                    cmd += ["%s:%d:%s:%s" % (n, b, tp, pf(n)) for n, (b, ip, tp, _) in files.items()
+                            if tp]
+                else:
+                    cmd = [sys.executable, os.path.abspath(__file__), "worker", "--engine", e,
+                           "--model-dir", model_dir, "--threads", str(threads), "--runs",
+                           str(args.runs)]
+                    cmd += ["%s:%d:%s:%s" % (n, b, ip, pf(n)) for n, (b, ip, tp, _) in files.items()]
+                try:
+                    lines = run_json(cmd, env, e)
+                except RuntimeError as err:
+                    res["notes"].append("%s on %s, %d threads failed: %s" % (TITLES[e], s, threads,
+                                                                            err))
+                    log("  " + str(err))
+                    continue
+                for ln in lines:
+                    if "work" in ln:
+                        med = statistics.median(ln["times"])
+                        rates[(e, s, ln["work"], threads)] = ln["seqs"] / med
+                        ln.update(shape=s, median_s=med)
+                        res["raw"].append(ln)
+                        probs[(e, s, ln["work"], threads)] = pf(ln["work"])
+                    else:
+                        desc = ln.get("config") or ""
+                        if e == "ours":
+                            desc = ("build/bench/bench_peers, %s, CPU backend with threads = "
+                                    "the thread count" % ln.get("blas"))
+                        elif e == "sql":
+                            desc = ("%s; SQLite %s; classify('t', 'text', 'bench') with "
+                                    "sentiment_config threads and batch_size"
+                                    % (ln.get("version"), ln.get("sqlite")))
+                        elif ln.get("version"):
+                            desc = "%s %s (%s)" % (e, ln["version"], desc)
+                            if ln.get("transformers"):
+                                desc += ", transformers %s" % ln["transformers"]
+                            if ln.get("threadpools"):
+                                tp = ln["threadpools"]
+                                if isinstance(tp, list):
+                                    desc += "; thread pools: " + ", ".join(
+                                        "%s %s%s" % (d.get("internal_api"), d.get("version") or "",
+                                                     " " + d["architecture"] if d.get("architecture")
+                                                     else "") for d in tp)
+                        res["engine_info"].setdefault(e, desc)
+
+    # Correctness against ours.
+    for e in engines:
+        if e == "ours":
+            continue
+        for s in shapes:
+            worst, labels, n, missing = 0.0, 0, 0, 0
+            for (e2, s2, work, threads), path in probs.items():
+                if e2 != e or s2 != s:
+                    continue
+                ref = probs.get(("ours", s, work, threads))
+                if not ref or not os.path.exists(ref) or not os.path.exists(path):
+                    missing += 1
+                    continue
+                a, b = load_probs(ref), load_probs(path)
+                w, bad = compare(a, b)
+                worst, labels, n = max(worst, w), labels + bad, n + len(a)
+            if n == 0:
+                continue
+            ok = worst <= PROB_TOL and labels == 0
+            res["checks"][(e, s)] = {"pass": ok, "max": worst, "labels": labels, "n": n}
+            print("check %-14s %-13s %s  max |p - ours| %.2g, %d label differences, %d sequences"
+                  % (e, s, "pass" if ok else "FAIL", worst, labels, n), flush=True)
+
+    for s in shapes:
+        for kind in kinds:
+            for batch in batch_list:
+                for threads in threads_list:
+                    work = "%s-b%d" % (kind, batch)
+                    row = {"shape": s, "input": kind, "batch": batch, "threads": threads,
+                           "rate": {e: rates.get((e, s, work, threads)) for e in engines}}
+                    res["rows"].append(row)
+
+    spreads = sorted(((max(r["times"]) - min(r["times"])) / r["median_s"], r["engine"], r["shape"],
+                      r["work"], r["threads"]) for r in res["raw"] if r.get("times"))
+    if spreads:
+        w = spreads[-1]
+        res["notes"].append("Spread of the timed passes, (slowest - fastest) / median: median %.0f%%"
+                            " over %d measurements; widest %.0f%% (%s, %s, %s, %d thread%s)."
+                            % (100 * spreads[len(spreads) // 2][0], len(spreads), 100 * w[0],
+                               TITLES[w[1]], w[2], w[3], w[4], "s" if w[4] > 1 else ""))
+    res["training"] = run_training(args, shapes if args.train_shapes == "" else
+                                   args.train_shapes.split(","), threads_list, clean_env, res)
+    try:
+        res["load_end"] = " ".join("%.2f" % x for x in os.getloadavg())
+    except OSError:
+        pass
+    res["seconds"] = round(time.time() - t_start)
+    res["notes"].append("Whole run: %d s." % res["seconds"])
+
+    md = render(res)
+    print()
+    print(md)
+    os.makedirs(args.out_dir, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
+    md_path = os.path.join(args.out_dir, "results-%s.md" % stamp)
+    with open(md_path, "w", encoding="utf-8") as f:
+        f.write(md + "\n")
+    raw = dict(res, checks={"%s/%s" % k: v for k, v in res["checks"].items()})
+    with open(os.path.join(args.out_dir, "results-%s.json" % stamp), "w", encoding="utf-8") as f:
+        json.dump(raw, f, indent=1, default=str)
+    log("bench: wrote %s" % md_path)
+    if args.results and not args.quick:
+        shutil.copy(md_path, args.results)
+        log("bench: copied to %s" % args.results)
+    failed = [k for k, v in res["checks"].items() if not v["pass"]]
+    return 1 if failed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--quick", action="store_true", help="one shape (builtin)")
+    r.add_argument("--shapes", default="")
+    r.add_argument("--threads", default="1,2")
+    r.add_argument("--batches", default="1,32")
+    r.add_argument("--inputs", default="real,fixed")
+    r.add_argument("--engines", default=",".join(ENGINES))
+    r.add_argument("--runs", type=int, default=5)
+    r.add_argument("--cache", default=os.path.expanduser("~/.cache/sentiment-bench"))
+    r.add_argument("--data", default=os.path.join(os.path.dirname(ROOT), "shared", "data"))
+    r.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "out"))
+    r.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    r.add_argument("--command", default="")
+    r.add_argument("--missing", default="", help="engine=reason;... (from the set-up)")
+    r.add_argument("--keep-blas-env", action="store_true")
+    r.add_argument("--no-train", action="store_true", help="skip the training comparison")
+    r.add_argument("--train-shapes", default="builtin",
+                   help="shapes for the training comparison (default builtin; '' = all run)")
+    r.add_argument("--train-steps", type=int, default=5)
+    t = sub.add_parser("train-worker")
+    t.add_argument("--shape", required=True, help="layers,hidden,heads,intermediate")
+    t.add_argument("--threads", type=int, required=True)
+    t.add_argument("--batch", type=int, default=TRAIN_BATCH)
+    t.add_argument("--seq", type=int, default=TRAIN_SEQ)
+    t.add_argument("--steps", type=int, default=5)
+    t.add_argument("--runs", type=int, default=1)
+    for name in ("worker", "sql-worker"):
+        w = sub.add_parser(name)
+        w.add_argument("--engine", default="sql")
+        w.add_argument("--model-dir", required=True)
+        w.add_argument("--threads", type=int, required=True)
+        w.add_argument("--runs", type=int, default=5)
+        w.add_argument("work", nargs="+")
+    args = ap.parse_args()
+    if args.runs < 1:
+        raise SystemExit("--runs must be at least 1")
+    if args.cmd == "worker":
+        worker(args)
+    elif args.cmd == "train-worker":
+        train_worker(args)
+    elif args.cmd == "sql-worker":
+        sql_worker(args)
+    else:
+        sys.exit(main_run(args))
+
+
+if __name__ == "__main__":
+    main()
