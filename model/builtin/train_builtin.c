@@ -9,7 +9,8 @@
  * --heads 4 --intermediate 1024 --max-length 128 --epochs 3 --lr 5e-4
  * --batch 32 --seed 42 --threads 0 (all cores) --min-count 3
  * --vocab-size 8000 --weibo 0|1 --limit N (first N training rows, for quick
- * trials) --dtype f16|bf16|f32.
+ * trials) --dtype f16|bf16|f32 --split-dir DIR (also write the split as
+ * TSV files, for the baseline in bench/baseline_svm.py) --split-only 1.
  *
  * Output: config.json, vocab.txt, model.safetensors and metrics.json (split
  * sizes, per-epoch loss and validation accuracy, accuracy per evaluation
@@ -37,6 +38,8 @@ typedef struct recipe {
     float lr;
     unsigned long long seed;
     const char *dtype;
+    const char *split_dir; /* --split-dir: also write the split as TSV files */
+    int split_only;        /* --split-only 1: stop after writing them */
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -51,7 +54,7 @@ static double now(void)
 static int parse_args(int argc, char **argv, recipe *r)
 {
     *r = (recipe){"../shared/data", "model/builtin", {4, 256, 4, 1024, 128},
-                  3, 32, 0, 3, 8000, 0, 0, 5e-4f, 42, "f16"};
+                  3, 32, 0, 3, 8000, 0, 0, 5e-4f, 42, "f16", NULL, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -71,6 +74,8 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--weibo")) r->weibo = atoi(v);
         else if (!strcmp(k, "--limit")) r->limit = atoi(v);
         else if (!strcmp(k, "--dtype")) r->dtype = v;
+        else if (!strcmp(k, "--split-dir")) r->split_dir = v;
+        else if (!strcmp(k, "--split-only")) r->split_only = atoi(v);
         else {
             fprintf(stderr, "train_builtin: unknown option %s\n", k);
             return 1;
@@ -107,6 +112,21 @@ static int write_file(const char *dir, const char *name, const void *data, size_
         return sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
     }
     return SM_OK;
+}
+
+/* Writes rows as `label<TAB>text` with a header, for baselines that must
+ * see exactly the same split (bench/baseline_svm.py). */
+static int write_split(const char *dir, const char *name, const review_set *set, int limit,
+                       char *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
+    fprintf(f, "label\ttext\n");
+    for (int i = 0; i < set->n && (limit <= 0 || i < limit); i++)
+        fprintf(f, "%d\t%s\n", set->rows[i].label, set->rows[i].text);
+    return fclose(f) ? sm_error(err, SM_ERR_IO, "cannot write '%s'", path) : SM_OK;
 }
 
 /* Accuracy of m on one evaluation set. */
@@ -188,6 +208,17 @@ int main(int argc, char **argv)
         d.train.rows[j] = tmp;
     }
     int n_train = r.limit > 0 && r.limit < d.train.n ? r.limit : d.train.n;
+    if (r.split_dir) {
+        static const char *const files[REVIEW_EVAL_SETS] = {
+            "eval_chnsenticorp_dev.tsv", "eval_waimai.tsv", "eval_online_shopping.tsv",
+            "eval_eprstmt.tsv"};
+        mkdir(r.split_dir, 0755);
+        if ((rc = write_split(r.split_dir, "train.tsv", &d.train, n_train, err))) goto fail;
+        for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+            if ((rc = write_split(r.split_dir, files[e], &d.eval[e], 0, err))) goto fail;
+        fprintf(stderr, "wrote the split to %s\n", r.split_dir);
+        if (r.split_only) goto fail; /* rc is SM_OK: a clean exit */
+    }
 
     /* Vocabulary from the training and unlabeled texts only. */
     if ((rc = vocab_builder_create(1, &vb, err))) goto fail;
