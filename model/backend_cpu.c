@@ -65,32 +65,45 @@ static void split_range(int n, int parts, int i, int *lo, int *hi)
     *hi = *lo + base + (i < extra ? 1 : 0);
 }
 
+/* C = alpha op(A) op(B) + beta C, split across threads by rows of C (or by
+ * columns when there are few rows). With `bias` (N floats), each thread
+ * first sets its part of C to the bias broadcast and the product is added
+ * to it (beta is then ignored): the fill happens in parallel, next to the
+ * product that reads it. */
+static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
+                      float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc, const float *bias)
+{
+    int nt = threads_of(be);
+    int by_rows = M >= 32 * nt || N < 32 * nt;
+    if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
+    if (bias) beta = 1.0f;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < nt; i++) {
+        int lo, hi;
+        split_range(by_rows ? M : N, nt, i, &lo, &hi);
+        if (hi <= lo) continue;
+        int rows_lo = by_rows ? lo : 0, rows_hi = by_rows ? hi : M;
+        int cols_lo = by_rows ? 0 : lo, cols_hi = by_rows ? N : hi;
+        if (bias)
+            for (int r = rows_lo; r < rows_hi; r++)
+                memcpy(C + (size_t)r * ldc + cols_lo, bias + cols_lo,
+                       (size_t)(cols_hi - cols_lo) * sizeof *C);
+        const float *Ai = A, *Bi = B;
+        if (by_rows) Ai = transA ? A + lo : A + (size_t)lo * lda;
+        else Bi = transB ? B + (size_t)lo * ldb : B + lo;
+        blas_sgemm(transA, transB, rows_hi - rows_lo, cols_hi - cols_lo, K, alpha, Ai, lda,
+                   Bi, ldb, beta, C + (size_t)rows_lo * ldc + cols_lo, ldc);
+    }
+    return SM_OK;
+}
+
 static int cpu_matmul(backend *be, int transA, int transB, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B,
                       int ldb, float beta, float *C, int ldc)
 {
-    int nt = threads_of(be);
-    /* Split the rows of C when there are enough of them, else the columns. */
-    int by_rows = M >= 32 * nt || N < 32 * nt;
-    if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < nt; i++) {
-        int lo, hi;
-        if (by_rows) {
-            split_range(M, nt, i, &lo, &hi);
-            if (hi <= lo) continue;
-            const float *Ai = transA ? A + lo : A + (size_t)lo * lda;
-            blas_sgemm(transA, transB, hi - lo, N, K,
-                        alpha, Ai, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
-        } else {
-            split_range(N, nt, i, &lo, &hi);
-            if (hi <= lo) continue;
-            const float *Bi = transB ? B + (size_t)lo * ldb : B + lo;
-            blas_sgemm(transA, transB, M, hi - lo, K,
-                        alpha, A, lda, Bi, ldb, beta, C + lo, ldc);
-        }
-    }
-    return SM_OK;
+    return gemm_split(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                      ldc, NULL);
 }
 
 static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
@@ -112,12 +125,7 @@ static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
 static int cpu_linear(backend *be, float *out, const float *in, const float *W,
                       const float *b, int R, int K, int N)
 {
-    if (b) {
-        for (int r = 0; r < R; r++)
-            memcpy(out + (size_t)r * N, b, (size_t)N * sizeof *out);
-    }
-    return cpu_matmul(be, 0, 1, R, N, K, 1.0f, in, K, W, K, b ? 1.0f : 0.0f,
-                      out, N);
+    return gemm_split(be, 0, 1, R, N, K, 1.0f, in, K, W, K, 0.0f, out, N, b);
 }
 
 /* ---- elementwise ------------------------------------------------------- */
