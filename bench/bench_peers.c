@@ -15,6 +15,11 @@
  * A work argument is NAME:BATCH:IDS_FILE[:PROBS_FILE]; PROBS_FILE gets the
  * probabilities of the first timed pass, one sequence a line.
  *
+ * With --serve it loads everything, prints {"ready": true} and then takes
+ * commands on stdin, one a line, answering each with one JSON line:
+ * "warm NAME" (the warm-up batch), "run NAME" (one timed pass), "quit". The
+ * harness uses this to interleave the engines pass by pass.
+ *
  *   build/bench/bench_peers --model DIR --check-tokens TEXTS IDS --max-length 128
  *
  * tokenizes each line of TEXTS with our tokenizer and compares the ids with
@@ -46,6 +51,7 @@ typedef struct work {
     int n_batches;
     int *T;         /* (n_batches) padded length of each batch */
     int **padded;   /* (n_batches) ids (B, T) */
+    int passes;     /* timed passes done */
 } work;
 
 static double now(void)
@@ -197,6 +203,60 @@ static int run_batch(const bert_model *m, bert_workspace *ws, const work *w, int
     return 0;
 }
 
+/* Warm-up: the workload's longest batch, so first touch of the workspace
+ * and thread start-up are not timed. */
+static int warm_up(const bert_model *m, bert_workspace *ws, const work *w, float *probs,
+                   double *seconds, char *err)
+{
+    int longest = 0;
+    for (int k = 1; k < w->n_batches; k++) longest = w->T[k] > w->T[longest] ? k : longest;
+    double t0 = now();
+    int rc = run_batch(m, ws, w, longest, probs, err);
+    *seconds = now() - t0;
+    return rc;
+}
+
+/* One timed pass over the workload. The first pass of a workload writes its
+ * probabilities to probs_path. */
+static int one_pass(const bert_model *m, bert_workspace *ws, work *w, float *probs,
+                    double *seconds, char *err)
+{
+    int K = m->cfg.num_labels;
+    float *all = NULL;
+    if (!w->passes && w->probs_path) {
+        all = malloc((size_t)w->n * K * sizeof *all);
+        if (!all) return sm_error(err, SM_ERR_NOMEM, "out of memory");
+    }
+    double t0 = now();
+    for (int k = 0; k < w->n_batches; k++) {
+        int rc = run_batch(m, ws, w, k, probs, err);
+        if (rc) {
+            free(all);
+            return rc;
+        }
+        if (all) {
+            int first = k * w->batch;
+            int B = w->n - first < w->batch ? w->n - first : w->batch;
+            memcpy(all + (size_t)first * K, probs, (size_t)B * K * sizeof *probs);
+        }
+    }
+    *seconds = now() - t0;
+    w->passes++;
+    if (all) {
+        FILE *f = fopen(w->probs_path, "w");
+        if (!f) {
+            free(all);
+            return sm_error(err, SM_ERR_IO, "cannot write %s", w->probs_path);
+        }
+        for (int s = 0; s < w->n; s++)
+            for (int k = 0; k < K; k++)
+                fprintf(f, "%.9g%c", all[(size_t)s * K + k], k + 1 < K ? ' ' : '\n');
+        fclose(f);
+        free(all);
+    }
+    return 0;
+}
+
 static int check_tokens(const bert_model *m, const char *texts_path, const char *ids_path,
                         int max_length)
 {
@@ -240,14 +300,15 @@ static int check_tokens(const bert_model *m, const char *texts_path, const char 
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: bench_peers --model DIR [--threads N] [--runs N] NAME:BATCH:IDS[:PROBS]...\n"
+            "usage: bench_peers --model DIR [--threads N] [--runs N] [--serve]\n"
+            "                   NAME:BATCH:IDS[:PROBS]...\n"
             "       bench_peers --model DIR --check-tokens TEXTS IDS [--max-length N]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *model_dir = NULL, *texts = NULL, *ref_ids = NULL;
-    int threads = 1, runs = 5, max_length = 128, n_work = 0, status = 1;
+    int threads = 1, runs = 5, max_length = 128, n_work = 0, status = 1, serve = 0;
     work works[MAX_WORK];
     char err[SM_ERR_MAX];
     memset(works, 0, sizeof works);
@@ -258,6 +319,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--runs") && v) runs = atoi(argv[++i]);
         else if (!strcmp(a, "--max-length") && v) max_length = atoi(argv[++i]);
+        else if (!strcmp(a, "--serve")) serve = 1;
         else if (!strcmp(a, "--check-tokens") && v && i + 2 < argc) {
             texts = argv[++i];
             ref_ids = argv[++i];
@@ -288,7 +350,7 @@ int main(int argc, char **argv)
     bert_model *m = NULL;
     backend *be = NULL;
     bert_workspace *ws = NULL;
-    float *probs = NULL, *all = NULL;
+    float *probs = NULL;
     if (bert_model_load_dir(model_dir, &m, err)) goto fail;
     if (!m->has_head) {
         fprintf(stderr, "bench_peers: %s has no classification head\n", model_dir);
@@ -313,42 +375,44 @@ int main(int argc, char **argv)
            blas_describe(), threads, backend_cpu_threads(be));
     fflush(stdout);
 
+    if (serve) {
+        /* Commands on stdin, one a line: "warm NAME", "run NAME", "quit".
+         * Each answers one JSON line. */
+        char *line = NULL;
+        size_t cap = 0;
+        printf("{\"ready\": true}\n");
+        fflush(stdout);
+        while (read_line(stdin, &line, &cap)) {
+            char cmd[16] = "", name[64] = "";
+            if (sscanf(line, "%15s %63s", cmd, name) < 1 || !strcmp(cmd, "quit")) break;
+            work *w = NULL;
+            for (int i = 0; i < n_work; i++)
+                if (!strcmp(works[i].name, name)) w = &works[i];
+            if (!w || (strcmp(cmd, "warm") && strcmp(cmd, "run"))) {
+                printf("{\"error\": \"unknown command '%s %s'\"}\n", cmd, name);
+                fflush(stdout);
+                continue;
+            }
+            double t;
+            if (!strcmp(cmd, "warm") ? warm_up(m, ws, w, probs, &t, err)
+                                     : one_pass(m, ws, w, probs, &t, err)) {
+                free(line);
+                goto fail;
+            }
+            printf("{\"work\": \"%s\", \"%s\": %.6f}\n", w->name,
+                   strcmp(cmd, "warm") ? "time" : "warmup_s", t);
+            fflush(stdout);
+        }
+        free(line);
+        status = 0;
+        goto end;
+    }
     for (int i = 0; i < n_work; i++) {
         work *w = &works[i];
-        double times[MAX_RUNS];
-        all = malloc((size_t)w->n * K * sizeof *all);
-        double t0 = now();
-        /* Warm-up: the workload's longest batch, so first-touch of the
-         * workspace and thread start-up are not timed. */
-        int longest = 0;
-        for (int k = 1; k < w->n_batches; k++) longest = w->T[k] > w->T[longest] ? k : longest;
-        if (run_batch(m, ws, w, longest, probs, err)) goto fail;
-        double warm = now() - t0;
-        for (int r = 0; r < runs; r++) {
-            t0 = now();
-            for (int k = 0; k < w->n_batches; k++) {
-                if (run_batch(m, ws, w, k, probs, err)) goto fail;
-                if (r == 0) {
-                    int first = k * w->batch;
-                    int B = w->n - first < w->batch ? w->n - first : w->batch;
-                    memcpy(all + (size_t)first * K, probs, (size_t)B * K * sizeof *probs);
-                }
-            }
-            times[r] = now() - t0;
-        }
-        if (w->probs_path) {
-            FILE *f = fopen(w->probs_path, "w");
-            if (!f) {
-                fprintf(stderr, "bench_peers: cannot write %s\n", w->probs_path);
-                goto end;
-            }
-            for (int s = 0; s < w->n; s++)
-                for (int k = 0; k < K; k++)
-                    fprintf(f, "%.9g%c", all[(size_t)s * K + k], k + 1 < K ? ' ' : '\n');
-            fclose(f);
-        }
-        free(all);
-        all = NULL;
+        double times[MAX_RUNS], warm;
+        if (warm_up(m, ws, w, probs, &warm, err)) goto fail;
+        for (int r = 0; r < runs; r++)
+            if (one_pass(m, ws, w, probs, &times[r], err)) goto fail;
         printf("{\"engine\": \"ours\", \"work\": \"%s\", \"batch\": %d, \"threads\": %d, "
                "\"seqs\": %d, \"warmup_s\": %.6f, \"times\": [",
                w->name, w->batch, threads, w->n, warm);
@@ -362,7 +426,6 @@ fail:
     fprintf(stderr, "bench_peers: %s\n", err);
     status = 1;
 end:
-    free(all);
     free(probs);
     for (int i = 0; i < n_work; i++) work_free(&works[i]);
     if (ws) bert_workspace_free(ws);

@@ -212,88 +212,133 @@ def make_runner(engine, model_dir, threads, np):
     raise SystemExit("unknown engine %s" % engine)
 
 
-def worker(args):
-    """One engine, one model, one thread count, several workloads."""
-    import numpy as np
-    run, info = make_runner(args.engine, args.model_dir, args.threads, np)
-    info.update(engine=args.engine, threads=args.threads, threadpools=threadpools())
-    print(json.dumps(info), flush=True)
-    for spec in args.work:
-        name, batch, ids_path, probs_path = (spec.split(":") + [None])[:4]
-        batch = int(batch)
-        seqs = read_ids(ids_path)
-        batches = padded_batches(seqs, batch, np)
-        longest = max(range(len(batches)), key=lambda k: batches[k][0].shape[1])
+class PyBench:
+    """Workloads of one Python engine: warm-up and timed passes."""
+
+    def __init__(self, run, specs, np):
+        self.np, self.run_fn, self.works = np, run, {}
+        for spec in specs:
+            name, batch, ids_path, probs_path = (spec.split(":") + [None])[:4]
+            seqs = read_ids(ids_path)
+            self.works[name] = {"batch": int(batch), "seqs": len(seqs), "probs": probs_path,
+                                "batches": padded_batches(seqs, int(batch), np), "passes": 0}
+
+    def warm(self, name):
+        b = self.works[name]["batches"]
+        longest = max(range(len(b)), key=lambda k: b[k][0].shape[1])
         t0 = time.perf_counter()
-        softmax(np, run(*batches[longest]))
-        warm = time.perf_counter() - t0
-        times, probs = [], None
-        for r in range(args.runs):
-            outs = []
-            t0 = time.perf_counter()
-            for b in batches:
-                outs.append(softmax(np, run(*b)))
-            times.append(time.perf_counter() - t0)
-            if r == 0:
-                probs = np.concatenate(outs)
-        if probs_path:
-            np.savetxt(probs_path, probs, fmt="%.9g")
-        print(json.dumps({"engine": args.engine, "work": name, "batch": batch,
-                          "threads": args.threads, "seqs": len(seqs), "warmup_s": warm,
-                          "times": times}), flush=True)
+        softmax(self.np, self.run_fn(*b[longest]))
+        return time.perf_counter() - t0
+
+    def run(self, name):
+        w = self.works[name]
+        outs = []
+        t0 = time.perf_counter()
+        for b in w["batches"]:
+            outs.append(softmax(self.np, self.run_fn(*b)))
+        t = time.perf_counter() - t0
+        if not w["passes"] and w["probs"]:
+            self.np.savetxt(w["probs"], self.np.concatenate(outs), fmt="%.9g")
+        w["passes"] += 1
+        return t
 
 
-def sql_worker(args):
+class SqlBench:
     """classify() through SQLite: texts in, probabilities out."""
-    import sqlite3
-    so = os.path.join(ROOT, "build", "sentiment")
-    db = sqlite3.connect(":memory:")
-    db.enable_load_extension(True)
-    db.load_extension(so)
-    db.enable_load_extension(False)
-    version = db.execute("SELECT sentiment_version()").fetchone()[0]
-    db.execute("SELECT sentiment_load('bench', ?)", (os.path.join(args.model_dir, "hf"),))
-    db.execute("SELECT sentiment_config('device', 'cpu')")
-    db.execute("SELECT sentiment_config('threads', ?)", (args.threads,))
-    db.execute("SELECT sentiment_config('max_length', ?)", (MAX_LEN,))
-    db.execute("SELECT sentiment_config('progress', 'off')")
-    device = db.execute("SELECT sentiment_device()").fetchone()[0]
-    with open(os.path.join(args.model_dir, "hf", "config.json"), encoding="utf-8") as f:
-        id2label = json.load(f).get("id2label") or {"0": "LABEL_0", "1": "LABEL_1"}
-    labels = [id2label[k] for k in sorted(id2label, key=int)]
-    print(json.dumps({"engine": "sql", "threads": args.threads, "version": version,
-                      "sqlite": sqlite3.sqlite_version, "device": device,
-                      "config": "classify('t', 'text', 'bench'), sentiment_config threads %d"
-                                % args.threads}), flush=True)
-    for spec in args.work:
-        name, batch, texts_path, probs_path = (spec.split(":") + [None])[:4]
-        batch = int(batch)
-        with open(texts_path, encoding="utf-8") as f:
-            texts = [line.rstrip("\n") for line in f]
-        db.execute("DROP TABLE IF EXISTS t")
-        db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, text TEXT)")
-        db.executemany("INSERT INTO t(id, text) VALUES (?, ?)", enumerate(texts, 1))
-        db.execute("SELECT sentiment_config('batch_size', ?)", (batch,))
-        query = "SELECT id, probs FROM classify('t', 'text', 'bench')"
-        # Warm-up: the last (longest) batch of rows.
+
+    def __init__(self, model_dir, threads, specs):
+        import sqlite3
+        db = sqlite3.connect(":memory:")
+        db.enable_load_extension(True)
+        db.load_extension(os.path.join(ROOT, "build", "sentiment"))
+        db.enable_load_extension(False)
+        self.version = db.execute("SELECT sentiment_version()").fetchone()[0]
+        self.sqlite = sqlite3.sqlite_version
+        db.execute("SELECT sentiment_load('bench', ?)", (os.path.join(model_dir, "hf"),))
+        db.execute("SELECT sentiment_config('device', 'cpu')")
+        db.execute("SELECT sentiment_config('threads', ?)", (threads,))
+        db.execute("SELECT sentiment_config('max_length', ?)", (MAX_LEN,))
+        db.execute("SELECT sentiment_config('progress', 'off')")
+        self.device = db.execute("SELECT sentiment_device()").fetchone()[0]
+        with open(os.path.join(model_dir, "hf", "config.json"), encoding="utf-8") as f:
+            id2label = json.load(f).get("id2label") or {"0": "LABEL_0", "1": "LABEL_1"}
+        self.labels = [id2label[k] for k in sorted(id2label, key=int)]
+        self.db, self.works = db, {}
+        for i, spec in enumerate(specs):
+            name, batch, texts_path, probs_path = (spec.split(":") + [None])[:4]
+            with open(texts_path, encoding="utf-8") as f:
+                texts = [line.rstrip("\n") for line in f]
+            table = "t%d" % i
+            db.execute("CREATE TABLE %s(id INTEGER PRIMARY KEY, text TEXT)" % table)
+            db.executemany("INSERT INTO %s(id, text) VALUES (?, ?)" % table, enumerate(texts, 1))
+            self.works[name] = {"batch": int(batch), "seqs": len(texts), "probs": probs_path,
+                                "table": table, "passes": 0}
+
+    def _batch(self, w):
+        self.db.execute("SELECT sentiment_config('batch_size', ?)", (w["batch"],))
+
+    def warm(self, name):
+        w = self.works[name]
+        self._batch(w)
+        t0 = time.perf_counter()  # the last (longest) batch of rows
+        self.db.execute("SELECT count(*) FROM classify('SELECT id, text FROM %s WHERE id > %d', "
+                        "'bench')" % (w["table"], max(0, w["seqs"] - w["batch"]))).fetchall()
+        return time.perf_counter() - t0
+
+    def run(self, name):
+        w = self.works[name]
+        self._batch(w)
         t0 = time.perf_counter()
-        db.execute("SELECT count(*) FROM classify('SELECT id, text FROM t WHERE id > %d', 'bench')"
-                   % max(0, len(texts) - batch)).fetchall()
-        warm = time.perf_counter() - t0
-        times, rows = [], None
-        for r in range(args.runs):
-            t0 = time.perf_counter()
-            got = db.execute(query).fetchall()
-            times.append(time.perf_counter() - t0)
-            if r == 0:
-                rows = got
-        if probs_path:
-            with open(probs_path, "w", encoding="utf-8") as f:
+        rows = self.db.execute("SELECT id, probs FROM classify('%s', 'text', 'bench')"
+                               % w["table"]).fetchall()
+        t = time.perf_counter() - t0
+        if not w["passes"] and w["probs"]:
+            with open(w["probs"], "w", encoding="utf-8") as f:
                 for _, probs in rows:
                     p = json.loads(probs) if probs else {}
-                    f.write(" ".join("%.9g" % p.get(lab, float("nan")) for lab in labels) + "\n")
-        print(json.dumps({"engine": "sql", "work": name, "batch": batch, "threads": args.threads,
-                          "seqs": len(texts), "warmup_s": warm, "times": times}), flush=True)
+                    f.write(" ".join("%.9g" % p.get(lab, float("nan")) for lab in self.labels)
+                            + "\n")
+        w["passes"] += 1
+        return t
+
+
+def serve(bench):
+    """Answers "warm NAME" / "run NAME" / "quit" on stdin, a JSON line each."""
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts or parts[0] == "quit":
+            break
+        cmd, name = parts[0], parts[1] if len(parts) > 1 else ""
+        if cmd not in ("warm", "run") or name not in bench.works:
+            print(json.dumps({"error": "unknown command %r" % line.strip()}), flush=True)
+            continue
+        t = bench.warm(name) if cmd == "warm" else bench.run(name)
+        print(json.dumps({"work": name, ("warmup_s" if cmd == "warm" else "time"): t}),
+              flush=True)
+
+
+def worker(args):
+    """One engine, one model, one thread count, several workloads."""
+    if args.cmd == "sql-worker":
+        bench = SqlBench(args.model_dir, args.threads, args.work)
+        print(json.dumps({"engine": "sql", "threads": args.threads, "version": bench.version,
+                          "sqlite": bench.sqlite, "device": bench.device}), flush=True)
+    else:
+        import numpy as np
+        run, info = make_runner(args.engine, args.model_dir, args.threads, np)
+        info.update(engine=args.engine, threads=args.threads, threadpools=threadpools())
+        print(json.dumps(info), flush=True)
+        bench = PyBench(run, args.work, np)
+    if args.serve:
+        serve(bench)
+        return
+    for name, w in bench.works.items():
+        warm = bench.warm(name)
+        times = [bench.run(name) for _ in range(args.runs)]
+        print(json.dumps({"engine": args.engine if args.cmd == "worker" else "sql", "work": name,
+                          "batch": w["batch"], "threads": args.threads, "seqs": w["seqs"],
+                          "warmup_s": warm, "times": times}), flush=True)
 
 
 def train_worker(args):
@@ -405,6 +450,95 @@ def run_json(cmd, env, what):
         raise RuntimeError("%s exited %d: %s" % (what, p.returncode, tail))
     log("  %-12s %5.1f s" % (what, time.time() - t0))
     return lines
+
+
+class Worker:
+    """An engine process in --serve mode."""
+
+    def __init__(self, engine, cmd, env, log_path):
+        self.engine, self.log_path, self.failed = engine, log_path, None
+        self.log = open(log_path, "w", encoding="utf-8")
+        t0 = time.time()
+        self.p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.log, text=True, cwd=ROOT, bufsize=1)
+        self.info = []
+        while True:
+            ln = self._line()
+            if ln is None:
+                raise RuntimeError("failed to start: %s" % self._tail())
+            if ln.get("ready"):
+                break
+            self.info.append(ln)
+        self.startup = time.time() - t0
+
+    def _line(self):
+        while True:
+            ln = self.p.stdout.readline()
+            if not ln:
+                return None
+            ln = ln.strip()
+            if ln.startswith("{"):
+                try:
+                    return json.loads(ln)
+                except ValueError:
+                    pass
+
+    def _tail(self):
+        self.log.flush()
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            lines = [x for x in f.read().strip().splitlines() if x.strip()]
+        return " / ".join(lines[-3:])[-400:] or "exit status %s" % self.p.poll()
+
+    def ask(self, cmd, name, key):
+        """Sends "cmd name"; returns the answer's key, or None on failure."""
+        if self.failed:
+            return None
+        try:
+            self.p.stdin.write("%s %s\n" % (cmd, name))
+            self.p.stdin.flush()
+            ln = self._line()
+        except (BrokenPipeError, OSError):
+            ln = None
+        if ln is None or key not in ln:
+            self.failed = "stopped during %s %s: %s" % (cmd, name, (ln or {}).get("error")
+                                                        or self._tail())
+            log("  %s %s" % (self.engine, self.failed))
+            return None
+        return ln[key]
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.log.close()
+        return self.failed
+
+
+def describe(e, ln):
+    """One line on how an engine was run, from its worker's info line."""
+    if e == "ours":
+        return ("build/bench/bench_peers, %s, CPU backend with threads = the thread count"
+                % ln.get("blas"))
+    if e == "sql":
+        return ("%s; SQLite %s; classify('t', 'text', 'bench') with sentiment_config threads "
+                "and batch_size" % (ln.get("version"), ln.get("sqlite")))
+    desc = "%s %s (%s)" % (e, ln.get("version"), ln.get("config", ""))
+    if ln.get("transformers"):
+        desc += ", transformers %s" % ln["transformers"]
+    tp = ln.get("threadpools")
+    if isinstance(tp, list) and tp:
+        desc += "; libraries loaded: " + ", ".join(
+            "%s%s%s" % (d.get("prefix") or d.get("internal_api"),
+                        " " + d["version"] if d.get("version") else "",
+                        " (%s)" % d["architecture"] if d.get("architecture") else "") for d in tp)
+    return desc
 
 
 def engine_env(threads, clean_env):
@@ -779,70 +913,78 @@ def main_run(args):
     res["token_check"] = "; ".join(token_checks)
     res["sizes"] = "; ".join(sizes_text)
 
-    # Speed.
+    # Speed: per (shape, threads), every engine's worker is started and loads
+    # its model; then, workload by workload, each engine warms up and the
+    # timed passes go round the engines in turn (starting one later each
+    # round), so a change in the machine's load touches them all alike.
+    rates, probs = {}, {}
     order = [e for e in ENGINES if e in engines]
-    rates = {}
-    probs = {}
-    rot = 0
     for s in shapes:
         model_dir = os.path.join(cache, "models", s)
         files = per_shape_work[s]
         for threads in threads_list:
             log("bench: %s, %d thread%s" % (s, threads, "s" if threads > 1 else ""))
             env = engine_env(threads, clean_env)
-            rot += 1
-            for e in order[rot % len(order):] + order[:rot % len(order)]:
-                def pf(name):
-                    return os.path.join(work_dir, s, "%s-%s-t%d.probs" % (e, name, threads))
+            workers = {}
+            for e in order:
+                pf = lambda name, e=e: os.path.join(work_dir, s, "%s-%s-t%d.probs"
+                                                    % (e, name, threads))
                 if e == "ours":
                     cmd = [driver, "--model", os.path.join(model_dir, "hf"), "--threads",
-                           str(threads), "--runs", str(args.runs)]
+                           str(threads), "--serve"]
                     cmd += ["%s:%d:%s:%s" % (n, b, ip, pf(n)) for n, (b, ip, tp, _) in files.items()]
                 elif e == "sql":
                     cmd = [sqlpy, os.path.abspath(__file__), "sql-worker", "--model-dir",
-                           model_dir, "--threads", str(threads), "--runs", str(args.runs)]
+                           model_dir, "--threads", str(threads), "--serve"]
                     cmd += ["%s:%d:%s:%s" % (n, b, tp, pf(n)) for n, (b, ip, tp, _) in files.items()
                             if tp]
                 else:
                     cmd = [sys.executable, os.path.abspath(__file__), "worker", "--engine", e,
-                           "--model-dir", model_dir, "--threads", str(threads), "--runs",
-                           str(args.runs)]
+                           "--model-dir", model_dir, "--threads", str(threads), "--serve"]
                     cmd += ["%s:%d:%s:%s" % (n, b, ip, pf(n)) for n, (b, ip, tp, _) in files.items()]
                 try:
-                    lines = run_json(cmd, env, e)
+                    w = Worker(e, cmd, env, os.path.join(work_dir, s, "%s-t%d.log" % (e, threads)))
                 except RuntimeError as err:
-                    res["notes"].append("%s on %s, %d threads failed: %s" % (TITLES[e], s, threads,
-                                                                            err))
+                    res["notes"].append("%s on %s, %d threads: %s" % (TITLES[e], s, threads, err))
                     log("  " + str(err))
                     continue
-                for ln in lines:
-                    if "work" in ln:
-                        med = statistics.median(ln["times"])
-                        rates[(e, s, ln["work"], threads)] = ln["seqs"] / med
-                        ln.update(shape=s, median_s=med)
-                        res["raw"].append(ln)
-                        probs[(e, s, ln["work"], threads)] = pf(ln["work"])
-                    else:
-                        desc = ln.get("config") or ""
-                        if e == "ours":
-                            desc = ("build/bench/bench_peers, %s, CPU backend with threads = "
-                                    "the thread count" % ln.get("blas"))
-                        elif e == "sql":
-                            desc = ("%s; SQLite %s; classify('t', 'text', 'bench') with "
-                                    "sentiment_config threads and batch_size"
-                                    % (ln.get("version"), ln.get("sqlite")))
-                        elif ln.get("version"):
-                            desc = "%s %s (%s)" % (e, ln["version"], desc)
-                            if ln.get("transformers"):
-                                desc += ", transformers %s" % ln["transformers"]
-                            if ln.get("threadpools"):
-                                tp = ln["threadpools"]
-                                if isinstance(tp, list):
-                                    desc += "; thread pools: " + ", ".join(
-                                        "%s %s%s" % (d.get("internal_api"), d.get("version") or "",
-                                                     " " + d["architecture"] if d.get("architecture")
-                                                     else "") for d in tp)
-                        res["engine_info"].setdefault(e, desc)
+                workers[e] = w
+                for ln in w.info:
+                    res["engine_info"].setdefault(e, describe(e, ln))
+                log("  %-12s ready in %.1f s" % (e, w.startup))
+            for name, (batch, ip, tp, n_seqs) in files.items():
+                ens = [e for e in workers if e != "sql" or tp]
+                t0 = time.time()
+                times = {e: [] for e in ens}
+                warm = {}
+                for e in ens:
+                    warm[e] = workers[e].ask("warm", name, "warmup_s")
+                for r in range(args.runs):
+                    for e in ens[r % len(ens):] + ens[:r % len(ens)] if ens else []:
+                        t = workers[e].ask("run", name, "time")
+                        if t is not None:
+                            times[e].append(t)
+                        if e == "paddle":
+                            # Paddle's Intel OpenMP threads spin for up to
+                            # 200 ms (KMP_BLOCKTIME) after a pass; let them
+                            # settle before the next engine's pass.
+                            time.sleep(0.25)
+                for e in ens:
+                    if len(times[e]) == args.runs:
+                        med = statistics.median(times[e])
+                        rates[(e, s, name, threads)] = n_seqs / med
+                        probs[(e, s, name, threads)] = os.path.join(
+                            work_dir, s, "%s-%s-t%d.probs" % (e, name, threads))
+                        res["raw"].append({"engine": e, "shape": s, "work": name, "batch": batch,
+                                           "threads": threads, "seqs": n_seqs,
+                                           "warmup_s": warm.get(e), "times": times[e],
+                                           "median_s": med})
+                log("  %-12s %5.1f s  %s" % (name, time.time() - t0, "  ".join(
+                    "%s %s" % (e, fmt_rate(rates.get((e, s, name, threads)))) for e in ens)))
+            for e, w in workers.items():
+                err = w.close()
+                if err:
+                    res["notes"].append("%s on %s, %d threads: %s" % (TITLES[e], s, threads, err))
 
     # Correctness against ours.
     for e in engines:
@@ -947,6 +1089,7 @@ def main():
         w.add_argument("--model-dir", required=True)
         w.add_argument("--threads", type=int, required=True)
         w.add_argument("--runs", type=int, default=5)
+        w.add_argument("--serve", action="store_true")
         w.add_argument("work", nargs="+")
     args = ap.parse_args()
     if args.runs < 1:
@@ -956,7 +1099,7 @@ def main():
     elif args.cmd == "train-worker":
         train_worker(args)
     elif args.cmd == "sql-worker":
-        sql_worker(args)
+        worker(args)
     else:
         sys.exit(main_run(args))
 
