@@ -169,6 +169,18 @@ struct backend {
     int (*adamw)(backend *be, float *p, const float *g, float *m, float *v,
                  size_t n, float lr, float beta1, float beta2, float eps,
                  float weight_decay, int t);
+
+    /* ---- masked-language-model pretraining (CPU: backend_cpu_mlm.c) ----
+     * The vocabulary-sized decoder runs only on the predicted positions:
+     * their rows are gathered, and the gradient scattered back. */
+
+    /* out(M,C) = x[rows[i], :]; rows (M) is backend int memory. */
+    int (*gather_rows)(backend *be, float *out, const float *x,
+                       const int *rows, int M, int C);
+    /* Backward of gather_rows for distinct rows: dx(N,C) = 0 except
+     * dx[rows[i], :] = dout[i, :] (written). */
+    int (*scatter_rows)(backend *be, float *dx, const float *dout,
+                        const int *rows, int M, int N, int C);
 };
 
 /* The CPU backend; threads <= 0 means "all cores". */
@@ -176,5 +188,7 @@ int backend_cpu_create(int threads, backend **out, char *err);
 int backend_cpu_threads(const backend *be);
 /* Fills the training ops of a CPU backend (backend_cpu_train.c). */
 void backend_cpu_init_train_ops(backend *be);
+/* Fills the pretraining ops (backend_cpu_mlm.c); called by the above. */
+void backend_cpu_init_mlm_ops(backend *be);
 
 #endif

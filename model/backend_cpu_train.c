@@ -443,4 +443,5 @@ void backend_cpu_init_train_ops(backend *be)
     be->cross_entropy = cpu_cross_entropy;
     be->cross_entropy_backward = cpu_cross_entropy_backward;
     be->adamw = cpu_adamw;
+    backend_cpu_init_mlm_ops(be);
 }

@@ -298,16 +298,10 @@ static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
 
 /* ---- the whole model ---------------------------------------------------- */
 
-int bert_train_forward(const bert_config *cfg, const bert_params *p,
-                       bert_train_ws *ws, const int *ids, const int *lengths,
-                       const int *labels, int B, int T,
-                       const bert_dropout *drop, double *loss_sum,
-                       float *logits, char *err)
+/* Checks the inputs of a training forward pass against ws and cfg. */
+static int check_inputs(const bert_config *cfg, const bert_train_ws *ws, const int *ids,
+                        const int *lengths, int B, int T, char *err)
 {
-    backend *be = ws->be;
-    int C = ws->C, K = ws->K, N = B * T, L = ws->L;
-
-    ws->ready = 0;
     if (B < 1 || T < 1 || B > ws->max_batch || T > ws->max_seq)
         return sm_error(err, SM_ERR_INVALID,
                         "training: batch %d x %d tokens exceeds the workspace (%d x %d)", B, T,
@@ -316,21 +310,25 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
         return sm_error(err, SM_ERR_INVALID,
                         "training: %d tokens exceed max_position_embeddings %d", T,
                         cfg->max_position_embeddings);
-    if (!p->cls_w || cfg->num_labels != K)
-        return sm_error(err, SM_ERR_INVALID, "training: the model needs a %d-label head", K);
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < B * T; i++)
         if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
             return sm_error(err, SM_ERR_INVALID,
                             "training: token id %d at %d is outside the vocabulary (%d)",
                             ids[i], i, cfg->vocab_size);
-    for (int b = 0; b < B; b++) {
-        if (labels[b] < 0 || labels[b] >= K)
-            return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
-                            labels[b], b, K);
+    for (int b = 0; b < B; b++)
         if (lengths[b] < 1 || lengths[b] > T)
             return sm_error(err, SM_ERR_INVALID, "training: length %d of example %d is not in [1, %d]",
                             lengths[b], b, T);
-    }
+    return SM_OK;
+}
+
+/* Embeddings and layers: ids (host, checked) -> ws->x_out(N,C). */
+static int encoder_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                           const int *ids, const int *lengths, int B, int T,
+                           const bert_dropout *drop, char *err)
+{
+    backend *be = ws->be;
+    int C = ws->C, N = B * T, L = ws->L;
     ws->B = B;
     ws->T = T;
     if (drop) ws->drop = *drop;
@@ -339,7 +337,6 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
 
     TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
-    TRY(be->upload(be, ws->labels, labels, (size_t)B * sizeof(int)));
 
     /* x_in[0](N,C) = dropout(LN(word + position + type [+ task])) */
     float *x0 = L ? ws->layers[0].x_in : ws->x_out;
@@ -353,6 +350,31 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
         int rc = layer_forward(cfg, &p->layers[l], ws, &ws->layers[l], out, l, err);
         if (rc) return rc;
     }
+    return SM_OK;
+}
+
+int bert_train_forward(const bert_config *cfg, const bert_params *p,
+                       bert_train_ws *ws, const int *ids, const int *lengths,
+                       const int *labels, int B, int T,
+                       const bert_dropout *drop, double *loss_sum,
+                       float *logits, char *err)
+{
+    backend *be = ws->be;
+    int C = ws->C, K = ws->K;
+
+    ws->ready = 0;
+    int rc = check_inputs(cfg, ws, ids, lengths, B, T, err);
+    if (rc) return rc;
+    if (!p->cls_w || cfg->num_labels != K)
+        return sm_error(err, SM_ERR_INVALID, "training: the model needs a %d-label head", K);
+    for (int b = 0; b < B; b++)
+        if (labels[b] < 0 || labels[b] >= K)
+            return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
+                            labels[b], b, K);
+    if ((rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err))) return rc;
+    const bert_dropout *dr = &ws->drop;
+    TRY(be->upload(be, ws->labels, labels, (size_t)B * sizeof(int)));
+
     /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp) */
     TRY(be->gather_cls(be, ws->cls, ws->x_out, B, T, C));
     TRY(be->linear(be, ws->pooled, ws->cls, p->pool_w, p->pool_b, B, C, C));
@@ -373,15 +395,55 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
     return SM_OK;
 }
 
+int bert_train_encode(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                      const int *ids, const int *lengths, int B, int T,
+                      const bert_dropout *drop, const float **x_out, char *err)
+{
+    ws->ready = 0;
+    int rc = check_inputs(cfg, ws, ids, lengths, B, T, err);
+    if (!rc) rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err);
+    if (rc) return rc;
+    *x_out = ws->x_out;
+    ws->ready = 2;
+    return SM_OK;
+}
+
+float *bert_train_grad_out(bert_train_ws *ws)
+{
+    return ws->dx;
+}
+
+/* Layers and embeddings backward: ws->dx(N,C) holds dL/dx_out on entry. */
+static int encoder_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                            bert_train_ws *ws, char *err)
+{
+    backend *be = ws->be;
+    int B = ws->B, T = ws->T, C = ws->C, N = B * T, L = ws->L;
+    const bert_dropout *dr = &ws->drop;
+    for (int l = L - 1; l >= 0; l--) {
+        int rc = layer_backward(cfg, &p->layers[l], &g->layers[l], ws, &ws->layers[l], l, err);
+        if (rc) return rc;
+    }
+    /* x_in[0] = dropout(LN(r0)); r0 = embeddings */
+    TRY(be->dropout(be, ws->dx, ws->dx, (size_t)N * C, dr->hidden, key_of(dr, SITE_EMB)));
+    TRY(be->layernorm_backward(be, ws->dx, g->emb_ln_w, g->emb_ln_b, ws->dx, ws->r0,
+                               ws->mean0, ws->rstd0, p->emb_ln_w, N, C));
+    TRY(be->embed_backward(be, g->word_emb, g->pos_emb, g->type_emb,
+                           p->task_emb ? g->task_emb : NULL, ws->dx, ws->ids, NULL, B, T, C,
+                           cfg->position_offset));
+    TRY(be->synchronize(be));
+    return SM_OK;
+}
+
 int bert_train_backward(const bert_config *cfg, const bert_params *p,
                         const bert_params *g, bert_train_ws *ws,
                         float loss_scale, char *err)
 {
     backend *be = ws->be;
-    int B = ws->B, T = ws->T, C = ws->C, K = ws->K, N = B * T, L = ws->L;
+    int B = ws->B, T = ws->T, C = ws->C, K = ws->K;
     const bert_dropout *dr = &ws->drop;
 
-    if (!ws->ready)
+    if (ws->ready != 1)
         return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
     ws->ready = 0;
     /* losses = cross-entropy(logits) */
@@ -397,17 +459,14 @@ int bert_train_backward(const bert_config *cfg, const bert_params *p,
                             p->pool_w, B, C, C, 0));
     /* cls = x_out[:,0,:] */
     TRY(be->scatter_cls(be, ws->dx, ws->dcls, B, T, C));
-    for (int l = L - 1; l >= 0; l--) {
-        int rc = layer_backward(cfg, &p->layers[l], &g->layers[l], ws, &ws->layers[l], l, err);
-        if (rc) return rc;
-    }
-    /* x_in[0] = dropout(LN(r0)); r0 = embeddings */
-    TRY(be->dropout(be, ws->dx, ws->dx, (size_t)N * C, dr->hidden, key_of(dr, SITE_EMB)));
-    TRY(be->layernorm_backward(be, ws->dx, g->emb_ln_w, g->emb_ln_b, ws->dx, ws->r0,
-                               ws->mean0, ws->rstd0, p->emb_ln_w, N, C));
-    TRY(be->embed_backward(be, g->word_emb, g->pos_emb, g->type_emb,
-                           p->task_emb ? g->task_emb : NULL, ws->dx, ws->ids, NULL, B, T, C,
-                           cfg->position_offset));
-    TRY(be->synchronize(be));
-    return SM_OK;
+    return encoder_backward(cfg, p, g, ws, err);
+}
+
+int bert_train_encode_backward(const bert_config *cfg, const bert_params *p,
+                               const bert_params *g, bert_train_ws *ws, char *err)
+{
+    if (ws->ready != 2)
+        return sm_error(err, SM_ERR_INVALID, "training: encoder backward without bert_train_encode");
+    ws->ready = 0;
+    return encoder_backward(cfg, p, g, ws, err);
 }

@@ -61,4 +61,21 @@ int bert_train_backward(const bert_config *cfg, const bert_params *p,
                         const bert_params *g, bert_train_ws *ws,
                         float loss_scale, char *err);
 
+/* The encoder alone, for other heads (the masked-language-model head of
+ * bert_mlm.c). bert_train_encode runs the training forward pass through the
+ * embeddings and every layer, saving what the backward needs, and sets
+ * *x_out to the last layer's output (N,C), backend memory valid until the
+ * next forward on ws. The head's backward then writes dL/d(x_out) into
+ * bert_train_grad_out(ws) (N,C, backend memory) and calls
+ * bert_train_encode_backward, which adds the encoder's parameter gradients
+ * to g. The pooler and classifier are not used (their gradients stay). */
+int bert_train_encode(const bert_config *cfg, const bert_params *p,
+                      bert_train_ws *ws, const int *ids, const int *lengths,
+                      int B, int T, const bert_dropout *drop,
+                      const float **x_out, char *err);
+float *bert_train_grad_out(bert_train_ws *ws);
+int bert_train_encode_backward(const bert_config *cfg, const bert_params *p,
+                               const bert_params *g, bert_train_ws *ws,
+                               char *err);
+
 #endif

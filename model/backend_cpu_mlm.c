@@ -1,0 +1,48 @@
+/* backend_cpu_mlm.c: the CPU versions of the pretraining ops of backend.h:
+ * gathering the rows of the predicted positions before the vocabulary-sized
+ * decoder, and scattering their gradient back. Each output row is written by
+ * one thread, so the result does not depend on the thread count.
+ * backend_cpu_init_mlm_ops() fills the table.
+ */
+#include "backend.h"
+
+#include <omp.h>
+#include <string.h>
+
+#include "errors.h"
+
+static int nthreads(const backend *be, size_t work)
+{
+    return work < 32768 ? 1 : backend_cpu_threads(be);
+}
+
+static int cpu_gather_rows(backend *be, float *out, const float *x,
+                           const int *rows, int M, int C)
+{
+    int nt = nthreads(be, (size_t)M * C);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < M; i++)
+        memcpy(out + (size_t)i * C, x + (size_t)rows[i] * C, (size_t)C * sizeof *out);
+    return SM_OK;
+}
+
+static int cpu_scatter_rows(backend *be, float *dx, const float *dout,
+                            const int *rows, int M, int N, int C)
+{
+    (void)be;
+    memset(dx, 0, (size_t)N * C * sizeof *dx);
+    /* In order, adding: repeated rows would sum (the op promises only
+     * distinct rows, which a GPU writes without atomics). */
+    for (int i = 0; i < M; i++) {
+        float *d = dx + (size_t)rows[i] * C;
+        const float *g = dout + (size_t)i * C;
+        for (int c = 0; c < C; c++) d[c] += g[c];
+    }
+    return SM_OK;
+}
+
+void backend_cpu_init_mlm_ops(backend *be)
+{
+    be->gather_rows = cpu_gather_rows;
+    be->scatter_rows = cpu_scatter_rows;
+}
