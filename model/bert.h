@@ -16,6 +16,7 @@
 #define SM_BERT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 #include "config.h"
@@ -86,6 +87,15 @@ int bert_model_load_buffers(const char *config_json, size_t config_len,
                             const char *vocab, size_t vocab_len,
                             const void *safetensors, size_t st_len,
                             bert_model **out, char *err);
+/* The same for a checkpoint written for masked-language modelling: the
+ * pooler may be absent (transformers' BertForMaskedLM has none); it is then
+ * initialised as transformers initialises a missing one, normal(0, 0.02)
+ * weights drawn from seed and a zero bias. The "cls." tensors are ignored
+ * here; bert_mlm.h reads the MLM head. */
+int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
+                                const char *vocab, size_t vocab_len,
+                                const void *safetensors, size_t st_len,
+                                uint64_t seed, bert_model **out, char *err);
 void bert_model_free(bert_model *m);
 /* Serialises the parameters as safetensors (HF names with the "bert." prefix
  * and the head); *out malloc'd. */

@@ -11,10 +11,13 @@
 #include "bert.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dropout_rng.h"
 #include "errors.h"
 #include "safetensors.h"
 
@@ -70,8 +73,23 @@ static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape)
     if (used < cap) snprintf(out + used, cap - used, "]");
 }
 
-/* Copies every table tensor from st into m->arena. */
-static int load_tensors(bert_model *m, const safetensors *st, char *err)
+/* normal(0, stddev) from a splitmix64 stream (a missing pooler's weights). */
+static void init_normal(float *x, size_t n, double stddev, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t a = dropout_mix64(s += 0x9E3779B97F4A7C15ull);
+        uint64_t b = dropout_mix64(s += 0x9E3779B97F4A7C15ull);
+        double u1 = ((double)(a >> 11) + 0.5) / 9007199254740992.0;
+        double u2 = (double)(b >> 11) / 9007199254740992.0;
+        x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) * stddev);
+    }
+}
+
+/* Copies every table tensor from st into m->arena. With pooler_optional a
+ * missing pooler is initialised (normal(0, 0.02) from seed, zero bias). */
+static int load_tensors(bert_model *m, const safetensors *st, int pooler_optional,
+                        uint64_t seed, char *err)
 {
     const char *prefix = NULL;
     for (size_t i = 0; i < sizeof k_prefixes / sizeof *k_prefixes; i++) {
@@ -104,6 +122,12 @@ static int load_tensors(bert_model *m, const safetensors *st, char *err)
         char name[160], want[64], got[64];
         checkpoint_name(name, sizeof name, prefix, specs[i].name);
         const st_tensor *t = find_tensor(st, name);
+        if (!t && pooler_optional && !strncmp(specs[i].name, "pooler.", 7)) {
+            float *x = m->arena + specs[i].offset;
+            if (specs[i].ndim == 2) init_normal(x, specs[i].numel, 0.02, seed);
+            else memset(x, 0, specs[i].numel * sizeof *x);
+            continue;
+        }
         if (!t) {
             rc = sm_error(err, SM_ERR_FORMAT, "model.safetensors: missing tensor '%s'", name);
             goto end;
@@ -153,10 +177,9 @@ end:
     return rc;
 }
 
-int bert_model_load_buffers(const char *config_json, size_t config_len,
-                            const char *vocab, size_t vocab_len,
-                            const void *st_bytes, size_t st_len,
-                            bert_model **out, char *err)
+static int load_buffers(const char *config_json, size_t config_len, const char *vocab,
+                        size_t vocab_len, const void *st_bytes, size_t st_len,
+                        int pooler_optional, uint64_t seed, bert_model **out, char *err)
 {
     safetensors st = {0};
     int rc;
@@ -173,7 +196,7 @@ int bert_model_load_buffers(const char *config_json, size_t config_len,
         goto fail;
     }
     if ((rc = safetensors_open_buffer(st_bytes, st_len, &st, err))) goto fail;
-    if ((rc = load_tensors(m, &st, err))) goto fail;
+    if ((rc = load_tensors(m, &st, pooler_optional, seed, err))) goto fail;
     safetensors_close(&st);
     *out = m;
     return SM_OK;
@@ -181,6 +204,24 @@ fail:
     safetensors_close(&st);
     bert_model_free(m);
     return rc;
+}
+
+int bert_model_load_buffers(const char *config_json, size_t config_len,
+                            const char *vocab, size_t vocab_len,
+                            const void *st_bytes, size_t st_len,
+                            bert_model **out, char *err)
+{
+    return load_buffers(config_json, config_len, vocab, vocab_len, st_bytes, st_len, 0, 0, out,
+                        err);
+}
+
+int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
+                                const char *vocab, size_t vocab_len,
+                                const void *st_bytes, size_t st_len, uint64_t seed,
+                                bert_model **out, char *err)
+{
+    return load_buffers(config_json, config_len, vocab, vocab_len, st_bytes, st_len, 1, seed,
+                        out, err);
 }
 
 /* Reads a whole file into a malloc'd buffer. */

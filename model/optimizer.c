@@ -75,21 +75,17 @@ int adamw_reset(adamw *o, char *err)
     return SM_OK;
 }
 
-int adamw_create(backend *be, const bert_config *cfg, int with_head,
-                 adamw **out, char *err)
+int adamw_create_table(backend *be, const bert_param_spec *specs, int n_specs,
+                       size_t total, adamw **out, char *err)
 {
-    bert_param_spec *specs = NULL;
-    int n_specs, rc;
-    size_t total;
     *out = NULL;
     if (!be->adamw)
         return sm_error(err, SM_ERR_UNSUPPORTED, "the %s backend cannot train", be->name);
-    if ((rc = bert_param_table(cfg, with_head, &specs, &n_specs, &total, err))) return rc;
     adamw *o = calloc(1, sizeof *o);
     if (!o) goto nomem;
     o->be = be;
     o->n = total;
-    o->runs = calloc((size_t)n_specs, sizeof *o->runs);
+    o->runs = calloc((size_t)(n_specs ? n_specs : 1), sizeof *o->runs);
     if (!o->runs) goto nomem;
     for (int i = 0; i < n_specs; i++) {
         int decay = !no_decay(specs[i].name);
@@ -104,19 +100,32 @@ int adamw_create(backend *be, const bert_config *cfg, int with_head,
     o->v = be->alloc(be, total * sizeof(float));
     o->scratch = be->alloc(be, sizeof(float));
     if (!o->m || !o->v || !o->scratch) goto nomem;
-    free(specs);
-    specs = NULL;
-    if ((rc = adamw_reset(o, err))) {
+    int rc = adamw_reset(o, err);
+    if (rc) {
         adamw_free(o);
         return rc;
     }
     *out = o;
     return SM_OK;
 nomem:
-    free(specs);
     adamw_free(o);
     return sm_error(err, SM_ERR_NOMEM, "out of memory for the optimizer state (%zu parameters)",
                     total);
+}
+
+int adamw_create(backend *be, const bert_config *cfg, int with_head,
+                 adamw **out, char *err)
+{
+    bert_param_spec *specs = NULL;
+    int n_specs, rc;
+    size_t total;
+    *out = NULL;
+    if (!be->adamw)
+        return sm_error(err, SM_ERR_UNSUPPORTED, "the %s backend cannot train", be->name);
+    if ((rc = bert_param_table(cfg, with_head, &specs, &n_specs, &total, err))) return rc;
+    rc = adamw_create_table(be, specs, n_specs, total, out, err);
+    free(specs);
+    return rc;
 }
 
 int grad_global_norm(adamw *o, const float *grads, float *norm, char *err)

@@ -32,6 +32,13 @@ typedef struct adamw adamw;
  * rows are included) on backend be; moments start at zero. */
 int adamw_create(backend *be, const bert_config *cfg, int with_head,
                  adamw **out, char *err);
+/* The same for an arena of `total` floats laid out by any size table (e.g.
+ * the encoder plus the masked-language-model head): only the tensors listed
+ * in specs are updated; floats between them (a tensor left out) keep their
+ * values, though they count in the gradient norm. */
+struct bert_param_spec;
+int adamw_create_table(backend *be, const struct bert_param_spec *specs,
+                       int n_specs, size_t total, adamw **out, char *err);
 void adamw_free(adamw *o);
 /* Floats in each arena (parameters, gradients, m, v). */
 size_t adamw_numel(const adamw *o);
