@@ -92,3 +92,43 @@ FUZZ_SECONDS ?= 60
 .PHONY: fuzz
 fuzz:
 	@./scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# The CUDA plugin (gpu/, see gpu/README.md): build/sentiment_cuda.so, built
+# with nvcc when nvcc is on PATH (not for sanitizer builds), a note otherwise.
+# sentiment.so never links CUDA; it dlopens this plugin when a GPU is asked
+# for. SASS for sm_80 (A100, and every 8.x GPU) and sm_90 (H100/H200) plus
+# compute_90 PTX that newer GPUs compile at load time. cudart is linked
+# statically (the plugin needs only the driver); cuBLAS dynamically.
+#   make gpu-check   build, run the CUDA tests and the GPU benchmark (a GPU machine)
+NVCC       ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  ?= -O2 -g -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra
+CUDA_SO    := $(if $(NVCC),$(if $(SAN),,$(BUILD)/sentiment_cuda.so))
+GPU_CU     := $(sort $(wildcard gpu/*.cu))
+GPU_OBJ    := $(GPU_CU:%.cu=$(BUILD)/%.cu.o) $(BUILD)/gpu/scatter_plan.o
+GPU_HDR    := $(wildcard gpu/*.h gpu/*.cuh) model/backend.h model/errors.h model/dropout_rng.h
+
+.PHONY: cuda gpu-check
+all: cuda
+ifeq ($(CUDA_SO),)
+cuda:
+	@echo "note: $(BUILD)/sentiment_cuda.so not built ($(if $(SAN),sanitizer build,nvcc not on PATH)); sentiment.so runs on the CPU"
+else
+cuda: $(CUDA_SO)
+endif
+
+$(BUILD)/gpu/%.cu.o: gpu/%.cu $(GPU_HDR)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Imodel -Igpu -c $< -o $@
+
+$(BUILD)/sentiment_cuda.so: $(GPU_OBJ) gpu/exports.map
+	$(NVCC) $(CUDA_ARCH) -shared -cudart static -o $@ $(GPU_OBJ) -lcublas \
+	    -Xlinker --version-script=gpu/exports.map -Xlinker -rpath,$(CUDA_HOME)/lib64 \
+	    -Xlinker --no-undefined
+
+-include $(BUILD)/gpu/scatter_plan.d
+
+gpu-check:
+	@./scripts/gpu-check.sh

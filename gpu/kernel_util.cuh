@@ -1,0 +1,47 @@
+/* kernel_util.cuh: loop shapes and warp reductions shared by the kernels.
+ *
+ * Elementwise kernels are grid-stride loops over size_t indices with grids
+ * of at most 2^20 blocks (grid_for); row kernels give one warp to a row,
+ * WARPS rows per block, also grid-striding (row_grid). */
+#ifndef SM_KERNEL_UTIL_CUH
+#define SM_KERNEL_UTIL_CUH
+
+#define WARPS 8 /* rows per 256-thread block in the row kernels */
+
+#define GRID_STRIDE(i, n)                                                     \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);   \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Rows handled by this warp: grid-strided, the same for every lane, so the
+ * warp's shuffles always see all 32 lanes. */
+#define WARP_ROWS(r, R)                                                                  \
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);   \
+         r < (long long)(R); r += (long long)gridDim.x * (blockDim.x >> 5))
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* lengths[b] clamped to [1, T] as the CPU does; T when lengths is NULL. */
+__device__ __forceinline__ int clamp_len(const int *lengths, int b, int T)
+{
+    if (!lengths) return T;
+    int len = lengths[b];
+    return len < 1 ? 1 : (len > T ? T : len);
+}
+
+static inline unsigned row_grid(long long rows)
+{
+    long long b = (rows + WARPS - 1) / WARPS;
+    return b > (1 << 20) ? (1u << 20) : (unsigned)b;
+}
+
+#endif

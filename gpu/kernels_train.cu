@@ -1,0 +1,565 @@
+/* kernels_train.cu: the CUDA training ops of backend.h (backward passes,
+ * dropout, cross-entropy, AdamW, gradient norms).
+ *
+ * Determinism, as on the CPU: no atomics. Sums across rows are done in
+ * fixed chunks and the chunk partials added in order (column sums for bias
+ * and LayerNorm gradients, the squared norm); embedding gradients go through
+ * a scatter plan (scatter_plan.h) built on the host from the token ids, so
+ * every table row adds its tokens in token order. The same inputs give the
+ * same bits on the same GPU; against the CPU they agree within the
+ * tolerances of tests/test_cuda.c (the summation order differs).
+ *
+ * Parameter gradients accumulate (+=), activation gradients are written, as
+ * backend.h says.
+ */
+#include <math.h>
+
+#include "cuda_backend.h"
+#include "kernel_util.cuh"
+
+/* ---- elementwise ------------------------------------------------------------------ */
+
+__global__ void k_scale(float *x, size_t n, float s)
+{
+    GRID_STRIDE(i, n) x[i] *= s;
+}
+
+__global__ void k_gelu_backward(float *din, const float *dout, const float *in, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = in[i];
+        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+        float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+        din[i] = dout[i] * (cdf + x * pdf);
+    }
+}
+
+__global__ void k_tanh_backward(float *din, const float *dout, const float *out, size_t n)
+{
+    GRID_STRIDE(i, n) din[i] = dout[i] * (1.0f - out[i] * out[i]);
+}
+
+static int cuda_scale(backend *be, float *x, size_t n, float s)
+{
+    ENTER(be);
+    if (!n) return SM_OK;
+    k_scale<<<grid_for(n, 256), 256, 0, c->stream>>>(x, n, s);
+    LAUNCHED(c, "k_scale");
+    return SM_OK;
+}
+
+static int cuda_gelu_backward(backend *be, float *din, const float *dout, const float *in,
+                              size_t n)
+{
+    ENTER(be);
+    if (!n) return SM_OK;
+    k_gelu_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(din, dout, in, n);
+    LAUNCHED(c, "k_gelu_backward");
+    return SM_OK;
+}
+
+static int cuda_tanh_backward(backend *be, float *din, const float *dout, const float *out,
+                              size_t n)
+{
+    ENTER(be);
+    if (!n) return SM_OK;
+    k_tanh_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(din, dout, out, n);
+    LAUNCHED(c, "k_tanh_backward");
+    return SM_OK;
+}
+
+static int cuda_dropout(backend *be, float *out, const float *in, size_t n, float p,
+                        unsigned long long key)
+{
+    ENTER(be);
+    return launch_dropout(c, out, in, n, p, key);
+}
+
+/* ---- squared norm -------------------------------------------------------------------- */
+
+/* SUMSQ_BLOCKS fixed blocks of 256 threads, each summing a fixed strided
+ * share in double and reducing it in a fixed tree; then one thread adds the
+ * block partials in order. */
+__global__ void k_sumsq_partial(double *partial, const float *x, size_t n)
+{
+    __shared__ double sh[256];
+    double s = 0.0;
+    GRID_STRIDE(i, n) s += (double)x[i] * (double)x[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+__global__ void k_sumsq_final(float *out, const double *partial, int nb)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        double t = 0.0;
+        for (int i = 0; i < nb; i++) t += partial[i];
+        out[0] = (float)t;
+    }
+}
+
+static int cuda_sumsq(backend *be, float *out, const float *x, size_t n)
+{
+    ENTER(be);
+    k_sumsq_partial<<<SUMSQ_BLOCKS, 256, 0, c->stream>>>(c->sumsq_partial, x, n);
+    LAUNCHED(c, "k_sumsq_partial");
+    k_sumsq_final<<<1, 32, 0, c->stream>>>(out, c->sumsq_partial, SUMSQ_BLOCKS);
+    LAUNCHED(c, "k_sumsq_final");
+    return SM_OK;
+}
+
+/* ---- column sums ------------------------------------------------------------------------ */
+
+/* Blocks of 32 columns x 8 row lanes; blockIdx.y is a chunk of rows. Each
+ * thread sums its rows of the chunk in order, the 8 lanes are added in
+ * order, and the chunk's sums go to partial[chunk, col]. */
+#define CS_X 32
+#define CS_Y 8
+
+__global__ void k_colsum_partial(float *partial, const float *src, int R, int N, int rows_per_chunk)
+{
+    __shared__ float sh[CS_Y][CS_X + 1];
+    int col = blockIdx.x * CS_X + threadIdx.x, chunk = blockIdx.y;
+    int r0 = chunk * rows_per_chunk, r1 = min(R, r0 + rows_per_chunk);
+    float s = 0.0f;
+    if (col < N)
+        for (int r = r0 + threadIdx.y; r < r1; r += CS_Y) s += src[(size_t)r * N + col];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < N) {
+        float t = 0.0f;
+        for (int y = 0; y < CS_Y; y++) t += sh[y][threadIdx.x];
+        partial[(size_t)chunk * N + col] = t;
+    }
+}
+
+/* The same for LayerNorm: sums of dout * xhat (dw) and of dout (db). */
+__global__ void k_ln_colsum_partial(float *pw, float *pb, const float *dout, const float *in,
+                                    const float *mean, const float *rstd, int R, int C,
+                                    int rows_per_chunk)
+{
+    __shared__ float shw[CS_Y][CS_X + 1], shb[CS_Y][CS_X + 1];
+    int col = blockIdx.x * CS_X + threadIdx.x, chunk = blockIdx.y;
+    int r0 = chunk * rows_per_chunk, r1 = min(R, r0 + rows_per_chunk);
+    float sw = 0.0f, sb = 0.0f;
+    if (col < C)
+        for (int r = r0 + threadIdx.y; r < r1; r += CS_Y) {
+            size_t at = (size_t)r * C + col;
+            float dy = dout[at];
+            sw += dy * ((in[at] - mean[r]) * rstd[r]);
+            sb += dy;
+        }
+    shw[threadIdx.y][threadIdx.x] = sw;
+    shb[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int y = 0; y < CS_Y; y++) {
+            tw += shw[y][threadIdx.x];
+            tb += shb[y][threadIdx.x];
+        }
+        pw[(size_t)chunk * C + col] = tw;
+        pb[(size_t)chunk * C + col] = tb;
+    }
+}
+
+/* dst[col] += Σ_chunk partial[chunk, col], chunks in order. */
+__global__ void k_colsum_finish(float *dst, const float *partial, int chunks, int N)
+{
+    GRID_STRIDE(col, (size_t)N)
+    {
+        float t = 0.0f;
+        for (int k = 0; k < chunks; k++) t += partial[(size_t)k * N + col];
+        dst[col] += t;
+    }
+}
+
+/* Chunks of rows for R rows: about 64 rows each, at most 512 chunks. */
+static void colsum_chunks(int R, int *chunks, int *rows_per_chunk)
+{
+    int ch = (R + 63) / 64;
+    if (ch > 512) ch = 512;
+    if (ch < 1) ch = 1;
+    *chunks = ch;
+    *rows_per_chunk = (R + ch - 1) / ch;
+}
+
+/* db(N) += column sums of src(R,N). */
+static int colsum_add(cuda_ctx *c, float *db, const float *src, int R, int N)
+{
+    if (R <= 0 || N <= 0) return SM_OK;
+    int chunks, rpc;
+    colsum_chunks(R, &chunks, &rpc);
+    TRY(growbuf_reserve(c, &c->colsum, (size_t)chunks * N * sizeof(float), "column sums"));
+    float *partial = (float *)c->colsum.p;
+    dim3 grid((unsigned)((N + CS_X - 1) / CS_X), (unsigned)chunks), block(CS_X, CS_Y);
+    k_colsum_partial<<<grid, block, 0, c->stream>>>(partial, src, R, N, rpc);
+    LAUNCHED(c, "k_colsum_partial");
+    k_colsum_finish<<<grid_for((size_t)N, 256), 256, 0, c->stream>>>(db, partial, chunks, N);
+    LAUNCHED(c, "k_colsum_finish");
+    return SM_OK;
+}
+
+/* ---- linear and LayerNorm backward ----------------------------------------------------------- */
+
+static int cuda_linear_backward(backend *be, float *din, float *dW, float *db, const float *dout,
+                                const float *in, const float *W, int R, int K, int N,
+                                int accumulate_din)
+{
+    ENTER(be);
+    /* din(R,K) = dout(R,N) · W(N,K) */
+    if (din)
+        TRY(cuda_gemm(c, 0, 0, R, K, N, 1.0f, dout, N, 0, W, K, 0,
+                      accumulate_din ? 1.0f : 0.0f, din, K, 0, 1));
+    /* dW(N,K) += dout(R,N)ᵀ · in(R,K) */
+    TRY(cuda_gemm(c, 1, 0, N, K, R, 1.0f, dout, N, 0, in, K, 0, 1.0f, dW, K, 0, 1));
+    /* db(N) += column sums of dout */
+    if (db) TRY(colsum_add(c, db, dout, R, N));
+    return SM_OK;
+}
+
+/* din = rstd * (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)), one warp per
+ * row. din may alias dout: each lane writes only the elements it reads, after
+ * the warp's sums are complete. */
+__global__ void k_ln_backward_rows(float *din, const float *dout, const float *in,
+                                   const float *mean, const float *rstd, const float *w,
+                                   long long R, int C)
+{
+    int lane = threadIdx.x & 31;
+    WARP_ROWS(r, R)
+    {
+        const float *x = in + (size_t)r * C, *dy = dout + (size_t)r * C;
+        float *dx = din + (size_t)r * C;
+        float mu = mean[r], rs = rstd[r];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int i = lane; i < C; i += 32) {
+            float dn = dy[i] * w[i];
+            s1 += dn;
+            s2 += dn * ((x[i] - mu) * rs);
+        }
+        s1 = warp_sum(s1) / (float)C;
+        s2 = warp_sum(s2) / (float)C;
+        for (int i = lane; i < C; i += 32) {
+            float xhat = (x[i] - mu) * rs;
+            dx[i] = rs * (dy[i] * w[i] - s1 - xhat * s2);
+        }
+    }
+}
+
+static int cuda_layernorm_backward(backend *be, float *din, float *dw, float *db,
+                                   const float *dout, const float *in, const float *mean,
+                                   const float *rstd, const float *w, int R, int C)
+{
+    ENTER(be);
+    if (R <= 0 || C <= 0) return SM_OK;
+    /* parameter gradients first: din may overwrite dout */
+    int chunks, rpc;
+    colsum_chunks(R, &chunks, &rpc);
+    TRY(growbuf_reserve(c, &c->colsum, 2 * (size_t)chunks * C * sizeof(float), "column sums"));
+    float *pw = (float *)c->colsum.p, *pb = pw + (size_t)chunks * C;
+    dim3 grid((unsigned)((C + CS_X - 1) / CS_X), (unsigned)chunks), block(CS_X, CS_Y);
+    k_ln_colsum_partial<<<grid, block, 0, c->stream>>>(pw, pb, dout, in, mean, rstd, R, C, rpc);
+    LAUNCHED(c, "k_ln_colsum_partial");
+    k_colsum_finish<<<grid_for((size_t)C, 256), 256, 0, c->stream>>>(dw, pw, chunks, C);
+    LAUNCHED(c, "k_colsum_finish");
+    k_colsum_finish<<<grid_for((size_t)C, 256), 256, 0, c->stream>>>(db, pb, chunks, C);
+    LAUNCHED(c, "k_colsum_finish");
+    k_ln_backward_rows<<<row_grid(R), 32 * WARPS, 0, c->stream>>>(din, dout, in, mean, rstd, w,
+                                                                  R, C);
+    LAUNCHED(c, "k_ln_backward_rows");
+    return SM_OK;
+}
+
+/* ---- attention backward ------------------------------------------------------------------- */
+
+/* In place on datt(rows, T): dS = scale * P * (dP - Σ_j P dP), one warp per
+ * row. Masked keys have P = 0, so summing all T keys equals the CPU's sum
+ * over the unmasked ones. */
+__global__ void k_softmax_backward(float *datt, const float *att, long long rows, int T,
+                                   float scale)
+{
+    int lane = threadIdx.x & 31;
+    WARP_ROWS(r, rows)
+    {
+        float *dp = datt + (size_t)r * T;
+        const float *p = att + (size_t)r * T;
+        float s = 0.0f;
+        for (int j = lane; j < T; j += 32) s += p[j] * dp[j];
+        s = warp_sum(s);
+        for (int j = lane; j < T; j += 32) dp[j] = scale * p[j] * (dp[j] - s);
+    }
+}
+
+/* dq, dk, dv (B,H,T,d) -> dqkv(B,T,3C), rows t >= len written 0. */
+__global__ void k_merge_qkv(float *dqkv, const float *dq, const float *dk, const float *dv,
+                            const int *lengths, int T, int H, int d, size_t n)
+{
+    int C = H * d;
+    size_t C3 = 3 * (size_t)C;
+    GRID_STRIDE(i, n)
+    {
+        size_t bt = i / C3;
+        int j = (int)(i - bt * C3);
+        int which = j / C, hc = j - which * C, h = hc / d, e = hc - h * d;
+        size_t b = bt / (size_t)T, t = bt - b * (size_t)T;
+        const float *src = which == 0 ? dq : (which == 1 ? dk : dv);
+        dqkv[i] = (int)t < clamp_len(lengths, (int)b, T) ? src[((b * H + h) * T + t) * d + e]
+                                                          : 0.0f;
+    }
+}
+
+static int cuda_attention_backward(backend *be, float *dqkv, float *datt, float *att_drop,
+                                   const float *dout, const float *att, const float *qkv,
+                                   const int *lengths, int B, int T, int H, int d, float scale,
+                                   float p, unsigned long long key)
+{
+    ENTER(be);
+    size_t NC = (size_t)B * T * H * d;
+    long long TT = (long long)T * T, Td = (long long)T * d;
+    int BH = B * H;
+    if (!NC) return SM_OK;
+    if (p > 0.0f && !att_drop)
+        return cu_error(c, SM_ERR_INVALID, "attention_backward: dropout %g needs att_drop",
+                        (double)p);
+    TRY(growbuf_reserve(c, &c->attn, 7 * NC * sizeof(float), "attention backward"));
+    float *q = (float *)c->attn.p, *k = q + NC, *v = k + NC, *dO = v + NC;
+    float *dq = dO + NC, *dk = dq + NC, *dv = dk + NC;
+    TRY(launch_split_qkv(c, q, k, v, qkv, B, T, H, d));
+    /* dO (B,H,T,d) with padding query rows 0: the CPU reads only rows < len */
+    TRY(launch_split_heads(c, dO, dout, lengths, B, T, H, d));
+    const float *Pv = att;
+    if (p > 0.0f) {
+        TRY(launch_dropout(c, att_drop, att, (size_t)BH * TT, p, key));
+        Pv = att_drop;
+    }
+    /* dv = Pvᵀ dO; dP = dO vᵀ (into datt) */
+    TRY(cuda_gemm(c, 1, 0, T, d, T, 1.0f, Pv, T, TT, dO, d, Td, 0.0f, dv, d, Td, BH));
+    TRY(cuda_gemm(c, 0, 1, T, T, d, 1.0f, dO, d, Td, v, d, Td, 0.0f, datt, T, TT, BH));
+    /* back through the dropout (same mask), then the softmax */
+    if (p > 0.0f) TRY(launch_dropout(c, datt, datt, (size_t)BH * TT, p, key));
+    long long rows = (long long)BH * T;
+    k_softmax_backward<<<row_grid(rows), 32 * WARPS, 0, c->stream>>>(datt, att, rows, T, scale);
+    LAUNCHED(c, "k_softmax_backward");
+    /* dq = dS k; dk = dSᵀ q */
+    TRY(cuda_gemm(c, 0, 0, T, d, T, 1.0f, datt, T, TT, k, d, Td, 0.0f, dq, d, Td, BH));
+    TRY(cuda_gemm(c, 1, 0, T, d, T, 1.0f, datt, T, TT, q, d, Td, 0.0f, dk, d, Td, BH));
+    size_t n = 3 * NC;
+    k_merge_qkv<<<grid_for(n, 256), 256, 0, c->stream>>>(dqkv, dq, dk, dv, lengths, T, H, d, n);
+    LAUNCHED(c, "k_merge_qkv");
+    return SM_OK;
+}
+
+/* ---- embeddings ----------------------------------------------------------------------------- */
+
+#define SEG_MAX 32     /* tokens per scatter segment */
+#define SEG_THREADS 128
+
+/* seg[s, ch] = Σ src[order[i], ch] over segment s's tokens, in order.
+ * grid (n_segs, ceil(C / SEG_THREADS)). */
+__global__ void k_seg_sum(float *seg, const float *src, const int *order, const int *seg_start,
+                          int C)
+{
+    int s = blockIdx.x, ch = blockIdx.y * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    float acc = 0.0f;
+    for (int i = seg_start[s]; i < seg_start[s + 1]; i++) acc += src[(size_t)order[i] * C + ch];
+    seg[(size_t)s * C + ch] = acc;
+}
+
+/* dst[row[g], ch] += Σ seg[s, ch] over group g's segments, in order.
+ * grid (n_rows, ceil(C / SEG_THREADS)). */
+__global__ void k_seg_finish(float *dst, const float *seg, const int *row, const int *row_seg,
+                             int C)
+{
+    int g = blockIdx.x, ch = blockIdx.y * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    float acc = 0.0f;
+    for (int s = row_seg[g]; s < row_seg[g + 1]; s++) acc += seg[(size_t)s * C + ch];
+    dst[(size_t)row[g] * C + ch] += acc;
+}
+
+/* dst[rows[i], :] += src[i, :] for the n token rows of src (n, C); rows is
+ * host memory (NULL: all 0). */
+static int scatter_add(cuda_ctx *c, float *dst, const float *src, const int *rows, int n, int C)
+{
+    if (n <= 0 || C <= 0) return SM_OK;
+    int rc = scatter_plan_build(&c->splan, rows, n, SEG_MAX);
+    if (rc == -2) return cu_error(c, SM_ERR_NOMEM, "embedding backward: out of host memory");
+    if (rc) return cu_error(c, SM_ERR_INVALID, "embedding backward: a negative row index");
+    const scatter_plan *pl = &c->splan;
+    TRY(growbuf_reserve(c, &c->plan, pl->n_ints * sizeof(int), "the embedding scatter plan"));
+    TRY(growbuf_reserve(c, &c->seg, (size_t)pl->n_segs * C * sizeof(float),
+                        "embedding gradient partials"));
+    int *dplan = (int *)c->plan.p;
+    TRY(stage_upload(c, dplan, pl->buf, pl->n_ints * sizeof(int)));
+    unsigned cblocks = (unsigned)((C + SEG_THREADS - 1) / SEG_THREADS);
+    k_seg_sum<<<dim3((unsigned)pl->n_segs, cblocks), SEG_THREADS, 0, c->stream>>>(
+        (float *)c->seg.p, src, dplan + pl->off_order, dplan + pl->off_seg_start, C);
+    LAUNCHED(c, "k_seg_sum");
+    k_seg_finish<<<dim3((unsigned)pl->n_rows, cblocks), SEG_THREADS, 0, c->stream>>>(
+        dst, (const float *)c->seg.p, dplan + pl->off_row, dplan + pl->off_row_seg, C);
+    LAUNCHED(c, "k_seg_finish");
+    return SM_OK;
+}
+
+static int host_rows(cuda_ctx *c, size_t n)
+{
+    if (c->host_rows_cap >= n) return SM_OK;
+    int *p = (int *)realloc(c->host_rows, n * sizeof *p);
+    if (!p) return cu_error(c, SM_ERR_NOMEM, "embedding backward: out of host memory");
+    c->host_rows = p;
+    c->host_rows_cap = n;
+    return SM_OK;
+}
+
+static int cuda_embed_backward(backend *be, float *dword, float *dpos, float *dtype,
+                               float *dtask, const float *dout, const int *ids,
+                               const int *types, int B, int T, int C, int pos_offset)
+{
+    ENTER(be);
+    int n = B * T;
+    if (n <= 0 || C <= 0) return SM_OK;
+    TRY(host_rows(c, (size_t)n));
+    int *rows = c->host_rows;
+    /* word rows: the token ids */
+    TRY(stage_download(c, rows, ids, (size_t)n * sizeof(int)));
+    TRY(scatter_add(c, dword, dout, rows, n, C));
+    /* position rows: t + pos_offset */
+    for (int i = 0; i < n; i++) rows[i] = i % T + pos_offset;
+    TRY(scatter_add(c, dpos, dout, rows, n, C));
+    /* token-type rows */
+    if (types) TRY(stage_download(c, rows, types, (size_t)n * sizeof(int)));
+    TRY(scatter_add(c, dtype, dout, types ? rows : NULL, n, C));
+    if (dtask) TRY(scatter_add(c, dtask, dout, NULL, n, C));
+    return SM_OK;
+}
+
+__global__ void k_scatter_cls(float *dx, const float *dcls, int T, int C, size_t n)
+{
+    size_t TC = (size_t)T * C;
+    GRID_STRIDE(i, n)
+    {
+        size_t b = i / TC, rem = i - b * TC;
+        dx[i] = rem < (size_t)C ? dcls[b * C + rem] : 0.0f;
+    }
+}
+
+static int cuda_scatter_cls(backend *be, float *dx, const float *dcls, int B, int T, int C)
+{
+    ENTER(be);
+    size_t n = (size_t)B * T * C;
+    if (!n) return SM_OK;
+    k_scatter_cls<<<grid_for(n, 256), 256, 0, c->stream>>>(dx, dcls, T, C, n);
+    LAUNCHED(c, "k_scatter_cls");
+    return SM_OK;
+}
+
+/* ---- loss ----------------------------------------------------------------------------------- */
+
+/* One thread per example, in double as the CPU. */
+__global__ void k_cross_entropy(float *losses, float *probs, const float *logits,
+                                const int *labels, int B, int K)
+{
+    GRID_STRIDE(b, (size_t)B)
+    {
+        const float *z = logits + b * K;
+        float *pr = probs + b * K;
+        double mx = z[0], sum = 0.0;
+        for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+        for (int k = 0; k < K; k++) sum += exp((double)z[k] - mx);
+        for (int k = 0; k < K; k++) pr[k] = (float)(exp((double)z[k] - mx) / sum);
+        losses[b] = (float)(log(sum) + mx - z[labels[b]]);
+    }
+}
+
+__global__ void k_cross_entropy_backward(float *dlogits, const float *probs, const int *labels,
+                                         int K, float scale, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        size_t b = i / (size_t)K;
+        int k = (int)(i - b * (size_t)K);
+        dlogits[i] = scale * (probs[i] - (k == labels[b] ? 1.0f : 0.0f));
+    }
+}
+
+static int cuda_cross_entropy(backend *be, float *losses, float *probs, const float *logits,
+                              const int *labels, int B, int K)
+{
+    ENTER(be);
+    if (B <= 0 || K <= 0) return SM_OK;
+    k_cross_entropy<<<grid_for((size_t)B, 128), 128, 0, c->stream>>>(losses, probs, logits,
+                                                                     labels, B, K);
+    LAUNCHED(c, "k_cross_entropy");
+    return SM_OK;
+}
+
+static int cuda_cross_entropy_backward(backend *be, float *dlogits, const float *probs,
+                                       const int *labels, int B, int K, float scale)
+{
+    ENTER(be);
+    size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(K > 0 ? K : 0);
+    if (!n) return SM_OK;
+    k_cross_entropy_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(dlogits, probs, labels, K,
+                                                                      scale, n);
+    LAUNCHED(c, "k_cross_entropy_backward");
+    return SM_OK;
+}
+
+/* ---- AdamW ----------------------------------------------------------------------------------- */
+
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay,
+                        float step, float bc2_sqrt, float a1, float beta2, float a2, float eps)
+{
+    GRID_STRIDE(i, n)
+    {
+        float gi = g[i];
+        float pi = p[i] * decay;
+        float mi = m[i] + (gi - m[i]) * a1;
+        float vi = v[i] * beta2 + gi * gi * a2;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = pi - step * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int t)
+{
+    ENTER(be);
+    if (!n) return SM_OK;
+    if (t < 1) return cu_error(c, SM_ERR_INVALID, "adamw: step %d (expected >= 1)", t);
+    /* the scalars as the CPU (and torch) compute them, in double */
+    double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
+    float decay = weight_decay != 0.0f ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
+    float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+    k_adamw<<<grid_for(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, decay, step, bc2_sqrt, a1,
+                                                     beta2, a2, eps);
+    LAUNCHED(c, "k_adamw");
+    return SM_OK;
+}
+
+void cuda_init_train_ops(backend *be)
+{
+    be->scale = cuda_scale;
+    be->sumsq = cuda_sumsq;
+    be->linear_backward = cuda_linear_backward;
+    be->layernorm_backward = cuda_layernorm_backward;
+    be->gelu_backward = cuda_gelu_backward;
+    be->tanh_backward = cuda_tanh_backward;
+    be->dropout = cuda_dropout;
+    be->attention_backward = cuda_attention_backward;
+    be->embed_backward = cuda_embed_backward;
+    be->scatter_cls = cuda_scatter_cls;
+    be->cross_entropy = cuda_cross_entropy;
+    be->cross_entropy_backward = cuda_cross_entropy_backward;
+    be->adamw = cuda_adamw;
+}
