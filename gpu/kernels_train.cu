@@ -547,6 +547,52 @@ static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v,
     return SM_OK;
 }
 
+/* ---- rows of predicted positions (masked-language-model pretraining) ---------------------- */
+
+__global__ void k_gather_rows(float *out, const float *x, const int *rows, int C, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        size_t m = i / (size_t)C;
+        out[i] = x[(size_t)rows[m] * C + (i - m * (size_t)C)];
+    }
+}
+
+/* dx[rows[m], :] = dout[m, :]; rows are distinct (backend.h), so no two
+ * threads write one element. */
+__global__ void k_scatter_rows(float *dx, const float *dout, const int *rows, int C, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        size_t m = i / (size_t)C;
+        dx[(size_t)rows[m] * C + (i - m * (size_t)C)] = dout[i];
+    }
+}
+
+static int cuda_gather_rows(backend *be, float *out, const float *x, const int *rows, int M,
+                            int C)
+{
+    ENTER(be);
+    size_t n = (size_t)(M > 0 ? M : 0) * (size_t)(C > 0 ? C : 0);
+    if (!n) return SM_OK;
+    k_gather_rows<<<grid_for(n, 256), 256, 0, c->stream>>>(out, x, rows, C, n);
+    LAUNCHED(c, "k_gather_rows");
+    return SM_OK;
+}
+
+static int cuda_scatter_rows(backend *be, float *dx, const float *dout, const int *rows, int M,
+                             int N, int C)
+{
+    ENTER(be);
+    if (N <= 0 || C <= 0) return SM_OK;
+    CU(c, cudaMemsetAsync(dx, 0, (size_t)N * C * sizeof(float), c->stream));
+    size_t n = (size_t)(M > 0 ? M : 0) * (size_t)C;
+    if (!n) return SM_OK;
+    k_scatter_rows<<<grid_for(n, 256), 256, 0, c->stream>>>(dx, dout, rows, C, n);
+    LAUNCHED(c, "k_scatter_rows");
+    return SM_OK;
+}
+
 void cuda_init_train_ops(backend *be)
 {
     be->scale = cuda_scale;
@@ -562,4 +608,6 @@ void cuda_init_train_ops(backend *be)
     be->cross_entropy = cuda_cross_entropy;
     be->cross_entropy_backward = cuda_cross_entropy_backward;
     be->adamw = cuda_adamw;
+    be->gather_rows = cuda_gather_rows;
+    be->scatter_rows = cuda_scatter_rows;
 }

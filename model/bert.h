@@ -134,4 +134,22 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
 /* Longest input the model takes (positions minus the RoBERTa offset). */
 int bert_max_length(const bert_config *cfg);
 
+/* A model's parameters on a backend (model/bert_device.c): the host arena
+ * uploaded once into one allocation of be, with the views bound to it, so a
+ * GPU backend runs bert_forward with &dp->p. On the CPU backend nothing is
+ * copied: p points into the host arena. The copy is read-only to its users
+ * and independent of m afterwards. Free it with bert_device_params_free
+ * before destroying be; any backend on the same GPU may read it. */
+typedef struct bert_device_params {
+    backend *be;       /* owns arena */
+    float *arena;      /* n_floats on be (the host arena on the CPU) */
+    size_t n_floats;
+    int owned;         /* arena was allocated on be */
+    bert_params p;     /* views into arena */
+} bert_device_params;
+
+int bert_params_to_backend(backend *be, const bert_model *m,
+                           bert_device_params **out, char *err);
+void bert_device_params_free(bert_device_params *dp);
+
 #endif
