@@ -94,13 +94,14 @@ fuzz:
 	@./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # The CUDA plugin (gpu/, see gpu/README.md): build/sentiment_cuda.so, built
-# with nvcc when nvcc is on PATH (not for sanitizer builds), a note otherwise.
+# with nvcc when nvcc is on PATH or in /usr/local/cuda/bin (not for sanitizer
+# builds), a note otherwise.
 # sentiment.so never links CUDA; it dlopens this plugin when a GPU is asked
 # for. SASS for sm_80 (A100, and every 8.x GPU) and sm_90 (H100/H200) plus
 # compute_90 PTX that newer GPUs compile at load time. cudart is linked
 # statically (the plugin needs only the driver); cuBLAS dynamically.
 #   make gpu-check   build, run the CUDA tests and the GPU benchmark (a GPU machine)
-NVCC       ?= $(shell command -v nvcc 2>/dev/null)
+NVCC       ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_90,code=compute_90
