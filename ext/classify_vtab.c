@@ -288,7 +288,7 @@ static int fill_batch(cl_cursor *cur)
     size_t *lens = NULL;
     float *probs = NULL;
     int *trunc = NULL, *where = NULL;
-    int n_text = 0, rc = SQLITE_OK, K = cur->m->bert->cfg.num_labels;
+    int n_text = 0, rc = SQLITE_OK, K = cur->m->bert->cfg.num_labels, compacted = 0;
     char *errmsg = NULL;
 
     batch_clear(cur);
@@ -335,6 +335,7 @@ static int fill_batch(cl_cursor *cur)
         probs = cur->probs;
         trunc = cur->trunc;
     } else { /* compact the non-NULL rows, classify, scatter back */
+        compacted = 1;
         texts = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *texts);
         lens = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *lens);
         probs = sqlite3_malloc64((sqlite3_uint64)n_text * K * sizeof *probs);
@@ -366,7 +367,7 @@ static int fill_batch(cl_cursor *cur)
 end:
     cur->done += cur->n;
     sx_progress_update(&cur->progress, cur->done);
-    if (where) {
+    if (compacted) {
         sqlite3_free(texts);
         sqlite3_free(lens);
         sqlite3_free(probs);
