@@ -204,7 +204,7 @@ static int plugin_open(void)
     else
         snprintf(P.path, sizeof P.path, "%s/sentiment_cuda.so", build && *build ? build : "build");
     if (access(P.path, R_OK) != 0) {
-        snprintf(P.why, sizeof P.why, "the CUDA plugin %.400s was not built (nvcc not on PATH?)",
+        snprintf(P.why, sizeof P.why, "the CUDA plugin %.400s was not built: no nvcc, or a sanitizer build",
                  P.path);
         return -1;
     }
