@@ -25,9 +25,11 @@ ids for every engine:
    - "fixed": every sequence exactly 128 real tokens ([CLS], 126 tokens of the
      reviews' token stream, [SEP]), no padding.
 3. Speed: each engine in its own process per (shape, threads), with
-   OMP_NUM_THREADS set to the thread count; one warm-up batch, then --runs
-   passes; the median pass gives sequences/s. Padded input arrays are built
-   before the clock starts; the timed part is the forward pass and the softmax.
+   OMP_NUM_THREADS set to the thread count, loaded once; per workload, a
+   warm-up (8 rows of its longest batch), then --runs passes, taken in turn
+   engine by engine (interleaved, so load changes touch every engine alike);
+   the median pass gives sequences/s. Padded input arrays are built before the
+   clock starts; the timed part is the forward pass and the softmax.
    - ours (C): build/bench/bench_peers, the encoder from C on the same ids;
    - classify (SQL): build/sentiment.so's classify() through Python's sqlite3,
      end to end from text (tokenizing included), "real" inputs only;
@@ -87,6 +89,9 @@ TRAIN_BATCH, TRAIN_SEQ, TRAIN_VOCAB = 32, 128, 21128
 TRAIN_SHAPES = {"builtin": (4, 256, 4, 1024), "ernie-medium": (6, 768, 12, 3072),
                 "bert-base": (12, 768, 12, 3072)}
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# The warm-up before a workload's passes: this many rows of its longest batch
+# (the same in bench/bench_peers.c).
+WARM_ROWS = 8
 
 
 def log(msg):
@@ -227,7 +232,7 @@ class PyBench:
         b = self.works[name]["batches"]
         longest = max(range(len(b)), key=lambda k: b[k][0].shape[1])
         t0 = time.perf_counter()
-        softmax(self.np, self.run_fn(*b[longest]))
+        softmax(self.np, self.run_fn(*(x[:WARM_ROWS] for x in b[longest])))
         return time.perf_counter() - t0
 
     def run(self, name):
@@ -280,9 +285,10 @@ class SqlBench:
     def warm(self, name):
         w = self.works[name]
         self._batch(w)
-        t0 = time.perf_counter()  # the last (longest) batch of rows
+        t0 = time.perf_counter()  # rows of the last (longest) batch
         self.db.execute("SELECT count(*) FROM classify('SELECT id, text FROM %s WHERE id > %d', "
-                        "'bench')" % (w["table"], max(0, w["seqs"] - w["batch"]))).fetchall()
+                        "'bench')" % (w["table"], max(0, w["seqs"] - min(w["batch"], WARM_ROWS)))
+                        ).fetchall()
         return time.perf_counter() - t0
 
     def run(self, name):
@@ -586,9 +592,16 @@ def machine_info():
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for ln in f:
-                if ln.startswith("model name"):
-                    info["cpu"] = ln.split(":", 1)[1].strip()
+                key, _, val = ln.partition(":")
+                key, val = key.strip(), val.strip()
+                if key == "model name":
+                    info["cpu"] = val
+                elif key in ("cpu family", "model"):
+                    info[key.replace(" ", "_")] = val
+                elif key == "flags":
                     break
+        if "model" in info:
+            info["cpu"] += " (family %s, model %s)" % (info.get("cpu_family", "?"), info["model"])
         flags = open("/proc/cpuinfo", encoding="utf-8").read().split("flags", 1)[1].split("\n")[0]
         info["simd"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni",
                                             "amx_bf16", "amx_int8") if " " + f in flags)
@@ -680,8 +693,9 @@ def render(res):
     m = res["machine"]
     L.append("# CPU speed against the peers")
     L.append("")
-    L.append("%s, `%s`%s." % (res["date"], res["command"],
-                              " (quick: one shape)" if res["quick"] else ""))
+    L.append("Written by `make bench` (scripts/bench.sh, bench/peers.py); the newest full run is "
+             "kept in bench/RESULTS.md, every run in bench/out/. Run on %s with `%s`%s."
+             % (res["date"], res["command"], " (quick: one shape)" if res["quick"] else ""))
     L.append("")
     L.append("- Machine: %s, %s cores (%s); load average at start %s, at end %s."
              % (m.get("cpu"), m.get("cores"), m.get("simd", ""), m.get("load", "?"),

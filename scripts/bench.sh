@@ -35,10 +35,15 @@ TORCH_REQ=${BENCH_TORCH:-torch}
 
 # shellcheck disable=SC2206
 ARGS=(${BENCH_ARGS:-} "$@")
+# The command as the report states it, with the settings that were given.
+PREFIX=""
+for v in BENCH_VENV BENCH_CACHE BENCH_DATA BENCH_TORCH; do
+    if [ -n "${!v:-}" ]; then PREFIX="$PREFIX$v=${!v} "; fi
+done
 if [ -n "${MAKELEVEL:-}" ]; then
-    COMMAND="make bench${BENCH_ARGS:+ BENCH_ARGS='$BENCH_ARGS'}"
+    COMMAND="${PREFIX}make bench${BENCH_ARGS:+ BENCH_ARGS='$BENCH_ARGS'}"
 else
-    COMMAND="scripts/bench.sh${*:+ $*}${BENCH_ARGS:+ (BENCH_ARGS='$BENCH_ARGS')}"
+    COMMAND="${PREFIX}${BENCH_ARGS:+BENCH_ARGS='$BENCH_ARGS' }scripts/bench.sh${*:+ $*}"
 fi
 
 say() { echo "bench: $*" >&2; }
