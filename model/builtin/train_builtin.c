@@ -8,9 +8,14 @@
  * Options (defaults are the shipped recipe): --layers 4 --hidden 256
  * --heads 4 --intermediate 1024 --max-length 128 --epochs 3 --lr 5e-4
  * --batch 32 --seed 42 --threads 0 (all cores) --min-count 3
- * --vocab-size 8000 --weibo 0|1 --limit N (first N training rows, for quick
- * trials) --dtype f16|bf16|f32 --split-dir DIR (also write the split as
- * TSV files, for the baseline in bench/baseline_svm.py) --split-only 1.
+ * --vocab-size 8000 --weibo 0|1 --limit N (first N training rows, and N unlabeled,
+ * for quick trials) --dtype f16|bf16|f32 --split-dir DIR (also write the split as
+ * TSV files, for the baseline in bench/baseline_svm.py) --split-only 1
+ * --pretrain-epochs N (masked-LM pretraining on the training and unlabeled
+ * texts first; the pretrained encoder is saved to OUT/pretrained/ so a run
+ * can resume from it with --init OUT/pretrained) --pretrain-lr 5e-4
+ * --init DIR (start from a model directory instead of a fresh model; its
+ * vocabulary is used).
  *
  * Output: config.json, vocab.txt, model.safetensors and metrics.json (split
  * sizes, per-epoch loss and validation accuracy, accuracy per evaluation
@@ -26,6 +31,7 @@
 
 #include "bert.h"
 #include "errors.h"
+#include "pretrain.h"
 #include "reviews.h"
 #include "safetensors.h"
 #include "trainer.h"
@@ -38,6 +44,9 @@ typedef struct recipe {
     float lr;
     unsigned long long seed;
     const char *dtype;
+    int pretrain_epochs;   /* masked-LM epochs before fine-tuning */
+    float pretrain_lr;
+    const char *init;      /* --init DIR: start from this model, not scratch */
     const char *split_dir; /* --split-dir: also write the split as TSV files */
     int split_only;        /* --split-only 1: stop after writing them */
 } recipe;
@@ -54,7 +63,7 @@ static double now(void)
 static int parse_args(int argc, char **argv, recipe *r)
 {
     *r = (recipe){"../shared/data", "model/builtin", {4, 256, 4, 1024, 128},
-                  3, 32, 0, 3, 8000, 0, 0, 5e-4f, 42, "f16", NULL, 0};
+                  3, 32, 0, 3, 8000, 0, 0, 5e-4f, 42, "f16", 0, 5e-4f, NULL, NULL, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -75,6 +84,9 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--limit")) r->limit = atoi(v);
         else if (!strcmp(k, "--dtype")) r->dtype = v;
         else if (!strcmp(k, "--split-dir")) r->split_dir = v;
+        else if (!strcmp(k, "--pretrain-epochs")) r->pretrain_epochs = atoi(v);
+        else if (!strcmp(k, "--pretrain-lr")) r->pretrain_lr = strtof(v, NULL);
+        else if (!strcmp(k, "--init")) r->init = v;
         else if (!strcmp(k, "--split-only")) r->split_only = atoi(v);
         else {
             fprintf(stderr, "train_builtin: unknown option %s\n", k);
@@ -96,6 +108,19 @@ static int progress(void *user, const trainer_progress *p)
                 p->epochs, p->epoch_loss, p->valid_accuracy);
     else if (p->step % 20 == 0 || p->step == p->total_steps)
         fprintf(stderr, "\repoch %d/%d step %ld/%ld loss %.4f lr %.2e %.0f ex/s eta %.0f s   ",
+                p->epoch, p->epochs, p->step, p->total_steps, p->loss, p->lr,
+                p->examples_per_sec, p->eta_sec);
+    return 0;
+}
+
+static int pretrain_progress_line(void *user, const pretrain_progress *p)
+{
+    (void)user;
+    if (p->epoch_done)
+        fprintf(stderr, "\npretrain epoch %d/%d: loss %.4f, held-out loss %.4f\n", p->epoch,
+                p->epochs, p->epoch_loss, p->valid_loss);
+    else if (p->step % 20 == 0 || p->step == p->total_steps)
+        fprintf(stderr, "\rpretrain %d/%d step %ld/%ld loss %.4f lr %.2e %.0f ex/s eta %.0f s   ",
                 p->epoch, p->epochs, p->step, p->total_steps, p->loss, p->lr,
                 p->examples_per_sec, p->eta_sec);
     return 0;
@@ -127,6 +152,58 @@ static int write_split(const char *dir, const char *name, const review_set *set,
     for (int i = 0; i < set->n && (limit <= 0 || i < limit); i++)
         fprintf(f, "%d\t%s\n", set->rows[i].label, set->rows[i].text);
     return fclose(f) ? sm_error(err, SM_ERR_IO, "cannot write '%s'", path) : SM_OK;
+}
+
+/* Masked-LM pretraining of m on the training texts (labels unused) and the
+ * unlabeled texts, then a checkpoint in OUT/pretrained/. */
+static int pretrain(const recipe *r, const review_data *d, int n_train, bert_model *m,
+                    backend *be, const char *vocab, char *err)
+{
+    pretrain_dataset *ds = NULL;
+    bert_mlm_head *head = NULL;
+    pretrain_result res = {0};
+    void *bytes = NULL;
+    char *config = NULL, dir[4096];
+    size_t len;
+    int rc = pretrain_dataset_create(m->cfg.vocab_size, &ds, err);
+    for (int i = 0; i < n_train && !rc; i++)
+        rc = pretrain_dataset_add_text(ds, m->tok, d->train.rows[i].text,
+                                       strlen(d->train.rows[i].text), r->shape.max_length, err);
+    int n_unlabeled = r->limit > 0 && r->limit < d->unlabeled.n ? r->limit : d->unlabeled.n;
+    for (int i = 0; i < n_unlabeled && !rc; i++)
+        rc = pretrain_dataset_add_text(ds, m->tok, d->unlabeled.rows[i].text,
+                                       strlen(d->unlabeled.rows[i].text), r->shape.max_length,
+                                       err);
+    if (rc) goto end;
+    fprintf(stderr, "pretraining on %d texts (%zu tokens)\n", pretrain_dataset_rows(ds),
+            pretrain_dataset_tokens(ds));
+    if ((rc = bert_mlm_head_create(&m->cfg, r->seed, &head, err))) goto end;
+    pretrain_options o;
+    pretrain_options_default(&o);
+    o.epochs = r->pretrain_epochs;
+    o.lr = r->pretrain_lr;
+    o.batch_size = r->batch;
+    o.max_length = r->shape.max_length;
+    o.valid_fraction = 0.01f;
+    o.seed = r->seed;
+    o.progress = pretrain_progress_line;
+    if ((rc = pretrain_run(m, head, be, ds, &o, &res, err))) goto end;
+    fprintf(stderr, "pretrained in %.0f s (%.1f examples/s)\n", res.seconds, res.examples_per_sec);
+    snprintf(dir, sizeof dir, "%s/pretrained", r->out);
+    mkdir(r->out, 0755);
+    mkdir(dir, 0755);
+    if ((rc = pretrain_save_safetensors(m, head, ST_F32, &bytes, &len, err))) goto end;
+    if ((rc = write_file(dir, "model.safetensors", bytes, len, err))) goto end;
+    if ((rc = bert_config_to_json(&m->cfg, &config, err))) goto end;
+    if ((rc = write_file(dir, "config.json", config, strlen(config), err))) goto end;
+    rc = write_file(dir, "vocab.txt", vocab, strlen(vocab), err);
+end:
+    free(config);
+    free(bytes);
+    pretrain_result_free(&res);
+    bert_mlm_head_free(head);
+    pretrain_dataset_free(ds);
+    return rc;
 }
 
 /* Accuracy of m on one evaluation set. */
@@ -220,26 +297,38 @@ int main(int argc, char **argv)
         if (r.split_only) goto fail; /* rc is SM_OK: a clean exit */
     }
 
-    /* Vocabulary from the training and unlabeled texts only. */
-    if ((rc = vocab_builder_create(1, &vb, err))) goto fail;
-    for (int i = 0; i < n_train; i++)
-        if ((rc = vocab_builder_add(vb, d.train.rows[i].text, strlen(d.train.rows[i].text), err)))
-            goto fail;
-    for (int i = 0; i < d.unlabeled.n; i++)
-        if ((rc = vocab_builder_add(vb, d.unlabeled.rows[i].text,
-                                    strlen(d.unlabeled.rows[i].text), err)))
-            goto fail;
-    if ((rc = vocab_builder_build(vb, r.min_count, r.vocab_size, &vocab, &vocab_len, &n_tokens,
-                                  err)))
-        goto fail;
-    fprintf(stderr, "vocabulary: %d tokens\n", n_tokens);
-
-    if ((rc = bert_model_create_scratch(&r.shape, vocab, vocab_len, 1, 2, k_labels, r.seed, &m,
+    if (r.init) {
+        /* An existing model (e.g. OUT/pretrained) with its own vocabulary. */
+        if ((rc = bert_model_load_dir(r.init, &m, err))) goto fail;
+        int kept;
+        if ((rc = trainer_prepare_head(m, 2, k_labels, r.seed, &kept, err))) goto fail;
+        vocab = strdup("");
+        n_tokens = tokenizer_vocab_size(m->tok);
+        fprintf(stderr, "starting from %s (%d tokens)\n", r.init, n_tokens);
+    } else {
+        /* Vocabulary from the training and unlabeled texts only. */
+        if ((rc = vocab_builder_create(1, &vb, err))) goto fail;
+        for (int i = 0; i < n_train; i++)
+            if ((rc = vocab_builder_add(vb, d.train.rows[i].text, strlen(d.train.rows[i].text),
                                         err)))
-        goto fail;
+                goto fail;
+        for (int i = 0; i < d.unlabeled.n; i++)
+            if ((rc = vocab_builder_add(vb, d.unlabeled.rows[i].text,
+                                        strlen(d.unlabeled.rows[i].text), err)))
+                goto fail;
+        if ((rc = vocab_builder_build(vb, r.min_count, r.vocab_size, &vocab, &vocab_len,
+                                      &n_tokens, err)))
+            goto fail;
+        fprintf(stderr, "vocabulary: %d tokens\n", n_tokens);
+        if ((rc = bert_model_create_scratch(&r.shape, vocab, vocab_len, 1, 2, k_labels, r.seed,
+                                            &m, err)))
+            goto fail;
+    }
     fprintf(stderr, "model: %d layers, hidden %d, %d heads, intermediate %d, %zu parameters\n",
-            r.shape.layers, r.shape.hidden, r.shape.heads, r.shape.intermediate,
-            bert_model_num_params(m));
+            m->cfg.num_hidden_layers, m->cfg.hidden_size, m->cfg.num_attention_heads,
+            m->cfg.intermediate_size, bert_model_num_params(m));
+    if ((rc = backend_cpu_create(r.threads, &be, err))) goto fail;
+    if (r.pretrain_epochs > 0 && (rc = pretrain(&r, &d, n_train, m, be, vocab, err))) goto fail;
 
     /* Tokenize the training rows once. */
     if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
@@ -253,7 +342,6 @@ int main(int argc, char **argv)
     free(ids);
     if (rc) goto fail;
 
-    if ((rc = backend_cpu_create(r.threads, &be, err))) goto fail;
     trainer_options opt;
     trainer_options_default(&opt);
     opt.epochs = r.epochs;
@@ -282,6 +370,19 @@ int main(int argc, char **argv)
     mkdir(r.out, 0755);
     if ((rc = bert_config_to_json(&m->cfg, &config, err))) goto fail;
     if ((rc = write_file(r.out, "config.json", config, strlen(config), err))) goto fail;
+    if (r.init) { /* the vocabulary came with the model: write it back out */
+        size_t cap = 1, used = 0;
+        for (int i = 0; i < tokenizer_vocab_size(m->tok); i++)
+            cap += strlen(tokenizer_token(m->tok, i)) + 1;
+        free(vocab);
+        if (!(vocab = malloc(cap))) {
+            rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < tokenizer_vocab_size(m->tok); i++)
+            used += (size_t)snprintf(vocab + used, cap - used, "%s\n", tokenizer_token(m->tok, i));
+        vocab_len = used;
+    }
     if ((rc = write_file(r.out, "vocab.txt", vocab, vocab_len, err))) goto fail;
     if ((rc = bert_model_save_safetensors(m, dtype, &weights, &weights_len, err))) goto fail;
     if ((rc = write_file(r.out, "model.safetensors", weights, weights_len, err))) goto fail;
