@@ -43,6 +43,15 @@
  *
  * Because a source may be any query, classify is SQLITE_VTAB_DIRECTONLY: it
  * cannot be used inside triggers or views of a database schema.
+ *
+ * The same batching for any expression inside any query is the window
+ * function sentiment_batch() (batch_window.c):
+ *
+ *   SELECT id, sentiment_batch(title || body)
+ *              OVER (ROWS BETWEEN CURRENT ROW AND 255 FOLLOWING)
+ *   FROM reviews;
+ *
+ * Each row gets sentiment()'s label; rows are classified 256 at a time.
  */
 #include <stdlib.h>
 #include <string.h>
