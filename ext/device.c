@@ -17,7 +17,14 @@
  *
  * returning SM_OK and a backend (model/backend.h) plus a one-line
  * description for sentiment_device() ("cuda:0 NVIDIA H200, bf16"), or an
- * error code with a message in err (SM_ERR_MAX bytes).
+ * error code with a message in err (SM_ERR_MAX bytes); and, optionally,
+ *
+ *   int sentiment_cuda_device_count(int *count, char *err);
+ *
+ * with which sentiment_config('device', 'cuda:N') checks that GPU N exists
+ * when the setting is made rather than at the first query (gpu/
+ * sentiment_cuda.h declares both). $SENTIMENT_CUDA_PLUGIN, when set, is the
+ * plugin's path instead.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -33,20 +40,26 @@
 
 typedef int (*sx_cuda_create_fn)(int device, backend **out, char *desc,
                                  size_t desc_cap, char *err);
+typedef int (*sx_cuda_count_fn)(int *count, char *err);
 
 #define SX_CUDA_PLUGIN "sentiment_cuda.so"
 
 static pthread_mutex_t g_plugin_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *g_plugin;                  /* dlopen handle, never closed */
 static sx_cuda_create_fn g_cuda_create;
+static sx_cuda_count_fn g_cuda_count;   /* optional */
 
 /* Where the plugin would be: the directory of the object holding this
  * code (sentiment.so, or a program linking ext/ statically). */
 static void plugin_path(char *out, size_t cap)
 {
     Dl_info info;
-    const char *dir = ".";
+    const char *dir = ".", *env = getenv("SENTIMENT_CUDA_PLUGIN");
     size_t dlen = 1;
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        return;
+    }
     if (dladdr((void *)plugin_path, &info) && info.dli_fname) {
         const char *slash = strrchr(info.dli_fname, '/');
         if (slash) {
@@ -76,6 +89,7 @@ static int plugin_load(char *err, size_t cap)
         rc = 1;
         goto end;
     }
+    g_cuda_count = (sx_cuda_count_fn)dlsym(g_plugin, "sentiment_cuda_device_count");
     g_cuda_create = (sx_cuda_create_fn)dlsym(g_plugin, "sentiment_cuda_backend_create");
     if (!g_cuda_create) {
         snprintf(err, cap, "CUDA plugin %.300s lacks sentiment_cuda_backend_create", path);
@@ -111,6 +125,21 @@ int sx_device_check(const char *fn, const char *spec, char **errmsg)
     if (plugin_load(why, sizeof why)) {
         *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec, why);
         return 1;
+    }
+    if (g_cuda_count) {
+        int count = 0;
+        why[0] = 0;
+        if (g_cuda_count(&count, why) != SM_OK || count < 1) {
+            *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec,
+                                      why[0] ? why : "no CUDA device found");
+            return 1;
+        }
+        if (cuda_index(spec) >= count) {
+            *errmsg = sqlite3_mprintf("%s: device '%s' does not exist; this machine has %d GPU%s "
+                                      "(cuda:0 .. cuda:%d)",
+                                      fn, spec, count, count == 1 ? "" : "s", count - 1);
+            return 1;
+        }
     }
     return 0;
 }

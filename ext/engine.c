@@ -4,7 +4,9 @@
  * on first use) and a few activation workspaces, one per recently used
  * model, each sized for the largest batch and length asked of it so far (a
  * workspace is never shared between connections, hence never between
- * threads). sx_engine_classify() is the one place SQL-facing code calls the
+ * threads). On a GPU backend the slot also holds the model's parameters
+ * uploaded to the device (freed with the slot); the CPU backend reads the
+ * cached host copy directly. sx_engine_classify() is the one place SQL-facing code calls the
  * encoder: texts in, probabilities out, rows and truncations counted.
  */
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 static void slot_clear(sx_ws_slot *s)
 {
     bert_workspace_free(s->ws);
+    bert_device_params_free(s->dp);
     sx_registry_release(s->model);
     memset(s, 0, sizeof *s);
 }
@@ -42,18 +45,11 @@ int sx_engine_max_length(const sx_conn *c, const bert_model *m)
     return mx;
 }
 
-/* The parameters of m as the backend sees them. The CPU backend reads the
- * host arena directly; a GPU backend will need a device copy cached with
- * the registry entry. */
-static const bert_params *params_on(sx_model *m, backend *be)
-{
-    (void)be;
-    return &m->bert->p;
-}
-
-/* A workspace for model m that holds batch x seq. */
+/* A workspace for model m that holds batch x seq, and m's parameters as
+ * the backend sees them. */
 static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int batch,
-                         int seq, bert_workspace **out, char **errmsg)
+                         int seq, bert_workspace **out, const bert_params **params,
+                         char **errmsg)
 {
     char err[SM_ERR_MAX];
     sx_ws_slot *slot = NULL;
@@ -64,6 +60,7 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int batch,
     if (slot && slot->batch >= batch && slot->seq >= seq) {
         slot->last_used = ++c->tick;
         *out = slot->ws;
+        *params = slot->dp ? &slot->dp->p : &m->bert->p;
         return 0;
     }
     if (slot) { /* grow: keep the larger of old and new sizes */
@@ -86,12 +83,21 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int batch,
                                   fn, batch, seq, err);
         return 1;
     }
+    if (strcmp(c->be->name, "cpu") &&
+        bert_params_to_backend(c->be, m->bert, &slot->dp, err) != SM_OK) {
+        slot->dp = NULL;
+        bert_workspace_free(slot->ws);
+        slot->ws = NULL;
+        *errmsg = sqlite3_mprintf("%s: %s", fn, err);
+        return 1;
+    }
     sx_registry_retain(m);
     slot->model = m;
     slot->batch = batch;
     slot->seq = seq;
     slot->last_used = ++c->tick;
     *out = slot->ws;
+    *params = slot->dp ? &slot->dp->p : &m->bert->p;
     return 0;
 }
 
@@ -102,6 +108,7 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
 {
     char err[SM_ERR_MAX];
     bert_workspace *ws;
+    const bert_params *params;
     int *trunc = truncated, one = 0, rc = 1;
     int bs = batch_size > 0 ? batch_size : c->batch_size;
     int seq = sx_engine_max_length(c, m->bert);
@@ -116,8 +123,8 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
     }
     if (bs > n) bs = n;
     if (sx_engine_backend(c, fn, errmsg)) goto end;
-    if (workspace_for(c, fn, m, bs, seq, &ws, errmsg)) goto end;
-    if (bert_classify_texts(m->bert, params_on(m, c->be), ws, texts, lens, n, seq, bs,
+    if (workspace_for(c, fn, m, bs, seq, &ws, &params, errmsg)) goto end;
+    if (bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs,
                             probs, trunc, err) != SM_OK) {
         *errmsg = sqlite3_mprintf("%s: %s", fn, err);
         goto end;

@@ -94,6 +94,8 @@ typedef struct sx_file_reg {
 typedef struct sx_ws_slot {
     sx_model *model;            /* referenced while the slot is used */
     bert_workspace *ws;
+    bert_device_params *dp;     /* the model's parameters on a GPU backend;
+                                   NULL on the CPU, which reads the host arena */
     int batch, seq;
     uint64_t last_used;
 } sx_ws_slot;

@@ -203,7 +203,7 @@ static void test_config(void **state)
     expect_text(db, "SELECT sentiment_config('device', 'cpu')", "cpu");
     expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
     expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
-    expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
+    expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %' OR sentiment_device() LIKE 'cuda:%'", "1");
 
     expect_error(db, "SELECT sentiment_config('batchsize')",
                  "sentiment_config(): unknown key 'batchsize'; known: device, threads, "
@@ -321,6 +321,7 @@ static void test_version_debug_device(void **state)
     expect_text(db, "SELECT json_extract(sentiment_debug(), '$.version')", "0.1.0");
     expect_text(db, "SELECT json_type(sentiment_debug(), '$.cache.loads')", "integer");
     expect_text(db, "SELECT json_extract(sentiment_debug(), '$.connection.rows')", "0");
+    exec_ok(db, "SELECT sentiment_config('device', 'cpu')");
     expect_text(db, "SELECT sentiment_device() LIKE 'cpu: % thread%, OpenBLAS%'", "1");
     expect_text(db, "SELECT json_extract(sentiment_debug(), '$.backend') LIKE 'cpu: %'", "1");
     sqlite3_close(db);

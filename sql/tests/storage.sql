@@ -1,7 +1,9 @@
 -- storage.sql: models stored in the database, versions and name@N.
 .headers off
 .mode list
--- a registered 'default' hides a built-in model: the same output in any build
+-- the CPU, and a registered 'default' that hides a built-in model: the same
+-- output in any build, on any machine
+SELECT sentiment_config('device', 'cpu');
 SELECT sentiment_load('default', 'tests/fixtures/models/bert_tiny') IS NOT NULL;
 SELECT sentiment_load('tiny', 'tests/fixtures/models/bert_tiny') IS NOT NULL;
 SELECT count(*) FROM sqlite_schema WHERE name = 'sentiment_model_store';
