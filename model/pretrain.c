@@ -7,7 +7,6 @@
  * head), one MLM workspace and host batch buffers; none is allocated per
  * step. Everything random comes from splitmix64 streams keyed by the seed.
  */
-#define _GNU_SOURCE /* qsort_r */
 #include "pretrain.h"
 
 #include <math.h>
@@ -20,6 +19,7 @@
 #include "errors.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "token_dataset.h"
 #include "tokenizer.h"
 
 static uint64_t rng_next(uint64_t *s)
@@ -48,78 +48,27 @@ static double now_sec(void)
 /* ---- dataset ------------------------------------------------------------------ */
 
 struct pretrain_dataset {
-    int vocab_size;
-    int wide;            /* ids stored as int32 (else uint16) */
-    void *ids;
-    size_t n_ids, cap_ids;
-    size_t *start;
-    int *len;
-    int rows, cap_rows;
+    token_dataset t; /* unlabelled */
 };
 
 int pretrain_dataset_create(int vocab_size, pretrain_dataset **out, char *err)
 {
-    *out = NULL;
-    if (vocab_size < 1)
-        return sm_error(err, SM_ERR_INVALID, "dataset: vocabulary size %d", vocab_size);
-    pretrain_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) return sm_error(err, SM_ERR_NOMEM, "out of memory creating a dataset");
-    ds->vocab_size = vocab_size;
-    ds->wide = vocab_size > 65536;
+    void *ds;
+    int rc = token_dataset_create(sizeof **out, vocab_size, 0, &ds, err);
     *out = ds;
-    return SM_OK;
+    return rc;
 }
 
 void pretrain_dataset_free(pretrain_dataset *ds)
 {
     if (!ds) return;
-    free(ds->ids);
-    free(ds->start);
-    free(ds->len);
+    token_dataset_release(&ds->t);
     free(ds);
 }
 
 int pretrain_dataset_add(pretrain_dataset *ds, const int *ids, int n, char *err)
 {
-    if (n < 2 || n > 65536)
-        return sm_error(err, SM_ERR_INVALID, "dataset: a row of %d ids (expected 2..65536)", n);
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= ds->vocab_size)
-            return sm_error(err, SM_ERR_INVALID, "dataset: token id %d outside the vocabulary (%d)",
-                            ids[i], ds->vocab_size);
-    size_t esz = ds->wide ? 4 : 2;
-    if (ds->n_ids + (size_t)n > ds->cap_ids) {
-        size_t cap = ds->cap_ids ? ds->cap_ids * 2 : 4096;
-        while (cap < ds->n_ids + (size_t)n) cap *= 2;
-        void *p = realloc(ds->ids, cap * esz);
-        if (!p) goto nomem;
-        ds->ids = p;
-        ds->cap_ids = cap;
-    }
-    if (ds->rows == ds->cap_rows) {
-        int cap = ds->cap_rows ? ds->cap_rows * 2 : 256;
-        if (cap < ds->cap_rows) goto nomem;
-        size_t *s = realloc(ds->start, (size_t)cap * sizeof *s);
-        if (!s) goto nomem;
-        ds->start = s;
-        int *l = realloc(ds->len, (size_t)cap * sizeof *l);
-        if (!l) goto nomem;
-        ds->len = l;
-        ds->cap_rows = cap;
-    }
-    if (ds->wide) {
-        memcpy((int32_t *)ds->ids + ds->n_ids, ids, (size_t)n * sizeof(int32_t));
-    } else {
-        uint16_t *dst = (uint16_t *)ds->ids + ds->n_ids;
-        for (int i = 0; i < n; i++) dst[i] = (uint16_t)ids[i];
-    }
-    ds->start[ds->rows] = ds->n_ids;
-    ds->len[ds->rows] = n;
-    ds->rows++;
-    ds->n_ids += (size_t)n;
-    return SM_OK;
-nomem:
-    return sm_error(err, SM_ERR_NOMEM, "out of memory adding row %d to the dataset", ds->rows + 1);
+    return token_dataset_add(&ds->t, ids, n, 0, err);
 }
 
 int pretrain_dataset_add_text(pretrain_dataset *ds, const tokenizer *tok, const char *text,
@@ -138,27 +87,12 @@ int pretrain_dataset_add_text(pretrain_dataset *ds, const tokenizer *tok, const 
 
 int pretrain_dataset_rows(const pretrain_dataset *ds)
 {
-    return ds->rows;
+    return ds->t.rows;
 }
 
 size_t pretrain_dataset_tokens(const pretrain_dataset *ds)
 {
-    return ds->n_ids;
-}
-
-/* Row i's ids cut to max_len (the first max_len - 1 and the last, [SEP]). */
-static int row_ids(const pretrain_dataset *ds, int i, int *out, int max_len)
-{
-    int n = ds->len[i];
-    size_t s = ds->start[i];
-    int keep = n <= max_len ? n : max_len - 1;
-    for (int k = 0; k < keep; k++)
-        out[k] = ds->wide ? ((const int32_t *)ds->ids)[s + k] : ((const uint16_t *)ds->ids)[s + k];
-    if (n > max_len) {
-        size_t last = s + (size_t)n - 1;
-        out[keep++] = ds->wide ? ((const int32_t *)ds->ids)[last] : ((const uint16_t *)ds->ids)[last];
-    }
-    return keep;
+    return ds->t.n_ids;
 }
 
 /* ---- the arena ---------------------------------------------------------------- */
@@ -284,7 +218,7 @@ static int build_batch(run_state *st, const pretrain_dataset *ds, const int *idx
 {
     int T = 2;
     for (int b = 0; b < B; b++) {
-        int n = ds->len[idx[b]] < st->max_len ? ds->len[idx[b]] : st->max_len;
+        int n = ds->t.len[idx[b]] < st->max_len ? ds->t.len[idx[b]] : st->max_len;
         T = n > T ? n : T;
     }
     int *ids = st->ids + (size_t)slot * st->micro * st->max_len;
@@ -293,7 +227,7 @@ static int build_batch(run_state *st, const pretrain_dataset *ds, const int *idx
     int pad = st->pad, count = 0;
     for (int b = 0; b < B; b++) {
         int *row = ids + (size_t)b * T, *lab = labels + (size_t)b * T;
-        int n = row_ids(ds, idx[b], st->raw, st->max_len);
+        int n = token_dataset_row_ids(&ds->t, idx[b], st->raw, st->max_len);
         mlm_mask(&st->mk, mask_key(seed, epoch, idx[b]), st->raw, n, row, lab);
         for (int t = 0; t < n; t++) {
             if (lab[t] == MLM_IGNORE) continue;
@@ -312,19 +246,6 @@ static int build_batch(run_state *st, const pretrain_dataset *ds, const int *idx
     }
     *T_out = T;
     return count;
-}
-
-static int by_len_r(const void *a, const void *b, void *ctx)
-{
-    const pretrain_dataset *ds = ctx;
-    int ia = *(const int *)a, ib = *(const int *)b;
-    int d = ds->len[ia] - ds->len[ib];
-    return d ? d : ia - ib;
-}
-
-static void sort_by_len(const pretrain_dataset *ds, int *a, int n)
-{
-    qsort_r(a, (size_t)n, sizeof *a, by_len_r, (void *)ds);
 }
 
 static int evaluate(run_state *st, const bert_model *m, const pretrain_dataset *ds, int n_valid,
@@ -400,10 +321,10 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
                         (double)o->beta1, (double)o->beta2, (double)o->eps);
     if (!m->tok)
         return sm_error(err, SM_ERR_INVALID, "pretraining: the model has no vocabulary");
-    if (ds->vocab_size > m->cfg.vocab_size)
+    if (ds->t.vocab_size > m->cfg.vocab_size)
         return sm_error(err, SM_ERR_INVALID,
                         "pretraining: the dataset's vocabulary (%d) is larger than the model's (%d)",
-                        ds->vocab_size, m->cfg.vocab_size);
+                        ds->t.vocab_size, m->cfg.vocab_size);
     if ((rc = mlm_masking_init(m->tok, &st.mk, err))) return rc;
     st.mk.prob = o->mask_prob;
     st.mk.mask_frac = o->mask_token_frac;
@@ -413,7 +334,7 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     st.max_len = bert_max_length(&m->cfg);
     if (o->max_length && o->max_length < st.max_len) st.max_len = o->max_length;
 
-    int n = ds->rows, n_valid = 0;
+    int n = ds->t.rows, n_valid = 0;
     if (o->valid_fraction > 0) {
         n_valid = (int)floor(n * (double)o->valid_fraction + 0.5);
         if (n_valid < 1) n_valid = 1;
@@ -459,8 +380,8 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     shuffle(st.perm, n, &split_rng);
     memcpy(st.valid_idx, st.perm, (size_t)n_valid * sizeof *st.perm);
     memcpy(st.train_idx, st.perm + n_valid, (size_t)n_train * sizeof *st.perm);
-    sort_by_len(ds, st.valid_idx, n_valid);
-    sort_by_len(ds, st.train_idx, n_train);
+    token_dataset_sort_by_len(&ds->t, st.valid_idx, n_valid);
+    token_dataset_sort_by_len(&ds->t, st.train_idx, n_train);
 
     /* Device state: encoder then head in one arena. */
     if ((rc = pretrain_param_table(&m->cfg, &specs, &n_specs, &st.total, &st.head_offset, err)))
@@ -506,7 +427,7 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
         if (o->group_by_length) {
             int window = o->batch_size * 50;
             for (int w = 0; w < n_train; w += window)
-                sort_by_len(ds, st.train_idx + w, n_train - w < window ? n_train - w : window);
+                token_dataset_sort_by_len(&ds->t, st.train_idx + w, n_train - w < window ? n_train - w : window);
         }
         for (long s = 0; s < steps_per_epoch; s++) st.batches[s] = (int)s;
         shuffle(st.batches, (int)steps_per_epoch, &erng);

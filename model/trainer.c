@@ -9,7 +9,6 @@
  * workspace and a host copy of the best parameters; none is allocated per
  * step.
  */
-#define _GNU_SOURCE /* qsort_r */
 #include "trainer.h"
 
 #include <math.h>
@@ -21,6 +20,7 @@
 #include "dropout_rng.h"
 #include "errors.h"
 #include "optimizer.h"
+#include "token_dataset.h"
 #include "tokenizer.h"
 
 /* ---- random numbers ------------------------------------------------------ */
@@ -64,129 +64,57 @@ static double now_sec(void)
 /* ---- dataset -------------------------------------------------------------- */
 
 struct train_dataset {
-    int vocab_size;
-    int wide;            /* ids stored as int32 (else uint16) */
-    void *ids;           /* all rows back to back */
-    size_t n_ids, cap_ids;
-    size_t *start;       /* (rows) */
-    int *len, *label;    /* (rows) */
-    int rows, cap_rows;
+    token_dataset t; /* labelled */
 };
 
 int train_dataset_create(int vocab_size, train_dataset **out, char *err)
 {
-    *out = NULL;
-    if (vocab_size < 1)
-        return sm_error(err, SM_ERR_INVALID, "dataset: vocabulary size %d", vocab_size);
-    train_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) return sm_error(err, SM_ERR_NOMEM, "out of memory creating a dataset");
-    ds->vocab_size = vocab_size;
-    ds->wide = vocab_size > 65536;
+    void *ds;
+    int rc = token_dataset_create(sizeof **out, vocab_size, 1, &ds, err);
     *out = ds;
-    return SM_OK;
+    return rc;
 }
 
 void train_dataset_free(train_dataset *ds)
 {
     if (!ds) return;
-    free(ds->ids);
-    free(ds->start);
-    free(ds->len);
-    free(ds->label);
+    token_dataset_release(&ds->t);
     free(ds);
 }
 
 int train_dataset_add(train_dataset *ds, const int *ids, int n, int label, char *err)
 {
-    if (n < 2 || n > 65536)
-        return sm_error(err, SM_ERR_INVALID, "dataset: a row of %d ids (expected 2..65536)", n);
-    if (label < 0 || label >= BERT_MAX_LABELS)
-        return sm_error(err, SM_ERR_INVALID, "dataset: label index %d", label);
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= ds->vocab_size)
-            return sm_error(err, SM_ERR_INVALID, "dataset: token id %d outside the vocabulary (%d)",
-                            ids[i], ds->vocab_size);
-    size_t esz = ds->wide ? 4 : 2;
-    if (ds->n_ids + (size_t)n > ds->cap_ids) {
-        size_t cap = ds->cap_ids ? ds->cap_ids * 2 : 4096;
-        while (cap < ds->n_ids + (size_t)n) cap *= 2;
-        void *p = realloc(ds->ids, cap * esz);
-        if (!p) goto nomem;
-        ds->ids = p;
-        ds->cap_ids = cap;
-    }
-    if (ds->rows == ds->cap_rows) {
-        int cap = ds->cap_rows ? ds->cap_rows * 2 : 256;
-        if (cap < ds->cap_rows) goto nomem;
-        size_t *s = realloc(ds->start, (size_t)cap * sizeof *s);
-        if (!s) goto nomem;
-        ds->start = s;
-        int *l = realloc(ds->len, (size_t)cap * sizeof *l);
-        if (!l) goto nomem;
-        ds->len = l;
-        int *lb = realloc(ds->label, (size_t)cap * sizeof *lb);
-        if (!lb) goto nomem;
-        ds->label = lb;
-        ds->cap_rows = cap;
-    }
-    if (ds->wide) {
-        memcpy((int32_t *)ds->ids + ds->n_ids, ids, (size_t)n * sizeof(int32_t));
-    } else {
-        uint16_t *dst = (uint16_t *)ds->ids + ds->n_ids;
-        for (int i = 0; i < n; i++) dst[i] = (uint16_t)ids[i];
-    }
-    ds->start[ds->rows] = ds->n_ids;
-    ds->len[ds->rows] = n;
-    ds->label[ds->rows] = label;
-    ds->rows++;
-    ds->n_ids += (size_t)n;
-    return SM_OK;
-nomem:
-    return sm_error(err, SM_ERR_NOMEM, "out of memory adding row %d to the dataset", ds->rows + 1);
+    return token_dataset_add(&ds->t, ids, n, label, err);
 }
 
 int train_dataset_rows(const train_dataset *ds)
 {
-    return ds->rows;
+    return ds->t.rows;
 }
 
 size_t train_dataset_bytes(const train_dataset *ds)
 {
-    return ds->cap_ids * (ds->wide ? 4 : 2) +
-           (size_t)ds->cap_rows * (sizeof *ds->start + sizeof *ds->len + sizeof *ds->label) +
+    const token_dataset *t = &ds->t;
+    return t->cap_ids * (t->wide ? 4 : 2) +
+           (size_t)t->cap_rows * (sizeof *t->start + sizeof *t->len + sizeof *t->label) +
            sizeof *ds;
 }
 
 double train_dataset_bytes_per_row(const train_dataset *ds)
 {
     /* What a row costs once the buffers are full: its ids plus the index. */
-    if (!ds->rows) return 0;
-    return (double)ds->n_ids * (ds->wide ? 4 : 2) / ds->rows +
-           (double)(sizeof *ds->start + sizeof *ds->len + sizeof *ds->label);
-}
-
-/* Copies row i's ids, cut to max_len by keeping the first max_len - 1 and
- * the last ([SEP]). Returns the count. */
-static int row_ids(const train_dataset *ds, int i, int *out, int max_len)
-{
-    int n = ds->len[i];
-    size_t s = ds->start[i];
-    int keep = n <= max_len ? n : max_len - 1;
-    for (int k = 0; k < keep; k++)
-        out[k] = ds->wide ? ((const int32_t *)ds->ids)[s + k] : ((const uint16_t *)ds->ids)[s + k];
-    if (n > max_len) {
-        size_t last = s + (size_t)n - 1;
-        out[keep++] = ds->wide ? ((const int32_t *)ds->ids)[last] : ((const uint16_t *)ds->ids)[last];
-    }
-    return keep;
+    const token_dataset *t = &ds->t;
+    if (!t->rows) return 0;
+    return (double)t->n_ids * (t->wide ? 4 : 2) / t->rows +
+           (double)(sizeof *t->start + sizeof *t->len + sizeof *t->label);
 }
 
 int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap, int *n, int *label)
 {
-    if (i < 0 || i >= ds->rows) return SM_ERR_INVALID;
-    if (cap < ds->len[i]) return SM_ERR_INVALID;
-    *n = row_ids(ds, i, ids, cap);
-    *label = ds->label[i];
+    if (i < 0 || i >= ds->t.rows) return SM_ERR_INVALID;
+    if (cap < ds->t.len[i]) return SM_ERR_INVALID;
+    *n = token_dataset_row_ids(&ds->t, i, ids, cap);
+    *label = ds->t.label[i];
     return SM_OK;
 }
 
@@ -392,31 +320,17 @@ static int build_batch(run_state *st, const train_dataset *ds, const int *idx, i
 {
     int T = 2;
     for (int b = 0; b < B; b++) {
-        int n = ds->len[idx[b]] < st->max_len ? ds->len[idx[b]] : st->max_len;
+        int n = ds->t.len[idx[b]] < st->max_len ? ds->t.len[idx[b]] : st->max_len;
         T = n > T ? n : T;
     }
     for (int b = 0; b < B; b++) {
         int *row = st->ids + (size_t)b * T;
-        int n = row_ids(ds, idx[b], row, st->max_len);
+        int n = token_dataset_row_ids(&ds->t, idx[b], row, st->max_len);
         for (int t = n; t < T; t++) row[t] = st->pad;
         st->lengths[b] = n;
-        st->labels[b] = ds->label[idx[b]];
+        st->labels[b] = ds->t.label[idx[b]];
     }
     return T;
-}
-
-static int by_len_r(const void *a, const void *b, void *ctx)
-{
-    const train_dataset *ds = ctx;
-    int ia = *(const int *)a, ib = *(const int *)b;
-    int d = ds->len[ia] - ds->len[ib];
-    return d ? d : ia - ib;
-}
-
-/* Sorts a[0..n) by length, ties by index (deterministic). */
-static void sort_by_len(const train_dataset *ds, int *a, int n)
-{
-    qsort_r(a, (size_t)n, sizeof *a, by_len_r, (void *)ds);
 }
 
 static int evaluate(run_state *st, const bert_model *m, const train_dataset *ds, int n_valid,
@@ -483,16 +397,16 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
     if (!m->has_head || !m->p.cls_w)
         return sm_error(err, SM_ERR_INVALID, "training: the model has no classification head");
     st.K = m->cfg.num_labels;
-    int n = ds->rows;
+    int n = ds->t.rows;
     for (int i = 0; i < n; i++)
-        if (ds->label[i] >= st.K)
+        if (ds->t.label[i] >= st.K)
             return sm_error(err, SM_ERR_INVALID,
                             "training: row %d has label index %d but the model has %d labels",
-                            i + 1, ds->label[i], st.K);
-    if (ds->vocab_size > m->cfg.vocab_size)
+                            i + 1, ds->t.label[i], st.K);
+    if (ds->t.vocab_size > m->cfg.vocab_size)
         return sm_error(err, SM_ERR_INVALID,
                         "training: the dataset's vocabulary (%d) is larger than the model's (%d)",
-                        ds->vocab_size, m->cfg.vocab_size);
+                        ds->t.vocab_size, m->cfg.vocab_size);
     st.max_len = bert_max_length(&m->cfg);
     if (o->max_length && o->max_length < st.max_len) st.max_len = o->max_length;
     st.pad = m->tok ? tokenizer_pad_id(m->tok) : m->cfg.pad_token_id;
@@ -535,8 +449,8 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
     shuffle(st.perm, n, &split_rng);
     memcpy(st.valid_idx, st.perm, (size_t)n_valid * sizeof *st.perm);
     memcpy(st.train_idx, st.perm + n_valid, (size_t)n_train * sizeof *st.perm);
-    sort_by_len(ds, st.valid_idx, n_valid);
-    sort_by_len(ds, st.train_idx, n_train); /* a canonical order before shuffling */
+    token_dataset_sort_by_len(&ds->t, st.valid_idx, n_valid);
+    token_dataset_sort_by_len(&ds->t, st.train_idx, n_train); /* a canonical order before shuffling */
 
     /* Device state. */
     st.params = be->alloc(be, m->n_floats * sizeof(float));
@@ -574,7 +488,7 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
         if (o->group_by_length) {
             int window = o->batch_size * 50;
             for (int w = 0; w < n_train; w += window)
-                sort_by_len(ds, st.train_idx + w, n_train - w < window ? n_train - w : window);
+                token_dataset_sort_by_len(&ds->t, st.train_idx + w, n_train - w < window ? n_train - w : window);
         }
         for (long s = 0; s < steps_per_epoch; s++) st.batches[s] = (int)s;
         shuffle(st.batches, (int)steps_per_epoch, &erng);
