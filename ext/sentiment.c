@@ -88,6 +88,7 @@ static const struct {
     {"sentiment_batch", sx_register_batch_window},
     {"classify", sx_register_classify},
     {"sentiment_models", sx_register_models_vtab},
+    {"train, sentiment_evaluate", sx_register_training},
 };
 
 __attribute__((visibility("default"))) int

@@ -252,4 +252,19 @@ int sx_register_functions(sqlite3 *db, sx_conn *c);
 int sx_register_config(sqlite3 *db, sx_conn *c);
 int sx_register_batch_window(sqlite3 *db, sx_conn *c);
 
+/* ------------------------------------------------------------------ */
+/* train.c, evaluate.c, train_status.c: fine-tuning from SQL.           */
+
+/* train(), sentiment_use(), sentiment_evaluate(), sentiment_training. */
+int sx_register_training(sqlite3 *db, sx_conn *c);
+int sx_register_evaluate(sqlite3 *db, sx_conn *c);
+int sx_register_train_status(sqlite3 *db, sx_conn *c);
+/* The process-wide list of running train() calls: begin returns a handle
+ * (NULL when out of memory: the run is then not listed), update records a
+ * trainer_progress (trainer.h), end removes it. NULL handles are ignored. */
+struct trainer_progress;
+void *sx_train_status_begin(const char *model, const char *base, int64_t rows);
+void sx_train_status_update(void *h, const struct trainer_progress *p);
+void sx_train_status_end(void *h);
+
 #endif

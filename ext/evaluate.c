@@ -1,0 +1,303 @@
+/* evaluate.c: sentiment_evaluate(text, label [, model]), a model scored
+ * against labeled rows.
+ *
+ *   SELECT sentiment_evaluate(comment, label, 'hotel') FROM test_reviews;
+ *
+ * An aggregate returning JSON:
+ *   {"model":"hotel","rows":200,"skipped":1,"unknown_labels":0,
+ *    "accuracy":0.915,"macro_f1":0.9149,
+ *    "labels":{"negative":{"precision":0.92,"recall":0.91,"f1":0.9149,
+ *                          "support":100,"predicted":99}, ...},
+ *    "confusion":{"labels":["negative","positive"],"matrix":[[91,9],[8,92]]}}
+ * matrix[i][j] counts rows labeled labels[i] that the model predicted as
+ * labels[j]. `labels` lists the model's labels in class order, then any
+ * label in the data the model does not know, in order of appearance.
+ *
+ * Rows. Text is converted as sentiment() converts it; a row with NULL,
+ * empty or white-space text or a NULL label is skipped and counted in
+ * "skipped". A label is compared as text (an INTEGER 1 is '1'). A label
+ * the model does not have can never be predicted, so such a row counts as
+ * an error in accuracy and in the per-label figures, and in
+ * "unknown_labels".
+ *
+ * Figures, as scikit-learn's classification_report computes them: for each
+ * label, precision = correct / predicted and recall = correct / support
+ * (0 when the divisor is 0), f1 their harmonic mean (0 when both are 0).
+ * macro_f1 is the mean F1 over the labels that occur in the data or in the
+ * predictions. With no usable rows, accuracy and macro_f1 are null.
+ *
+ * Texts are buffered and classified EVAL_BATCH (64) at a time, one encoder
+ * call per batch, on this connection's device; the model argument is
+ * resolved on the first row (default 'default').
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sentiment_ext.h"
+
+#define EVAL_BATCH 64
+#define EVAL_FN "sentiment_evaluate()"
+
+typedef struct ev_state {
+    sx_conn *c;
+    sx_model *m;              /* referenced */
+    char *model_name;
+    int K;                    /* the model's labels */
+    char **extra;             /* labels the model does not know */
+    int n_extra, cap_extra;
+    int64_t *conf;            /* (K + n_extra) x K, gold x predicted */
+    int conf_rows_cap;
+    int64_t rows, skipped, unknown;
+    /* the pending batch */
+    char *texts[EVAL_BATCH];
+    size_t lens[EVAL_BATCH];
+    int gold[EVAL_BATCH];     /* label index; >= K for an extra */
+    int n;
+    float *probs;             /* EVAL_BATCH x K */
+    int failed;
+} ev_state;
+
+static void state_free(ev_state *s)
+{
+    if (!s) return;
+    sx_registry_release(s->m);
+    sqlite3_free(s->model_name);
+    for (int i = 0; i < s->n_extra; i++) sqlite3_free(s->extra[i]);
+    sqlite3_free(s->extra);
+    sqlite3_free(s->conf);
+    for (int i = 0; i < s->n; i++) sqlite3_free(s->texts[i]);
+    sqlite3_free(s->probs);
+    sqlite3_free(s);
+}
+
+/* Classifies the pending rows into the confusion matrix. */
+static int flush(ev_state *s, char **errmsg)
+{
+    if (!s->n) return 0;
+    if (sx_engine_classify(s->c, EVAL_FN, s->m, (const char *const *)s->texts, s->lens, s->n, 0,
+                           s->probs, NULL, errmsg))
+        return 1;
+    for (int i = 0; i < s->n; i++) {
+        int p = sx_argmax(s->probs + (size_t)i * s->K, s->K);
+        s->conf[(size_t)s->gold[i] * s->K + p]++;
+        sqlite3_free(s->texts[i]);
+        s->texts[i] = NULL;
+    }
+    s->n = 0;
+    return 0;
+}
+
+static int gold_index(ev_state *s, const char *label, char **errmsg)
+{
+    int i = bert_config_label_index(&s->m->bert->cfg, label);
+    if (i >= 0) return i;
+    s->unknown++;
+    for (i = 0; i < s->n_extra; i++)
+        if (!strcmp(s->extra[i], label)) return s->K + i;
+    if (s->n_extra == s->cap_extra) {
+        int cap = s->cap_extra ? 2 * s->cap_extra : 4;
+        char **e = sqlite3_realloc64(s->extra, (sqlite3_uint64)cap * sizeof *e);
+        int64_t *conf = sqlite3_realloc64(s->conf, (sqlite3_uint64)(s->K + cap) * s->K *
+                                                       sizeof *conf);
+        if (e) s->extra = e;
+        if (conf) s->conf = conf;
+        if (!e || !conf) goto nomem;
+        memset(s->conf + (size_t)(s->K + s->cap_extra) * s->K, 0,
+               (size_t)(cap - s->cap_extra) * s->K * sizeof *conf);
+        s->cap_extra = cap;
+    }
+    if (!(s->extra[s->n_extra] = sqlite3_mprintf("%s", label))) goto nomem;
+    return s->K + s->n_extra++;
+nomem:
+    *errmsg = sqlite3_mprintf("%s: out of memory", EVAL_FN);
+    return -1;
+}
+
+static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    ev_state **pp = sqlite3_aggregate_context(ctx, sizeof *pp);
+    ev_state *s;
+    char *errmsg = NULL;
+    const char *text, *label;
+    size_t len;
+    int g;
+
+    if (!pp) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    s = *pp;
+    if (!s) {
+        const char *name = NULL;
+        s = sqlite3_malloc(sizeof *s);
+        if (!s) {
+            sqlite3_result_error_nomem(ctx);
+            return;
+        }
+        memset(s, 0, sizeof *s);
+        s->c = sqlite3_user_data(ctx);
+        *pp = s;
+        if (argc > 2) {
+            if (sqlite3_value_type(argv[2]) == SQLITE_NULL) {
+                errmsg = sqlite3_mprintf("%s: model name is NULL; expected a name from "
+                                         "sentiment_models, e.g. 'default'",
+                                         EVAL_FN);
+                goto fail;
+            }
+            name = (const char *)sqlite3_value_text(argv[2]);
+            if (!name) goto nomem;
+        }
+        if (sx_model_resolve(s->c, EVAL_FN, name, &s->m, &errmsg)) goto fail;
+        s->model_name = sqlite3_mprintf("%s", name ? name : "default");
+        s->K = s->m->bert->cfg.num_labels;
+        s->probs = sqlite3_malloc64((sqlite3_uint64)EVAL_BATCH * s->K * sizeof *s->probs);
+        s->conf = sqlite3_malloc64((sqlite3_uint64)s->K * s->K * sizeof *s->conf);
+        if (!s->model_name || !s->probs || !s->conf) goto nomem;
+        memset(s->conf, 0, (size_t)s->K * s->K * sizeof *s->conf);
+    }
+    if (s->failed) return;
+    if (sx_value_text(argv[0], &text, &len) != SQLITE_OK) goto nomem;
+    if (!text || sqlite3_value_type(argv[1]) == SQLITE_NULL) {
+        s->skipped++;
+        return;
+    }
+    label = (const char *)sqlite3_value_text(argv[1]);
+    if (!label) goto nomem;
+    g = gold_index(s, label, &errmsg);
+    if (g < 0) goto fail;
+    s->texts[s->n] = sqlite3_malloc64(len + 1);
+    if (!s->texts[s->n]) goto nomem;
+    memcpy(s->texts[s->n], text, len);
+    s->texts[s->n][len] = 0;
+    s->lens[s->n] = len;
+    s->gold[s->n] = g;
+    s->n++;
+    s->rows++;
+    if (s->n == EVAL_BATCH && flush(s, &errmsg)) goto fail;
+    return;
+nomem:
+    errmsg = sqlite3_mprintf("%s: out of memory", EVAL_FN);
+fail:
+    s->failed = 1;
+    sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_evaluate(): out of memory", -1);
+    sqlite3_free(errmsg);
+}
+
+static void json_ratio(sqlite3_str *j, double x)
+{
+    sqlite3_str_appendf(j, "%.6g", x);
+}
+
+static void eval_final(sqlite3_context *ctx)
+{
+    ev_state **pp = sqlite3_aggregate_context(ctx, 0);
+    ev_state *s = pp ? *pp : NULL;
+    char *errmsg = NULL;
+    sqlite3_str *j;
+    int K, L;
+    int64_t correct = 0;
+    double f1_sum = 0;
+    int f1_n = 0, oom = 0;
+
+    if (!s) {
+        sqlite3_result_text(ctx,
+                            "{\"rows\":0,\"skipped\":0,\"unknown_labels\":0,\"accuracy\":null,"
+                            "\"macro_f1\":null,\"labels\":{},\"confusion\":{\"labels\":[],"
+                            "\"matrix\":[]}}",
+                            -1, SQLITE_STATIC);
+        return;
+    }
+    if (s->failed) goto end;
+    if (flush(s, &errmsg)) {
+        sqlite3_result_error(ctx, errmsg, -1);
+        sqlite3_free(errmsg);
+        goto end;
+    }
+    K = s->K;
+    L = K + s->n_extra;
+    j = sqlite3_str_new(NULL);
+    sqlite3_str_appendall(j, "{\"model\":");
+    sx_json_string(j, s->model_name);
+    for (int i = 0; i < K; i++) correct += s->conf[(size_t)i * K + i];
+    sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"unknown_labels\":%lld,"
+                           "\"accuracy\":",
+                        (long long)s->rows, (long long)s->skipped, (long long)s->unknown);
+    if (s->rows) json_ratio(j, (double)correct / (double)s->rows);
+    else sqlite3_str_appendall(j, "null");
+    /* per-label figures, in a second string: macro_f1 comes first */
+    sqlite3_str *per = sqlite3_str_new(NULL);
+    sqlite3_str_appendchar(per, 1, '{');
+    int listed = 0;
+    for (int l = 0; l < L; l++) {
+        const char *name = l < K ? s->m->bert->cfg.id2label[l] : s->extra[l - K];
+        int64_t tp = l < K ? s->conf[(size_t)l * K + l] : 0, support = 0, predicted = 0;
+        for (int p = 0; p < K; p++) support += s->conf[(size_t)l * K + p];
+        if (l < K)
+            for (int g = 0; g < L; g++) predicted += s->conf[(size_t)g * K + l];
+        if (!support && !predicted) continue;
+        double prec = predicted ? (double)tp / predicted : 0;
+        double rec = support ? (double)tp / support : 0;
+        double f1 = prec + rec > 0 ? 2 * prec * rec / (prec + rec) : 0;
+        f1_sum += f1;
+        f1_n++;
+        if (listed++) sqlite3_str_appendchar(per, 1, ',');
+        sx_json_string(per, name);
+        sqlite3_str_appendall(per, ":{\"precision\":");
+        json_ratio(per, prec);
+        sqlite3_str_appendall(per, ",\"recall\":");
+        json_ratio(per, rec);
+        sqlite3_str_appendall(per, ",\"f1\":");
+        json_ratio(per, f1);
+        sqlite3_str_appendf(per, ",\"support\":%lld,\"predicted\":%lld}", (long long)support,
+                            (long long)predicted);
+    }
+    sqlite3_str_appendchar(per, 1, '}');
+    sqlite3_str_appendall(j, ",\"macro_f1\":");
+    if (f1_n) json_ratio(j, f1_sum / f1_n);
+    else sqlite3_str_appendall(j, "null");
+    {
+        char *p = sqlite3_str_finish(per);
+        sqlite3_str_appendall(j, ",\"labels\":");
+        if (p) sqlite3_str_appendall(j, p);
+        else oom = 1;
+        sqlite3_free(p);
+    }
+    sqlite3_str_appendall(j, ",\"confusion\":{\"labels\":[");
+    for (int l = 0; l < L; l++) {
+        if (l) sqlite3_str_appendchar(j, 1, ',');
+        sx_json_string(j, l < K ? s->m->bert->cfg.id2label[l] : s->extra[l - K]);
+    }
+    sqlite3_str_appendall(j, "],\"matrix\":[");
+    for (int g = 0; g < L; g++) {
+        sqlite3_str_appendall(j, g ? ",[" : "[");
+        for (int p = 0; p < L; p++)
+            sqlite3_str_appendf(j, "%s%lld", p ? "," : "",
+                                p < K ? (long long)s->conf[(size_t)g * K + p] : 0LL);
+        sqlite3_str_appendchar(j, 1, ']');
+    }
+    sqlite3_str_appendall(j, "]}}");
+    {
+        int bad = sqlite3_str_errcode(j) != SQLITE_OK;
+        char *out = sqlite3_str_finish(j);
+        if (bad || oom || !out) {
+            sqlite3_free(out);
+            sqlite3_result_error_nomem(ctx);
+        } else {
+            sqlite3_result_text(ctx, out, -1, sqlite3_free);
+        }
+    }
+end:
+    state_free(s);
+    *pp = NULL;
+}
+
+int sx_register_evaluate(sqlite3 *db, sx_conn *c)
+{
+    int rc = SQLITE_OK;
+    for (int n = 2; n <= 3 && rc == SQLITE_OK; n++) {
+        sx_conn_ref(c);
+        rc = sqlite3_create_function_v2(db, "sentiment_evaluate", n, SQLITE_UTF8 | SQLITE_INNOCUOUS,
+                                        c, NULL, eval_step, eval_final, sx_conn_unref);
+    }
+    return rc;
+}

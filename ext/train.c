@@ -1,0 +1,1224 @@
+/* train.c: fine-tuning from SQL, the train() aggregate, and
+ * sentiment_use() to make an earlier stored version current again.
+ *
+ *   SELECT train('hotel', comment, label) FROM labeled_reviews;
+ *   SELECT train('emotions', text, emotion,
+ *                '{"base":"default","epochs":3,"lr":5e-5,"batch_size":32,
+ *                  "max_length":128,"valid_fraction":0.1,"seed":42}') FROM weibo;
+ *   SELECT train('scratch', text, label,
+ *                '{"base":"none","layers":4,"hidden":256,"heads":4,
+ *                  "intermediate":1024,"max_length":128,"epochs":10,"lr":5e-4}')
+ *   FROM big_labeled_table;
+ *   SELECT sentiment_use('hotel', 1);  -- version 1 becomes current again
+ *
+ * train(model, text, label [, options]) reads every row of its query, fits
+ * a model to them and stores the result in this database as a new version
+ * of `model` (the sentiment_model_store table, see storage.c). It returns a
+ * JSON report:
+ *   {"model":"hotel","version":2,"base":"default","head":"kept",
+ *    "rows":1000,"skipped":3,"truncated":12,"train_rows":900,"valid_rows":100,
+ *    "labels":["negative","positive"],"epochs":3,
+ *    "train_loss":[0.52,0.31,0.22],"valid_accuracy":[0.89,0.92,0.91],
+ *    "best_epoch":2,"best_accuracy":0.92,"steps":87,"seconds":41.2,
+ *    "examples_per_sec":65.5,"device":"cpu: 4 threads, OpenBLAS ..."}
+ * The stored model is usable at once: sentiment(text, 'hotel'), classify,
+ * sentiment_models (with the report, less model and version, as `metrics`).
+ * Earlier versions stay, selectable as 'hotel@1'.
+ *
+ * Rows. `text` is converted as sentiment() converts it; NULL, empty or
+ * white-space text, and a NULL label, skip the row (counted in "skipped").
+ * A label is TEXT or INTEGER; an INTEGER label is its decimal text ('0',
+ * '1', ...), so sentiment() answers '0'/'1' for such a model. REAL and BLOB
+ * labels are errors. Texts are tokenized as they arrive (cut to max_length
+ * tokens, counted in "truncated") and only the token ids are kept: about
+ * 2 bytes per token plus 16 per row, see the README for rows per GiB. With
+ * "base":"none" and no "vocab" the vocabulary is built from the texts, so
+ * those texts are kept until the last row has been read.
+ *
+ * Classes. The distinct labels are the classes. When the base model's head
+ * has exactly this label set it is kept (in the base's order), otherwise a
+ * fresh head is trained, its labels in order (numeric order when every
+ * label was an INTEGER, else byte order). At least 2 distinct labels and
+ * TRAIN_MIN_ROWS (8) usable rows are needed.
+ *
+ * Options (a JSON object; every key optional):
+ *   base            model to start from, a name as for sentiment() ('default',
+ *                   a sentiment_load name, a stored 'name' or 'name@N'), or
+ *                   "none" to train from scratch. Default "default".
+ *   epochs          1..1000, default 3
+ *   lr              peak learning rate, (0, 1); default 5e-5 (5e-4 with "none")
+ *   batch_size      examples per optimizer step, 1..4096, default 32
+ *   accumulation    micro-batches per step, 1..batch_size, default 1
+ *   max_length      tokens per text with [CLS]/[SEP], 8..the base's maximum,
+ *                   default 128 (or the base's maximum when smaller); with
+ *                   "none" the model's positions, 8..4096
+ *   valid_fraction  held-out share, 0 <= f <= 0.5, default 0.1; 0 keeps the last
+ *                   epoch instead of the best
+ *   seed            integer >= 0, default 42: split, shuffling, dropout, head
+ *   weight_decay    0 <= w < 1, default 0.01
+ *   warmup_ratio    0..1, default 0.1
+ *   grad_clip       global norm, >= 0 (0 = off), default 1.0
+ *   dropout         0 <= p < 1 for every dropout, default the model config's
+ *   group_by_length true (default) / false: batches of similar lengths
+ * With "base":"none" only:
+ *   layers 1..48 (4), hidden 8..4096 (256), heads 1..64 (4; divides hidden),
+ *   intermediate 8..16384 (4 x hidden), do_lower_case (true),
+ *   vocab           path of a vocab.txt to use; else built from the texts:
+ *   vocab_min_count 1.. (2): characters and words seen fewer times are left out
+ *   vocab_size      5..1000000 (30000): most entries kept
+ * An unknown key, a value of the wrong type or out of range is an error
+ * naming the option and what it accepts.
+ *
+ * Errors, each before anything is written: an unknown base, a read-only
+ * database, bad options, fewer than 2 labels or 8 rows, a diverging (NaN)
+ * loss, sqlite3_interrupt() (Ctrl-C in the shell; training stops before
+ * the next micro-batch, well within a second for the models this runs).
+ * Storing is one savepoint: the model, its version and its training log are
+ * all written or none is. train() is SQLITE_DIRECTONLY.
+ *
+ * Training log. Every optimizer step and every epoch end is recorded in
+ * the table sentiment_train_log (created on first use) with the model's
+ * name and version:
+ *   model, version, kind ('step' or 'epoch'), epoch, step, loss (the step's
+ *   mean loss, or the epoch's mean training loss), lr, grad_norm (before
+ *   clipping; NULL for 'epoch'), valid_accuracy ('epoch' rows with a split),
+ *   examples_per_sec, seconds (since training began)
+ * While training runs, sentiment_training (train_status.c) shows each run in
+ * the process with its latest step, and a progress line (epoch, step, loss,
+ * examples/s, ETA) is printed on stderr when it is a terminal
+ * (sentiment_config('progress')).
+ *
+ * Training runs on this connection's backend (sentiment_config('device'),
+ * 'threads'); with the same rows in the same order, the same options and
+ * the same thread count the CPU gives the same model bit for bit.
+ *
+ * sentiment_use(name, version) copies stored version `version` of `name`
+ * as a new latest version (so it is what 'name' means from now on; the
+ * history stays append-only) and returns the new version number. Its
+ * metrics get "restored_from": version. DIRECTONLY.
+ *
+ * Limitation: SQLite calls an aggregate's final step also when the
+ * statement fails part-way. train() sees its own errors and interrupts and
+ * then trains nothing; an error raised elsewhere in the same statement
+ * while rows are still being read is not visible to it.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "errors.h"
+#include "safetensors.h"
+#include "sentiment_ext.h"
+#include "trainer.h"
+#include "vocab_builder.h"
+
+#define TRAIN_MIN_ROWS 8
+#define TRAIN_FN "train()"
+
+/* ---- options ------------------------------------------------------------ */
+
+typedef struct tr_opts {
+    char base[SX_NAME_MAX + 32];
+    int none;                 /* "base": "none" */
+    trainer_options t;
+    int max_length;           /* 0: not given */
+    int lr_given;
+    bert_shape shape;
+    int do_lower_case;
+    char *vocab_path;         /* sqlite3_malloc'd or NULL */
+    int vocab_min_count, vocab_size;
+} tr_opts;
+
+enum { OK_INT, OK_NUM, OK_STR, OK_BOOL };
+
+static const struct {
+    const char *name;
+    int kind;
+    double lo, hi;            /* inclusive, except where noted in check_num */
+    int none_only;
+    const char *expect;
+} k_opts[] = {
+    {"base", OK_STR, 0, 0, 0, "a model name or \"none\""},
+    {"epochs", OK_INT, 1, 1000, 0, "an integer from 1 to 1000"},
+    {"lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
+    {"batch_size", OK_INT, 1, 4096, 0, "an integer from 1 to 4096"},
+    {"accumulation", OK_INT, 1, 4096, 0, "an integer from 1 to batch_size"},
+    {"max_length", OK_INT, 8, 4096, 0, "an integer from 8 to the model's maximum length"},
+    {"valid_fraction", OK_NUM, 0, 0.5, 0, "a number from 0 to 0.5"},
+    {"seed", OK_INT, 0, 9.2e18, 0, "an integer >= 0"},
+    {"weight_decay", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
+    {"warmup_ratio", OK_NUM, 0, 1, 0, "a number from 0 to 1"},
+    {"grad_clip", OK_NUM, 0, 1e9, 0, "a number >= 0 (0 turns clipping off)"},
+    {"dropout", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
+    {"group_by_length", OK_BOOL, 0, 0, 0, "true or false"},
+    {"layers", OK_INT, 1, 48, 1, "an integer from 1 to 48"},
+    {"hidden", OK_INT, 8, 4096, 1, "an integer from 8 to 4096"},
+    {"heads", OK_INT, 1, 64, 1, "an integer from 1 to 64"},
+    {"intermediate", OK_INT, 8, 16384, 1, "an integer from 8 to 16384"},
+    {"do_lower_case", OK_BOOL, 0, 0, 1, "true or false"},
+    {"vocab", OK_STR, 0, 0, 1, "the path of a vocab.txt file"},
+    {"vocab_min_count", OK_INT, 1, 1e9, 1, "an integer >= 1"},
+    {"vocab_size", OK_INT, 5, 1000000, 1, "an integer from 5 to 1000000"},
+};
+#define N_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
+
+static char *known_options(void)
+{
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    for (int i = 0; i < N_OPTS; i++)
+        sqlite3_str_appendf(s, "%s%s", i ? ", " : "", k_opts[i].name);
+    return sqlite3_str_finish(s);
+}
+
+/* Parses the options JSON (NULL: defaults) into o. 0 or an error. */
+static int parse_options(const char *text, tr_opts *o, char **errmsg)
+{
+    json_error_t jerr;
+    json_t *root = NULL, *v;
+    const char *key;
+    int rc = 1;
+
+    memset(o, 0, sizeof *o);
+    snprintf(o->base, sizeof o->base, "default");
+    trainer_options_default(&o->t);
+    o->t.epochs = 3;
+    o->shape = (bert_shape){4, 256, 4, 0, 128};
+    o->do_lower_case = 1;
+    o->vocab_min_count = 2;
+    o->vocab_size = 30000;
+    if (!text) return 0;
+    root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root || !json_is_object(root)) {
+        *errmsg = sqlite3_mprintf("%s: options must be a JSON object, e.g. '{\"epochs\":3}'; "
+                                  "got '%.80s'%s%s",
+                                  TRAIN_FN, text, root ? "" : ": ", root ? "" : jerr.text);
+        goto end;
+    }
+    /* base first: the "none"-only options depend on it */
+    v = json_object_get(root, "base");
+    if (v) {
+        if (!json_is_string(v) || !json_string_length(v) ||
+            json_string_length(v) >= sizeof o->base) {
+            *errmsg = sqlite3_mprintf("%s: option 'base' must be %s", TRAIN_FN, k_opts[0].expect);
+            goto end;
+        }
+        snprintf(o->base, sizeof o->base, "%s", json_string_value(v));
+        o->none = !strcmp(o->base, "none");
+        if (o->none) o->t.lr = 5e-4f;
+    }
+    json_object_foreach(root, key, v) {
+        int i;
+        double x = 0;
+        for (i = 0; i < N_OPTS; i++)
+            if (!strcmp(k_opts[i].name, key)) break;
+        if (i == N_OPTS) {
+            char *known = known_options();
+            *errmsg = sqlite3_mprintf("%s: unknown option '%s'; known: %s", TRAIN_FN, key,
+                                      known ? known : "");
+            sqlite3_free(known);
+            goto end;
+        }
+        if (i == 0) continue;
+        if (k_opts[i].none_only && !o->none) {
+            *errmsg = sqlite3_mprintf("%s: option '%s' applies only when training from scratch "
+                                      "(\"base\": \"none\")",
+                                      TRAIN_FN, key);
+            goto end;
+        }
+        switch (k_opts[i].kind) {
+        case OK_INT:
+            if (!json_is_integer(v)) goto bad;
+            x = (double)json_integer_value(v);
+            if (x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
+            break;
+        case OK_NUM:
+            if (!json_is_number(v)) goto bad;
+            x = json_number_value(v);
+            if (!isfinite(x) || x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
+            /* open ends */
+            if (!strcmp(key, "lr") && (x <= 0 || x >= 1)) goto bad;
+            if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && x >= 1) goto bad;
+            break;
+        case OK_STR:
+            if (!json_is_string(v) || !json_string_length(v)) goto bad;
+            break;
+        case OK_BOOL:
+            if (!json_is_boolean(v)) goto bad;
+            x = json_is_true(v);
+            break;
+        }
+        if (!strcmp(key, "epochs")) o->t.epochs = (int)x;
+        else if (!strcmp(key, "lr")) { o->t.lr = (float)x; o->lr_given = 1; }
+        else if (!strcmp(key, "batch_size")) o->t.batch_size = (int)x;
+        else if (!strcmp(key, "accumulation")) o->t.accumulation = (int)x;
+        else if (!strcmp(key, "max_length")) o->max_length = (int)x;
+        else if (!strcmp(key, "valid_fraction")) o->t.valid_fraction = (float)x;
+        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)json_integer_value(v);
+        else if (!strcmp(key, "weight_decay")) o->t.weight_decay = (float)x;
+        else if (!strcmp(key, "warmup_ratio")) o->t.warmup_ratio = (float)x;
+        else if (!strcmp(key, "grad_clip")) o->t.grad_clip = (float)x;
+        else if (!strcmp(key, "dropout")) o->t.dropout = (float)x;
+        else if (!strcmp(key, "group_by_length")) o->t.group_by_length = (int)x;
+        else if (!strcmp(key, "layers")) o->shape.layers = (int)x;
+        else if (!strcmp(key, "hidden")) o->shape.hidden = (int)x;
+        else if (!strcmp(key, "heads")) o->shape.heads = (int)x;
+        else if (!strcmp(key, "intermediate")) o->shape.intermediate = (int)x;
+        else if (!strcmp(key, "do_lower_case")) o->do_lower_case = (int)x;
+        else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
+        else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
+        else if (!strcmp(key, "vocab")) {
+            o->vocab_path = sqlite3_mprintf("%s", json_string_value(v));
+            if (!o->vocab_path) {
+                *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+                goto end;
+            }
+        }
+        continue;
+    bad: {
+            char *got = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %.60s", TRAIN_FN, key,
+                                      k_opts[i].expect, got ? got : "?");
+            free(got);
+            goto end;
+        }
+    }
+    if (o->t.accumulation > o->t.batch_size) {
+        *errmsg = sqlite3_mprintf("%s: option 'accumulation' (%d) must not exceed batch_size (%d)",
+                                  TRAIN_FN, o->t.accumulation, o->t.batch_size);
+        goto end;
+    }
+    if (o->none) {
+        if (o->shape.hidden % o->shape.heads) {
+            *errmsg = sqlite3_mprintf("%s: option 'hidden' (%d) must be a multiple of 'heads' (%d)",
+                                      TRAIN_FN, o->shape.hidden, o->shape.heads);
+            goto end;
+        }
+        if (!o->shape.intermediate) o->shape.intermediate = 4 * o->shape.hidden;
+        if (o->max_length) o->shape.max_length = o->max_length;
+        o->max_length = o->shape.max_length;
+    }
+    rc = 0;
+end:
+    json_decref(root);
+    return rc;
+}
+
+/* ---- the aggregate's state ---------------------------------------------- */
+
+typedef struct tr_log {
+    int kind;                 /* 0 step, 1 epoch */
+    int epoch;
+    long step;
+    double loss, lr, grad_norm, valid_accuracy, eps, seconds;
+} tr_log;
+
+typedef struct tr_state {
+    sx_conn *c;
+    char name[SX_NAME_MAX + 1];
+    tr_opts o;
+    sx_model *base;           /* referenced; NULL with "base":"none" */
+    const tokenizer *tok;     /* tokenizes rows as they arrive (NULL: kept texts) */
+    tokenizer *own_tok;       /* "none" with a vocab file */
+    char *vocab_file;         /* its text (malloc'd) */
+    size_t vocab_file_len;
+    vocab_builder *vb;        /* "none" without a vocab file */
+    char *texts;              /* the kept texts, back to back (malloc'd) */
+    size_t texts_len, texts_cap;
+    size_t *text_end;         /* per kept row */
+    int *text_label;
+    int kept_cap;
+    train_dataset *ds;
+    int *ids;                 /* max_len scratch */
+    int max_len;
+    char **labels;            /* first-appearance order (sqlite3_malloc'd) */
+    int n_labels, cap_labels, all_int, last_label;
+    int64_t rows, skipped, truncated;
+    int failed;
+    /* during training */
+    sqlite3_stmt *probe;      /* SELECT 1: fails with SQLITE_INTERRUPT after sqlite3_interrupt */
+    tr_log *log;
+    int n_log, cap_log;
+    int log_failed;
+    int progress_on;
+    double progress_last;
+    void *status;             /* train_status.c entry */
+} tr_state;
+
+static void state_free(tr_state *s)
+{
+    if (!s) return;
+    sx_registry_release(s->base);
+    tokenizer_free(s->own_tok);
+    free(s->vocab_file);
+    vocab_builder_free(s->vb);
+    free(s->texts);
+    free(s->text_end);
+    free(s->text_label);
+    train_dataset_free(s->ds);
+    free(s->ids);
+    for (int i = 0; i < s->n_labels; i++) sqlite3_free(s->labels[i]);
+    sqlite3_free(s->labels);
+    sqlite3_free(s->o.vocab_path);
+    sqlite3_finalize(s->probe);
+    free(s->log);
+    sx_train_status_end(s->status);
+    sqlite3_free(s);
+}
+
+static int read_file(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    *out = NULL;
+    if (!f) return errno ? errno : EIO;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            size_t nc = cap ? cap * 2 : 131072;
+            char *p = realloc(buf, nc);
+            if (!p) {
+                free(buf);
+                fclose(f);
+                return ENOMEM;
+            }
+            buf = p;
+            cap = nc;
+        }
+        size_t got = fread(buf + n, 1, 65536, f);
+        n += got;
+        if (got < 65536) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return EIO;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* First-row setup: name, options, base, tokenizer, dataset. */
+static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value **argv,
+                      char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    const char *name;
+    int vocab_size;
+
+    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
+        *errmsg = sqlite3_mprintf("%s: expected the name of the model to store (TEXT) as the "
+                                  "first argument",
+                                  TRAIN_FN);
+        return 1;
+    }
+    name = (const char *)sqlite3_value_text(argv[0]);
+    if (!name || sx_model_name_check(TRAIN_FN, name, 1, errmsg)) return 1;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    if (argc > 3 && sqlite3_value_type(argv[3]) != SQLITE_NULL) {
+        if (sqlite3_value_type(argv[3]) != SQLITE_TEXT) {
+            *errmsg = sqlite3_mprintf("%s: options must be a JSON object (TEXT), e.g. "
+                                      "'{\"epochs\":3}'",
+                                      TRAIN_FN);
+            return 1;
+        }
+        if (parse_options((const char *)sqlite3_value_text(argv[3]), &s->o, errmsg)) return 1;
+    } else if (parse_options(NULL, &s->o, errmsg)) {
+        return 1;
+    }
+    if (sqlite3_db_readonly(s->c->db, "main") == 1) {
+        *errmsg = sqlite3_mprintf("%s: the database is read-only; model '%s' cannot be stored "
+                                  "(open it read-write)",
+                                  TRAIN_FN, s->name);
+        return 1;
+    }
+    (void)ctx;
+    if (!s->o.none) {
+        char *inner = NULL;
+        if (sx_model_resolve(s->c, TRAIN_FN, s->o.base, &s->base, &inner)) {
+            char *known = sx_model_known(s->c);
+            if (inner && !strstr(inner, "no model named") && !strstr(inner, "no version") &&
+                !strstr(inner, "no built-in model")) {
+                *errmsg = inner; /* the base exists but cannot be loaded */
+                inner = NULL;
+            } else if (!strcmp(s->o.base, "default"))
+                *errmsg = sqlite3_mprintf("%s: no built-in model in this build to start from; "
+                                          "name a base model in the options, e.g. "
+                                          "'{\"base\":\"hotel\"}' (known: %s), or train from "
+                                          "scratch with '{\"base\":\"none\"}'",
+                                          TRAIN_FN, known ? known : "none");
+            else
+                *errmsg = sqlite3_mprintf("%s: unknown base model '%s'; known: %s, or \"none\" "
+                                          "to train from scratch",
+                                          TRAIN_FN, s->o.base, known ? known : "none");
+            sqlite3_free(known);
+            sqlite3_free(inner);
+            return 1;
+        }
+        int mx = bert_max_length(&s->base->bert->cfg);
+        if (s->o.max_length > mx) {
+            *errmsg = sqlite3_mprintf("%s: option 'max_length' must be %s (%d for base '%s'); "
+                                      "got %d",
+                                      TRAIN_FN, "an integer from 8 to the model's maximum length",
+                                      mx, s->o.base, s->o.max_length);
+            return 1;
+        }
+        s->max_len = s->o.max_length ? s->o.max_length : (mx < 128 ? mx : 128);
+        s->tok = s->base->bert->tok;
+    } else {
+        s->max_len = s->o.max_length;
+        if (s->o.vocab_path) {
+            int e = read_file(s->o.vocab_path, &s->vocab_file, &s->vocab_file_len);
+            if (e) {
+                *errmsg = sqlite3_mprintf("%s: option 'vocab': cannot read '%s': %s", TRAIN_FN,
+                                          s->o.vocab_path, strerror(e));
+                return 1;
+            }
+            if (tokenizer_load_buffer(s->vocab_file, s->vocab_file_len, s->o.do_lower_case,
+                                      &s->own_tok, err) != SM_OK) {
+                *errmsg = sqlite3_mprintf("%s: option 'vocab': '%s' is not a usable vocab.txt: %s",
+                                          TRAIN_FN, s->o.vocab_path, err);
+                return 1;
+            }
+            s->tok = s->own_tok;
+        } else if (vocab_builder_create(s->o.do_lower_case, &s->vb, err) != SM_OK) {
+            *errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+            return 1;
+        }
+    }
+    if (s->tok) {
+        vocab_size = tokenizer_vocab_size(s->tok);
+        s->ids = malloc((size_t)s->max_len * sizeof *s->ids);
+        if (!s->ids || train_dataset_create(vocab_size, &s->ds, err) != SM_OK) {
+            *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+            return 1;
+        }
+    }
+    s->all_int = 1;
+    s->last_label = -1;
+    return 0;
+}
+
+/* Index of a label name, adding it when new; -1 with *errmsg on error. */
+static int label_index(tr_state *s, const char *label, size_t len, char **errmsg)
+{
+    if (s->last_label >= 0 && strlen(s->labels[s->last_label]) == len &&
+        !memcmp(s->labels[s->last_label], label, len))
+        return s->last_label;
+    for (int i = 0; i < s->n_labels; i++)
+        if (strlen(s->labels[i]) == len && !memcmp(s->labels[i], label, len))
+            return s->last_label = i;
+    if (s->n_labels >= BERT_MAX_LABELS) {
+        *errmsg = sqlite3_mprintf("%s: more than %d distinct labels", TRAIN_FN, BERT_MAX_LABELS);
+        return -1;
+    }
+    if (s->n_labels == s->cap_labels) {
+        int cap = s->cap_labels ? 2 * s->cap_labels : 8;
+        char **p = sqlite3_realloc64(s->labels, (sqlite3_uint64)cap * sizeof *p);
+        if (!p) goto nomem;
+        s->labels = p;
+        s->cap_labels = cap;
+    }
+    s->labels[s->n_labels] = sqlite3_mprintf("%.*s", (int)len, label);
+    if (!s->labels[s->n_labels]) goto nomem;
+    return s->last_label = s->n_labels++;
+nomem:
+    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+    return -1;
+}
+
+static int keep_text(tr_state *s, const char *text, size_t len, int label)
+{
+    if (s->texts_len + len > s->texts_cap) {
+        size_t cap = s->texts_cap ? s->texts_cap : 65536;
+        while (cap < s->texts_len + len) cap *= 2;
+        char *p = realloc(s->texts, cap);
+        if (!p) return 1;
+        s->texts = p;
+        s->texts_cap = cap;
+    }
+    if (s->rows >= s->kept_cap) {
+        int cap = s->kept_cap ? 2 * s->kept_cap : 1024;
+        size_t *e = realloc(s->text_end, (size_t)cap * sizeof *e);
+        if (!e) return 1;
+        s->text_end = e;
+        int *l = realloc(s->text_label, (size_t)cap * sizeof *l);
+        if (!l) return 1;
+        s->text_label = l;
+        s->kept_cap = cap;
+    }
+    memcpy(s->texts + s->texts_len, text, len);
+    s->texts_len += len;
+    s->text_end[s->rows] = s->texts_len;
+    s->text_label[s->rows] = label;
+    return 0;
+}
+
+static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    tr_state **pp = sqlite3_aggregate_context(ctx, sizeof *pp);
+    tr_state *s;
+    char err[SM_ERR_MAX];
+    char *errmsg = NULL;
+    const char *text, *label;
+    size_t len, label_len;
+    int li, n, trunc;
+
+    if (!pp) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    s = *pp;
+    if (!s) {
+        s = sqlite3_malloc(sizeof *s);
+        if (!s) {
+            sqlite3_result_error_nomem(ctx);
+            return;
+        }
+        memset(s, 0, sizeof *s);
+        s->c = sqlite3_user_data(ctx);
+        *pp = s;
+        if (state_init(s, ctx, argc, argv, &errmsg)) goto fail;
+    }
+    if (s->failed) return;
+    if (sx_value_text(argv[1], &text, &len) != SQLITE_OK) goto nomem;
+    if (!text || sqlite3_value_type(argv[2]) == SQLITE_NULL) {
+        s->skipped++;
+        return;
+    }
+    switch (sqlite3_value_type(argv[2])) {
+    case SQLITE_INTEGER: break;
+    case SQLITE_TEXT: s->all_int = 0; break;
+    default:
+        errmsg = sqlite3_mprintf("%s: a label must be TEXT or INTEGER; got %s in row %lld",
+                                 TRAIN_FN,
+                                 sqlite3_value_type(argv[2]) == SQLITE_FLOAT ? "a REAL" : "a BLOB",
+                                 (long long)(s->rows + s->skipped + 1));
+        goto fail;
+    }
+    label = (const char *)sqlite3_value_text(argv[2]);
+    if (!label) goto nomem;
+    label_len = (size_t)sqlite3_value_bytes(argv[2]);
+    if (label_len == 0 || label_len >= BERT_LABEL_MAX || memchr(label, 0, label_len)) {
+        errmsg = sqlite3_mprintf("%s: label '%.40s' in row %lld must be 1 to %d bytes of text",
+                                 TRAIN_FN, label, (long long)(s->rows + s->skipped + 1),
+                                 BERT_LABEL_MAX - 1);
+        goto fail;
+    }
+    li = label_index(s, label, label_len, &errmsg);
+    if (li < 0) goto fail;
+    if (s->tok) {
+        if (tokenizer_encode(s->tok, text, len, s->max_len, s->ids, &n, &trunc, err) != SM_OK ||
+            train_dataset_add(s->ds, s->ids, n, li, err) != SM_OK) {
+            errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+            goto fail;
+        }
+        s->truncated += trunc != 0;
+    } else {
+        if (vocab_builder_add(s->vb, text, len, err) != SM_OK) {
+            errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+            goto fail;
+        }
+        if (keep_text(s, text, len, li)) goto nomem;
+    }
+    s->rows++;
+    return;
+nomem:
+    errmsg = sqlite3_mprintf("%s: out of memory after %lld rows", TRAIN_FN, (long long)s->rows);
+fail:
+    s->failed = 1;
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
+    sqlite3_free(errmsg);
+}
+
+/* ---- during training ---------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int on_interrupt(void *user)
+{
+    tr_state *s = user;
+    sqlite3_reset(s->probe);
+    return sqlite3_step(s->probe) == SQLITE_INTERRUPT;
+}
+
+static int on_progress(void *user, const trainer_progress *p)
+{
+    tr_state *s = user;
+    if (s->n_log == s->cap_log) {
+        int cap = s->cap_log ? 2 * s->cap_log : 256;
+        tr_log *l = realloc(s->log, (size_t)cap * sizeof *l);
+        if (!l) {
+            s->log_failed = 1;
+            return 1;
+        }
+        s->log = l;
+        s->cap_log = cap;
+    }
+    tr_log *r = &s->log[s->n_log++];
+    r->kind = p->epoch_done;
+    r->epoch = p->epoch;
+    r->step = p->step;
+    r->loss = p->epoch_done ? p->epoch_loss : p->loss;
+    r->lr = p->lr;
+    r->grad_norm = p->epoch_done ? NAN : (double)p->grad_norm;
+    r->valid_accuracy = p->epoch_done ? p->valid_accuracy : NAN;
+    r->eps = p->examples_per_sec;
+    r->seconds = p->elapsed_sec;
+    sx_train_status_update(s->status, p);
+    if (s->progress_on) {
+        double t = now_s();
+        if (t - s->progress_last >= 0.25 || p->step == p->total_steps) {
+            s->progress_last = t;
+            fprintf(stderr, "\rtrain %s: epoch %d/%d, step %ld/%ld, loss %.4f, %.0f examples/s, "
+                            "ETA %.0fs   ",
+                    s->name, p->epoch, p->epochs, p->step, p->total_steps, r->loss,
+                    p->examples_per_sec, p->eta_sec);
+            fflush(stderr);
+        }
+    }
+    return 0;
+}
+
+/* ---- labels and the head ------------------------------------------------ */
+
+static int cmp_label_text(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmp_label_int(const void *a, const void *b)
+{
+    long long x = strtoll(*(const char *const *)a, NULL, 10);
+    long long y = strtoll(*(const char *const *)b, NULL, 10);
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Reorders m's head rows so that class j is order[j] (a permutation of its
+ * labels). */
+static int permute_head(bert_model *m, const char *const *order, char *err)
+{
+    int K = m->cfg.num_labels, C = m->cfg.hidden_size;
+    float *w = malloc((size_t)K * C * sizeof *w), *b = malloc((size_t)K * sizeof *b);
+    int rc = SM_ERR_NOMEM;
+    if (!w || !b) {
+        sm_error(err, rc, "out of memory");
+        goto end;
+    }
+    for (int j = 0; j < K; j++) {
+        int i = bert_config_label_index(&m->cfg, order[j]);
+        if (i < 0) {
+            rc = sm_error(err, SM_ERR_INVALID, "label '%s' is not in the head", order[j]);
+            goto end;
+        }
+        memcpy(w + (size_t)j * C, m->p.cls_w + (size_t)i * C, (size_t)C * sizeof *w);
+        b[j] = m->p.cls_b[i];
+    }
+    memcpy(m->p.cls_w, w, (size_t)K * C * sizeof *w);
+    memcpy(m->p.cls_b, b, (size_t)K * sizeof *b);
+    rc = bert_config_set_labels(&m->cfg, K, order, err);
+end:
+    free(w);
+    free(b);
+    return rc;
+}
+
+/* vocab.txt text of a tokenizer (malloc'd). */
+static char *vocab_text(const tokenizer *tok, size_t *len)
+{
+    int n = tokenizer_vocab_size(tok);
+    size_t cap = 1;
+    for (int i = 0; i < n; i++) {
+        const char *t = tokenizer_token(tok, i);
+        cap += (t ? strlen(t) : 0) + 1;
+    }
+    char *out = malloc(cap), *p = out;
+    if (!out) return NULL;
+    for (int i = 0; i < n; i++) {
+        const char *t = tokenizer_token(tok, i);
+        size_t l = t ? strlen(t) : 0;
+        memcpy(p, t ? t : "", l);
+        p += l;
+        *p++ = '\n';
+    }
+    *p = 0;
+    *len = (size_t)(p - out);
+    return out;
+}
+
+/* A private copy of a cached model (the cache's copy is shared and
+ * read-only). */
+static int clone_model(const bert_model *src, bert_model **out, char *err)
+{
+    char *config = NULL, *vocab = NULL;
+    void *w = NULL;
+    size_t w_len = 0, vocab_len = 0;
+    int rc;
+    *out = NULL;
+    if ((rc = bert_config_to_json(&src->cfg, &config, err)) != SM_OK) goto end;
+    if ((rc = bert_model_save_safetensors(src, ST_F32, &w, &w_len, err)) != SM_OK) goto end;
+    if (!(vocab = vocab_text(src->tok, &vocab_len))) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+        goto end;
+    }
+    rc = bert_model_load_buffers(config, strlen(config), vocab, vocab_len, w, w_len, out, err);
+end:
+    free(config);
+    free(vocab);
+    free(w);
+    return rc;
+}
+
+/* ---- the final step ----------------------------------------------------- */
+
+static void json_num(sqlite3_str *s, double x)
+{
+    if (isfinite(x)) sqlite3_str_appendf(s, "%.6g", x);
+    else sqlite3_str_appendall(s, "null");
+}
+
+static int write_log(tr_state *s, int64_t version, char **errmsg)
+{
+    sqlite3 *db = s->c->db;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_exec(db,
+                          "CREATE TABLE IF NOT EXISTS main.sentiment_train_log(\n"
+                          "  model TEXT NOT NULL,\n"
+                          "  version INTEGER NOT NULL,\n"
+                          "  kind TEXT NOT NULL,\n"
+                          "  epoch INTEGER NOT NULL,\n"
+                          "  step INTEGER NOT NULL,\n"
+                          "  loss REAL,\n"
+                          "  lr REAL,\n"
+                          "  grad_norm REAL,\n"
+                          "  valid_accuracy REAL,\n"
+                          "  examples_per_sec REAL,\n"
+                          "  seconds REAL\n"
+                          ")",
+                          NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db,
+                                "INSERT INTO main.sentiment_train_log VALUES "
+                                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                -1, &st, NULL);
+    for (int i = 0; rc == SQLITE_OK && i < s->n_log; i++) {
+        const tr_log *r = &s->log[i];
+        sqlite3_bind_text(st, 1, s->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, version);
+        sqlite3_bind_text(st, 3, r->kind ? "epoch" : "step", -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 4, r->epoch);
+        sqlite3_bind_int64(st, 5, r->step);
+        const double v[6] = {r->loss, r->lr, r->grad_norm, r->valid_accuracy, r->eps, r->seconds};
+        for (int k = 0; k < 6; k++) {
+            if (isfinite(v[k])) sqlite3_bind_double(st, 6 + k, v[k]);
+            else sqlite3_bind_null(st, 6 + k);
+        }
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) rc = SQLITE_OK;
+        sqlite3_reset(st);
+    }
+    if (rc != SQLITE_OK)
+        *errmsg = sqlite3_mprintf("%s: cannot write sentiment_train_log: %s", TRAIN_FN,
+                                  sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The report (metrics when version is 0). */
+static char *report_json(const tr_state *s, int64_t version, int kept,
+                         const bert_config *cfg, const trainer_result *r)
+{
+    sqlite3_str *j = sqlite3_str_new(NULL);
+    sqlite3_str_appendchar(j, 1, '{');
+    if (version) {
+        sqlite3_str_appendall(j, "\"model\":");
+        sx_json_string(j, s->name);
+        sqlite3_str_appendf(j, ",\"version\":%lld,", (long long)version);
+    }
+    sqlite3_str_appendall(j, "\"base\":");
+    sx_json_string(j, s->o.base);
+    sqlite3_str_appendf(j, ",\"head\":\"%s\"", s->o.none ? "new" : kept ? "kept" : "new");
+    sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"truncated\":%lld,"
+                           "\"train_rows\":%d,\"valid_rows\":%d,\"labels\":[",
+                        (long long)s->rows, (long long)s->skipped, (long long)s->truncated,
+                        r->n_train, r->n_valid);
+    for (int i = 0; i < cfg->num_labels; i++) {
+        if (i) sqlite3_str_appendchar(j, 1, ',');
+        sx_json_string(j, cfg->id2label[i]);
+    }
+    sqlite3_str_appendf(j, "],\"max_length\":%d,\"epochs\":%d,\"train_loss\":[", s->max_len,
+                        r->epochs);
+    for (int i = 0; i < r->epochs; i++) {
+        if (i) sqlite3_str_appendchar(j, 1, ',');
+        json_num(j, r->train_loss[i]);
+    }
+    sqlite3_str_appendall(j, "],\"valid_accuracy\":[");
+    for (int i = 0; i < r->epochs; i++) {
+        if (i) sqlite3_str_appendchar(j, 1, ',');
+        json_num(j, r->valid_accuracy[i]);
+    }
+    sqlite3_str_appendf(j, "],\"best_epoch\":%d,\"best_accuracy\":", r->best_epoch);
+    json_num(j, r->best_accuracy);
+    sqlite3_str_appendf(j, ",\"steps\":%ld,\"seconds\":", r->steps);
+    json_num(j, r->seconds);
+    sqlite3_str_appendall(j, ",\"examples_per_sec\":");
+    json_num(j, r->examples_per_sec);
+    sqlite3_str_appendall(j, ",\"device\":");
+    sx_json_string(j, s->c->be_desc);
+    sqlite3_str_appendchar(j, 1, '}');
+    if (sqlite3_str_errcode(j)) {
+        sqlite3_free(sqlite3_str_finish(j));
+        return NULL;
+    }
+    return sqlite3_str_finish(j);
+}
+
+/* Tokenizes the kept texts with the new model's tokenizer ("none" with a
+ * built vocabulary). */
+static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    int n, trunc;
+    size_t start = 0;
+    s->ids = malloc((size_t)s->max_len * sizeof *s->ids);
+    if (!s->ids || train_dataset_create(tokenizer_vocab_size(m->tok), &s->ds, err) != SM_OK) {
+        *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+        return 1;
+    }
+    for (int64_t i = 0; i < s->rows; i++) {
+        size_t end = s->text_end[i];
+        if (tokenizer_encode(m->tok, s->texts + start, end - start, s->max_len, s->ids, &n,
+                             &trunc, err) != SM_OK ||
+            train_dataset_add(s->ds, s->ids, n, s->text_label[i], err) != SM_OK) {
+            *errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+            return 1;
+        }
+        s->truncated += trunc != 0;
+        start = end;
+    }
+    free(s->texts);
+    s->texts = NULL;
+    return 0;
+}
+
+static void train_final(sqlite3_context *ctx)
+{
+    tr_state **pp = sqlite3_aggregate_context(ctx, 0);
+    tr_state *s = pp ? *pp : NULL;
+    sqlite3 *db;
+    char err[SM_ERR_MAX];
+    char *errmsg = NULL, *config = NULL, *vocab = NULL, *labels_js = NULL, *metrics = NULL,
+         *report = NULL;
+    char **order = NULL;
+    void *weights = NULL;
+    size_t weights_len = 0, vocab_len = 0;
+    bert_model *m = NULL;
+    trainer_result res;
+    int kept = 0, in_savepoint = 0, rc;
+    int64_t version = 0;
+
+    memset(&res, 0, sizeof res);
+    if (!s) {
+        sqlite3_result_error(ctx, "train(): no rows; need at least 8 rows with text and label",
+                             -1);
+        return;
+    }
+    if (s->failed) goto end; /* the error is already the statement's */
+    db = s->c->db;
+    if (sqlite3_prepare_v2(db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK) goto nomem;
+    if (on_interrupt(s)) {
+        errmsg = sqlite3_mprintf("%s: interrupted; nothing was stored", TRAIN_FN);
+        goto end;
+    }
+    if (s->rows < TRAIN_MIN_ROWS) {
+        errmsg = sqlite3_mprintf("%s: %lld usable rows (%lld skipped for a NULL or empty text "
+                                 "or a NULL label); need at least %d",
+                                 TRAIN_FN, (long long)s->rows, (long long)s->skipped,
+                                 TRAIN_MIN_ROWS);
+        goto end;
+    }
+    if (s->n_labels < 2) {
+        errmsg = sqlite3_mprintf("%s: every row has the label '%s'; need at least 2 distinct "
+                                 "labels",
+                                 TRAIN_FN, s->labels[0]);
+        goto end;
+    }
+    if (sqlite3_db_readonly(db, "main") == 1) {
+        errmsg = sqlite3_mprintf("%s: the database is read-only; model '%s' cannot be stored",
+                                 TRAIN_FN, s->name);
+        goto end;
+    }
+    if (sx_engine_backend(s->c, TRAIN_FN, &errmsg)) goto end;
+
+    /* The model, its head fitted to the labels in dataset order. */
+    if (s->o.none) {
+        const char *vtext = s->vocab_file;
+        size_t vlen = s->vocab_file_len;
+        char *built = NULL;
+        int n_tokens = 0;
+        if (!vtext) {
+            if (vocab_builder_build(s->vb, s->o.vocab_min_count, s->o.vocab_size, &built, &vlen,
+                                    &n_tokens, err) != SM_OK) {
+                errmsg = sqlite3_mprintf("%s: building the vocabulary: %s", TRAIN_FN, err);
+                goto end;
+            }
+            vtext = built;
+        }
+        rc = bert_model_create_scratch(&s->o.shape, vtext, vlen, s->o.do_lower_case, s->n_labels,
+                                       (const char *const *)s->labels, s->o.t.seed, &m, err);
+        free(built);
+        if (rc != SM_OK) {
+            errmsg = sqlite3_mprintf("%s: cannot create the model: %s", TRAIN_FN, err);
+            goto end;
+        }
+        if (!s->ds && tokenize_kept(s, m, &errmsg)) goto end;
+    } else {
+        if (clone_model(s->base->bert, &m, err) != SM_OK ||
+            trainer_prepare_head(m, s->n_labels, (const char *const *)s->labels, s->o.t.seed,
+                                 &kept, err) != SM_OK) {
+            errmsg = sqlite3_mprintf("%s: cannot prepare base model '%s': %s", TRAIN_FN,
+                                     s->o.base, err);
+            goto end;
+        }
+    }
+    /* order: the classes as stored; the head is trained in dataset order */
+    order = sqlite3_malloc64((sqlite3_uint64)s->n_labels * sizeof *order);
+    if (!order) goto nomem;
+    if (kept) {
+        /* the base's order, copied: permute_head replaces id2label */
+        for (int i = 0; i < s->n_labels; i++) order[i] = NULL;
+        for (int i = 0; i < s->n_labels; i++) {
+            order[i] = sqlite3_mprintf("%s", m->cfg.id2label[i]);
+            if (!order[i]) goto nomem;
+        }
+        if (permute_head(m, (const char *const *)s->labels, err) != SM_OK) {
+            errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+            goto end;
+        }
+    } else {
+        for (int i = 0; i < s->n_labels; i++) order[i] = NULL;
+        for (int i = 0; i < s->n_labels; i++) {
+            order[i] = sqlite3_mprintf("%s", s->labels[i]);
+            if (!order[i]) goto nomem;
+        }
+        qsort(order, (size_t)s->n_labels, sizeof *order,
+              s->all_int ? cmp_label_int : cmp_label_text);
+    }
+
+    /* Train. */
+    {
+        trainer_options t = s->o.t;
+        t.max_length = s->max_len;
+        t.interrupt = on_interrupt;
+        t.progress = on_progress;
+        t.user = s;
+        s->progress_on = s->c->progress == SX_PROGRESS_ON ||
+                         (s->c->progress == SX_PROGRESS_AUTO && isatty(2));
+        s->progress_last = now_s();
+        s->status = sx_train_status_begin(s->name, s->o.base, (int64_t)s->rows);
+        rc = trainer_run(m, s->c->be, s->ds, &t, &res, err);
+        sx_train_status_end(s->status);
+        s->status = NULL;
+        if (s->progress_on) {
+            fprintf(stderr, "\r%*s\r", 100, "");
+            fflush(stderr);
+        }
+        if (rc == SM_ERR_INTERRUPTED) {
+            errmsg = sqlite3_mprintf("%s: %s; nothing was stored", TRAIN_FN,
+                                     s->log_failed ? "out of memory for the training log" : err);
+            goto end;
+        }
+        if (rc != SM_OK) {
+            errmsg = sqlite3_mprintf("%s: %s; nothing was stored", TRAIN_FN, err);
+            goto end;
+        }
+    }
+    if (permute_head(m, (const char *const *)order, err) != SM_OK) {
+        errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+        goto end;
+    }
+
+    /* Store: the model and its log in one savepoint. */
+    if (bert_config_to_json(&m->cfg, &config, err) != SM_OK ||
+        bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err) != SM_OK) {
+        errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", TRAIN_FN, err);
+        goto end;
+    }
+    vocab = vocab_text(m->tok, &vocab_len);
+    {
+        sqlite3_str *j = sqlite3_str_new(NULL);
+        sqlite3_str_appendchar(j, 1, '[');
+        for (int i = 0; i < m->cfg.num_labels; i++) {
+            if (i) sqlite3_str_appendchar(j, 1, ',');
+            sx_json_string(j, m->cfg.id2label[i]);
+        }
+        sqlite3_str_appendchar(j, 1, ']');
+        labels_js = sqlite3_str_finish(j);
+    }
+    metrics = report_json(s, 0, kept, &m->cfg, &res);
+    if (!vocab || !labels_js || !metrics) goto nomem;
+    if (on_interrupt(s)) {
+        errmsg = sqlite3_mprintf("%s: interrupted; nothing was stored", TRAIN_FN);
+        goto end;
+    }
+    rc = sqlite3_exec(db, "SAVEPOINT sentiment_train", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        errmsg = sqlite3_mprintf("%s: cannot store model '%s': %s", TRAIN_FN, s->name,
+                                 sqlite3_errmsg(db));
+        goto end;
+    }
+    in_savepoint = 1;
+    if (sx_store_put(db, s->name, config, strlen(config), vocab, vocab_len, labels_js, metrics,
+                     weights, weights_len, &version, &errmsg) != SQLITE_OK) {
+        char *inner = errmsg;
+        errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, inner ? inner : "cannot store the model");
+        sqlite3_free(inner);
+        goto end;
+    }
+    if (write_log(s, version, &errmsg) != SQLITE_OK) goto end;
+    report = report_json(s, version, kept, &m->cfg, &res);
+    if (!report) goto nomem;
+    goto end;
+nomem:
+    sqlite3_free(errmsg);
+    errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+end:
+    if (in_savepoint) {
+        if (errmsg) sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
+        if (sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL) != SQLITE_OK &&
+            !errmsg) {
+            errmsg = sqlite3_mprintf("%s: cannot commit model '%s': %s", TRAIN_FN, s->name,
+                                     sqlite3_errmsg(db));
+            sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
+            sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+        }
+    }
+    if (s && !s->failed) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else if (report) sqlite3_result_text(ctx, report, -1, SQLITE_TRANSIENT);
+        else sqlite3_result_error_nomem(ctx);
+    }
+    if (order)
+        for (int i = 0; i < (s ? s->n_labels : 0); i++) sqlite3_free(order[i]);
+    sqlite3_free(order);
+    sqlite3_free(errmsg);
+    sqlite3_free(labels_js);
+    sqlite3_free(metrics);
+    sqlite3_free(report);
+    free(config);
+    free(vocab);
+    free(weights);
+    trainer_result_free(&res);
+    bert_model_free(m);
+    state_free(s);
+    if (pp) *pp = NULL;
+}
+
+/* ---- sentiment_use(name, version) ---------------------------------------- */
+
+static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char *fn = "sentiment_use()";
+    sqlite3_stmt *st = NULL;
+    char *errmsg = NULL, *uid = NULL;
+    const char *name;
+    int64_t want, found = 0, latest = 0, version = 0;
+    int rc;
+    (void)argc;
+
+    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
+        errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
+                                 fn);
+        goto end;
+    }
+    name = (const char *)sqlite3_value_text(argv[0]);
+    if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
+        errmsg = sqlite3_mprintf("%s: expected a version number (INTEGER >= 1) as the second "
+                                 "argument",
+                                 fn);
+        goto end;
+    }
+    want = sqlite3_value_int64(argv[1]);
+    rc = sx_store_find(c->db, name, want, &uid, &found, &errmsg);
+    if (rc == SQLITE_NOTFOUND) {
+        sqlite3_free(uid);
+        uid = NULL;
+        if (sx_store_find(c->db, name, 0, &uid, &latest, &errmsg) == SQLITE_OK)
+            errmsg = sqlite3_mprintf("%s: no version %lld of model '%s'; the latest is %lld", fn,
+                                     (long long)want, name, (long long)latest);
+        else
+            errmsg = sqlite3_mprintf("%s: no model named '%s' is stored in this database", fn,
+                                     name);
+        goto end;
+    }
+    if (rc != SQLITE_OK) goto end;
+    if (sqlite3_db_readonly(c->db, "main") == 1) {
+        errmsg = sqlite3_mprintf("%s: the database is read-only", fn);
+        goto end;
+    }
+    rc = sqlite3_prepare_v2(c->db,
+                            "INSERT INTO main." SX_STORE_TABLE
+                            "(name, version, config, vocab, labels, metrics, safetensors) "
+                            "SELECT name, (SELECT max(version) FROM main." SX_STORE_TABLE
+                            " WHERE name = ?1) + 1, config, vocab, labels, "
+                            "CASE WHEN json_valid(metrics) AND json_type(metrics) = 'object' "
+                            "THEN json_set(metrics, '$.restored_from', ?2) "
+                            "ELSE json_object('restored_from', ?2) END, safetensors "
+                            "FROM main." SX_STORE_TABLE " WHERE name = ?1 AND version = ?2 "
+                            "RETURNING version",
+                            -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, want);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            version = sqlite3_column_int64(st, 0);
+            rc = sqlite3_step(st);
+        }
+        if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK)
+        errmsg = sqlite3_mprintf("%s: cannot store model '%s': %s", fn, name, sqlite3_errmsg(c->db));
+end:
+    sqlite3_finalize(st);
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else if (version) sqlite3_result_int64(ctx, version);
+    else sqlite3_result_error_nomem(ctx);
+    sqlite3_free(errmsg);
+    sqlite3_free(uid);
+}
+
+int sx_register_training(sqlite3 *db, sx_conn *c)
+{
+    int rc;
+    sx_conn_ref(c);
+    rc = sqlite3_create_function_v2(db, "train", 3, SQLITE_UTF8 | SQLITE_DIRECTONLY, c, NULL,
+                                    train_step, train_final, sx_conn_unref);
+    if (rc == SQLITE_OK) {
+        sx_conn_ref(c);
+        rc = sqlite3_create_function_v2(db, "train", 4, SQLITE_UTF8 | SQLITE_DIRECTONLY, c, NULL,
+                                        train_step, train_final, sx_conn_unref);
+    }
+    if (rc == SQLITE_OK) {
+        sx_conn_ref(c);
+        rc = sqlite3_create_function_v2(db, "sentiment_use", 2, SQLITE_UTF8 | SQLITE_DIRECTONLY,
+                                        c, fn_use, NULL, NULL, sx_conn_unref);
+    }
+    if (rc == SQLITE_OK) rc = sx_register_evaluate(db, c);
+    if (rc == SQLITE_OK) rc = sx_register_train_status(db, c);
+    return rc;
+}
