@@ -19,6 +19,8 @@
  *   created      UTC time a database model was stored, else NULL
  *   path         the directory of a file model, else NULL
  *   loaded       1 when the model is in the process-wide cache now
+ *   metrics      JSON a database model was stored with (train()'s report,
+ *                see train.c), else NULL
  * A stored model whose config cannot be parsed is listed with NULL
  * architecture columns; using it gives the parse error.
  */
@@ -42,11 +44,12 @@ enum {
     COL_CREATED,
     COL_PATH,
     COL_LOADED,
+    COL_METRICS,
     N_COLS
 };
 
 typedef struct mv_row {
-    char *name, *source, *labels, *type, *created, *path;
+    char *name, *source, *labels, *type, *created, *path, *metrics;
     sqlite3_int64 version, params;
     int layers, hidden, heads, maxlen, loaded, have_cfg;
 } mv_row;
@@ -73,7 +76,8 @@ static int mvConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
     rc = sqlite3_declare_vtab(db, "CREATE TABLE x(name TEXT, version INTEGER, source TEXT, "
                                   "labels TEXT, model_type TEXT, layers INTEGER, "
                                   "hidden_size INTEGER, heads INTEGER, max_length INTEGER, "
-                                  "parameters INTEGER, created TEXT, path TEXT, loaded INTEGER)");
+                                  "parameters INTEGER, created TEXT, path TEXT, loaded INTEGER, "
+                                  "metrics TEXT)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
@@ -110,6 +114,7 @@ static void rows_free(mv_cursor *cur)
         sqlite3_free(r->type);
         sqlite3_free(r->created);
         sqlite3_free(r->path);
+        sqlite3_free(r->metrics);
     }
     sqlite3_free(cur->rows);
     cur->rows = NULL;
@@ -187,7 +192,7 @@ static int add_database_rows(mv_cursor *cur, sqlite3 *db)
 
     if (!sx_store_exists(db)) return SQLITE_OK;
     rc = sqlite3_prepare_v2(db,
-                            "SELECT name, version, uid, config, created FROM main." SX_STORE_TABLE
+                            "SELECT name, version, uid, config, created, metrics FROM main." SX_STORE_TABLE
                             " ORDER BY name, version",
                             -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
@@ -198,6 +203,7 @@ static int add_database_rows(mv_cursor *cur, sqlite3 *db)
         const char *config = (const char *)sqlite3_column_text(st, 3);
         size_t config_len = (size_t)sqlite3_column_bytes(st, 3);
         const char *created = (const char *)sqlite3_column_text(st, 4);
+        const char *metrics = (const char *)sqlite3_column_text(st, 5);
         bert_config cfg;
         int have = config && bert_config_parse(config, config_len, &cfg, err) == SM_OK;
         mv_row *r = add_row(cur, name ? name : "", version, "database", have ? &cfg : NULL,
@@ -208,6 +214,10 @@ static int add_database_rows(mv_cursor *cur, sqlite3 *db)
             break;
         }
         if (created && !(r->created = sqlite3_mprintf("%s", created))) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        if (metrics && !(r->metrics = sqlite3_mprintf("%s", metrics))) {
             rc = SQLITE_NOMEM;
             break;
         }
@@ -290,6 +300,9 @@ static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
         break;
     case COL_PATH:
         if (r->path) sqlite3_result_text(ctx, r->path, -1, SQLITE_TRANSIENT);
+        break;
+    case COL_METRICS:
+        if (r->metrics) sqlite3_result_text(ctx, r->metrics, -1, SQLITE_TRANSIENT);
         break;
     default:
         if (!r->have_cfg) break; /* NULL */
