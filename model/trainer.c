@@ -1,20 +1,19 @@
-/* trainer.c: the training loop behind train(): dataset of token ids, head
- * preparation, from-scratch models, and trainer_run (split, epochs of AdamW
- * steps with gradient accumulation, validation, best-epoch selection).
+/* trainer.c: fine-tuning behind train(): the labelled dataset, head
+ * preparation, from-scratch models, and trainer_run's part of the loop
+ * (train_loop.h runs the epochs): classification batches and loss,
+ * validation accuracy, best-epoch selection.
  *
  * Everything random (split, shuffling, dropout, new weights) comes from
  * splitmix64 streams keyed by the seed, and every backend op is
- * deterministic, so a run repeats bit for bit. Owns, while it runs, the
- * device arenas (parameters, gradients, optimizer moments), one training
- * workspace and a host copy of the best parameters; none is allocated per
- * step.
+ * deterministic, so a run repeats bit for bit. Owns, while it runs, one
+ * training workspace, host batch buffers and a host copy of the best
+ * parameters (the loop owns the device arenas); none is allocated per step.
  */
 #include "trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bert_train.h"
 #include "dropout_rng.h"
@@ -22,6 +21,7 @@
 #include "optimizer.h"
 #include "token_dataset.h"
 #include "tokenizer.h"
+#include "train_loop.h"
 
 /* ---- random numbers ------------------------------------------------------ */
 
@@ -31,34 +31,11 @@ static uint64_t rng_next(uint64_t *s)
     return dropout_mix64(*s);
 }
 
-/* Uniform in [0, n). */
-static uint64_t rng_below(uint64_t *s, uint64_t n)
-{
-    return (uint64_t)(((unsigned __int128)rng_next(s) * n) >> 64);
-}
-
 static double rng_normal(uint64_t *s)
 {
     double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
     double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-static void shuffle(int *a, int n, uint64_t *s)
-{
-    for (int i = n - 1; i > 0; i--) {
-        int j = (int)rng_below(s, (uint64_t)i + 1);
-        int t = a[i];
-        a[i] = a[j];
-        a[j] = t;
-    }
-}
-
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---- dataset -------------------------------------------------------------- */
@@ -257,21 +234,10 @@ fail:
 void trainer_options_default(trainer_options *o)
 {
     memset(o, 0, sizeof *o);
+    LOOP_OPTIONS_DEFAULT(o);
     o->epochs = 3;
     o->lr = 5e-5f;
-    o->batch_size = 32;
-    o->accumulation = 1;
-    o->max_length = 128;
     o->valid_fraction = 0.1f;
-    o->seed = 42;
-    o->weight_decay = 0.01f;
-    o->warmup_ratio = 0.1f;
-    o->grad_clip = 1.0f;
-    o->dropout = -1.0f;
-    o->beta1 = 0.9f;
-    o->beta2 = 0.999f;
-    o->eps = 1e-8f;
-    o->group_by_length = 1;
 }
 
 void trainer_result_free(trainer_result *r)
@@ -282,33 +248,29 @@ void trainer_result_free(trainer_result *r)
     r->train_loss = r->valid_accuracy = NULL;
 }
 
-/* Everything trainer_run holds; freed in one place. */
+/* What trainer_run holds besides the loop; freed in one place. */
 typedef struct run_state {
-    backend *be;
-    float *params, *grads;   /* device arenas */
+    train_loop *L;
+    bert_model *m;
+    const train_dataset *ds;
+    const trainer_options *o;
+    trainer_result *res;
     float *best;             /* host copy of the best parameters */
-    bert_params p, g;        /* device views */
-    adamw *opt;
+    bert_params p, g;        /* views of the loop's device arenas */
     bert_train_ws *ws;
-    int *perm, *train_idx, *valid_idx, *batches, *ids, *lengths, *labels;
-    float *logits;
-    int max_len, micro, pad, K;
+    int *ids, *lengths, *labels; /* (micro, max_len), (micro), (micro) */
+    float *logits;           /* (micro, K) */
+    int K;
+    double best_acc;         /* -1 before the first epoch */
+    double acc;              /* the last epoch's, NAN with no split */
 } run_state;
 
 static void run_state_free(run_state *st)
 {
-    backend *be = st->be;
-    if (st->params) be->free(be, st->params);
-    if (st->grads) be->free(be, st->grads);
     free(st->best);
     bert_params_release(&st->p);
     bert_params_release(&st->g);
-    adamw_free(st->opt);
     bert_train_ws_free(st->ws);
-    free(st->perm);
-    free(st->train_idx);
-    free(st->valid_idx);
-    free(st->batches);
     free(st->ids);
     free(st->lengths);
     free(st->labels);
@@ -316,33 +278,33 @@ static void run_state_free(run_state *st)
 }
 
 /* Pads rows idx[0..B) into st->ids (B,T); returns T. */
-static int build_batch(run_state *st, const train_dataset *ds, const int *idx, int B)
+static int build_batch(run_state *st, const int *idx, int B)
 {
-    int T = 2;
+    const token_dataset *ds = &st->ds->t;
+    int T = 2, max_len = st->L->max_len;
     for (int b = 0; b < B; b++) {
-        int n = ds->t.len[idx[b]] < st->max_len ? ds->t.len[idx[b]] : st->max_len;
+        int n = ds->len[idx[b]] < max_len ? ds->len[idx[b]] : max_len;
         T = n > T ? n : T;
     }
     for (int b = 0; b < B; b++) {
         int *row = st->ids + (size_t)b * T;
-        int n = token_dataset_row_ids(&ds->t, idx[b], row, st->max_len);
-        for (int t = n; t < T; t++) row[t] = st->pad;
+        int n = token_dataset_row_ids(ds, idx[b], row, max_len);
+        for (int t = n; t < T; t++) row[t] = st->L->pad;
         st->lengths[b] = n;
-        st->labels[b] = ds->t.label[idx[b]];
+        st->labels[b] = ds->label[idx[b]];
     }
     return T;
 }
 
-static int evaluate(run_state *st, const bert_model *m, const train_dataset *ds, int n_valid,
-                    double *accuracy, char *err)
+static int evaluate(run_state *st, double *accuracy, char *err)
 {
-    int correct = 0;
-    for (int first = 0; first < n_valid; first += st->micro) {
-        int B = n_valid - first < st->micro ? n_valid - first : st->micro;
-        int T = build_batch(st, ds, st->valid_idx + first, B);
+    int correct = 0, n_valid = st->L->n_valid, micro = st->L->micro;
+    for (int first = 0; first < n_valid; first += micro) {
+        int B = n_valid - first < micro ? n_valid - first : micro;
+        int T = build_batch(st, st->L->valid_idx + first, B);
         double loss;
-        int rc = bert_train_forward(&m->cfg, &st->p, st->ws, st->ids, st->lengths, st->labels, B,
-                                    T, NULL, &loss, st->logits, err);
+        int rc = bert_train_forward(&st->m->cfg, &st->p, st->ws, st->ids, st->lengths, st->labels,
+                                    B, T, NULL, &loss, st->logits, err);
         if (rc) return rc;
         for (int b = 0; b < B; b++) {
             const float *z = st->logits + (size_t)b * st->K;
@@ -356,49 +318,69 @@ static int evaluate(run_state *st, const bert_model *m, const train_dataset *ds,
     return SM_OK;
 }
 
+/* ---- the loop's hooks: classification loss, accuracy, the best epoch ---------- */
+
+static int hook_forward(void *ctx, int k, const int *idx, int B, const bert_dropout *drop,
+                        double *loss, char *err)
+{
+    run_state *st = ctx;
+    (void)k;
+    int T = build_batch(st, idx, B);
+    return bert_train_forward(&st->m->cfg, &st->p, st->ws, st->ids, st->lengths, st->labels, B,
+                              T, drop, loss, NULL, err);
+}
+
+static int hook_backward(void *ctx, float scale, char *err)
+{
+    run_state *st = ctx;
+    return bert_train_backward(&st->m->cfg, &st->p, &st->g, st->ws, scale, err);
+}
+
+static int hook_epoch_end(void *ctx, int epoch, double train_loss, char *err)
+{
+    run_state *st = ctx;
+    trainer_result *res = st->res;
+    int n_valid = st->L->n_valid, rc;
+    st->acc = NAN;
+    if (n_valid && (rc = evaluate(st, &st->acc, err))) return rc;
+    res->train_loss[epoch - 1] = train_loss;
+    res->valid_accuracy[epoch - 1] = st->acc;
+    res->epochs = epoch;
+    /* Keep the best epoch (the first of equals); without a split, the last. */
+    if (!n_valid || st->acc > st->best_acc) {
+        st->best_acc = n_valid ? st->acc : st->best_acc;
+        res->best_epoch = epoch;
+        res->best_accuracy = st->acc;
+        if ((rc = loop_download(st->L, st->best, err))) return rc;
+    }
+    return SM_OK;
+}
+
+static int hook_progress(void *ctx, const loop_report *r)
+{
+    run_state *st = ctx;
+    if (!st->o->progress) return 0;
+    trainer_progress pr = {0};
+    LOOP_PROGRESS(pr, r);
+    pr.valid_accuracy = r->epoch_done ? st->acc : NAN;
+    return st->o->progress(st->o->user, &pr);
+}
+
 int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const trainer_options *o,
                 trainer_result *res, char *err)
 {
-    run_state st = {.be = be};
+    train_loop L = {.be = be};
+    run_state st = {.L = &L, .m = m, .ds = ds, .o = o, .res = res, .best_acc = -1};
+    loop_options lo = LOOP_OPTIONS(o, 0);
     int rc = SM_OK;
-    double t0 = now_sec(), train_time = 0;
-    long examples_done = 0;
 
     memset(res, 0, sizeof *res);
     res->best_accuracy = NAN;
-    if (o->epochs < 1 || o->epochs > 10000)
-        return sm_error(err, SM_ERR_INVALID, "epochs %d: expected 1..10000", o->epochs);
-    if (!(o->lr > 0 && o->lr < 1))
-        return sm_error(err, SM_ERR_INVALID, "lr %g: expected a number in (0, 1)", (double)o->lr);
-    if (o->batch_size < 1 || o->batch_size > 65536)
-        return sm_error(err, SM_ERR_INVALID, "batch_size %d: expected 1..65536", o->batch_size);
-    if (o->accumulation < 1 || o->accumulation > o->batch_size)
-        return sm_error(err, SM_ERR_INVALID, "accumulation %d: expected 1..batch_size (%d)",
-                        o->accumulation, o->batch_size);
-    if (o->max_length != 0 && o->max_length < 2)
-        return sm_error(err, SM_ERR_INVALID, "max_length %d: expected at least 2", o->max_length);
-    if (!(o->valid_fraction >= 0 && o->valid_fraction < 1))
-        return sm_error(err, SM_ERR_INVALID, "valid_fraction %g: expected 0 <= f < 1",
-                        (double)o->valid_fraction);
-    if (!(o->weight_decay >= 0 && o->weight_decay < 1))
-        return sm_error(err, SM_ERR_INVALID, "weight_decay %g: expected 0 <= w < 1",
-                        (double)o->weight_decay);
-    if (!(o->warmup_ratio >= 0 && o->warmup_ratio <= 1))
-        return sm_error(err, SM_ERR_INVALID, "warmup_ratio %g: expected 0..1",
-                        (double)o->warmup_ratio);
-    if (isnan(o->grad_clip))
-        return sm_error(err, SM_ERR_INVALID, "grad_clip: not a number");
-    if (!(o->dropout < 1))
-        return sm_error(err, SM_ERR_INVALID, "dropout %g: expected < 1 (negative: the config's)",
-                        (double)o->dropout);
-    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1 && o->eps > 0))
-        return sm_error(err, SM_ERR_INVALID, "AdamW betas (%g, %g) and eps %g out of range",
-                        (double)o->beta1, (double)o->beta2, (double)o->eps);
+    if ((rc = loop_check_sizes(&lo, err)) || (rc = loop_check_optimizer(&lo, err))) return rc;
     if (!m->has_head || !m->p.cls_w)
         return sm_error(err, SM_ERR_INVALID, "training: the model has no classification head");
     st.K = m->cfg.num_labels;
-    int n = ds->t.rows;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < ds->t.rows; i++)
         if (ds->t.label[i] >= st.K)
             return sm_error(err, SM_ERR_INVALID,
                             "training: row %d has label index %d but the model has %d labels",
@@ -407,199 +389,53 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
         return sm_error(err, SM_ERR_INVALID,
                         "training: the dataset's vocabulary (%d) is larger than the model's (%d)",
                         ds->t.vocab_size, m->cfg.vocab_size);
-    st.max_len = bert_max_length(&m->cfg);
-    if (o->max_length && o->max_length < st.max_len) st.max_len = o->max_length;
-    st.pad = m->tok ? tokenizer_pad_id(m->tok) : m->cfg.pad_token_id;
-
-    /* The split: a seeded permutation; the first n_valid rows are held out. */
-    int n_valid = 0;
-    if (o->valid_fraction > 0) {
-        n_valid = (int)floor(n * (double)o->valid_fraction + 0.5);
-        if (n_valid < 1) n_valid = 1;
-    }
-    int n_train = n - n_valid;
-    if (n_train < 2)
+    loop_init(&L, "training", &lo, be, &ds->t, m);
+    if (L.n_train < 2)
         return sm_error(err, SM_ERR_INVALID,
                         "training: %d rows leave %d for training after holding out %d for "
                         "validation; need at least 2",
-                        n, n_train, n_valid);
-    st.micro = (o->batch_size + o->accumulation - 1) / o->accumulation;
-    long steps_per_epoch = (n_train + o->batch_size - 1) / o->batch_size;
-    long total_steps = steps_per_epoch * o->epochs;
-    long warmup = (long)ceil(total_steps * (double)o->warmup_ratio);
+                        ds->t.rows, L.n_train, L.n_valid);
 
-    st.perm = malloc((size_t)n * sizeof *st.perm);
-    st.train_idx = malloc((size_t)n_train * sizeof *st.train_idx);
-    st.valid_idx = malloc((size_t)(n_valid ? n_valid : 1) * sizeof *st.valid_idx);
-    st.batches = malloc((size_t)steps_per_epoch * sizeof *st.batches);
-    st.ids = malloc((size_t)st.micro * st.max_len * sizeof *st.ids);
-    st.lengths = malloc((size_t)st.micro * sizeof *st.lengths);
-    st.labels = malloc((size_t)st.micro * sizeof *st.labels);
-    st.logits = malloc((size_t)st.micro * st.K * sizeof *st.logits);
+    if ((rc = loop_split(&L, err))) goto end;
+    st.ids = malloc((size_t)L.micro * L.max_len * sizeof *st.ids);
+    st.lengths = malloc((size_t)L.micro * sizeof *st.lengths);
+    st.labels = malloc((size_t)L.micro * sizeof *st.labels);
+    st.logits = malloc((size_t)L.micro * st.K * sizeof *st.logits);
     st.best = malloc(m->n_floats * sizeof *st.best);
     res->train_loss = malloc((size_t)o->epochs * sizeof *res->train_loss);
     res->valid_accuracy = malloc((size_t)o->epochs * sizeof *res->valid_accuracy);
-    if (!st.perm || !st.train_idx || !st.valid_idx || !st.batches || !st.ids || !st.lengths ||
-        !st.labels || !st.logits || !st.best || !res->train_loss || !res->valid_accuracy) {
+    if (!st.ids || !st.lengths || !st.labels || !st.logits || !st.best || !res->train_loss ||
+        !res->valid_accuracy) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory setting up training");
         goto end;
     }
-    uint64_t split_rng = dropout_mix64(o->seed ^ 0x5011700ull);
-    for (int i = 0; i < n; i++) st.perm[i] = i;
-    shuffle(st.perm, n, &split_rng);
-    memcpy(st.valid_idx, st.perm, (size_t)n_valid * sizeof *st.perm);
-    memcpy(st.train_idx, st.perm + n_valid, (size_t)n_train * sizeof *st.perm);
-    token_dataset_sort_by_len(&ds->t, st.valid_idx, n_valid);
-    token_dataset_sort_by_len(&ds->t, st.train_idx, n_train); /* a canonical order before shuffling */
 
-    /* Device state. */
-    st.params = be->alloc(be, m->n_floats * sizeof(float));
-    st.grads = be->alloc(be, m->n_floats * sizeof(float));
-    if (!st.params || !st.grads) {
-        rc = sm_error(err, SM_ERR_NOMEM, "out of %s memory for %zu parameters and gradients",
-                      be->name, m->n_floats);
-        goto end;
-    }
-    if ((rc = be->upload(be, st.params, m->arena, m->n_floats * sizeof(float)))) {
-        rc = sm_error(err, rc, "%s backend: uploading the parameters failed", be->name);
-        goto end;
-    }
-    if ((rc = bert_params_bind(&m->cfg, 1, st.params, &st.p, err))) goto end;
-    if ((rc = bert_params_bind(&m->cfg, 1, st.grads, &st.g, err))) goto end;
-    if ((rc = adamw_create(be, &m->cfg, 1, &st.opt, err))) goto end;
-    if ((rc = bert_train_ws_create(be, &m->cfg, st.micro, st.max_len, &st.ws, err))) goto end;
+    /* Device state: the model's arena as it is, head included. */
+    if ((rc = loop_arenas(&L, m->n_floats, err))) goto end;
+    if ((rc = loop_upload(&L, 0, m->arena, m->n_floats, err))) goto end;
+    if ((rc = bert_params_bind(&m->cfg, 1, L.params, &st.p, err))) goto end;
+    if ((rc = bert_params_bind(&m->cfg, 1, L.grads, &st.g, err))) goto end;
+    if ((rc = adamw_create(be, &m->cfg, 1, &L.opt, err))) goto end;
+    if ((rc = bert_train_ws_create(be, &m->cfg, L.micro, L.max_len, &st.ws, err))) goto end;
     res->device_bytes = 4 * m->n_floats * sizeof(float) + bert_train_ws_bytes(st.ws);
-
-    adamw_hparams hp = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
-    bert_dropout drop;
-    bert_dropout_from_config(&m->cfg, o->dropout, o->seed, &drop);
-    res->n_train = n_train;
-    res->n_valid = n_valid;
+    res->n_train = L.n_train;
+    res->n_valid = L.n_valid;
     res->best_epoch = 0;
-    long step = 0;
-    uint64_t micro_step = 0;
-    double best_acc = -1;
-    for (int epoch = 1; epoch <= o->epochs; epoch++) {
-        /* This epoch's batches: shuffle; optionally sort windows of 50
-         * batches by length so each batch pads little; shuffle the batch
-         * order. */
-        uint64_t erng = dropout_mix64(o->seed ^ dropout_mix64(0xE90C0000ull + (uint64_t)epoch));
-        shuffle(st.train_idx, n_train, &erng);
-        if (o->group_by_length) {
-            int window = o->batch_size * 50;
-            for (int w = 0; w < n_train; w += window)
-                token_dataset_sort_by_len(&ds->t, st.train_idx + w, n_train - w < window ? n_train - w : window);
-        }
-        for (long s = 0; s < steps_per_epoch; s++) st.batches[s] = (int)s;
-        shuffle(st.batches, (int)steps_per_epoch, &erng);
 
-        double epoch_loss = 0;
-        for (long s = 0; s < steps_per_epoch; s++) {
-            double ts = now_sec();
-            int first = st.batches[s] * o->batch_size;
-            int count = n_train - first < o->batch_size ? n_train - first : o->batch_size;
-            if ((rc = be->zero(be, st.grads, m->n_floats * sizeof(float)))) {
-                rc = sm_error(err, rc, "%s backend: clearing gradients failed", be->name);
-                goto end;
-            }
-            double loss_sum = 0;
-            for (int mf = 0; mf < count; mf += st.micro) {
-                if (o->interrupt && o->interrupt(o->user)) {
-                    rc = sm_error(err, SM_ERR_INTERRUPTED, "training interrupted at epoch %d, step %ld",
-                                  epoch, step + 1);
-                    goto end;
-                }
-                int B = count - mf < st.micro ? count - mf : st.micro;
-                int T = build_batch(&st, ds, st.train_idx + first + mf, B);
-                double l;
-                drop.step = micro_step++;
-                if ((rc = bert_train_forward(&m->cfg, &st.p, st.ws, st.ids, st.lengths, st.labels,
-                                             B, T, &drop, &l, NULL, err)))
-                    goto end;
-                if (!isfinite(l)) {
-                    rc = sm_error(err, SM_ERR_INVALID,
-                                  "training diverged: the loss is %s at epoch %d, step %ld; "
-                                  "try a lower lr",
-                                  isnan(l) ? "NaN" : "infinite", epoch, step + 1);
-                    goto end;
-                }
-                loss_sum += l;
-                if ((rc = bert_train_backward(&m->cfg, &st.p, &st.g, st.ws, 1.0f / (float)count,
-                                              err)))
-                    goto end;
-            }
-            float lr = lr_linear_schedule(o->lr, step, warmup, total_steps);
-            float norm;
-            if ((rc = adamw_step(st.opt, st.params, st.grads, &hp, lr, &norm, err))) goto end;
-            step++;
-            examples_done += count;
-            epoch_loss += loss_sum;
-            train_time += now_sec() - ts;
-            if (o->progress) {
-                trainer_progress pr = {0};
-                pr.epoch = epoch;
-                pr.epochs = o->epochs;
-                pr.step = step;
-                pr.total_steps = total_steps;
-                pr.loss = loss_sum / count;
-                pr.lr = lr;
-                pr.grad_norm = norm;
-                pr.examples_per_sec = train_time > 0 ? examples_done / train_time : 0;
-                pr.elapsed_sec = now_sec() - t0;
-                pr.eta_sec = pr.elapsed_sec / step * (double)(total_steps - step);
-                pr.valid_accuracy = NAN;
-                if (o->progress(o->user, &pr)) {
-                    rc = sm_error(err, SM_ERR_INTERRUPTED, "training stopped at epoch %d, step %ld",
-                                  epoch, step);
-                    goto end;
-                }
-            }
-        }
-        double acc = NAN;
-        if (n_valid) {
-            if ((rc = evaluate(&st, m, ds, n_valid, &acc, err))) goto end;
-        }
-        res->train_loss[epoch - 1] = epoch_loss / n_train;
-        res->valid_accuracy[epoch - 1] = acc;
-        res->epochs = epoch;
-        /* Keep the best epoch (the first of equals); without a split, the last. */
-        if (!n_valid || acc > best_acc) {
-            best_acc = n_valid ? acc : best_acc;
-            res->best_epoch = epoch;
-            res->best_accuracy = acc;
-            if ((rc = be->download(be, st.best, st.params, m->n_floats * sizeof(float))) ||
-                (rc = be->synchronize(be))) {
-                rc = sm_error(err, rc, "%s backend: reading the parameters back failed", be->name);
-                goto end;
-            }
-        }
-        if (o->progress) {
-            trainer_progress pr = {0};
-            pr.epoch = epoch;
-            pr.epochs = o->epochs;
-            pr.step = step;
-            pr.total_steps = total_steps;
-            pr.loss = res->train_loss[epoch - 1];
-            pr.lr = lr_linear_schedule(o->lr, step, warmup, total_steps);
-            pr.examples_per_sec = train_time > 0 ? examples_done / train_time : 0;
-            pr.elapsed_sec = now_sec() - t0;
-            pr.eta_sec = pr.elapsed_sec / step * (double)(total_steps - step);
-            pr.epoch_done = 1;
-            pr.epoch_loss = res->train_loss[epoch - 1];
-            pr.valid_accuracy = acc;
-            if (o->progress(o->user, &pr)) {
-                rc = sm_error(err, SM_ERR_INTERRUPTED, "training stopped after epoch %d", epoch);
-                goto end;
-            }
-        }
-    }
+    loop_hooks h = {.ctx = &st,
+                    .forward = hook_forward,
+                    .backward = hook_backward,
+                    .epoch_end = hook_epoch_end,
+                    .progress = hook_progress};
+    if ((rc = loop_run(&L, &h, err))) goto end;
     memcpy(m->arena, st.best, m->n_floats * sizeof *m->arena);
-    res->steps = step;
-    res->seconds = now_sec() - t0;
-    res->examples_per_sec = train_time > 0 ? examples_done / train_time : 0;
+    res->steps = L.step;
+    res->seconds = loop_elapsed(&L);
+    res->examples_per_sec = loop_examples_per_sec(&L);
     rc = SM_OK;
 end:
     run_state_free(&st);
+    loop_free(&L);
     if (rc) {
         trainer_result_free(res);
         res->epochs = 0;
