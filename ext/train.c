@@ -74,7 +74,10 @@
  * loss, sqlite3_interrupt() (Ctrl-C in the shell; training stops before
  * the next micro-batch, well within a second for the models this runs).
  * Storing is one savepoint: the model, its version and its training log are
- * all written or none is. train() is SQLITE_DIRECTONLY.
+ * all written or none is. train() is SQLITE_DIRECTONLY, and must run in a
+ * SELECT of its own: SQLite opens no savepoint while a statement writes, so
+ * INSERT INTO t SELECT train(...) is an error (raised on the first row).
+ * The report stays in sentiment_models.metrics.
  *
  * Training log. Every optimizer step and every epoch end is recorded in
  * the table sentiment_train_log (created on first use) with the model's
@@ -440,6 +443,17 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
         return 1;
     }
     (void)ctx;
+    /* Storing needs a savepoint, which SQLite refuses while a statement
+     * writes (INSERT ... SELECT train(...), CREATE TABLE ... AS): say so
+     * now rather than after training. */
+    if (sqlite3_exec(s->c->db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL) != SQLITE_OK) {
+        *errmsg = sqlite3_mprintf("%s: cannot store model '%s' from inside a statement that "
+                                  "writes (INSERT ... SELECT train(...) or CREATE TABLE ... AS): "
+                                  "run train() in a SELECT of its own (%s)",
+                                  TRAIN_FN, s->name, sqlite3_errmsg(s->c->db));
+        return 1;
+    }
+    sqlite3_exec(s->c->db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
     if (!s->o.none) {
         char *inner = NULL;
         if (sx_model_resolve(s->c, TRAIN_FN, s->o.base, &s->base, &inner)) {
