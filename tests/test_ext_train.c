@@ -353,6 +353,11 @@ static void test_errors(void **state)
     expect_train_error(db, "SELECT train('m', t, y, '{\"base\":\"nanbase\"}') FROM d",
                        "train(): training diverged: the loss is NaN at epoch 1, step 1; try a lower lr; "
                        "nothing was stored");
+    /* inside a writing statement: refused on the first row */
+    exec_ok(db, "CREATE TABLE reports(r)");
+    expect_train_error(db, "INSERT INTO reports SELECT train('m', t, y, '{\"base\":\"tiny\"}') FROM d",
+                       "train(): cannot store model 'm' from inside a statement that writes");
+    expect_text(db, "SELECT count(*) FROM reports", "0");
     /* DIRECTONLY: not from a view or trigger */
     exec_ok(db, "CREATE VIEW v AS SELECT train('m', t, y, '{\"base\":\"tiny\"}') FROM d");
     expect_train_error(db, "SELECT * FROM v", "unsafe use of train()");
