@@ -16,6 +16,7 @@
 
 #include "dropout_rng.h"
 #include "errors.h"
+#include "ws_arena.h"
 
 /* ---- the head's parameters ------------------------------------------------ */
 
@@ -317,8 +318,7 @@ struct bert_mlm_ws {
 void bert_mlm_ws_free(bert_mlm_ws *ws)
 {
     if (!ws) return;
-    if (ws->arena) ws->be->free(ws->be, ws->arena);
-    if (ws->iarena) ws->be->free(ws->be, ws->iarena);
+    ws_arena_free(ws->be, ws->arena, ws->iarena);
     bert_train_ws_free(ws->enc);
     free(ws->host_rows);
     free(ws->host_labels);
@@ -330,6 +330,24 @@ size_t bert_mlm_ws_bytes(const bert_mlm_ws *ws)
 {
     return bert_train_ws_bytes(ws->enc) + ws->arena_floats * sizeof(float) +
            2 * (size_t)ws->max_pred * sizeof(int);
+}
+
+/* The head's float buffers, in arena order. */
+static void plan_buffers(void *ctx, ws_carver *c)
+{
+    bert_mlm_ws *ws = ctx;
+    size_t M = (size_t)ws->max_pred, C = ws->C, V = ws->V;
+    ws->hm = ws_carve(c, M * C);
+    ws->t = ws_carve(c, M * C);
+    ws->u = ws_carve(c, M * C);
+    ws->mean = ws_carve(c, M);
+    ws->rstd = ws_carve(c, M);
+    ws->y = ws_carve(c, M * C);
+    ws->logits = ws_carve(c, M * V);
+    ws->probs = ws_carve(c, M * V);
+    ws->losses = ws_carve(c, M);
+    ws->dy = ws_carve(c, M * C);
+    ws->dhm = ws_carve(c, M * C);
 }
 
 int bert_mlm_ws_create(backend *be, const bert_config *cfg, int max_batch, int max_seq,
@@ -355,39 +373,13 @@ int bert_mlm_ws_create(backend *be, const bert_config *cfg, int max_batch, int m
     ws->max_pred = max_predictions;
     ws->C = cfg->hidden_size;
     ws->V = cfg->vocab_size;
-    size_t M = (size_t)max_predictions, C = ws->C, V = ws->V;
+    size_t M = (size_t)max_predictions;
     ws->host_rows = malloc(M * sizeof *ws->host_rows);
     ws->host_labels = malloc(M * sizeof *ws->host_labels);
     ws->host_losses = malloc(M * sizeof *ws->host_losses);
     if (!ws->host_rows || !ws->host_labels || !ws->host_losses) goto nomem;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t at = 0;
-        float *base = ws->arena;
-#define CARVE(ptr, n)                                        \
-    do {                                                     \
-        if (pass) (ptr) = base + at;                         \
-        at += ((size_t)(n) + 15) & ~(size_t)15;              \
-    } while (0)
-        CARVE(ws->hm, M * C);
-        CARVE(ws->t, M * C);
-        CARVE(ws->u, M * C);
-        CARVE(ws->mean, M);
-        CARVE(ws->rstd, M);
-        CARVE(ws->y, M * C);
-        CARVE(ws->logits, M * V);
-        CARVE(ws->probs, M * V);
-        CARVE(ws->losses, M);
-        CARVE(ws->dy, M * C);
-        CARVE(ws->dhm, M * C);
-#undef CARVE
-        if (!pass) {
-            ws->arena_floats = at;
-            ws->arena = be->alloc(be, at * sizeof(float));
-            if (!ws->arena) goto nomem;
-        }
-    }
-    ws->iarena = be->alloc(be, 2 * M * sizeof(int));
-    if (!ws->iarena) goto nomem;
+    if (ws_arena_alloc(be, plan_buffers, ws, 2 * M, &ws->arena, &ws->arena_floats, &ws->iarena))
+        goto nomem;
     ws->rows = ws->iarena;
     ws->labels = ws->iarena + M;
     *out = ws;
@@ -400,12 +392,6 @@ nomem:;
                     "about %zu MiB; lower batch_size or max_length",
                     max_predictions, mib);
 }
-
-#define TRY(call)                                                                    \
-    do {                                                                             \
-        int rc_ = (call);                                                            \
-        if (rc_) return sm_error(err, rc_, "%s backend: %s failed", be->name, #call); \
-    } while (0)
 
 int bert_mlm_forward(const bert_config *cfg, const bert_params *p, const bert_mlm_params *h,
                      bert_mlm_ws *ws, const int *ids, const int *lengths, const int *labels,

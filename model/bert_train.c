@@ -15,6 +15,7 @@
 
 #include "dropout_rng.h"
 #include "errors.h"
+#include "ws_arena.h"
 
 /* Dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l layer l, the last the
  * classifier input. */
@@ -91,8 +92,7 @@ void bert_dropout_from_config(const bert_config *cfg, float override,
 void bert_train_ws_free(bert_train_ws *ws)
 {
     if (!ws) return;
-    if (ws->arena) ws->be->free(ws->be, ws->arena);
-    if (ws->iarena) ws->be->free(ws->be, ws->iarena);
+    ws_arena_free(ws->be, ws->arena, ws->iarena);
     free(ws->layers);
     free(ws->host_losses);
     free(ws);
@@ -102,6 +102,50 @@ size_t bert_train_ws_bytes(const bert_train_ws *ws)
 {
     return ws->arena_floats * sizeof(float) +
            ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) * sizeof(int);
+}
+
+/* Every float buffer of the workspace, in arena order. */
+static void plan_buffers(void *ctx, ws_carver *c)
+{
+    bert_train_ws *ws = ctx;
+    size_t N = (size_t)ws->max_batch * ws->max_seq, B = ws->max_batch, C = ws->C, F = ws->F;
+    size_t att = B * ws->H * (size_t)ws->max_seq * ws->max_seq, K = ws->K;
+    ws->r0 = ws_carve(c, N * C);
+    ws->mean0 = ws_carve(c, N);
+    ws->rstd0 = ws_carve(c, N);
+    for (int l = 0; l < ws->L; l++) {
+        layer_acts *a = &ws->layers[l];
+        a->x_in = ws_carve(c, N * C);
+        a->qkv = ws_carve(c, N * 3 * C);
+        a->att = ws_carve(c, att);
+        a->merged = ws_carve(c, N * C);
+        a->r1 = ws_carve(c, N * C);
+        a->mean1 = ws_carve(c, N);
+        a->rstd1 = ws_carve(c, N);
+        a->x1 = ws_carve(c, N * C);
+        a->h = ws_carve(c, N * F);
+        a->g = ws_carve(c, N * F);
+        a->r2 = ws_carve(c, N * C);
+        a->mean2 = ws_carve(c, N);
+        a->rstd2 = ws_carve(c, N);
+    }
+    ws->x_out = ws_carve(c, N * C);
+    ws->cls = ws_carve(c, B * C);
+    ws->pooled = ws_carve(c, B * C);
+    ws->pooled_drop = ws_carve(c, B * C);
+    ws->logits = ws_carve(c, B * K);
+    ws->probs = ws_carve(c, B * K);
+    ws->losses = ws_carve(c, B);
+    ws->att_drop = ws_carve(c, att);
+    ws->datt = ws_carve(c, att);
+    ws->dx = ws_carve(c, N * C);
+    ws->dtmp = ws_carve(c, N * C);
+    ws->dmerged = ws_carve(c, N * C);
+    ws->dqkv = ws_carve(c, N * 3 * C);
+    ws->dffn = ws_carve(c, N * F);
+    ws->dcls = ws_carve(c, B * C);
+    ws->dpooled = ws_carve(c, B * C);
+    ws->dlogits = ws_carve(c, B * K);
 }
 
 int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
@@ -128,63 +172,10 @@ int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
     ws->host_losses = malloc((size_t)max_batch * sizeof *ws->host_losses);
     if (!ws->layers || !ws->host_losses) goto nomem;
 
-    size_t N = (size_t)max_batch * max_seq, B = max_batch, C = ws->C, F = ws->F;
-    size_t att = B * ws->H * (size_t)max_seq * max_seq, K = ws->K;
-    /* Two passes over one plan: the first counts, the second carves. Each
-     * buffer is rounded to 16 floats (64 bytes). */
-    for (int pass = 0; pass < 2; pass++) {
-        size_t at = 0;
-        float *base = ws->arena;
-#define CARVE(ptr, n)                                        \
-    do {                                                     \
-        if (pass) (ptr) = base + at;                         \
-        at += ((size_t)(n) + 15) & ~(size_t)15;              \
-    } while (0)
-        CARVE(ws->r0, N * C);
-        CARVE(ws->mean0, N);
-        CARVE(ws->rstd0, N);
-        for (int l = 0; l < ws->L; l++) {
-            layer_acts *a = &ws->layers[l];
-            CARVE(a->x_in, N * C);
-            CARVE(a->qkv, N * 3 * C);
-            CARVE(a->att, att);
-            CARVE(a->merged, N * C);
-            CARVE(a->r1, N * C);
-            CARVE(a->mean1, N);
-            CARVE(a->rstd1, N);
-            CARVE(a->x1, N * C);
-            CARVE(a->h, N * F);
-            CARVE(a->g, N * F);
-            CARVE(a->r2, N * C);
-            CARVE(a->mean2, N);
-            CARVE(a->rstd2, N);
-        }
-        CARVE(ws->x_out, N * C);
-        CARVE(ws->cls, B * C);
-        CARVE(ws->pooled, B * C);
-        CARVE(ws->pooled_drop, B * C);
-        CARVE(ws->logits, B * K);
-        CARVE(ws->probs, B * K);
-        CARVE(ws->losses, B);
-        CARVE(ws->att_drop, att);
-        CARVE(ws->datt, att);
-        CARVE(ws->dx, N * C);
-        CARVE(ws->dtmp, N * C);
-        CARVE(ws->dmerged, N * C);
-        CARVE(ws->dqkv, N * 3 * C);
-        CARVE(ws->dffn, N * F);
-        CARVE(ws->dcls, B * C);
-        CARVE(ws->dpooled, B * C);
-        CARVE(ws->dlogits, B * K);
-#undef CARVE
-        if (!pass) {
-            ws->arena_floats = at;
-            ws->arena = be->alloc(be, at * sizeof(float));
-            if (!ws->arena) goto nomem;
-        }
-    }
-    ws->iarena = be->alloc(be, (N + 2 * B) * sizeof(int));
-    if (!ws->iarena) goto nomem;
+    size_t N = (size_t)max_batch * max_seq, B = max_batch;
+    if (ws_arena_alloc(be, plan_buffers, ws, N + 2 * B, &ws->arena, &ws->arena_floats,
+                       &ws->iarena))
+        goto nomem;
     ws->ids = ws->iarena;
     ws->lengths = ws->iarena + N;
     ws->labels = ws->iarena + N + B;
@@ -198,13 +189,6 @@ nomem:;
                     "about %zu MiB; lower batch_size or max_length",
                     be->name, max_batch, max_seq, mib);
 }
-
-/* Propagates a backend failure. */
-#define TRY(call)                                                                    \
-    do {                                                                             \
-        int rc_ = (call);                                                            \
-        if (rc_) return sm_error(err, rc_, "%s backend: %s failed", be->name, #call); \
-    } while (0)
 
 static uint64_t key_of(const bert_dropout *d, unsigned site)
 {
