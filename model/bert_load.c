@@ -10,7 +10,6 @@
  */
 #include "bert.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 
 #include "dropout_rng.h"
 #include "errors.h"
+#include "model_dir.h"
 #include "safetensors.h"
 
 static const char *const k_prefixes[] = {"bert.", "ernie.", "roberta.", ""};
@@ -224,62 +224,15 @@ int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
                         out, err);
 }
 
-/* Reads a whole file into a malloc'd buffer. */
-static int read_file(const char *path, char **data, size_t *len, char *err)
-{
-    *data = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return sm_error(err, SM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return sm_error(err, SM_ERR_NOMEM, "out of memory reading '%s'", path);
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return sm_error(err, SM_ERR_IO, "error reading '%s'", path);
-    }
-    *data = buf;
-    *len = n;
-    return SM_OK;
-}
-
 int bert_model_load_dir(const char *dir, bert_model **out, char *err)
 {
-    char path[4096];
-    char *config = NULL, *vocab = NULL;
-    size_t config_len, vocab_len;
-    safetensors st = {0};
-    int rc;
+    model_dir d;
     *out = NULL;
-
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = read_file(path, &config, &config_len, err))) goto end;
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    if ((rc = read_file(path, &vocab, &vocab_len, err))) goto end;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if ((rc = safetensors_open_file(path, &st, err))) goto end;
-    rc = bert_model_load_buffers(config, config_len, vocab, vocab_len, st.base,
-                                 st.size, out, err);
-end:
-    safetensors_close(&st);
-    free(config);
-    free(vocab);
+    int rc = model_dir_open(dir, &d, err);
+    if (!rc)
+        rc = bert_model_load_buffers(d.config, d.config_len, d.vocab, d.vocab_len, d.st.base,
+                                     d.st.size, out, err);
+    model_dir_close(&d);
     return rc;
 }
 

@@ -16,6 +16,7 @@
 
 #include "dropout_rng.h"
 #include "errors.h"
+#include "model_dir.h"
 #include "ws_arena.h"
 
 /* ---- the head's parameters ------------------------------------------------ */
@@ -175,61 +176,17 @@ int bert_mlm_load_buffers(const char *config_json, size_t config_len, const char
     return SM_OK;
 }
 
-static int slurp(const char *path, char **data, size_t *len, char *err)
-{
-    FILE *f = fopen(path, "rb");
-    *data = NULL;
-    if (!f) return sm_error(err, SM_ERR_IO, "cannot open '%s'", path);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return sm_error(err, SM_ERR_NOMEM, "out of memory reading '%s'", path);
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (!got) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return sm_error(err, SM_ERR_IO, "error reading '%s'", path);
-    }
-    *data = buf;
-    *len = n;
-    return SM_OK;
-}
-
 int bert_mlm_load_dir(const char *dir, uint64_t seed, bert_model **model, bert_mlm_head **head,
                       char *err)
 {
-    char path[4096];
-    char *config = NULL, *vocab = NULL;
-    size_t config_len = 0, vocab_len = 0;
-    safetensors st = {0};
-    int rc;
+    model_dir d;
     *model = NULL;
     *head = NULL;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = slurp(path, &config, &config_len, err))) goto end;
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    if ((rc = slurp(path, &vocab, &vocab_len, err))) goto end;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if ((rc = safetensors_open_file(path, &st, err))) goto end;
-    rc = bert_mlm_load_buffers(config, config_len, vocab, vocab_len, st.base, st.size, seed, model,
-                               head, err);
-end:
-    safetensors_close(&st);
-    free(config);
-    free(vocab);
+    int rc = model_dir_open(dir, &d, err);
+    if (!rc)
+        rc = bert_mlm_load_buffers(d.config, d.config_len, d.vocab, d.vocab_len, d.st.base,
+                                   d.st.size, seed, model, head, err);
+    model_dir_close(&d);
     return rc;
 }
 
