@@ -31,6 +31,11 @@ struct bert_workspace {
     float *logits; /* (B, K) */
     int *ids;      /* (N) token ids on the backend */
     int *lengths;  /* (B) */
+    /* lanes (CPU only, see bert_workspace_lanes): single-threaded backends
+     * and workspaces of the same size, created on first use */
+    int n_lanes;
+    backend **lane_be;
+    bert_workspace **lane_ws;
 };
 
 static void workspace_release(bert_workspace *ws)
@@ -50,8 +55,45 @@ static void workspace_release(bert_workspace *ws)
 void bert_workspace_free(bert_workspace *ws)
 {
     if (!ws) return;
+    for (int i = 0; i < ws->n_lanes; i++) {
+        bert_workspace_free(ws->lane_ws[i]);
+        if (ws->lane_be[i]) ws->lane_be[i]->destroy(ws->lane_be[i]);
+    }
+    free(ws->lane_ws);
+    free(ws->lane_be);
     workspace_release(ws);
     free(ws);
+}
+
+int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n,
+                         bert_workspace ***lanes, char *err)
+{
+    *lanes = NULL;
+    if (strcmp(ws->be->name, "cpu"))
+        return sm_error(err, SM_ERR_UNSUPPORTED, "lanes: only the CPU backend has them");
+    if (n <= ws->n_lanes) {
+        *lanes = ws->lane_ws;
+        return SM_OK;
+    }
+    backend **be = realloc(ws->lane_be, (size_t)n * sizeof *be);
+    if (be) ws->lane_be = be;
+    bert_workspace **lw = realloc(ws->lane_ws, (size_t)n * sizeof *lw);
+    if (lw) ws->lane_ws = lw;
+    if (!be || !lw) return sm_error(err, SM_ERR_NOMEM, "out of memory creating %d lanes", n);
+    for (int i = ws->n_lanes; i < n; i++) {
+        ws->lane_be[i] = NULL;
+        ws->lane_ws[i] = NULL;
+        int rc = backend_cpu_create(1, &ws->lane_be[i], err);
+        if (!rc) rc = bert_workspace_create(ws->lane_be[i], cfg, ws->max_batch, ws->max_seq,
+                                            &ws->lane_ws[i], err);
+        if (rc) {
+            if (ws->lane_be[i]) ws->lane_be[i]->destroy(ws->lane_be[i]);
+            return rc;
+        }
+        ws->n_lanes = i + 1;
+    }
+    *lanes = ws->lane_ws;
+    return SM_OK;
 }
 
 backend *bert_workspace_backend(const bert_workspace *ws)

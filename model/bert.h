@@ -112,6 +112,13 @@ int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
                           int max_seq, bert_workspace **out, char *err);
 void bert_workspace_free(bert_workspace *ws);
 backend *bert_workspace_backend(const bert_workspace *ws);
+/* Lanes, for a CPU backend with several threads: n single-threaded
+ * workspaces of ws's size, each on its own single-threaded CPU backend, so
+ * that whole batches run concurrently, one per thread, and a forward pass
+ * never waits on another thread (bert_classify_texts uses them when it has
+ * more than one batch). Created on first use; owned and freed by ws. */
+int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n,
+                         bert_workspace ***lanes, char *err);
 
 /* Forward pass on the workspace's backend with parameters p that live on
  * that backend. ids(B,T) and lengths(B) are host memory; positions t >=

@@ -3,12 +3,16 @@
  * bert_classify_texts() tokenizes a set of texts into one compact id arena,
  * orders them by token count so each batch pads little, runs the encoder once
  * per batch of at most batch_size, and writes softmax probabilities back in
- * the caller's order. It owns only temporary buffers freed before return.
+ * the caller's order. On a CPU backend with several threads, whole batches
+ * run concurrently on the workspace's lanes (one single-threaded forward per
+ * thread, no waiting inside a pass). It owns only temporary buffers freed
+ * before return.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "bert.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +85,43 @@ static void softmax(float *x, int K)
     for (int k = 0; k < K; k++) x[k] = (float)(exp((double)x[k] - mx) / sum);
 }
 
+/* Pads batch [first, first + B) of the length order into ids(B,T), runs the
+ * encoder on ws and writes the softmaxed rows of probs. ids/lengths/logits
+ * are scratch for one batch. */
+static int run_batch(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                     const encoded *e, int first, int B, int *ids, int *lengths,
+                     float *logits, float *probs, char *err)
+{
+    int K = m->cfg.num_labels, pad = tokenizer_pad_id(m->tok);
+    const int *batch = e->order + first;
+    int T = e->len[batch[B - 1]]; /* sorted: the last is the longest */
+    for (int b = 0; b < B; b++) {
+        int i = batch[b];
+        int *row = ids + (size_t)b * T;
+        memcpy(row, e->ids + e->start[i], (size_t)e->len[i] * sizeof *row);
+        for (int t = e->len[i]; t < T; t++) row[t] = pad;
+        lengths[b] = e->len[i];
+    }
+    int rc = bert_forward(&m->cfg, p, ws, ids, lengths, B, T, logits, NULL, err);
+    if (rc) return rc;
+    for (int b = 0; b < B; b++) {
+        float *out = probs + (size_t)batch[b] * K;
+        memcpy(out, logits + (size_t)b * K, (size_t)K * sizeof *out);
+        softmax(out, K);
+    }
+    return SM_OK;
+}
+
+/* How many batches to run at once: one per thread of a CPU backend (each on
+ * its own single-threaded lane), else one. */
+static int lane_count(const bert_workspace *ws, int n_batches)
+{
+    const backend *be = bert_workspace_backend(ws);
+    if (strcmp(be->name, "cpu") || n_batches < 2) return 1;
+    int t = backend_cpu_threads(be);
+    return t < n_batches ? t : n_batches;
+}
+
 int bert_classify_texts(const bert_model *m, const bert_params *p,
                         bert_workspace *ws, const char *const *texts,
                         const size_t *lens, int n, int max_length,
@@ -90,6 +131,7 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
     encoded e = {0};
     int *ids = NULL, *lengths = NULL;
     float *logits = NULL;
+    bert_workspace **lane_ws = &ws;
     int K = m->cfg.num_labels, rc;
     int limit = bert_max_length(&m->cfg);
 
@@ -101,34 +143,43 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
         return sm_error(err, SM_ERR_INVALID, "batch_size %d: must be at least 1", batch_size);
 
     if ((rc = encode_all(m->tok, texts, lens, n, max_length, &e, truncated, err))) goto end;
-    ids = malloc((size_t)batch_size * max_length * sizeof *ids);
-    lengths = malloc((size_t)batch_size * sizeof *lengths);
-    logits = malloc((size_t)batch_size * K * sizeof *logits);
+    int n_batches = (n + batch_size - 1) / batch_size;
+    int lanes = lane_count(ws, n_batches);
+    if (lanes > 1 && bert_workspace_lanes(ws, &m->cfg, lanes, &lane_ws, err) != SM_OK) {
+        lanes = 1; /* no memory for lanes: run the batches one by one */
+        lane_ws = &ws;
+    }
+    size_t per_lane = (size_t)batch_size * max_length;
+    ids = malloc((size_t)lanes * per_lane * sizeof *ids);
+    lengths = malloc((size_t)lanes * batch_size * sizeof *lengths);
+    logits = malloc((size_t)lanes * batch_size * K * sizeof *logits);
     if (!ids || !lengths || !logits) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory for a batch of %d", batch_size);
         goto end;
     }
-    int pad = tokenizer_pad_id(m->tok);
-    for (int first = 0; first < n; first += batch_size) {
+    /* Batches are independent: with lanes, each thread takes the next one
+     * and runs it start to finish on its own lane. The first error wins. */
+    rc = SM_OK;
+#pragma omp parallel for num_threads(lanes) schedule(dynamic, 1) if (lanes > 1)
+    for (int bi = 0; bi < n_batches; bi++) {
+        int lane = lanes > 1 ? omp_get_thread_num() : 0, failed;
+#pragma omp atomic read
+        failed = rc;
+        if (failed) continue;
+        char lane_err[SM_ERR_MAX];
+        int first = bi * batch_size;
         int B = n - first < batch_size ? n - first : batch_size;
-        const int *batch = e.order + first;
-        int T = e.len[batch[B - 1]]; /* sorted: the last is the longest */
-        for (int b = 0; b < B; b++) {
-            int i = batch[b];
-            int *row = ids + (size_t)b * T;
-            memcpy(row, e.ids + e.start[i], (size_t)e.len[i] * sizeof *row);
-            for (int t = e.len[i]; t < T; t++) row[t] = pad;
-            lengths[b] = e.len[i];
-        }
-        if ((rc = bert_forward(&m->cfg, p, ws, ids, lengths, B, T, logits, NULL, err)))
-            goto end;
-        for (int b = 0; b < B; b++) {
-            float *out = probs + (size_t)batch[b] * K;
-            memcpy(out, logits + (size_t)b * K, (size_t)K * sizeof *out);
-            softmax(out, K);
+        int lrc = run_batch(m, p, lane_ws[lane], &e, first, B, ids + lane * per_lane,
+                            lengths + (size_t)lane * batch_size,
+                            logits + (size_t)lane * batch_size * K, probs, lane_err);
+        if (lrc) {
+#pragma omp critical(classify_error)
+            if (!rc) {
+                rc = lrc;
+                if (err) memcpy(err, lane_err, SM_ERR_MAX);
+            }
         }
     }
-    rc = SM_OK;
 end:
     free(logits);
     free(lengths);

@@ -170,7 +170,7 @@ static void test_roberta_encoder_parity(void **state)
 }
 
 /* Text -> our tokenizer -> encoder -> softmax equals softmax(HF logits). */
-static void check_end_to_end(const char *dir, int batch_size)
+static void check_end_to_end(const char *dir, int batch_size, int threads)
 {
     golden g;
     golden_load(dir, &g);
@@ -178,7 +178,7 @@ static void check_end_to_end(const char *dir, int batch_size)
     backend *be;
     bert_workspace *ws;
     char err[SM_ERR_MAX] = "";
-    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    assert_int_equal(backend_cpu_create(threads, &be, err), SM_OK);
     assert_int_equal(bert_workspace_create(be, &m->cfg, batch_size, bert_max_length(&m->cfg), &ws, err), SM_OK);
     int K = m->cfg.num_labels;
     float *probs = malloc((size_t)g.n * K * sizeof *probs);
@@ -211,9 +211,12 @@ static void check_end_to_end(const char *dir, int batch_size)
 static void test_end_to_end(void **state)
 {
     (void)state;
-    check_end_to_end("tests/fixtures/models/bert_tiny", 4);
-    check_end_to_end("tests/fixtures/models/ernie_tiny", 64);
-    check_end_to_end("tests/fixtures/models/bert_tiny", 1);
+    check_end_to_end("tests/fixtures/models/bert_tiny", 4, 1);
+    check_end_to_end("tests/fixtures/models/ernie_tiny", 64, 1);
+    check_end_to_end("tests/fixtures/models/bert_tiny", 1, 1);
+    /* Several batches on a 2-thread backend run concurrently on lanes. */
+    check_end_to_end("tests/fixtures/models/bert_tiny", 2, 2);
+    check_end_to_end("tests/fixtures/models/ernie_tiny", 3, 3);
 }
 
 static void test_no_head_is_an_error(void **state)
