@@ -1122,7 +1122,11 @@ end:
     }
     if (s && !s->failed) {
         if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-        else if (report) sqlite3_result_text(ctx, report, -1, SQLITE_TRANSIENT);
+        else if (report) {
+            /* handed over, not copied: nothing can fail after the commit */
+            sqlite3_result_text(ctx, report, -1, sqlite3_free);
+            report = NULL;
+        }
         else sqlite3_result_error_nomem(ctx);
     }
     if (order)
