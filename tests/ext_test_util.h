@@ -26,7 +26,15 @@
 
 int sqlite3_sentiment_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
-static inline sqlite3 *open_db_path(const char *path)
+static inline void exec_ok(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+    if (rc != SQLITE_OK) fail_msg("SQL failed: %s\n  %s", err ? err : "?", sql);
+}
+
+/* A connection with the extension and its default settings. */
+static inline sqlite3 *open_db_defaults(const char *path)
 {
     sqlite3 *db = NULL;
     sqlite3_auto_extension((void (*)(void))sqlite3_sentiment_init);
@@ -34,16 +42,19 @@ static inline sqlite3 *open_db_path(const char *path)
     return db;
 }
 
+/* The same with one CPU thread: the tiny test models gain nothing from
+ * more, and the suite's time then does not depend on how busy the machine
+ * is. */
+static inline sqlite3 *open_db_path(const char *path)
+{
+    sqlite3 *db = open_db_defaults(path);
+    exec_ok(db, "SELECT sentiment_config('threads', 1)");
+    return db;
+}
+
 static inline sqlite3 *open_db(void)
 {
     return open_db_path(":memory:");
-}
-
-static inline void exec_ok(sqlite3 *db, const char *sql)
-{
-    char *err = NULL;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
-    if (rc != SQLITE_OK) fail_msg("SQL failed: %s\n  %s", err ? err : "?", sql);
 }
 
 static inline sqlite3_stmt *prepare(sqlite3 *db, const char *sql)

@@ -187,7 +187,7 @@ static void test_wrong_argument_counts(void **state)
 static void test_config(void **state)
 {
     (void)state;
-    sqlite3 *db = open_db();
+    sqlite3 *db = open_db_defaults(":memory:");
     expect_text(db, "SELECT sentiment_config('device')", "auto");
     expect_text(db, "SELECT sentiment_config('threads')", "0");
     expect_text(db, "SELECT sentiment_config('batch_size')", "32");
