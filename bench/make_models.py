@@ -91,7 +91,24 @@ def random_model(shape, vocab_size):
         # label comparison between engines means something.
         for _, p in sorted(model.named_parameters()):
             p.add_(torch.randn(p.shape, generator=g) * 0.02)
-        model.classifier.weight.normal_(0.0, 3.0 / C ** 0.5, generator=g)
+        # A random encoder's [CLS] vector varies little from text to text,
+        # so a random head gives every text the same label. Scale the head
+        # so that the logit difference varies by about 2 across random
+        # token sequences, and centre it, so that the labels split and the
+        # label comparison between engines tests something.
+        n = 48
+        lens = torch.randint(8, 129, (n,), generator=g)
+        T = int(lens.max())
+        ids = torch.randint(5, vocab_size, (n, T), generator=g)
+        ids[:, 0] = 2
+        mask = (torch.arange(T)[None, :] < lens[:, None]).long()
+        h = model.bert(input_ids=ids, attention_mask=mask).pooler_output
+        w = model.classifier.weight
+        d = h @ (w[1] - w[0])
+        k = min(50.0, max(1.0, 2.0 / float(d.std())))
+        w.mul_(k)
+        model.classifier.bias.zero_()
+        model.classifier.bias[1] = -float((h @ (w[1] - w[0])).median())
     return model
 
 
@@ -211,6 +228,14 @@ def build(shape, cache, log):
 
 
 def main():
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", required=True)
     ap.add_argument("--shapes", default=",".join(SHAPES))

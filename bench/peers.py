@@ -45,8 +45,9 @@ ids for every engine:
    the raw timings in a .json beside it); a full run also replaces
    bench/RESULTS.md.
 
-Training (examples/s against PyTorch) joins the report when the engine has a
-trainer (model/trainer.h); until then the report says it is not measured.
+Training: examples/s of our trainer (build/bench/bench_train: forward,
+backward, AdamW on batches of 32 x 128 tokens) against the same steps in
+PyTorch, on the built-in model's shape by default (--train-shapes).
 """
 import argparse
 import datetime
@@ -74,10 +75,12 @@ N_TEXTS = 512
 SEED = 20240611
 PROB_TOL = 1e-3
 
-# Sequences per timed pass, by shape and batch size: a pass takes about a
-# second on two cores, so the whole matrix stays near a quarter of an hour.
-# At batch 32 the counts are whole batches (real inputs: evenly spaced batches
-# of the 16 in the sorted sample).
+# Sequences per timed pass, by shape and batch size: small enough that the
+# whole matrix (3 shapes x 2 inputs x 2 batch sizes x 2 thread counts x 5
+# engines x 5 passes) fits in about a quarter of an hour on two idle cores;
+# at batch 32 the bigger shapes get one batch per pass, the least there can
+# be. At batch 32 the counts are whole batches (real inputs: evenly spaced
+# batches of the 16 in the sorted sample).
 WORK_SIZES = {
     "builtin": {1: 32, 32: 64},
     "ernie-medium": {1: 6, 32: 32},
@@ -106,7 +109,7 @@ def read_ids(path):
 
 
 def padded_batches(seqs, batch, np):
-    """(ids, mask, types, lengths) per batch, each padded to its longest."""
+    """(ids, attention mask, token types) per batch, padded to its longest."""
     out = []
     for first in range(0, len(seqs), batch):
         chunk = seqs[first:first + batch]
@@ -697,9 +700,10 @@ def render(res):
              "kept in bench/RESULTS.md, every run in bench/out/. Run on %s with `%s`%s."
              % (res["date"], res["command"], " (quick: one shape)" if res["quick"] else ""))
     L.append("")
-    L.append("- Machine: %s, %s cores (%s); load average at start %s, at end %s."
+    L.append("- Machine: %s, %s cores (%s); load average (1, 5, 15 min) at the start %s, "
+             "at the end %s; 1-minute load when each shape and thread count began: %s."
              % (m.get("cpu"), m.get("cores"), m.get("simd", ""), m.get("load", "?"),
-                res.get("load_end", "?")))
+                res.get("load_end", "?"), res.get("load_during", "?")))
     L.append("- OS: %s; Python %s; project commit %s." % (m.get("os"), m.get("python"),
                                                          m.get("commit", "?")))
     for e in ENGINES:
@@ -803,13 +807,6 @@ def main_run(args):
            "machine": machine_info(), "runs": args.runs, "engine_info": {}, "skipped": {},
            "shapes": shapes, "models": {}, "rows": [], "checks": {}, "notes": [],
            "engines_run": [], "raw": []}
-    if res["machine"].get("load") and float(res["machine"]["load"].split()[0]) > 0.5 * (
-            os.cpu_count() or 1):
-        res["notes"].append("The machine was busy when the run started (load average %s on %s "
-                            "cores): other work shared the cores, so the figures are noisy and "
-                            "low; the ratios, taken side by side, are the better guide."
-                            % (res["machine"]["load"], os.cpu_count()))
-
     # The BLAS environment: the peers bundle their own BLAS (or none); our
     # engine picks its OpenBLAS kernels from the CPU features unless
     # OPENBLAS_CORETYPE is set. A value preset on the machine is taken out
@@ -931,7 +928,7 @@ def main_run(args):
     # its model; then, workload by workload, each engine warms up and the
     # timed passes go round the engines in turn (starting one later each
     # round), so a change in the machine's load touches them all alike.
-    rates, probs = {}, {}
+    rates, probs, loads = {}, {}, []
     order = [e for e in ENGINES if e in engines]
     for s in shapes:
         model_dir = os.path.join(cache, "models", s)
@@ -939,6 +936,7 @@ def main_run(args):
         for threads in threads_list:
             log("bench: %s, %d thread%s" % (s, threads, "s" if threads > 1 else ""))
             env = engine_env(threads, clean_env)
+            loads.append(os.getloadavg()[0])
             workers = {}
             for e in order:
                 pf = lambda name, e=e: os.path.join(work_dir, s, "%s-%s-t%d.probs"
@@ -1032,6 +1030,8 @@ def main_run(args):
                            "rate": {e: rates.get((e, s, work, threads)) for e in engines}}
                     res["rows"].append(row)
 
+    if loads:
+        res["load_during"] = "%.1f to %.1f" % (min(loads), max(loads))
     spreads = sorted(((max(r["times"]) - min(r["times"])) / r["median_s"], r["engine"], r["shape"],
                       r["work"], r["threads"]) for r in res["raw"] if r.get("times"))
     if spreads:
@@ -1046,6 +1046,14 @@ def main_run(args):
         res["load_end"] = " ".join("%.2f" % x for x in os.getloadavg())
     except OSError:
         pass
+    busiest = max(loads + [float(x) for x in (res["machine"].get("load", "0").split()[:1] +
+                                              res.get("load_end", "0").split()[:1])])
+    if busiest > 0.5 * (os.cpu_count() or 1):
+        res["notes"].insert(0, "The machine was shared with other work during this run (1-minute "
+                            "load average up to %.1f on %d cores), so the figures are lower and "
+                            "noisier than on an idle machine; the engines' passes were "
+                            "interleaved, so the ratios are the better guide." % (
+                                busiest, os.cpu_count() or 1))
     res["seconds"] = round(time.time() - t_start)
     res["notes"].append("Whole run: %d s." % res["seconds"])
 
