@@ -35,9 +35,10 @@
  * probs and truncated. Texts are converted as sentiment() does (numbers as
  * text, blobs as UTF-8 bytes).
  *
- * How it runs: rows are read batch_size at a time; each batch's texts go to
- * the engine in one call, which orders them by length so padding is small,
- * and results come back in source order. A progress line (rows, rows/s, ETA)
+ * How it runs: rows are read batch_size x (CPU threads) at a time and go to
+ * the engine in one call, which orders them by length so padding is small
+ * and runs one batch of batch_size per thread concurrently; results come
+ * back in source order. A progress line (rows, rows/s, ETA)
  * appears on stderr when it is a terminal (sentiment_config('progress')).
  * sqlite3_interrupt() (Ctrl-C in the shell) stops it before the next batch.
  *
@@ -301,7 +302,7 @@ static int fill_batch(cl_cursor *cur)
     char *errmsg = NULL;
 
     batch_clear(cur);
-    while (cur->n < cur->batch_size && !cur->src_done) {
+    while (cur->n < cur->cap && !cur->src_done) {
         int step = sqlite3_step(cur->src);
         if (step == SQLITE_DONE) {
             cur->src_done = 1;
@@ -515,7 +516,9 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg)) return set_error(cur, errmsg);
 
     K = cur->m->bert->cfg.num_labels;
-    cur->cap = cur->batch_size;
+    /* Read one batch per engine thread at a time: they run concurrently. */
+    if (sx_engine_backend(v->c, k_fn, &errmsg)) return set_error(cur, errmsg);
+    cur->cap = cur->batch_size * sx_engine_parallel_batches(v->c);
     cur->ids = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->ids);
     cur->texts = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->texts);
     cur->lens = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->lens);

@@ -101,6 +101,12 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int batch,
     return 0;
 }
 
+int sx_engine_parallel_batches(const sx_conn *c)
+{
+    if (!c->be || strcmp(c->be->name, "cpu")) return 1;
+    return backend_cpu_threads(c->be);
+}
+
 int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
                        const char *const *texts, const size_t *lens, int n,
                        int batch_size, float *probs, int *truncated,

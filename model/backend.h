@@ -186,6 +186,9 @@ struct backend {
 /* The CPU backend; threads <= 0 means "all cores". */
 int backend_cpu_create(int threads, backend **out, char *err);
 int backend_cpu_threads(const backend *be);
+/* Threads worth using on a CPU backend for a product of `macs`
+ * multiply-adds: 1 for small ones, else all of the backend's. */
+int backend_cpu_threads_for(const backend *be, double macs);
 /* Fills the training ops of a CPU backend (backend_cpu_train.c). */
 void backend_cpu_init_train_ops(backend *be);
 /* Fills the pretraining ops (backend_cpu_mlm.c); called by the above. */

@@ -33,6 +33,22 @@ static int threads_of(const backend *be)
     return ((const cpu_ctx *)be->ctx)->threads;
 }
 
+/* Below these sizes an op runs on one thread: starting and joining a team
+ * costs more than it saves, and on a busy machine each join can wait a
+ * whole scheduler time slice for a descheduled thread. */
+#define PARALLEL_MIN_MACS (1 << 23)      /* multiply-adds of a product */
+#define PARALLEL_MIN_ELEMENTS (1 << 16)  /* elements of an elementwise op */
+
+int backend_cpu_threads_for(const backend *be, double macs)
+{
+    return macs < PARALLEL_MIN_MACS ? 1 : threads_of(be);
+}
+
+static int threads_for_elements(const backend *be, double n)
+{
+    return n < PARALLEL_MIN_ELEMENTS ? 1 : threads_of(be);
+}
+
 /* ---- memory ------------------------------------------------------------ */
 
 static void *cpu_alloc(backend *be, size_t bytes)
@@ -74,7 +90,7 @@ static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B,
                       int ldb, float beta, float *C, int ldc, const float *bias)
 {
-    int nt = threads_of(be);
+    int nt = backend_cpu_threads_for(be, (double)M * N * K);
     int by_rows = M >= 32 * nt || N < 32 * nt;
     if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
     if (bias) beta = 1.0f;
@@ -112,7 +128,7 @@ static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
                               long long strideB, float beta, float *C, int ldc,
                               long long strideC, int batch)
 {
-    int nt = threads_of(be);
+    int nt = backend_cpu_threads_for(be, (double)batch * M * N * K);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < batch; i++) {
         blas_sgemm(transA, transB, M, N, K, alpha,
@@ -148,7 +164,7 @@ static void gelu_span(float *out, const float *in, size_t n)
 /* Runs span(out + lo, a + lo, b + lo, hi - lo) over [0, n) in parallel. */
 #define PARALLEL_SPANS(nt, n, body)                                           \
     do {                                                                      \
-        int nt_ = (n) < 65536 ? 1 : (nt);                                     \
+        int nt_ = (n) < PARALLEL_MIN_ELEMENTS ? 1 : (nt);                     \
         _Pragma("omp parallel for num_threads(nt_) schedule(static)")         \
         for (int t_ = 0; t_ < nt_; t_++) {                                    \
             size_t lo = (n) * t_ / nt_, hi = (n) * (t_ + 1) / nt_;            \
@@ -201,7 +217,7 @@ static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd,
                          const float *in, const float *w, const float *b, int R,
                          int C, float eps)
 {
-    int nt = R < 16 ? 1 : threads_of(be);
+    int nt = threads_for_elements(be, (double)R * C);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int r = 0; r < R; r++)
         layernorm_row(out + (size_t)r * C, mean ? mean + r : NULL,
@@ -230,7 +246,7 @@ static void softmax_row(float *x, int n_valid, int T, float scale)
 static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
                               int B, int H, int T, float scale)
 {
-    int nt = threads_of(be);
+    int nt = threads_for_elements(be, (double)B * H * T * T);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
         int len = lengths[bh / H];
@@ -257,7 +273,7 @@ static int cpu_attention(backend *be, float *out, float *att, const float *qkv,
                          const int *lengths, int B, int T, int H, int d,
                          float scale)
 {
-    int C = H * d, nt = threads_of(be);
+    int C = H * d, nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
@@ -275,7 +291,7 @@ static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
                      const float *word, const float *pos, const float *type,
                      const float *task, int B, int T, int C, int pos_offset)
 {
-    int nt = B * T < 64 ? 1 : threads_of(be);
+    int nt = threads_for_elements(be, (double)B * T * C);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
@@ -294,7 +310,7 @@ static int cpu_attn_split(backend *be, float *q, float *k, float *v,
                           const float *qkv, int B, int T, int H, int d)
 {
     int C = H * d;
-    int nt = B * T < 64 ? 1 : threads_of(be);
+    int nt = threads_for_elements(be, (double)B * T * C);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         int b = bt / T, t = bt % T;
@@ -312,7 +328,7 @@ static int cpu_attn_split(backend *be, float *q, float *k, float *v,
 static int cpu_attn_merge(backend *be, float *out, const float *in, int B,
                           int T, int H, int d)
 {
-    int nt = B * T < 64 ? 1 : threads_of(be);
+    int nt = threads_for_elements(be, (double)B * T * H * d);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         int b = bt / T, t = bt % T;

@@ -242,7 +242,7 @@ static int cpu_attention_train(backend *be, float *out, float *att,
                                const int *lengths, int B, int T, int H, int d,
                                float scale, float p, unsigned long long key)
 {
-    int C = H * d, nt = backend_cpu_threads(be);
+    int C = H * d, nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
     uint32_t thr = dropout_threshold(p);
     float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
@@ -274,7 +274,7 @@ static int cpu_attention_backward(backend *be, float *dqkv, float *datt,
                                   int d, float scale, float p,
                                   unsigned long long key)
 {
-    int C = H * d, nt = backend_cpu_threads(be);
+    int C = H * d, nt = backend_cpu_threads_for(be, 4.0 * B * H * T * T * d);
     uint32_t thr = dropout_threshold(p);
     float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
 #pragma omp parallel for num_threads(nt) schedule(dynamic)

@@ -47,6 +47,10 @@ static void test_classify_equals_sentiment(void **state)
     /* the default model through the one-argument path */
     exec_ok(db, "SELECT sentiment_load('default', '" TINY_MODEL "')");
     assert_int_equal(mismatches(db, "classify('t', 'body')"), 0);
+    /* several CPU threads: one batch per thread runs concurrently (lanes) */
+    exec_ok(db, "SELECT sentiment_config('threads', 3)");
+    assert_int_equal(mismatches(db, "classify('t', 'body', 'tiny', 2)"), 0);
+    assert_int_equal(mismatches(db, "classify('t', 'body', 'tiny', 1)"), 0);
     sqlite3_close(db);
 }
 
