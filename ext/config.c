@@ -17,13 +17,26 @@
  *   progress    'auto' (default: a progress line on stderr for long runs
  *               when stderr is a terminal), 'on' (also when it is not),
  *               'off'.
+ *   precision   how matrix products are computed: 'auto' (default: bf16 on
+ *               a GPU, or $SENTIMENT_CUDA_PRECISION when that names one;
+ *               fp32 on the CPU), 'fp32' (exact, the reference), 'tf32'
+ *               (TF32 tensor cores), 'bf16' (BF16 operands, FP32
+ *               accumulation; everything else stays FP32) or 'bf16-fast'
+ *               (the same converted inside cuBLAS). The CPU computes in
+ *               FP32 only: there anything but auto and fp32 is an error
+ *               saying a CUDA device is needed. On a GPU the change applies
+ *               to the live backend at once (sentiment_device() shows it)
+ *               and to classify, sentiment() and train() alike.
  *
  * Reading a setting works anywhere; setting one (the two-argument form) is
  * SQLITE_DIRECTONLY, so a view or trigger cannot change a connection.
  * Values may be given as INTEGER or as TEXT that is a whole number. A bad
  * key or value is an error naming the key, the value and what is allowed;
  * the setting is left unchanged. Changing device or threads drops the
- * connection's backend and workspaces; they are rebuilt on next use.
+ * connection's backend and workspaces; they are rebuilt on next use (with
+ * the precision setting). Setting a GPU-only precision while the device is
+ * auto and no backend exists yet makes the backend, to know whether it is a
+ * GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +80,42 @@ static void result_setting(sqlite3_context *ctx, sx_conn *c, const char *key)
     else if (!strcmp(key, "threads")) sqlite3_result_int(ctx, c->threads);
     else if (!strcmp(key, "batch_size")) sqlite3_result_int(ctx, c->batch_size);
     else if (!strcmp(key, "max_length")) sqlite3_result_int(ctx, c->max_length);
+    else if (!strcmp(key, "precision"))
+        sqlite3_result_text(ctx, c->precision[0] ? c->precision : "auto", -1, SQLITE_TRANSIENT);
     else sqlite3_result_text(ctx, k_progress[c->progress], -1, SQLITE_STATIC);
+}
+
+/* sentiment_config('precision', v): validates v, checks it against the
+ * device in use (making the backend when device is auto and none exists,
+ * to know whether it is a GPU) and applies it to a live GPU backend. */
+static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const char *shown,
+                         char **errmsg)
+{
+    char desc[sizeof c->be_desc];
+    if (sqlite3_value_type(v) != SQLITE_TEXT || strlen(shown) >= sizeof c->precision) {
+        *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16 or bf16-fast, "
+                                  "got '%s'",
+                                  fn, shown);
+        return 1;
+    }
+    if (sx_device_precision_check(fn, shown, errmsg)) return 1;
+    if (!c->be && !sx_device_precision_cpu_ok(shown)) {
+        if (!strcmp(c->device, "cpu")) {
+            *errmsg = sqlite3_mprintf("%s: precision '%s' needs a CUDA device; this connection "
+                                      "runs on the CPU (device 'cpu'), which computes in fp32 "
+                                      "only (use auto or fp32)",
+                                      fn, shown);
+            return 1;
+        }
+        if (sx_engine_backend(c, fn, errmsg)) return 1;
+    }
+    if (c->be) {
+        snprintf(desc, sizeof desc, "%s", c->be_desc);
+        if (sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg)) return 1;
+        snprintf(c->be_desc, sizeof c->be_desc, "%s", desc);
+    }
+    snprintf(c->precision, sizeof c->precision, "%s", shown);
+    return 0;
 }
 
 static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -80,9 +128,10 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int64_t n = 0;
 
     if (!key || (strcmp(key, "device") && strcmp(key, "threads") && strcmp(key, "batch_size") &&
-                 strcmp(key, "max_length") && strcmp(key, "progress"))) {
+                 strcmp(key, "max_length") && strcmp(key, "progress") &&
+                 strcmp(key, "precision"))) {
         errmsg = sqlite3_mprintf("%s: unknown key '%s'; known: device, threads, batch_size, "
-                                 "max_length, progress",
+                                 "max_length, progress, precision",
                                  fn, key ? key : "NULL");
         goto end;
     }
@@ -127,6 +176,8 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             goto end;
         }
         c->max_length = (int)n;
+    } else if (!strcmp(key, "precision")) {
+        if (set_precision(c, fn, argv[1], shown, &errmsg)) goto end;
     } else {
         int i;
         for (i = 0; i < 3; i++)

@@ -8,23 +8,37 @@
  *
  * The CUDA backend is a separate shared object, sentiment_cuda.so, that is
  * looked for next to sentiment.so and dlopen'd only when a GPU is asked for
- * (or by auto), so one sentiment.so runs on machines without CUDA. The seam
- * is one symbol the plugin exports:
+ * (or by auto), so one sentiment.so runs on machines without CUDA. The
+ * symbols it exports are declared in gpu/sentiment_cuda.h; this file looks
+ * them up with dlsym:
  *
- *   int sentiment_cuda_backend_create(int device, backend **out,
- *                                     char *desc, size_t desc_cap,
- *                                     char *err);
+ *   sentiment_cuda_backend_create   required: a backend (model/backend.h) on
+ *                                   GPU N and the one-line description
+ *                                   sentiment_device() shows
+ *                                   ("cuda:0 NVIDIA H200, bf16")
+ *   sentiment_cuda_device_count     sentiment_config('device', 'cuda:N')
+ *                                   checks that GPU N exists when the
+ *                                   setting is made, not at the first query
+ *   sentiment_cuda_set_precision    sentiment_config('precision', ...)
+ *   sentiment_cuda_mem_info         free device memory, for sizing batches
+ *   sentiment_cuda_last_error       why the last op of a backend failed
  *
- * returning SM_OK and a backend (model/backend.h) plus a one-line
- * description for sentiment_device() ("cuda:0 NVIDIA H200, bf16"), or an
- * error code with a message in err (SM_ERR_MAX bytes); and, optionally,
+ * Only the first is required; without the others the matching feature says
+ * the plugin lacks it (or, for the last two, is skipped). Each returns SM_OK
+ * or an error code with a message in err (SM_ERR_MAX bytes).
+ * $SENTIMENT_CUDA_PLUGIN, when set, is the plugin's path instead.
  *
- *   int sentiment_cuda_device_count(int *count, char *err);
+ * Precision names: auto, fp32, tf32, bf16, bf16-fast. The CPU computes in
+ * FP32 only, so there only auto and fp32 are accepted. On a GPU, auto is
+ * the plugin's default: $SENTIMENT_CUDA_PRECISION when it names one, else
+ * bf16.
  *
- * with which sentiment_config('device', 'cuda:N') checks that GPU N exists
- * when the setting is made rather than at the first query (gpu/
- * sentiment_cuda.h declares both). $SENTIMENT_CUDA_PLUGIN, when set, is the
- * plugin's path instead.
+ * Owners: model weights live on a GPU once per model (ext/registry.c), not
+ * once per connection. They are allocated through one backend per GPU made
+ * here on first use and kept for the life of the process (device memory
+ * from one backend is usable by every backend on the same GPU, as they
+ * share its primary context; gpu/README.md). The owner is only used under
+ * the registry's upload lock, never for computing.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -41,13 +55,27 @@
 typedef int (*sx_cuda_create_fn)(int device, backend **out, char *desc,
                                  size_t desc_cap, char *err);
 typedef int (*sx_cuda_count_fn)(int *count, char *err);
+typedef int (*sx_cuda_precision_fn)(backend *be, const char *name, char *desc,
+                                    size_t desc_cap, char *err);
+typedef int (*sx_cuda_mem_info_fn)(backend *be, size_t *free_bytes, size_t *total_bytes,
+                                   char *err);
+typedef const char *(*sx_cuda_last_error_fn)(const backend *be);
 
 #define SX_CUDA_PLUGIN "sentiment_cuda.so"
 
 static pthread_mutex_t g_plugin_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *g_plugin;                  /* dlopen handle, never closed */
 static sx_cuda_create_fn g_cuda_create;
-static sx_cuda_count_fn g_cuda_count;   /* optional */
+static sx_cuda_count_fn g_cuda_count;   /* optional, like the three below */
+static sx_cuda_precision_fn g_cuda_precision;
+static sx_cuda_mem_info_fn g_cuda_mem_info;
+static sx_cuda_last_error_fn g_cuda_last_error;
+
+/* One backend per GPU that owns the cached models' weights (see above). */
+static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
+static backend *g_owner[SX_MAX_GPUS];
+
+static const char *const k_precisions[] = {"auto", "fp32", "tf32", "bf16", "bf16-fast"};
 
 /* Where the plugin would be: the directory of the object holding this
  * code (sentiment.so, or a program linking ext/ statically). */
@@ -90,6 +118,9 @@ static int plugin_load(char *err, size_t cap)
         goto end;
     }
     g_cuda_count = (sx_cuda_count_fn)dlsym(g_plugin, "sentiment_cuda_device_count");
+    g_cuda_precision = (sx_cuda_precision_fn)dlsym(g_plugin, "sentiment_cuda_set_precision");
+    g_cuda_mem_info = (sx_cuda_mem_info_fn)dlsym(g_plugin, "sentiment_cuda_mem_info");
+    g_cuda_last_error = (sx_cuda_last_error_fn)dlsym(g_plugin, "sentiment_cuda_last_error");
     g_cuda_create = (sx_cuda_create_fn)dlsym(g_plugin, "sentiment_cuda_backend_create");
     if (!g_cuda_create) {
         snprintf(err, cap, "CUDA plugin %.300s lacks sentiment_cuda_backend_create", path);
@@ -122,6 +153,12 @@ int sx_device_check(const char *fn, const char *spec, char **errmsg)
                                   fn, spec);
         return 1;
     }
+    if (cuda_index(spec) >= SX_MAX_GPUS) {
+        *errmsg = sqlite3_mprintf("%s: device '%s' is not supported: at most %d GPUs (cuda:0 .. "
+                                  "cuda:%d)",
+                                  fn, spec, SX_MAX_GPUS, SX_MAX_GPUS - 1);
+        return 1;
+    }
     if (plugin_load(why, sizeof why)) {
         *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec, why);
         return 1;
@@ -151,24 +188,142 @@ const char *sx_device_blas(void)
     return blas_describe();
 }
 
-int sx_device_create(const char *fn, const char *spec, int threads,
-                     backend **out, char *desc, size_t desc_cap,
-                     char **errmsg)
+/* 1 when name is one of k_precisions (the CPU's two when cpu_only). */
+static int precision_known(const char *name, int cpu_only)
+{
+    for (size_t i = 0; i < sizeof k_precisions / sizeof *k_precisions; i++)
+        if (!strcmp(name, k_precisions[i])) return !cpu_only || i < 2;
+    return 0;
+}
+
+int sx_device_precision_check(const char *fn, const char *name, char **errmsg)
+{
+    if (precision_known(name, 0)) return 0;
+    *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16 or bf16-fast, "
+                              "got '%s'",
+                              fn, name);
+    return 1;
+}
+
+int sx_device_precision_cpu_ok(const char *name)
+{
+    return !name || !*name || precision_known(name, 1);
+}
+
+/* What auto means on a GPU: the plugin's default. */
+static const char *cuda_auto_precision(void)
+{
+    const char *env = getenv("SENTIMENT_CUDA_PRECISION");
+    if (env && precision_known(env, 0) && strcmp(env, "auto")) return env;
+    return "bf16";
+}
+
+int sx_device_set_precision(const char *fn, backend *be, const char *name, char *desc,
+                            size_t desc_cap, char **errmsg)
 {
     char err[SM_ERR_MAX];
+    if (!name || !*name) name = "auto";
+    if (!be || !strcmp(be->name, "cpu")) {
+        if (precision_known(name, 1)) return 0;
+        *errmsg = sqlite3_mprintf("%s: precision '%s' needs a CUDA device; this connection "
+                                  "runs on the CPU, which computes in fp32 only (use auto or "
+                                  "fp32)",
+                                  fn, name);
+        return 1;
+    }
+    if (!g_cuda_precision) {
+        if (!strcmp(name, "auto")) return 0;
+        *errmsg = sqlite3_mprintf("%s: the CUDA plugin lacks sentiment_cuda_set_precision; "
+                                  "cannot set precision '%s'",
+                                  fn, name);
+        return 1;
+    }
+    if (!strcmp(name, "auto")) name = cuda_auto_precision();
+    err[0] = 0;
+    if (g_cuda_precision(be, name, desc, desc_cap, err) != SM_OK) {
+        *errmsg = sqlite3_mprintf("%s: cannot set precision '%s': %s", fn, name,
+                                  err[0] ? err : "the CUDA plugin refused it");
+        return 1;
+    }
+    return 0;
+}
+
+int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    char err[SM_ERR_MAX];
+    *free_bytes = *total_bytes = 0;
+    if (!be || !strcmp(be->name, "cpu") || !g_cuda_mem_info) return 1;
+    return g_cuda_mem_info(be, free_bytes, total_bytes, err) != SM_OK;
+}
+
+const char *sx_device_last_error(const backend *be)
+{
+    const char *s;
+    if (!be || !strcmp(be->name, "cpu") || !g_cuda_last_error) return "";
+    s = g_cuda_last_error(be);
+    return s ? s : "";
+}
+
+int sx_device_owner(int gpu, backend **out, char *err)
+{
+    char why[SM_ERR_MAX], desc[128];
+    int rc = SM_OK;
+    *out = NULL;
+    if (gpu < 0 || gpu >= SX_MAX_GPUS)
+        return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", gpu,
+                        SX_MAX_GPUS);
+    if (plugin_load(why, sizeof why))
+        return sm_error(err, SM_ERR_DEVICE, "%s", why);
+    pthread_mutex_lock(&g_owner_lock);
+    if (!g_owner[gpu]) {
+        why[0] = 0;
+        rc = g_cuda_create(gpu, &g_owner[gpu], desc, sizeof desc, why);
+        if (rc != SM_OK) {
+            g_owner[gpu] = NULL;
+            sm_error(err, rc, "cuda:%d: cannot create the backend that holds model weights: %s",
+                     gpu, why[0] ? why : "unknown error");
+        }
+    }
+    *out = g_owner[gpu];
+    pthread_mutex_unlock(&g_owner_lock);
+    return rc;
+}
+
+int sx_device_create(const char *fn, const char *spec, int threads, const char *precision,
+                     backend **out, int *gpu, char *desc, size_t desc_cap, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    char why[SM_ERR_MAX] = "";
     int idx = cuda_index(spec);
 
     *out = NULL;
+    *gpu = -1;
+    if (!precision || !*precision) precision = "auto";
+    if (idx >= SX_MAX_GPUS) {
+        *errmsg = sqlite3_mprintf("%s: device '%s' is not supported: at most %d GPUs (cuda:0 .. "
+                                  "cuda:%d)",
+                                  fn, spec, SX_MAX_GPUS, SX_MAX_GPUS - 1);
+        return 1;
+    }
     if (idx >= 0 || !strcmp(spec, "auto")) {
-        char why[SM_ERR_MAX];
         if (plugin_load(why, sizeof why) == 0) {
             err[0] = 0;
-            if (g_cuda_create(idx < 0 ? 0 : idx, out, desc, desc_cap, err) == SM_OK)
+            if (g_cuda_create(idx < 0 ? 0 : idx, out, desc, desc_cap, err) == SM_OK) {
+                if (strcmp(precision, "auto") &&
+                    sx_device_set_precision(fn, *out, precision, desc, desc_cap, errmsg)) {
+                    (*out)->destroy(*out);
+                    *out = NULL;
+                    return 1;
+                }
+                *gpu = idx < 0 ? 0 : idx;
                 return 0;
+            }
+            *out = NULL;
             if (idx >= 0) {
                 *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec, err);
                 return 1;
             }
+            snprintf(why, sizeof why, "%s", err);
         } else if (idx >= 0) {
             *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec, why);
             return 1;
@@ -176,6 +331,13 @@ int sx_device_create(const char *fn, const char *spec, int threads,
     } else if (strcmp(spec, "cpu")) {
         *errmsg = sqlite3_mprintf("%s: unknown device '%s'; expected auto, cpu, cuda or cuda:N",
                                   fn, spec);
+        return 1;
+    }
+    if (!precision_known(precision, 1)) {
+        *errmsg = sqlite3_mprintf("%s: precision '%s' needs a CUDA device, but device '%s' "
+                                  "runs on the CPU%s%s%s (use auto or fp32)",
+                                  fn, precision, spec, why[0] ? " (" : "", why,
+                                  why[0] ? ")" : "");
         return 1;
     }
     if (backend_cpu_create(threads, out, err) != SM_OK) {

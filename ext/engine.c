@@ -1,24 +1,35 @@
 /* engine.c: one connection's inference engine.
  *
- * Owns the connection's backend (made from its device and threads settings
- * on first use) and a few activation workspaces, one per recently used
- * model, each sized for the largest batch and length asked of it so far (a
- * workspace is never shared between connections, hence never between
- * threads). On a GPU backend the slot also holds the model's parameters
- * uploaded to the device (freed with the slot); the CPU backend reads the
- * cached host copy directly. sx_engine_classify() is the one place SQL-facing code calls the
- * encoder: texts in, probabilities out, rows and truncations counted.
+ * Owns the connection's backend (made from its device, threads and
+ * precision settings on first use) and a few activation workspaces, one per
+ * recently used model, each sized for the largest batch and length asked of
+ * it so far (a workspace is never shared between connections, hence never
+ * between threads). The model's parameters come from the registry: the
+ * cached host copy on the CPU, the copy uploaded once per model and GPU on a
+ * GPU (sx_registry_params), shared by every connection on that GPU.
+ *
+ * On a GPU a workspace is sized by free device memory: when the estimate of
+ * its activations and the plugin's scratch (ws_bytes) exceeds
+ * SX_GPU_MEM_SHARE of what is free, the batch is halved until it fits, and
+ * when even one row does not, the error says how much was needed and how
+ * much is free. Failures on a GPU carry the plugin's last error, which says
+ * what CUDA reported. sx_engine_classify() is the one place SQL-facing code
+ * calls the encoder: texts in, probabilities out, rows and truncations
+ * counted.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
 #include "sentiment_ext.h"
 
+/* The share of free GPU memory one workspace may take. */
+#define SX_GPU_MEM_SHARE 0.8
+
 static void slot_clear(sx_ws_slot *s)
 {
     bert_workspace_free(s->ws);
-    bert_device_params_free(s->dp);
     sx_registry_release(s->model);
     memset(s, 0, sizeof *s);
 }
@@ -28,14 +39,15 @@ void sx_engine_reset(sx_conn *c)
     for (int i = 0; i < SX_MAX_WORKSPACES; i++) slot_clear(&c->ws[i]);
     if (c->be) c->be->destroy(c->be);
     c->be = NULL;
+    c->gpu = -1;
     c->be_desc[0] = 0;
 }
 
 int sx_engine_backend(sx_conn *c, const char *fn, char **errmsg)
 {
     if (c->be) return 0;
-    return sx_device_create(fn, c->device, c->threads, &c->be, c->be_desc,
-                            sizeof c->be_desc, errmsg);
+    return sx_device_create(fn, c->device, c->threads, c->precision, &c->be, &c->gpu,
+                            c->be_desc, sizeof c->be_desc, errmsg);
 }
 
 int sx_engine_max_length(const sx_conn *c, const bert_model *m)
@@ -45,26 +57,79 @@ int sx_engine_max_length(const sx_conn *c, const bert_model *m)
     return mx;
 }
 
-/* A workspace for model m that holds batch x seq, and m's parameters as
- * the backend sees them. */
-static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int batch,
+/* " (why)" when be is a GPU backend whose last op failed, else "". */
+static char *gpu_reason(const sx_conn *c)
+{
+    const char *why = c->be && c->gpu >= 0 ? sx_device_last_error(c->be) : "";
+    return *why ? sqlite3_mprintf(" (%s)", why) : NULL;
+}
+
+/* Device memory for a batch x seq workspace on a GPU backend: the
+ * activations of bert_workspace_create (model/bert.c) plus the scratch the
+ * plugin grows on demand for a forward pass (gpu/README.md: BF16 copies of
+ * the matrix operands, per-head attention copies; each with the plugin's
+ * 25% headroom) and a little for cuBLAS. An estimate, on the high side. */
+static double ws_bytes(const bert_config *cfg, int batch, int seq)
+{
+    double B = batch, T = seq, N = B * T, C = cfg->hidden_size,
+           F = cfg->intermediate_size, H = cfg->num_attention_heads, K = cfg->num_labels;
+    double scores = B * H * T * T;
+    double act = 4.0 * (6 * N * C + N * F + scores + B * (2 * C + K)) + 4.0 * (N + B);
+    double a = N * F > scores ? N * F : scores;
+    double b = F * C > 3 * C * C ? F * C : 3 * C * C;
+    if (N * C > b) b = N * C;
+    double scratch = 1.25 * (2.0 * a + 2.0 * b + 4.0 * 4 * N * C);
+    return act + scratch + 32.0 * 1048576;
+}
+
+/* On a GPU backend, the largest batch <= *batch whose workspace fits in
+ * SX_GPU_MEM_SHARE of free memory; an error when not even one row fits.
+ * Nothing changes when the plugin cannot say what is free. */
+static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *batch, int seq,
+                     char **errmsg)
+{
+    size_t fr = 0, tot = 0;
+    int b = *batch;
+    if (c->gpu < 0 || sx_device_mem_info(c->be, &fr, &tot)) return 0;
+    double room = SX_GPU_MEM_SHARE * (double)fr;
+    while (b > 1 && ws_bytes(cfg, b, seq) > room) b = b / 2;
+    if (ws_bytes(cfg, b, seq) > room) {
+        *errmsg = sqlite3_mprintf("%s: not enough GPU memory on cuda:%d: one row of %d tokens "
+                                  "needs about %.1f MiB, %.1f MiB is free of %.1f MiB (at most "
+                                  "%d%% of what is free is used); lower "
+                                  "sentiment_config('max_length') or free GPU memory",
+                                  fn, c->gpu, seq, ws_bytes(cfg, 1, seq) / 1048576.0,
+                                  (double)fr / 1048576.0, (double)tot / 1048576.0,
+                                  (int)(SX_GPU_MEM_SHARE * 100 + 0.5));
+        return 1;
+    }
+    *batch = b;
+    return 0;
+}
+
+/* A workspace for model m that holds up to *batch x seq (*batch may come
+ * back smaller when GPU memory is short), and m's parameters as the
+ * backend sees them. */
+static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
                          int seq, bert_workspace **out, const bert_params **params,
                          char **errmsg)
 {
     char err[SM_ERR_MAX];
     sx_ws_slot *slot = NULL;
-    int i;
+    const bert_params *p = NULL;
+    int i, want = *batch, asked = *batch;
 
     for (i = 0; i < SX_MAX_WORKSPACES; i++)
         if (c->ws[i].model == m) { slot = &c->ws[i]; break; }
-    if (slot && slot->batch >= batch && slot->seq >= seq) {
+    if (slot && slot->asked >= want && slot->seq >= seq) {
         slot->last_used = ++c->tick;
+        if (*batch > slot->batch) *batch = slot->batch;
         *out = slot->ws;
-        *params = slot->dp ? &slot->dp->p : &m->bert->p;
+        *params = slot->params;
         return 0;
     }
     if (slot) { /* grow: keep the larger of old and new sizes */
-        if (slot->batch > batch) batch = slot->batch;
+        if (slot->asked > want) want = asked = slot->asked;
         if (slot->seq > seq) seq = slot->seq;
         slot_clear(slot);
     } else {
@@ -77,27 +142,31 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int batch,
             slot_clear(slot);
         }
     }
-    if (bert_workspace_create(c->be, &m->bert->cfg, batch, seq, &slot->ws, err) != SM_OK) {
-        slot->ws = NULL;
-        *errmsg = sqlite3_mprintf("%s: cannot allocate a workspace for %d x %d tokens: %s",
-                                  fn, batch, seq, err);
+    /* the weights first (once per model and GPU), then the activations in
+     * what memory is left */
+    if (sx_registry_params(m, c->gpu, &p, err) != SM_OK) {
+        *errmsg = sqlite3_mprintf("%s: %s", fn, err);
         return 1;
     }
-    if (strcmp(c->be->name, "cpu") &&
-        bert_params_to_backend(c->be, m->bert, &slot->dp, err) != SM_OK) {
-        slot->dp = NULL;
-        bert_workspace_free(slot->ws);
+    if (fit_batch(c, fn, &m->bert->cfg, &want, seq, errmsg)) return 1;
+    if (bert_workspace_create(c->be, &m->bert->cfg, want, seq, &slot->ws, err) != SM_OK) {
+        char *why = gpu_reason(c);
         slot->ws = NULL;
-        *errmsg = sqlite3_mprintf("%s: %s", fn, err);
+        *errmsg = sqlite3_mprintf("%s: cannot allocate a workspace for %d x %d tokens: %s%s",
+                                  fn, want, seq, err, why ? why : "");
+        sqlite3_free(why);
         return 1;
     }
     sx_registry_retain(m);
     slot->model = m;
-    slot->batch = batch;
+    slot->params = p;
+    slot->batch = want;
+    slot->asked = asked;
     slot->seq = seq;
     slot->last_used = ++c->tick;
+    if (*batch > want) *batch = want;
     *out = slot->ws;
-    *params = slot->dp ? &slot->dp->p : &m->bert->p;
+    *params = p;
     return 0;
 }
 
@@ -129,10 +198,12 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
     }
     if (bs > n) bs = n;
     if (sx_engine_backend(c, fn, errmsg)) goto end;
-    if (workspace_for(c, fn, m, bs, seq, &ws, &params, errmsg)) goto end;
+    if (workspace_for(c, fn, m, &bs, seq, &ws, &params, errmsg)) goto end;
     if (bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs,
                             probs, trunc, err) != SM_OK) {
-        *errmsg = sqlite3_mprintf("%s: %s", fn, err);
+        char *why = gpu_reason(c);
+        *errmsg = sqlite3_mprintf("%s: %s%s", fn, err, why ? why : "");
+        sqlite3_free(why);
         goto end;
     }
     c->rows += n;

@@ -26,8 +26,10 @@
  *                                              version number
  *   sentiment_device()               -> TEXT   where inference runs, e.g.
  *                                              "cpu: 2 threads, OpenBLAS 0.3.21"
+ *                                              or "cuda:0 NVIDIA H200, bf16"
  *   sentiment_version()              -> TEXT   "sentiment 0.1.0 (...)"
- *   sentiment_debug()                -> TEXT   JSON: build, device, model cache
+ *   sentiment_debug()                -> TEXT   JSON: build, device, precision
+ *                                              setting, model cache
  *                                              (entries, loads, evictions) and
  *                                              this connection's counters (rows
  *                                              classified, rows truncated)
@@ -407,6 +409,8 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sx_json_string(s, sx_device_blas());
     sqlite3_str_appendf(s, ",\"builtin_model\":%s,\"device\":", sx_builtin_get(&b) ? "true" : "false");
     sx_json_string(s, c->device);
+    sqlite3_str_appendall(s, ",\"precision\":");
+    sx_json_string(s, c->precision[0] ? c->precision : "auto");
     sqlite3_str_appendall(s, ",\"backend\":");
     if (c->be) sx_json_string(s, c->be_desc);
     else sqlite3_str_appendall(s, "null");

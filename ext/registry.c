@@ -9,13 +9,23 @@
  * same database model name) marks the older versions stale: they are freed
  * as soon as nobody uses them, and a later `name@old` loads them afresh.
  *
+ * On a GPU the weights are cached the same way: sx_registry_params uploads
+ * an entry's parameters to GPU N on first use, through the process-wide
+ * backend that device.c keeps for that GPU, and every connection's backend
+ * on that GPU reads the one copy (they share the GPU's primary context). The
+ * copy is freed with the entry, so eviction frees GPU memory too.
+ *
  * Locking: `g_lock` guards the list and the counters and is held only for
  * short bookkeeping. `g_load_lock` serialises loads, so two threads asking
  * for the same model load it once, while lookups of cached models never wait
- * behind a load. The cache outlives every connection; sentiment.c pins the
- * shared object so it is not unloaded under it.
+ * behind a load. `g_upload_lock` guards every entry's gpu[] and the owner
+ * backends' use (uploads and frees), so a model is uploaded once per GPU
+ * however many connections ask at the same time; it is never held together
+ * with the other two. The cache outlives every connection; sentiment.c pins
+ * the shared object so it is not unloaded under it.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,13 +36,25 @@
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_upload_lock = PTHREAD_MUTEX_INITIALIZER;
 static sx_model *g_head;
 static uint64_t g_tick, g_next_id = 1;
 static int64_t g_loads, g_evictions;
 
+/* Called with no registry lock held. */
 static void entry_free(sx_model *e)
 {
+    int on_gpu = 0;
     if (!e) return;
+    for (int i = 0; i < SX_MAX_GPUS; i++) on_gpu |= e->gpu[i] != NULL;
+    if (on_gpu) {
+        pthread_mutex_lock(&g_upload_lock);
+        for (int i = 0; i < SX_MAX_GPUS; i++) {
+            bert_device_params_free(e->gpu[i]);
+            e->gpu[i] = NULL;
+        }
+        pthread_mutex_unlock(&g_upload_lock);
+    }
     bert_model_free(e->bert);
     free(e->key);
     free(e->family);
@@ -173,6 +195,37 @@ void sx_registry_release(sx_model *e)
     dead = collect_garbage_locked();
     pthread_mutex_unlock(&g_lock);
     free_list(dead);
+}
+
+int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err)
+{
+    backend *owner;
+    int rc = SM_OK;
+
+    *out = NULL;
+    if (gpu < 0) {
+        *out = &e->bert->p;
+        return SM_OK;
+    }
+    if (gpu >= SX_MAX_GPUS)
+        return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", gpu,
+                        SX_MAX_GPUS);
+    pthread_mutex_lock(&g_upload_lock);
+    if (!e->gpu[gpu]) {
+        rc = sx_device_owner(gpu, &owner, err);
+        if (rc == SM_OK &&
+            (rc = bert_params_to_backend(owner, e->bert, &e->gpu[gpu], err)) != SM_OK) {
+            const char *why = sx_device_last_error(owner);
+            e->gpu[gpu] = NULL;
+            if (*why) {
+                size_t len = strlen(err);
+                snprintf(err + len, SM_ERR_MAX - len, " (%s)", why);
+            }
+        }
+    }
+    if (rc == SM_OK) *out = &e->gpu[gpu]->p;
+    pthread_mutex_unlock(&g_upload_lock);
+    return rc;
 }
 
 int sx_registry_is_loaded(const char *key)

@@ -35,6 +35,9 @@ SQLITE_EXTENSION_INIT3
 /* Longest model name accepted (bytes). */
 #define SX_NAME_MAX 128
 
+/* GPUs a process can use (cuda:0 .. cuda:15). */
+#define SX_MAX_GPUS 16
+
 /* ------------------------------------------------------------------ */
 /* registry.c: the process-wide cache of loaded models.                */
 
@@ -49,6 +52,9 @@ typedef struct sx_model {
     int refs;           /* guarded by the registry mutex */
     int stale;          /* a newer version of the family was loaded */
     uint64_t last_used;
+    /* the weights on GPU N, uploaded on first use by sx_registry_params and
+     * freed with the entry; guarded by the registry's upload lock */
+    bert_device_params *gpu[SX_MAX_GPUS];
     struct sx_model *next;
 } sx_model;
 
@@ -65,6 +71,12 @@ int sx_registry_acquire(const char *key, const char *family, int64_t version,
 /* Adds a reference to an entry the caller already holds. */
 void sx_registry_retain(sx_model *e);
 void sx_registry_release(sx_model *e);
+/* The entry's parameters as a backend on GPU gpu reads them, or the host
+ * copy when gpu < 0. On a GPU they are uploaded once per entry and GPU (the
+ * first caller uploads, through a process-wide backend of that GPU, see
+ * device.c) and shared by every connection; they stay valid while the
+ * caller holds a reference and are freed when the entry is. */
+int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err);
 /* 1 when key is in the cache (and not stale). */
 int sx_registry_is_loaded(const char *key);
 
@@ -94,9 +106,11 @@ typedef struct sx_file_reg {
 typedef struct sx_ws_slot {
     sx_model *model;            /* referenced while the slot is used */
     bert_workspace *ws;
-    bert_device_params *dp;     /* the model's parameters on a GPU backend;
-                                   NULL on the CPU, which reads the host arena */
-    int batch, seq;
+    const bert_params *params;  /* the model's parameters as ws's backend
+                                   reads them (sx_registry_params) */
+    int batch, seq;             /* what ws holds */
+    int asked;                  /* the largest batch asked of it; above
+                                   batch when free GPU memory capped it */
     uint64_t last_used;
 } sx_ws_slot;
 
@@ -111,8 +125,10 @@ typedef struct sx_conn {
     int batch_size;
     int max_length;             /* 0 = the model's maximum */
     int progress;               /* SX_PROGRESS_* */
+    char precision[16];         /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast" */
     /* engine (engine.c) */
     backend *be;
+    int gpu;                    /* be's GPU index, -1 on the CPU (while be is set) */
     char be_desc[128];          /* what sentiment_device() reports */
     sx_ws_slot ws[SX_MAX_WORKSPACES];
     uint64_t tick;
@@ -149,10 +165,30 @@ int sx_engine_max_length(const sx_conn *c, const bert_model *m);
 
 /* Validates a device name; 0 or an error (sqlite3_mprintf'd, naming fn). */
 int sx_device_check(const char *fn, const char *spec, char **errmsg);
-/* Creates the backend for spec ("auto" -> cpu for now). */
+/* Creates the backend for spec ("auto": the GPU if there is one, else
+ * the CPU) with precision (NULL or "" = auto); *gpu gets the GPU index or
+ * -1 for the CPU. A GPU-only precision where the CPU is used is an error. */
 int sx_device_create(const char *fn, const char *spec, int threads,
-                     backend **out, char *desc, size_t desc_cap,
-                     char **errmsg);
+                     const char *precision, backend **out, int *gpu,
+                     char *desc, size_t desc_cap, char **errmsg);
+/* 0 when name is a precision (auto, fp32, tf32, bf16, bf16-fast), else an
+ * error naming fn and the allowed values. */
+int sx_device_precision_check(const char *fn, const char *name, char **errmsg);
+/* 1 when the CPU computes in precision name (NULL, "", auto or fp32). */
+int sx_device_precision_cpu_ok(const char *name);
+/* Applies precision name to a live backend: on the CPU only auto/fp32 are
+ * accepted (others: an error saying a CUDA device is needed); on a GPU the
+ * plugin switches and desc (may be NULL) gets the new description. */
+int sx_device_set_precision(const char *fn, backend *be, const char *name,
+                            char *desc, size_t desc_cap, char **errmsg);
+/* Free and total memory of a GPU backend's device: 0 on success, 1 on the
+ * CPU or when the plugin cannot tell. */
+int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
+/* Why the last op of a GPU backend failed ("" on the CPU or when unknown). */
+const char *sx_device_last_error(const backend *be);
+/* The process-wide backend of GPU gpu that owns cached model weights,
+ * created on first use and never destroyed. */
+int sx_device_owner(int gpu, backend **out, char *err);
 /* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (model/blas.h). */
 const char *sx_device_blas(void);
 

@@ -193,6 +193,8 @@ static void test_config(void **state)
     expect_text(db, "SELECT sentiment_config('batch_size')", "32");
     expect_text(db, "SELECT sentiment_config('max_length')", "0");
     expect_text(db, "SELECT sentiment_config('progress')", "auto");
+    expect_text(db, "SELECT sentiment_config('precision')", "auto");
+    expect_text(db, "SELECT json_extract(sentiment_debug(), '$.precision')", "auto");
     expect_text(db, "SELECT sentiment_config('batch_size', 64)", "64");
     expect_text(db, "SELECT sentiment_config('batch_size', '7')", "7");
     expect_text(db, "SELECT sentiment_config('batch_size')", "7");
@@ -207,7 +209,7 @@ static void test_config(void **state)
 
     expect_error(db, "SELECT sentiment_config('batchsize')",
                  "sentiment_config(): unknown key 'batchsize'; known: device, threads, "
-                 "batch_size, max_length, progress");
+                 "batch_size, max_length, progress, precision");
     expect_error(db, "SELECT sentiment_config(NULL)", "sentiment_config(): unknown key 'NULL'");
     expect_error(db, "SELECT sentiment_config('batch_size', 0)",
                  "sentiment_config(): batch_size must be an integer from 1 to 4096, got '0'");
@@ -229,6 +231,58 @@ static void test_config(void **state)
     /* failed sets leave the settings unchanged */
     expect_text(db, "SELECT sentiment_config('batch_size')", "7");
     expect_text(db, "SELECT sentiment_config('device')", "auto");
+    sqlite3_close(db);
+}
+
+/* sentiment_config('precision'): the names, and the CPU's fp32 only. The
+ * test binary finds no CUDA plugin next to it, so every backend here is the
+ * CPU, GPU or not. */
+static void test_config_precision(void **state)
+{
+    (void)state;
+    sqlite3 *db = open_db_defaults(":memory:");
+    load_tiny(db);
+    expect_text(db, "SELECT sentiment_config('precision')", "auto");
+    expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
+    expect_text(db, "SELECT sentiment_config('precision')", "fp32");
+    expect_text(db, "SELECT json_extract(sentiment_debug(), '$.precision')", "fp32");
+    expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
+    expect_text(db, "SELECT sentiment('很好', 'tiny') IS NOT NULL", "1");
+    expect_text(db, "SELECT sentiment_config('precision', 'auto')", "auto");
+
+    /* bad names, whatever the device */
+    expect_error(db, "SELECT sentiment_config('precision', 'fp16')",
+                 "sentiment_config(): precision must be auto, fp32, tf32, bf16 or bf16-fast, "
+                 "got 'fp16'");
+    expect_error(db, "SELECT sentiment_config('precision', 'BF16')", "got 'BF16'");
+    expect_error(db, "SELECT sentiment_config('precision', '')", "got ''");
+    expect_error(db, "SELECT sentiment_config('precision', 32)", "precision must be auto, fp32");
+    expect_error(db, "SELECT sentiment_config('precision', NULL)", "got 'NULL'");
+    expect_error(db, "SELECT sentiment_config('precision', 'bf16-fast-and-more')",
+                 "got 'bf16-fast-and-more'");
+
+    /* the CPU computes in fp32 only: GPU precisions say a CUDA device is
+     * needed, before a backend exists and on a live one */
+    expect_text(db, "SELECT sentiment_config('device', 'cpu')", "cpu");
+    expect_error(db, "SELECT sentiment_config('precision', 'bf16')",
+                 "sentiment_config(): precision 'bf16' needs a CUDA device; this connection "
+                 "runs on the CPU (device 'cpu'), which computes in fp32 only (use auto or fp32)");
+    expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
+    expect_error(db, "SELECT sentiment_config('precision', 'tf32')",
+                 "sentiment_config(): precision 'tf32' needs a CUDA device; this connection "
+                 "runs on the CPU, which computes in fp32 only (use auto or fp32)");
+    expect_error(db, "SELECT sentiment_config('precision', 'bf16-fast')",
+                 "precision 'bf16-fast' needs a CUDA device");
+    expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
+    /* device auto without a GPU: the backend is made to find out, and is
+     * the CPU */
+    expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
+    expect_error(db, "SELECT sentiment_config('precision', 'bf16')",
+                 "precision 'bf16' needs a CUDA device; this connection runs on the CPU");
+    expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
+    /* failed sets leave the setting unchanged */
+    expect_text(db, "SELECT sentiment_config('precision')", "fp32");
+    expect_text(db, "SELECT sentiment_config('precision', 'auto')", "auto");
     sqlite3_close(db);
 }
 
@@ -341,7 +395,7 @@ static const struct {
     {"function", "sentiment_tokens", "test_tokens, test_invalid_utf8"},
     {"function", "sentiment_load", "test_load_errors, test_directonly"},
     {"function", "sentiment_save", "test_save_errors, test_ext_storage"},
-    {"function", "sentiment_config", "test_config"},
+    {"function", "sentiment_config", "test_config, test_config_precision"},
     {"function", "sentiment_device", "test_config, test_version_debug_device"},
     {"function", "sentiment_version", "test_version_debug_device"},
     {"function", "sentiment_debug", "test_version_debug_device, test_long_text_truncated"},
@@ -397,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_default_model),
         cmocka_unit_test(test_wrong_argument_counts),
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_config_precision),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_multilabel_score),
         cmocka_unit_test(test_directonly),
