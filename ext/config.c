@@ -146,6 +146,12 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             goto end;
         }
         if (sx_device_check(fn, shown, &errmsg)) goto end;
+        if (!strcmp(shown, "cpu") && !sx_device_precision_cpu_ok(c->precision)) {
+            errmsg = sqlite3_mprintf("%s: device 'cpu' computes in fp32 only, but precision is "
+                                     "'%s'; set sentiment_config('precision', 'auto') first",
+                                     fn, c->precision);
+            goto end;
+        }
         if (strcmp(c->device, shown)) {
             strcpy(c->device, shown);
             sx_engine_reset(c);

@@ -10,7 +10,8 @@
  *
  * On a GPU a workspace is sized by free device memory: when the estimate of
  * its activations and the plugin's scratch (ws_bytes) exceeds
- * SX_GPU_MEM_SHARE of what is free, the batch is halved until it fits, and
+ * SX_GPU_MEM_SHARE of what is free, the batch shrinks to the largest that
+ * fits (the setting is unchanged; classify just runs more batches), and
  * when even one row does not, the error says how much was needed and how
  * much is free. Failures on a GPU carry the plugin's last error, which says
  * what CUDA reported. sx_engine_classify() is the one place SQL-facing code
@@ -92,7 +93,15 @@ static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *ba
     int b = *batch;
     if (c->gpu < 0 || sx_device_mem_info(c->be, &fr, &tot)) return 0;
     double room = SX_GPU_MEM_SHARE * (double)fr;
-    while (b > 1 && ws_bytes(cfg, b, seq) > room) b = b / 2;
+    if (ws_bytes(cfg, b, seq) > room) { /* the largest batch that fits */
+        int lo = 1, hi = b - 1;
+        while (lo < hi) {
+            int mid = lo + (hi - lo + 1) / 2;
+            if (ws_bytes(cfg, mid, seq) <= room) lo = mid;
+            else hi = mid - 1;
+        }
+        b = lo > 0 ? lo : 1;
+    }
     if (ws_bytes(cfg, b, seq) > room) {
         *errmsg = sqlite3_mprintf("%s: not enough GPU memory on cuda:%d: one row of %d tokens "
                                   "needs about %.1f MiB, %.1f MiB is free of %.1f MiB (at most "
