@@ -4,7 +4,11 @@
  * on the CPU and on a GPU backend. Shapes: B batch, T padded tokens, C hidden,
  * H heads, d = C/H, F intermediate, K labels; N = B*T token rows.
  * The workspace owns every activation buffer, sized once for the largest
- * batch it will see; a forward pass allocates nothing.
+ * batch it will see; a forward pass allocates nothing (but lanes, created on
+ * the first multi-threaded CPU pass). On a CPU backend with several threads
+ * a batch is split into one part per thread, each run on its own
+ * single-threaded lane, so threads never wait on each other inside a pass;
+ * small batches use the threads inside each operation instead.
  */
 #include "bert.h"
 
@@ -182,6 +186,44 @@ static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
     return SM_OK;
 }
 
+/* Lanes for one forward pass of B sequences: on a multi-threaded CPU
+ * backend a batch of at least two sequences per thread is split into one
+ * part per thread, each run start to finish on a single-threaded lane (no
+ * barrier inside the pass; see bert_workspace_lanes). 1 = no split. */
+static int forward_lanes(const bert_workspace *ws, int B)
+{
+    if (strcmp(ws->be->name, "cpu")) return 1;
+    int t = backend_cpu_threads(ws->be);
+    return t > 1 && B >= 2 * t ? t : 1;
+}
+
+static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
+                            bert_workspace *ws, int lanes, const int *ids,
+                            const int *lengths, int B, int T, float *logits,
+                            float *pooled_out, char *err)
+{
+    bert_workspace **lane_ws;
+    int rc = bert_workspace_lanes(ws, cfg, lanes, &lane_ws, err);
+    if (rc) return rc;
+    int K = ws->K, C = ws->C;
+#pragma omp parallel for num_threads(lanes) schedule(static)
+    for (int i = 0; i < lanes; i++) {
+        int lo = (int)((long)B * i / lanes), hi = (int)((long)B * (i + 1) / lanes), lrc;
+        char lane_err[SM_ERR_MAX];
+        lrc = bert_forward(cfg, p, lane_ws[i], ids + (size_t)lo * T, lengths + lo, hi - lo, T,
+                           logits ? logits + (size_t)lo * K : NULL,
+                           pooled_out ? pooled_out + (size_t)lo * C : NULL, lane_err);
+        if (lrc) {
+#pragma omp critical(forward_lane_error)
+            if (!rc) {
+                rc = lrc;
+                if (err) memcpy(err, lane_err, SM_ERR_MAX);
+            }
+        }
+    }
+    return rc;
+}
+
 int bert_forward(const bert_config *cfg, const bert_params *p,
                  bert_workspace *ws, const int *ids, const int *lengths, int B,
                  int T, float *logits, float *pooled_out, char *err)
@@ -205,6 +247,10 @@ int bert_forward(const bert_config *cfg, const bert_params *p,
         if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
             return sm_error(err, SM_ERR_INVALID, "forward: token id %d at %d is outside the vocabulary (%d)",
                             ids[i], i, cfg->vocab_size);
+
+    int lanes = forward_lanes(ws, B);
+    if (lanes > 1) return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits,
+                                           pooled_out, err);
 
     TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
