@@ -77,9 +77,10 @@ PROB_TOL = 1e-3
 
 # Sequences per timed pass, by shape and batch size: small enough that the
 # whole matrix (3 shapes x 2 inputs x 2 batch sizes x 2 thread counts x 5
-# engines x 5 passes) fits in about a quarter of an hour on two idle cores;
-# at batch 32 the bigger shapes get one batch per pass, the least there can
-# be. At batch 32 the counts are whole batches (real inputs: evenly spaced
+# engines x 5 passes, plus training) stays near a quarter of an hour on two
+# cores (20 minutes measured with the machine shared, load 1 to 4; 35 with
+# load 4 to 6). At batch 32 the bigger shapes get one batch per pass, the
+# least there can be. At batch 32 the counts are whole batches (real inputs: evenly spaced
 # batches of the 16 in the sorted sample).
 WORK_SIZES = {
     "builtin": {1: 32, 32: 64},
@@ -815,11 +816,14 @@ def main_run(args):
     clean_env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
     if preset and args.keep_blas_env:
         clean_env = dict(os.environ)
-        res["blas_env"] = "preset %s kept for every engine (--keep-blas-env)." % preset
+        res["blas_env"] = ("preset %s kept for every engine (--keep-blas-env). Each engine "
+                           "process gets OMP_NUM_THREADS and MKL_NUM_THREADS = the thread count."
+                           % preset)
     elif preset:
         res["blas_env"] = ("preset %s, removed for every engine in this run: ours then picks "
                            "its OpenBLAS kernels from the CPU features; the peers use the BLAS "
-                           "they bundle, with their own defaults." % preset)
+                           "they bundle, with their own defaults. Each engine process gets "
+                           "OMP_NUM_THREADS and MKL_NUM_THREADS = the thread count." % preset)
     else:
         res["blas_env"] = ("OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for every engine: ours "
                            "picks its OpenBLAS kernels from the CPU features (it sets "

@@ -2,7 +2,7 @@
 # bench.sh: our engine side by side with ONNX Runtime, PyTorch and
 # PaddlePaddle on this machine's CPU (what `make bench` runs).
 #
-#   make bench                                  the full matrix (about 15-25 minutes on 2 cores)
+#   make bench                                  the full matrix (about 20 minutes on 2 cores)
 #   make bench BENCH_ARGS=--quick               one shape (the built-in model's), a few minutes
 #   scripts/bench.sh [--quick] [options]        the same, after `make bench` has built things
 #
