@@ -149,12 +149,14 @@ static int cpu_linear(backend *be, float *out, const float *in, const float *W,
 SIMD_CLONES
 static void add_span(float *out, const float *a, const float *b, size_t n)
 {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 SIMD_CLONES
 static void gelu_span(float *out, const float *in, size_t n)
 {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float x = in[i];
         out[i] = 0.5f * x * (1.0f + sm_erff(x * 0.70710678118654752f));
@@ -208,6 +210,7 @@ static void layernorm_row(float *out, float *mean_out, float *rstd_out,
         var += d * d;
     }
     float rstd = 1.0f / sqrtf(var / C + eps);
+#pragma omp simd
     for (int i = 0; i < C; i++) out[i] = (x[i] - mean) * rstd * w[i] + b[i];
     if (mean_out) *mean_out = mean;
     if (rstd_out) *rstd_out = rstd;
@@ -239,7 +242,9 @@ static void softmax_row(float *x, int n_valid, int T, float scale)
         sum += e;
     }
     float inv = 1.0f / sum;
+#pragma omp simd
     for (int j = 0; j < n_valid; j++) x[j] *= inv;
+#pragma omp simd
     for (int j = n_valid; j < T; j++) x[j] = 0.0f;
 }
 

@@ -69,6 +69,7 @@ static void sum_rows_span(float *acc, const float *rows, int R, size_t ld, int n
 {
     for (int r = 0; r < R; r++) {
         const float *row = rows + (size_t)r * ld;
+#pragma omp simd
         for (int c = 0; c < n; c++) acc[c] += row[c];
     }
 }
@@ -160,6 +161,7 @@ SIMD_CLONES
 static void gelu_backward_span(float *din, const float *dout, const float *in,
                                size_t n)
 {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float x = in[i];
         float cdf = 0.5f * (1.0f + sm_erff(x * 0.70710678118654752f));
@@ -395,6 +397,7 @@ static void adamw_span(float *p, const float *g, float *m, float *v, size_t n,
                        float decay, float step, float bc2_sqrt, float a1,
                        float beta2, float a2, float eps)
 {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         float pi = p[i] * decay;
