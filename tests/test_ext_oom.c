@@ -8,29 +8,7 @@
  * malloc and is not covered here. OOM_MAX=N in the environment stops after
  * N runs (for a quick look under valgrind).
  */
-#include "ext_test_util.h"
-
-static sqlite3_mem_methods g_orig;
-static int g_countdown; /* > 0: fail when it reaches 0; <= 0: never */
-static int g_failed;
-
-static void *fail_malloc(int n)
-{
-    if (g_countdown > 0 && --g_countdown == 0) {
-        g_failed = 1;
-        return NULL;
-    }
-    return g_orig.xMalloc(n);
-}
-
-static void *fail_realloc(void *p, int n)
-{
-    if (g_countdown > 0 && --g_countdown == 0) {
-        g_failed = 1;
-        return NULL;
-    }
-    return g_orig.xRealloc(p, n);
-}
+#include "oom_test_util.h"
 
 static const char *const k_script[] = {
     "SELECT sentiment('房间很干净', 'tiny')",
@@ -51,16 +29,9 @@ static const char *const k_script[] = {
 static void test_every_allocation_can_fail(void **state)
 {
     (void)state;
-    sqlite3_mem_methods m;
     int runs = 0;
 
-    sqlite3_shutdown();
-    assert_int_equal(sqlite3_config(SQLITE_CONFIG_GETMALLOC, &g_orig), SQLITE_OK);
-    m = g_orig;
-    m.xMalloc = fail_malloc;
-    m.xRealloc = fail_realloc;
-    assert_int_equal(sqlite3_config(SQLITE_CONFIG_MALLOC, &m), SQLITE_OK);
-    assert_int_equal(sqlite3_initialize(), SQLITE_OK);
+    oom_install();
 
     for (int n = 1;; n++) {
         sqlite3 *db = open_db();
@@ -81,9 +52,7 @@ static void test_every_allocation_can_fail(void **state)
     }
     print_message("script ran with allocation 1..%d failing\n", runs - 1);
     assert_true(runs > 100);
-    sqlite3_shutdown();
-    assert_int_equal(sqlite3_config(SQLITE_CONFIG_MALLOC, &g_orig), SQLITE_OK);
-    sqlite3_initialize();
+    oom_restore();
 }
 
 int main(void)

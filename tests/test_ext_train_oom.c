@@ -6,29 +6,7 @@
  * the connection must work afterwards, and a model is stored only with
  * its whole training log (one savepoint). OOM_MAX=N stops after N runs.
  */
-#include "ext_test_util.h"
-
-static sqlite3_mem_methods g_orig;
-static int g_countdown; /* > 0: fail when it reaches 0; <= 0: never */
-static int g_failed;
-
-static void *fail_malloc(int n)
-{
-    if (g_countdown > 0 && --g_countdown == 0) {
-        g_failed = 1;
-        return NULL;
-    }
-    return g_orig.xMalloc(n);
-}
-
-static void *fail_realloc(void *p, int n)
-{
-    if (g_countdown > 0 && --g_countdown == 0) {
-        g_failed = 1;
-        return NULL;
-    }
-    return g_orig.xRealloc(p, n);
-}
+#include "oom_test_util.h"
 
 /* Trained from scratch with a very small shape (a small blob, so each run
  * is cheap), then from the tiny fixture model, where allocations past the
@@ -88,16 +66,9 @@ static int64_t stored_rows(sqlite3 *db)
 static void test_every_allocation_can_fail(void **state)
 {
     (void)state;
-    sqlite3_mem_methods m;
     int runs = 0;
 
-    sqlite3_shutdown();
-    assert_int_equal(sqlite3_config(SQLITE_CONFIG_GETMALLOC, &g_orig), SQLITE_OK);
-    m = g_orig;
-    m.xMalloc = fail_malloc;
-    m.xRealloc = fail_realloc;
-    assert_int_equal(sqlite3_config(SQLITE_CONFIG_MALLOC, &m), SQLITE_OK);
-    assert_int_equal(sqlite3_initialize(), SQLITE_OK);
+    oom_install();
 
     sqlite3 *db = open_db();
     load_tiny(db);
@@ -133,9 +104,7 @@ static void test_every_allocation_can_fail(void **state)
     sqlite3_close(db);
     print_message("%d runs, each with one allocation failing\n", runs);
     assert_true(runs > 100);
-    sqlite3_shutdown();
-    assert_int_equal(sqlite3_config(SQLITE_CONFIG_MALLOC, &g_orig), SQLITE_OK);
-    sqlite3_initialize();
+    oom_restore();
 }
 
 int main(void)
