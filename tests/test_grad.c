@@ -11,78 +11,11 @@
  * model's loss, with dropout on, w.r.t. a sample of parameters in every
  * tensor (float model, looser tolerance).
  */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
+#define GRAD_SEED 12345
+#include "grad_test_util.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "backend.h"
 #include "bert.h"
 #include "bert_train.h"
-#include "dropout_rng.h"
-#include "errors.h"
-
-#define TOL 1e-3
-#define FD_H 1e-5
-
-static backend *g_be;
-
-static uint64_t g_rng = 12345;
-static double urand(void) /* [-1, 1) */
-{
-    g_rng = dropout_mix64(g_rng);
-    return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static float *frand(size_t n, double scale)
-{
-    float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = (float)(urand() * scale);
-    return x;
-}
-
-static double *to_double(const float *x, size_t n)
-{
-    double *d = malloc(n * sizeof *d);
-    for (size_t i = 0; i < n; i++) d[i] = x[i];
-    return d;
-}
-
-typedef double (*loss_fn)(void *ctx);
-
-/* Compares analytic (float, n) with central differences of f in x. */
-static void check_grad(const char *what, double *x, size_t n, const float *analytic,
-                       loss_fn f, void *ctx)
-{
-    double *fd = malloc(n * sizeof *fd), ss = 0;
-    for (size_t i = 0; i < n; i++) {
-        double save = x[i];
-        x[i] = save + FD_H;
-        double lp = f(ctx);
-        x[i] = save - FD_H;
-        double lm = f(ctx);
-        x[i] = save;
-        fd[i] = (lp - lm) / (2 * FD_H);
-        ss += fd[i] * fd[i];
-    }
-    double rms = sqrt(ss / (double)n), worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double ref = fabs(fd[i]) > rms ? fabs(fd[i]) : rms;
-        double rel = ref > 0 ? fabs(analytic[i] - fd[i]) / ref : fabs(analytic[i]);
-        if (!(rel <= TOL))
-            fail_msg("%s[%zu]: backward %.9g, finite difference %.9g", what, i,
-                     (double)analytic[i], fd[i]);
-        if (rel > worst) worst = rel;
-    }
-    print_message("  %-28s %5zu elements, worst relative %.1e\n", what, n, worst);
-    free(fd);
-}
 
 static void check_forward(const char *what, const float *ours, const double *ref, size_t n)
 {
@@ -531,20 +464,6 @@ static void test_whole_model(void **state)
     free(grads);
     bert_train_ws_free(c.ws);
     bert_model_free(c.m);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    char err[SM_ERR_MAX];
-    return backend_cpu_create(2, &g_be, err);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    g_be->destroy(g_be);
-    return 0;
 }
 
 int main(void)
