@@ -12,16 +12,7 @@
  * the batch, the loop learning, determinism, interrupts, NaN, bad options,
  * and saving a pretrained encoder that fine-tuning then starts from.
  */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "train_test_util.h"
 
 #include "bert.h"
 #include "bert_mlm.h"
@@ -34,10 +25,6 @@
 #include "trainer.h"
 
 #define GOLDEN "tests/fixtures/mlm"
-#define GRAD_TOL 1e-3
-#define LOSS_TOL 1e-4
-#define MAX_EX 16
-#define MAX_T 64
 
 typedef struct batch {
     int B, T;
@@ -45,14 +32,6 @@ typedef struct batch {
     int labels[MAX_EX * MAX_T];
     int lengths[MAX_EX];
 } batch;
-
-typedef struct golden {
-    float lr, wd, clip, beta1, beta2, eps;
-    int warmup, steps;
-    double losses[32];
-    int n_losses;
-    double grad_norm;
-} golden;
 
 static void load_model(bert_model **m, bert_mlm_head **h)
 {
@@ -100,28 +79,6 @@ static void load_batch(const bert_model *m, batch *bt)
             bt->ids[b * bt->T + t] = in ? raw[b][t] : pad;
             bt->labels[b * bt->T + t] = in ? lab[b][t] : MLM_IGNORE;
         }
-}
-
-static void load_golden(golden *g)
-{
-    FILE *f = fopen(GOLDEN "/losses.txt", "r");
-    assert_non_null(f);
-    char line[256];
-    memset(g, 0, sizeof *g);
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "hyper ", 6)) {
-            assert_int_equal(sscanf(line + 6, "%f %f %d %d %f %f %f %f", &g->lr, &g->wd,
-                                    &g->warmup, &g->steps, &g->clip, &g->beta1, &g->beta2,
-                                    &g->eps), 8);
-        } else if (!strncmp(line, "grad_norm ", 10)) {
-            g->grad_norm = strtod(line + 10, NULL);
-        } else {
-            assert_true(g->n_losses < 32);
-            g->losses[g->n_losses++] = strtod(line, NULL);
-        }
-    }
-    fclose(f);
-    assert_int_equal(g->n_losses, g->steps);
 }
 
 /* The pretraining arena on the CPU: encoder + head parameters and
@@ -233,32 +190,12 @@ static double compare_grads(const trainable *tr, const char *path, double tol)
             float *want = malloc(s->numel * sizeof *want);
             assert_int_equal(st_tensor_to_f32(t, want, err), SM_OK);
             if (!pass) {
-                for (size_t k = 0; k < s->numel; k++)
-                    if (fabs(want[k]) > gmax) gmax = fabs(want[k]);
+                double a = max_abs(want, s->numel);
+                if (a > gmax) gmax = a;
                 free(want);
                 continue;
             }
-            double ss = 0;
-            for (size_t k = 0; k < s->numel; k++) ss += (double)want[k] * want[k];
-            double rms = sqrt(ss / (double)s->numel);
-            if (rms < 1e-6 * gmax) rms = 1e-6 * gmax;
-            double tw = 0;
-            size_t at = 0;
-            for (size_t k = 0; k < s->numel; k++) {
-                double a = tr->grads[off + k], b = want[k];
-                double ref = fabs(b) > rms ? fabs(b) : rms;
-                double rel = ref > 0 ? fabs(a - b) / ref : fabs(a - b) * 1e30;
-                if (!(rel <= tw)) {
-                    tw = rel;
-                    at = k;
-                }
-            }
-            if (getenv("TRAIN_VERBOSE")) print_message("  %-55s %.2e\n", name, tw);
-            if (!(tw <= tol)) {
-                print_error("gradient %s[%zu]: ours %.9g, torch %.9g (relative %.3g)\n", name, at,
-                            (double)tr->grads[off + at], (double)want[at], tw);
-                bad++;
-            }
+            double tw = check_tensor(name, tr->grads + off, want, s->numel, gmax, tol, &bad);
             if (tw > worst || isnan(tw)) worst = tw;
             compared++;
             free(want);
@@ -280,7 +217,7 @@ static void test_golden_gradients_and_losses(void **state)
     golden g;
     trainable_init(&tr, 2, MAX_EX, MAX_T);
     load_batch(tr.m, &bt);
-    load_golden(&g);
+    load_golden(GOLDEN "/losses.txt", &g);
     int P = count_labels(&bt, 0, bt.B), got;
     assert_true(P > 20);
 
@@ -339,13 +276,8 @@ static void test_gradient_accumulation(void **state)
     double lb = fwd_bwd(&b, &bt, 0, 4, 1.0f / P, NULL, NULL) +
                 fwd_bwd(&b, &bt, 4, 4, 1.0f / P, NULL, NULL);
     assert_true(fabs(la - lb) <= 1e-5 * fabs(la));
-    double ss = 0, worst = 0;
-    for (size_t i = 0; i < a.total; i++) ss += (double)a.grads[i] * a.grads[i];
-    for (size_t i = 0; i < a.total; i++) {
-        double d = fabs((double)a.grads[i] - b.grads[i]);
-        if (d > worst) worst = d;
-    }
-    double rms = sqrt(ss / (double)a.total);
+    double worst = max_abs_diff(a.grads, b.grads, a.total);
+    double rms = rms_of(a.grads, a.total);
     print_message("accumulation: max |full - 2 x half| %.2e (gradient rms %.2e)\n", worst, rms);
     assert_true(worst <= 1e-4 * rms + 1e-9);
     /* A micro-batch with nothing predicted: loss 0, no gradient. */
@@ -387,8 +319,7 @@ static void test_forward_errors(void **state)
     bert_model *m;
     bert_mlm_head *h;
     load_model(&m, &h);
-    backend *be;
-    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    backend *be = cpu_backend(1);
     bert_mlm_ws *ws;
     assert_int_equal(bert_mlm_ws_create(be, &m->cfg, MAX_EX, MAX_T, 0, &ws, err), SM_ERR_INVALID);
     assert_int_equal(bert_mlm_ws_create(be, &m->cfg, MAX_EX, MAX_T, 5, &ws, err), SM_OK);
@@ -504,11 +435,6 @@ static pretrain_dataset *synthetic(int vocab, int rows, uint64_t seed)
     return ds;
 }
 
-typedef struct counter {
-    int calls, epochs_seen, polls, stop_after;
-    long last_step, predicted;
-} counter;
-
 static int count_progress(void *user, const pretrain_progress *p)
 {
     counter *c = user;
@@ -519,18 +445,11 @@ static int count_progress(void *user, const pretrain_progress *p)
     return 0;
 }
 
-static int stop_interrupt(void *user)
-{
-    counter *c = user;
-    return ++c->polls > c->stop_after;
-}
-
 static void test_pretrain_learns(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
-    backend *be;
-    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    backend *be = cpu_backend(1);
     bert_model *m;
     bert_mlm_head *h;
     load_model(&m, &h);
@@ -588,8 +507,7 @@ static void test_pretrain_deterministic(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
-    backend *be;
-    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+    backend *be = cpu_backend(2);
     bert_model *m[3];
     bert_mlm_head *h[3];
     for (int i = 0; i < 3; i++) load_model(&m[i], &h[i]);
@@ -625,8 +543,7 @@ static void test_pretrain_interrupt_nan_and_options(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
-    backend *be;
-    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+    backend *be = cpu_backend(2);
     bert_model *m;
     bert_mlm_head *h;
     load_model(&m, &h);
@@ -704,8 +621,7 @@ static void test_save_load_finetune(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
-    backend *be;
-    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    backend *be = cpu_backend(1);
     bert_model *m;
     bert_mlm_head *h;
     load_model(&m, &h);

@@ -10,16 +10,7 @@
  * repeat and are off in evaluation, clipping, interrupts, NaN losses, and the
  * trainer API end to end.
  */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "train_test_util.h"
 
 #include "bert.h"
 #include "bert_train.h"
@@ -31,10 +22,6 @@
 #include "vocab_builder.h"
 
 #define GOLDEN "tests/fixtures/train"
-#define GRAD_TOL 1e-3
-#define LOSS_TOL 1e-4
-#define MAX_EX 16
-#define MAX_T 64
 
 typedef struct batch {
     int B, T;
@@ -42,14 +29,6 @@ typedef struct batch {
     int lengths[MAX_EX];
     int labels[MAX_EX];
 } batch;
-
-typedef struct golden {
-    float lr, wd, clip, beta1, beta2, eps;
-    int warmup, steps;
-    double losses[32];
-    int n_losses;
-    double grad_norm;
-} golden;
 
 static bert_model *load_model(void)
 {
@@ -86,28 +65,6 @@ static void load_batch(const bert_model *m, batch *bt)
     for (int b = 0; b < bt->B; b++)
         for (int t = 0; t < bt->T; t++)
             bt->ids[b * bt->T + t] = t < bt->lengths[b] ? raw[b][t] : pad;
-}
-
-static void load_golden(golden *g)
-{
-    FILE *f = fopen(GOLDEN "/losses.txt", "r");
-    assert_non_null(f);
-    char line[256];
-    memset(g, 0, sizeof *g);
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "hyper ", 6)) {
-            assert_int_equal(sscanf(line + 6, "%f %f %d %d %f %f %f %f", &g->lr, &g->wd,
-                                    &g->warmup, &g->steps, &g->clip, &g->beta1, &g->beta2,
-                                    &g->eps), 8);
-        } else if (!strncmp(line, "grad_norm ", 10)) {
-            g->grad_norm = strtod(line + 10, NULL);
-        } else {
-            assert_true(g->n_losses < 32);
-            g->losses[g->n_losses++] = strtod(line, NULL);
-        }
-    }
-    fclose(f);
-    assert_int_equal(g->n_losses, g->steps);
 }
 
 /* A trainable copy of a model: gradient arena and views on the CPU. */
@@ -186,8 +143,8 @@ static double compare_grads(const bert_model *m, const float *grads, const char 
         if (!t) fail_msg("golden gradient '%s' missing", name);
         float *want = malloc(specs[i].numel * sizeof *want);
         assert_int_equal(st_tensor_to_f32(t, want, err), SM_OK);
-        for (size_t k = 0; k < specs[i].numel; k++)
-            if (fabs(want[k]) > gmax) gmax = fabs(want[k]);
+        double a = max_abs(want, specs[i].numel);
+        if (a > gmax) gmax = a;
         free(want);
     }
     double worst = 0;
@@ -203,27 +160,8 @@ static double compare_grads(const bert_model *m, const float *grads, const char 
         assert_int_equal((size_t)t->numel, specs[i].numel);
         float *want = malloc(specs[i].numel * sizeof *want);
         assert_int_equal(st_tensor_to_f32(t, want, err), SM_OK);
-        double ss = 0;
-        for (size_t k = 0; k < specs[i].numel; k++) ss += (double)want[k] * want[k];
-        double rms = sqrt(ss / (double)specs[i].numel);
-        if (rms < 1e-6 * gmax) rms = 1e-6 * gmax;
-        double tensor_worst = 0;
-        size_t at = 0;
-        for (size_t k = 0; k < specs[i].numel; k++) {
-            double a = grads[specs[i].offset + k], b = want[k];
-            double ref = fabs(b) > rms ? fabs(b) : rms;
-            double rel = ref > 0 ? fabs(a - b) / ref : fabs(a - b) * 1e30;
-            if (!(rel <= tensor_worst)) {
-                tensor_worst = rel;
-                at = k;
-            }
-        }
-        if (getenv("TRAIN_VERBOSE")) print_message("  %-55s %.2e\n", name, tensor_worst);
-        if (!(tensor_worst <= tol)) {
-            print_error("gradient %s[%zu]: ours %.9g, torch %.9g (relative %.3g)\n", name, at,
-                        (double)grads[specs[i].offset + at], (double)want[at], tensor_worst);
-            bad++;
-        }
+        double tensor_worst = check_tensor(name, grads + specs[i].offset, want, specs[i].numel,
+                                           gmax, tol, &bad);
         if (tensor_worst > worst || isnan(tensor_worst)) worst = tensor_worst;
         free(want);
     }
@@ -242,7 +180,7 @@ static void test_golden_gradients_and_losses(void **state)
     golden g;
     trainable_init(&tr, 2, MAX_EX, MAX_T);
     load_batch(tr.m, &bt);
-    load_golden(&g);
+    load_golden(GOLDEN "/losses.txt", &g);
 
     /* One forward/backward: loss and every gradient. */
     double loss = fwd_bwd(&tr, &bt, 0, bt.B, bt.B, NULL) / bt.B;
@@ -291,13 +229,8 @@ static void test_gradient_accumulation(void **state)
     double la = fwd_bwd(&a, &bt, 0, 8, 8, NULL);
     double lb = fwd_bwd(&b, &bt, 0, 4, 8, NULL) + fwd_bwd(&b, &bt, 4, 4, 8, NULL);
     assert_true(fabs(la - lb) <= 1e-5 * fabs(la));
-    double ss = 0;
-    for (size_t i = 0; i < a.m->n_floats; i++) ss += (double)a.grads[i] * a.grads[i];
-    double rms = sqrt(ss / (double)a.m->n_floats), worst = 0;
-    for (size_t i = 0; i < a.m->n_floats; i++) {
-        double d = fabs((double)a.grads[i] - b.grads[i]);
-        if (d > worst) worst = d;
-    }
+    double rms = rms_of(a.grads, a.m->n_floats);
+    double worst = max_abs_diff(a.grads, b.grads, a.m->n_floats);
     print_message("accumulation: max |full - 2 x half| %.2e (gradient rms %.2e)\n", worst, rms);
     assert_true(worst <= 1e-4 * rms + 1e-9);
     trainable_free(&a);
@@ -417,12 +350,6 @@ static train_dataset *synthetic(int vocab, int rows, int K, uint64_t seed)
     return ds;
 }
 
-typedef struct counter {
-    int calls, stop_after, polls;
-    long last_step;
-    int epochs_seen;
-} counter;
-
 static int count_progress(void *user, const trainer_progress *p)
 {
     counter *c = user;
@@ -435,18 +362,11 @@ static int count_progress(void *user, const trainer_progress *p)
     return 0;
 }
 
-static int stop_interrupt(void *user)
-{
-    counter *c = user;
-    return ++c->polls > c->stop_after;
-}
-
 static void test_trainer_learns(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
-    backend *be;
-    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    backend *be = cpu_backend(1);
     bert_model *m = load_model();
     train_dataset *ds = synthetic(m->cfg.vocab_size, 320, 3, 77);
     double bpr = train_dataset_bytes_per_row(ds);
@@ -496,8 +416,7 @@ static void test_trainer_deterministic(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
-    backend *be;
-    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+    backend *be = cpu_backend(2);
     bert_model *m[3] = {load_model(), load_model(), load_model()};
     train_dataset *ds = synthetic(m[0]->cfg.vocab_size, 48, 3, 3);
     trainer_options o;
@@ -529,8 +448,7 @@ static void test_trainer_interrupt_and_nan(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
-    backend *be;
-    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+    backend *be = cpu_backend(2);
     bert_model *m = load_model();
     train_dataset *ds = synthetic(m->cfg.vocab_size, 64, 3, 9);
     float *before = malloc(m->n_floats * sizeof *before);
@@ -721,8 +639,7 @@ static void test_scratch_model(void **state)
                                               &cut, err), SM_OK);
             assert_int_equal(train_dataset_add(ds, ids, n, label_of[i], err), SM_OK);
         }
-    backend *be;
-    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    backend *be = cpu_backend(1);
     trainer_options o;
     trainer_options_default(&o);
     o.epochs = 6;
