@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <math.h>
+
 #include "sentiment_ext.h"
 
 int sx_text_blank(const char *text, size_t len)
@@ -93,7 +95,10 @@ char *sx_probs_json(const bert_config *cfg, const float *probs)
     for (int i = 0; i < cfg->num_labels; i++) {
         if (i) sqlite3_str_appendchar(s, 1, ',');
         sx_json_string(s, cfg->id2label[i]);
-        sqlite3_str_appendf(s, ":%.6g", (double)probs[i]);
+        if (isfinite(probs[i]))
+            sqlite3_str_appendf(s, ":%.6g", (double)probs[i]);
+        else /* a model with non-finite weights: JSON has no NaN */
+            sqlite3_str_appendall(s, ":null");
     }
     sqlite3_str_appendchar(s, 1, '}');
     return sqlite3_str_finish(s);

@@ -353,6 +353,8 @@ static void test_errors(void **state)
     expect_train_error(db, "SELECT train('m', t, y, '{\"base\":\"nanbase\"}') FROM d",
                        "train(): training diverged: the loss is NaN at epoch 1, step 1; try a lower lr; "
                        "nothing was stored");
+    /* such a model still gives valid JSON probabilities (null, not NaN) */
+    expect_text(db, "SELECT json_valid(sentiment_probs('很好', 'nanbase'))", "1");
     /* inside a writing statement: refused on the first row */
     exec_ok(db, "CREATE TABLE reports(r)");
     expect_train_error(db, "INSERT INTO reports SELECT train('m', t, y, '{\"base\":\"tiny\"}') FROM d",
