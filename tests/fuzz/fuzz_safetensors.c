@@ -118,29 +118,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifdef FUZZ_STANDALONE
-int main(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) {
-            perror(argv[i]);
-            return 1;
-        }
-        size_t cap = 1 << 16, len = 0, got;
-        uint8_t *buf = malloc(cap);
-        while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-            len += got;
-            if (len == cap)
-                buf = realloc(buf, cap *= 2);
-        }
-        fclose(f);
-        uint8_t *exact = malloc(len ? len : 1); /* exact size for ASan */
-        memcpy(exact, buf, len);
-        LLVMFuzzerTestOneInput(exact, len);
-        free(exact);
-        free(buf);
-    }
-    printf("ran %d inputs\n", argc - 1);
-    return 0;
-}
+#include "fuzz_standalone.h"
 #endif
