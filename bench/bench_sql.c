@@ -14,6 +14,8 @@
  *
  *   sentiment()  SELECT count(sentiment(text, m)) FROM reviews   (first
  *                --scalar-rows rows: one encoder call per row)
+ *   latency      SELECT sentiment(?1, m), one statement per text, each
+ *                timed alone: median and 90th percentile milliseconds
  *   classify     SELECT count(label) FROM classify('reviews', 'text', m)
  *   window       sentiment_batch(text, m) OVER (ROWS BETWEEN CURRENT ROW
  *                AND F-1 FOLLOWING)
@@ -164,6 +166,42 @@ static int exec(sqlite3 *db, const char *sql)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times `SELECT sentiment(?1, 'bench')` alone for each of the first n
+ * texts: the latency a caller classifying one row at a time sees. */
+static int single_row_latency(sqlite3 *db, char **texts, int n, double *median_ms, double *p90_ms)
+{
+    sqlite3_stmt *st = NULL;
+    double *ms = malloc((size_t)n * sizeof *ms);
+    if (!ms || S.prepare_v2(db, "SELECT sentiment(?1, 'bench')", -1, &st, NULL) != SQLITE_OK) {
+        free(ms);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        double t0 = now_s();
+        S.bind_text(st, 1, texts[i], -1, SQLITE_STATIC);
+        if (S.step(st) != SQLITE_ROW) {
+            fprintf(stderr, "bench_sql: %s\n", S.errmsg(db));
+            S.finalize(st);
+            free(ms);
+            return 1;
+        }
+        S.reset(st);
+        ms[i] = (now_s() - t0) * 1e3;
+    }
+    S.finalize(st);
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    *median_ms = ms[n / 2];
+    *p90_ms = ms[(int)(n * 0.9)];
+    free(ms);
+    return 0;
+}
+
 /* Runs a query returning one integer; best time of `repeat` runs. */
 static int timed_count(sqlite3 *db, const char *sql, int repeat, timing *best, long long *count)
 {
@@ -256,12 +294,16 @@ int main(int argc, char **argv)
 
     timing t_scalar = {1, 1}, t_classify, t_window, t_direct = {1e30, 1e30};
     long long c_scalar = 0, c_classify, c_window;
+    double lat_median = 0, lat_p90 = 0;
     /* warm up: load, workspaces, BLAS threads */
     if (exec(db, "SELECT count(label) FROM classify('SELECT id, text FROM reviews LIMIT 256', 'bench')")) goto end;
     if (scalar_rows > 0) {
         snprintf(sql, sizeof sql, "SELECT count(sentiment(text, 'bench')) FROM reviews WHERE id <= %d",
                  scalar_rows);
         if (timed_count(db, sql, repeat, &t_scalar, &c_scalar)) goto end;
+        if (single_row_latency(db, texts, scalar_rows < 1000 ? scalar_rows : 1000, &lat_median,
+                               &lat_p90))
+            goto end;
     }
     if (timed_count(db, "SELECT count(label) FROM classify('reviews', 'text', 'bench')", repeat, &t_classify,
                     &c_classify))
@@ -327,6 +369,9 @@ int main(int argc, char **argv)
         ROW(sql, c_window, t_window);
         ROW("direct C (bert_classify_texts)", n, t_direct);
 #undef ROW
+        if (scalar_rows > 0)
+            printf("single-row sentiment() latency over %d texts: median %.2f ms, p90 %.2f ms\n",
+                   scalar_rows < 1000 ? scalar_rows : 1000, lat_median, lat_p90);
         printf("classify / direct = %.3f wall, %.3f cpu (target >= 0.90); window / direct = %.3f wall, "
                "%.3f cpu; label differences: %d\n",
                t_direct.wall / t_classify.wall, t_direct.cpu / t_classify.cpu, t_direct.wall / t_window.wall,
