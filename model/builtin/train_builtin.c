@@ -5,15 +5,16 @@
  *   make builtin-model                      (the documented command)
  *   build/train_builtin --data ../shared/data --out model/builtin [options]
  *
- * Options (defaults are the shipped recipe): --layers 4 --hidden 256
- * --heads 4 --intermediate 1024 --max-length 128 --epochs 3 --lr 5e-4
+ * Options (defaults are the shipped recipe): --layers 6 --hidden 128
+ * --heads 4 --intermediate 512 --max-length 128 --epochs 3 --lr 3e-4
  * --batch 32 --seed 42 --threads 0 (all cores) --min-count 3
  * --vocab-size 8000 --weibo 0|1 --limit N (first N training rows, and N unlabeled,
  * for quick trials) --dtype f16|bf16|f32 --split-dir DIR (also write the split as
  * TSV files, for the baseline in bench/baseline_svm.py) --split-only 1
- * --pretrain-epochs N (masked-LM pretraining on the training and unlabeled
- * texts first; the pretrained encoder is saved to OUT/pretrained/ so a run
- * can resume from it with --init OUT/pretrained) --pretrain-lr 5e-4
+ * --pretrain-epochs 8 (masked-LM pretraining on the training and unlabeled
+ * texts first, 0 for none; the pretrained encoder is saved to
+ * OUT/pretrained/ so a run can resume from it with --init OUT/pretrained
+ * --pretrain-epochs 0) --pretrain-lr 1e-3
  * --init DIR (start from a model directory instead of a fresh model; its
  * vocabulary is used).
  *
@@ -62,8 +63,8 @@ static double now(void)
 
 static int parse_args(int argc, char **argv, recipe *r)
 {
-    *r = (recipe){"../shared/data", "model/builtin", {4, 256, 4, 1024, 128},
-                  3, 32, 0, 3, 8000, 0, 0, 5e-4f, 42, "f16", 0, 5e-4f, NULL, NULL, 0};
+    *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
+                  3, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 8, 1e-3f, NULL, NULL, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -401,8 +402,11 @@ int main(int argc, char **argv)
             bert_model_num_params(m), r.shape.layers, r.shape.hidden, r.shape.heads,
             r.shape.intermediate, r.shape.max_length);
     fprintf(f, "  \"recipe\": {\"epochs\": %d, \"lr\": %g, \"batch\": %d, \"seed\": %llu, "
-               "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\"},\n",
-            r.epochs, r.lr, r.batch, r.seed, r.min_count, r.vocab_size, r.weibo, r.dtype);
+               "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\", "
+               "\"pretrain_epochs\": %d, \"pretrain_lr\": %g, \"init\": %s%s%s},\n",
+            r.epochs, r.lr, r.batch, r.seed, r.min_count, r.vocab_size, r.weibo, r.dtype,
+            r.pretrain_epochs, r.pretrain_lr, r.init ? "\"" : "", r.init ? r.init : "null",
+            r.init ? "\"" : "");
     fprintf(f, "  \"epochs\": [");
     for (int e = 0; e < res.epochs; e++)
         fprintf(f, "%s{\"train_loss\": %.5f, \"valid_accuracy\": %.5f}", e ? ", " : "",
