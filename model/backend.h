@@ -12,6 +12,11 @@
  *   op(A) = A (M,K, leading dim lda) or Aᵀ when transA (A stored (K,M)); the
  *   same for B. On cuBLAS (column-major) this is the call with A and B swapped.
  * - Every op returns SM_OK or an error code; the CPU ops cannot fail.
+ * - Reduced precision (inference only): linear_bf16 takes a weight
+ *   converted once to BF16 (model/gemm_bf16.h) and sums in FP32. It is
+ *   optional (NULL where a backend lacks it); bert_forward calls it only for
+ *   the layers whose parameters carry BF16 copies (bert_params_bf16), which
+ *   training never makes, so gradients and updated weights stay FP32.
  */
 #ifndef SM_BACKEND_H
 #define SM_BACKEND_H
@@ -19,6 +24,7 @@
 #include <stddef.h>
 
 typedef struct backend backend;
+struct gemm_bf16_weight;
 
 struct backend {
     const char *name; /* "cpu", "cuda" */
@@ -181,6 +187,15 @@ struct backend {
      * dx[rows[i], :] = dout[i, :] (written). */
     int (*scatter_rows)(backend *be, float *dx, const float *dout,
                         const int *rows, int M, int N, int C);
+
+    /* ---- reduced precision, inference only (see the conventions) -------
+     * linear with W(N,K) given as packed BF16 (host memory, gemm_bf16.h):
+     * out(R,N) = round(in) · Wᵀ + b, FP32 sums; b may be NULL. Optional
+     * (NULL: the backend has none). The CPU's runs AVX512-BF16 code when
+     * gemm_bf16_supported(), else plain C (correct, slow). */
+    int (*linear_bf16)(backend *be, float *out, const float *in,
+                       const struct gemm_bf16_weight *W, const float *b,
+                       int R, int K, int N);
 };
 
 /* The CPU backend; threads <= 0 means "all cores". */

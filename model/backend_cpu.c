@@ -21,6 +21,7 @@
 #include "blas.h"
 #include "errors.h"
 #include "fastmath.h"
+#include "gemm_bf16.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -142,6 +143,29 @@ static int cpu_linear(backend *be, float *out, const float *in, const float *W,
                       const float *b, int R, int K, int N)
 {
     return gemm_split(be, 0, 1, R, N, K, 1.0f, in, K, W, K, 0.0f, out, N, b);
+}
+
+/* BF16 weights (gemm_bf16.h), split across threads as gemm_split does: by
+ * rows of out, or by 32-column panels when there are few rows. */
+static int cpu_linear_bf16(backend *be, float *out, const float *in,
+                           const gemm_bf16_weight *W, const float *b, int R, int K,
+                           int N)
+{
+    if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
+    int nt = backend_cpu_threads_for(be, (double)R * N * K);
+    int by_rows = R >= 32 * nt || W->panels < 2 * nt;
+    if (nt <= 1 || (by_rows ? R : W->panels) < 2) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < nt; i++) {
+        int lo, hi;
+        split_range(by_rows ? R : W->panels, nt, i, &lo, &hi);
+        if (hi <= lo) continue;
+        if (by_rows)
+            gemm_bf16_linear_cols(out + (size_t)lo * N, in + (size_t)lo * K, W, b, hi - lo, 0, N);
+        else
+            gemm_bf16_linear_cols(out, in, W, b, R, lo * GEMM_BF16_PANEL, hi * GEMM_BF16_PANEL);
+    }
+    return SM_OK;
 }
 
 /* ---- elementwise ------------------------------------------------------- */
@@ -398,6 +422,7 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->matmul = cpu_matmul;
     be->matmul_batched = cpu_matmul_batched;
     be->linear = cpu_linear;
+    be->linear_bf16 = cpu_linear_bf16;
     be->add = cpu_add;
     be->layernorm = cpu_layernorm;
     be->gelu = cpu_gelu;

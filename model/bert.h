@@ -33,6 +33,9 @@ typedef struct bert_layer_params {
     float *ffn_out_w;  /* (C, F) output.dense */
     float *ffn_out_b;  /* (C) */
     float *ln2_w, *ln2_b; /* (C) output.LayerNorm */
+    /* BF16 copies of the four matrices above for inference
+     * (bert_params_bf16), or NULL: the FP32 weights are used. */
+    const struct gemm_bf16_weight *qkv_w16, *attn_out_w16, *ffn_in_w16, *ffn_out_w16;
 } bert_layer_params;
 
 typedef struct bert_params {
@@ -158,5 +161,23 @@ typedef struct bert_device_params {
 int bert_params_to_backend(backend *be, const bert_model *m,
                            bert_device_params **out, char *err);
 void bert_device_params_free(bert_device_params *dp);
+
+/* Reduced-precision inference (model/bert_bf16.c): the encoder's linear
+ * layers (query/key/value, attention output, FFN in and out) with weights
+ * rounded once to BF16 and FP32 sums (model/gemm_bf16.h); embeddings,
+ * LayerNorm, attention, pooler and classifier stay FP32. p is a copy of
+ * src whose layers also carry the BF16 weights; its FP32 pointers are
+ * src's, so it must not outlive src's arena. Read-only once made: any
+ * number of CPU backends and lanes may run bert_forward with &bp->p at
+ * once. Only for inference: a trainer updates src and never uses this. */
+typedef struct bert_bf16_params {
+    bert_params p;
+    struct gemm_bf16_weight **w; /* the packed weights, 4 per layer, owned */
+    int n_w;
+} bert_bf16_params;
+
+int bert_params_bf16(const bert_config *cfg, const bert_params *src,
+                     bert_bf16_params **out, char *err);
+void bert_bf16_params_free(bert_bf16_params *bp);
 
 #endif
