@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "blas.h"
+#include "cpu_train_kernels.h"
 #include "dropout_rng.h"
 #include "errors.h"
 #include "fastmath.h"
@@ -107,53 +107,85 @@ static int cpu_linear_backward(backend *be, float *din, float *dW, float *db,
     return SM_OK;
 }
 
+/* aw(n) += dy * xhat, ab(n) += dy for one row (xhat = (x - mu) * rs). */
+SIMD_CLONES
+static void ln_param_grads_row(float *aw, float *ab, const float *dy, const float *x, float mu,
+                               float rs, int n)
+{
+#pragma omp simd
+    for (int c = 0; c < n; c++) {
+        aw[c] += dy[c] * ((x[c] - mu) * rs);
+        ab[c] += dy[c];
+    }
+}
+
+/* dx(C) = rs * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = dy * w, for
+ * one row. dx may alias dy. */
+SIMD_CLONES
+static void ln_input_grad_row(float *dx, const float *dy, const float *x, const float *w,
+                              float mu, float rs, int C)
+{
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+    for (int c = 0; c < C; c++) {
+        float dn = dy[c] * w[c];
+        s1 += dn;
+        s2 += dn * ((x[c] - mu) * rs);
+    }
+    s1 /= C;
+    s2 /= C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - mu) * rs;
+        dx[c] = rs * (dy[c] * w[c] - s1 - xhat * s2);
+    }
+}
+
 static int cpu_layernorm_backward(backend *be, float *din, float *dw, float *db,
                                   const float *dout, const float *in,
                                   const float *mean, const float *rstd,
                                   const float *w, int R, int C)
 {
+    enum { BLOCK = 64, ONE_PASS_MAX = 2048 };
+    int nt = nthreads(be, (size_t)R * C);
+    if (nt == 1 && C <= ONE_PASS_MAX) {
+        /* One pass by rows, the parameter sums in the same order as below
+         * (per channel from zero, rows in order, then added). */
+        float aw[ONE_PASS_MAX], ab[ONE_PASS_MAX];
+        memset(aw, 0, (size_t)C * sizeof *aw);
+        memset(ab, 0, (size_t)C * sizeof *ab);
+        for (int r = 0; r < R; r++) {
+            const float *x = in + (size_t)r * C, *dy = dout + (size_t)r * C;
+            ln_param_grads_row(aw, ab, dy, x, mean[r], rstd[r], C);
+            ln_input_grad_row(din + (size_t)r * C, dy, x, w, mean[r], rstd[r], C);
+        }
+        for (int c = 0; c < C; c++) {
+            dw[c] += aw[c];
+            db[c] += ab[c];
+        }
+        return SM_OK;
+    }
     /* Pass 1, by channel blocks: dw += Σ_r dout * xhat, db += Σ_r dout.
      * It reads dout before pass 2 may overwrite it (din aliasing dout). */
-    enum { BLOCK = 64 };
     int blocks = (C + BLOCK - 1) / BLOCK;
-    int nt = nthreads(be, (size_t)R * C);
     int nt1 = nt > blocks ? blocks : nt;
 #pragma omp parallel for num_threads(nt1) schedule(static)
     for (int blk = 0; blk < blocks; blk++) {
         int c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
         float aw[BLOCK] = {0}, ab[BLOCK] = {0};
-        for (int r = 0; r < R; r++) {
-            const float *x = in + (size_t)r * C, *dy = dout + (size_t)r * C;
-            float mu = mean[r], rs = rstd[r];
-            for (int c = c0; c < c1; c++) {
-                aw[c - c0] += dy[c] * ((x[c] - mu) * rs);
-                ab[c - c0] += dy[c];
-            }
-        }
+        for (int r = 0; r < R; r++)
+            ln_param_grads_row(aw, ab, dout + (size_t)r * C + c0, in + (size_t)r * C + c0,
+                               mean[r], rstd[r], c1 - c0);
         for (int c = c0; c < c1; c++) {
             dw[c] += aw[c - c0];
             db[c] += ab[c - c0];
         }
     }
-    /* Pass 2, by rows: din = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)). */
+    /* Pass 2, by rows. */
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int r = 0; r < R; r++) {
-        const float *x = in + (size_t)r * C, *dy = dout + (size_t)r * C;
-        float *dx = din + (size_t)r * C;
-        float mu = mean[r], rs = rstd[r];
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float dn = dy[c] * w[c];
-            s1 += dn;
-            s2 += dn * ((x[c] - mu) * rs);
-        }
-        s1 /= C;
-        s2 /= C;
-        for (int c = 0; c < C; c++) {
-            float xhat = (x[c] - mu) * rs;
-            dx[c] = rs * (dy[c] * w[c] - s1 - xhat * s2);
-        }
-    }
+    for (int r = 0; r < R; r++)
+        ln_input_grad_row(din + (size_t)r * C, dout + (size_t)r * C, in + (size_t)r * C, w,
+                          mean[r], rstd[r], C);
     return SM_OK;
 }
 
@@ -201,123 +233,9 @@ static int cpu_dropout(backend *be, float *out, const float *in, size_t n,
     float inv = 1.0f / (1.0f - p);
     int nt = nthreads(be, n);
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        out[i] = dropout_keep(key, i, thr) ? in[i] * inv : 0.0f;
-    return SM_OK;
-}
-
-/* In-place softmax of scale * x over the first n entries of a row; entries
- * [n, T) are set to 0 (masked keys). */
-static void softmax_row(float *x, int n, int T, float scale)
-{
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
-        float e = sm_expf((x[j] - mx) * scale);
-        x[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++) x[j] *= inv;
-    for (int j = n; j < T; j++) x[j] = 0.0f;
-}
-
-/* Writes the dropped len x len block of probabilities P (ld T) into Pd. */
-static void drop_block(float *Pd, const float *P, int len, int T,
-                       size_t base, uint64_t key, uint32_t thr, float inv)
-{
-    for (int i = 0; i < len; i++)
-        for (int j = 0; j < len; j++) {
-            size_t at = (size_t)i * T + j;
-            Pd[at] = dropout_keep(key, base + at, thr) ? P[at] * inv : 0.0f;
-        }
-}
-
-static int clamp_len(int len, int T)
-{
-    return len < 1 ? 1 : (len > T ? T : len);
-}
-
-static int cpu_attention_train(backend *be, float *out, float *att,
-                               float *att_drop, const float *qkv,
-                               const int *lengths, int B, int T, int H, int d,
-                               float scale, float p, unsigned long long key)
-{
-    int C = H * d, nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
-    uint32_t thr = dropout_threshold(p);
-    float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
-    for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H, len = clamp_len(lengths[b], T);
-        size_t base = (size_t)bh * T * T;
-        const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * d;
-        const float *k = q + C, *v = q + 2 * C;
-        float *P = att + base, *o = out + (size_t)b * T * C + (size_t)h * d;
-        /* S(len,len) = q kᵀ; P = softmax(scale S) row by row */
-        blas_sgemm(0, 1, len, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, P, T);
-        for (int t = 0; t < len; t++) softmax_row(P + (size_t)t * T, len, T, scale);
-        const float *Pv = P;
-        if (p > 0.0f) {
-            drop_block(att_drop + base, P, len, T, base, key, thr, inv);
-            Pv = att_drop + base;
-        }
-        /* o(len,d) = P v */
-        blas_sgemm(0, 0, len, d, len, 1.0f, Pv, T, v, 3 * C, 0.0f, o, C);
-        for (int t = len; t < T; t++) memset(o + (size_t)t * C, 0, (size_t)d * sizeof *o);
-    }
-    return SM_OK;
-}
-
-static int cpu_attention_backward(backend *be, float *dqkv, float *datt,
-                                  float *att_drop, const float *dout,
-                                  const float *att, const float *qkv,
-                                  const int *lengths, int B, int T, int H,
-                                  int d, float scale, float p,
-                                  unsigned long long key)
-{
-    int C = H * d, nt = backend_cpu_threads_for(be, 4.0 * B * H * T * T * d);
-    uint32_t thr = dropout_threshold(p);
-    float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
-    for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H, len = clamp_len(lengths[b], T);
-        size_t base = (size_t)bh * T * T, row0 = (size_t)b * T;
-        const float *q = qkv + row0 * 3 * C + (size_t)h * d;
-        const float *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + row0 * 3 * C + (size_t)h * d;
-        float *dk = dq + C, *dv = dq + 2 * C;
-        const float *dO = dout + row0 * C + (size_t)h * d;
-        const float *P = att + base, *Pv = P;
-        float *dP = datt + base;
-        if (p > 0.0f) {
-            drop_block(att_drop + base, P, len, T, base, key, thr, inv);
-            Pv = att_drop + base;
-        }
-        /* dv(len,d) = Pvᵀ dO; dPv(len,len) = dO vᵀ */
-        blas_sgemm(1, 0, len, d, len, 1.0f, Pv, T, dO, C, 0.0f, dv, 3 * C);
-        blas_sgemm(0, 1, len, len, d, 1.0f, dO, C, v, 3 * C, 0.0f, dP, T);
-        /* through the dropout, then the softmax: dS = scale P (dP - Σ P dP) */
-        for (int i = 0; i < len; i++) {
-            float *dr = dP + (size_t)i * T;
-            const float *pr = P + (size_t)i * T;
-            if (p > 0.0f) {
-                for (int j = 0; j < len; j++)
-                    dr[j] = dropout_keep(key, base + (size_t)i * T + j, thr) ? dr[j] * inv : 0.0f;
-            }
-            float s = 0.0f;
-            for (int j = 0; j < len; j++) s += pr[j] * dr[j];
-            for (int j = 0; j < len; j++) dr[j] = scale * pr[j] * (dr[j] - s);
-        }
-        /* dq = dS k; dk = dSᵀ q */
-        blas_sgemm(0, 0, len, d, len, 1.0f, dP, T, k, 3 * C, 0.0f, dq, 3 * C);
-        blas_sgemm(1, 0, len, d, len, 1.0f, dP, T, q, 3 * C, 0.0f, dk, 3 * C);
-        for (int t = len; t < T; t++) {
-            float *row = dq + (size_t)t * 3 * C;
-            memset(row, 0, (size_t)d * sizeof *row);
-            memset(row + C, 0, (size_t)d * sizeof *row);
-            memset(row + 2 * C, 0, (size_t)d * sizeof *row);
-        }
+    for (int t = 0; t < nt; t++) {
+        size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+        cpu_dropout_span(out + lo, in + lo, hi - lo, key, lo, thr, inv);
     }
     return SM_OK;
 }
@@ -439,8 +357,7 @@ void backend_cpu_init_train_ops(backend *be)
     be->gelu_backward = cpu_gelu_backward;
     be->tanh_backward = cpu_tanh_backward;
     be->dropout = cpu_dropout;
-    be->attention_train = cpu_attention_train;
-    be->attention_backward = cpu_attention_backward;
+    backend_cpu_init_attn_train_ops(be);
     be->embed_backward = cpu_embed_backward;
     be->scatter_cls = cpu_scatter_cls;
     be->cross_entropy = cpu_cross_entropy;

@@ -320,7 +320,7 @@ int bert_mlm_ws_create(backend *be, const bert_config *cfg, int max_batch, int m
     bert_mlm_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return sm_error(err, SM_ERR_NOMEM, "out of memory creating an MLM workspace");
     ws->be = be;
-    int rc = bert_train_ws_create(be, cfg, max_batch, max_seq, &ws->enc, err);
+    int rc = bert_train_ws_create_encoder(be, cfg, max_batch, max_seq, &ws->enc, err);
     if (rc) {
         free(ws);
         return rc;

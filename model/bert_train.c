@@ -8,6 +8,7 @@
  * and one int arena, carved once at creation.
  */
 #include "bert_train.h"
+#include "bert_train_ws.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,58 +26,6 @@
 #define SITE_HID2(l) (3u + 3u * (unsigned)(l))
 #define SITE_CLS 4095u
 
-/* What one layer saves for its backward pass. */
-typedef struct layer_acts {
-    float *x_in;          /* (N,C) layer input */
-    float *qkv;           /* (N,3C) */
-    float *att;           /* (B,H,T,T) attention probabilities, before dropout */
-    float *merged;        /* (N,C) attention output, input of attention.output.dense */
-    float *r1;            /* (N,C) dropout(dense) + x_in: input of LN1 */
-    float *mean1, *rstd1; /* (N) */
-    float *x1;            /* (N,C) LN1 output: FFN input */
-    float *h;             /* (N,F) intermediate before GELU */
-    float *g;             /* (N,F) GELU(h): input of output.dense */
-    float *r2;            /* (N,C) dropout(output.dense) + x1: input of LN2 */
-    float *mean2, *rstd2; /* (N) */
-} layer_acts;
-
-struct bert_train_ws {
-    backend *be;
-    int max_batch, max_seq, L, C, F, H, K;
-    float *arena;         /* every float buffer below */
-    size_t arena_floats;
-    int *iarena;          /* ids, lengths, labels */
-    /* saved activations */
-    float *r0;            /* (N,C) word + position + type [+ task] */
-    float *mean0, *rstd0; /* (N) embedding LayerNorm statistics */
-    layer_acts *layers;   /* L entries; layer l's output is layer l+1's x_in */
-    float *x_out;         /* (N,C) last layer output */
-    float *cls;           /* (B,C) [CLS] rows */
-    float *pooled;        /* (B,C) tanh(dense(cls)) */
-    float *pooled_drop;   /* (B,C) classifier input */
-    float *logits;        /* (B,K) */
-    float *probs;         /* (B,K) */
-    float *losses;        /* (B) */
-    /* scratch */
-    float *att_drop;      /* (B,H,T,T) dropped probabilities */
-    float *datt;          /* (B,H,T,T) */
-    float *dx;            /* (N,C) gradient of the residual stream */
-    float *dtmp;          /* (N,C) a gradient through a dropout */
-    float *dmerged;       /* (N,C) */
-    float *dqkv;          /* (N,3C) */
-    float *dffn;          /* (N,F) */
-    float *dcls;          /* (B,C) */
-    float *dpooled;       /* (B,C) */
-    float *dlogits;       /* (B,K) */
-    int *ids;             /* (N) */
-    int *lengths;         /* (B) */
-    int *labels;          /* (B) */
-    float *host_losses;   /* (B) host copy of losses */
-    /* the last forward */
-    int B, T, ready;
-    bert_dropout drop;
-};
-
 void bert_dropout_from_config(const bert_config *cfg, float override,
                               uint64_t seed, bert_dropout *d)
 {
@@ -92,6 +41,7 @@ void bert_dropout_from_config(const bert_config *cfg, float override,
 void bert_train_ws_free(bert_train_ws *ws)
 {
     if (!ws) return;
+    bert_train_lanes_free(ws);
     ws_arena_free(ws->be, ws->arena, ws->iarena);
     free(ws->layers);
     free(ws->host_losses);
@@ -100,8 +50,11 @@ void bert_train_ws_free(bert_train_ws *ws)
 
 size_t bert_train_ws_bytes(const bert_train_ws *ws)
 {
-    return ws->arena_floats * sizeof(float) +
-           ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) * sizeof(int);
+    size_t own = ws->arena ? ws->arena_floats * sizeof(float) +
+                                 ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) *
+                                     sizeof(int)
+                           : 0;
+    return own + bert_train_lanes_bytes(ws);
 }
 
 /* Every float buffer of the workspace, in arena order. */
@@ -148,8 +101,8 @@ static void plan_buffers(void *ctx, ws_carver *c)
     ws->dlogits = ws_carve(c, B * K);
 }
 
-int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
-                         int max_seq, bert_train_ws **out, char *err)
+static int ws_create(backend *be, const bert_config *cfg, int max_batch, int max_seq,
+                     int allow_lanes, bert_train_ws **out, char *err)
 {
     *out = NULL;
     if (max_batch < 1 || max_seq < 2 || max_batch > (1 << 16) || max_seq > 8192)
@@ -172,27 +125,60 @@ int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
     ws->host_losses = malloc((size_t)max_batch * sizeof *ws->host_losses);
     if (!ws->layers || !ws->host_losses) goto nomem;
 
-    size_t N = (size_t)max_batch * max_seq, B = max_batch;
+    /* With lanes, the activations live in the lanes; the workspace's own
+     * arena is made only if bert_train_encode needs it. */
+    int rc = allow_lanes ? bert_train_lanes_create(ws, cfg, err) : SM_OK;
+    if (!rc && !ws->n_lanes) rc = bert_train_ws_arena(ws, err);
+    if (rc) {
+        bert_train_ws_free(ws);
+        return rc;
+    }
+    *out = ws;
+    return SM_OK;
+nomem:
+    bert_train_ws_free(ws);
+    return sm_error(err, SM_ERR_NOMEM, "out of memory creating a training workspace");
+}
+
+int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
+                         int max_seq, bert_train_ws **out, char *err)
+{
+    return ws_create(be, cfg, max_batch, max_seq, 1, out, err);
+}
+
+int bert_train_ws_create_encoder(backend *be, const bert_config *cfg, int max_batch,
+                                 int max_seq, bert_train_ws **out, char *err)
+{
+    return ws_create(be, cfg, max_batch, max_seq, 0, out, err);
+}
+
+int bert_train_ws_arena(bert_train_ws *ws, char *err)
+{
+    if (ws->arena) return SM_OK;
+    backend *be = ws->be;
+    size_t N = (size_t)ws->max_batch * ws->max_seq, B = ws->max_batch;
     if (ws_arena_alloc(be, plan_buffers, ws, N + 2 * B, &ws->arena, &ws->arena_floats,
-                       &ws->iarena))
-        goto nomem;
+                       &ws->iarena)) {
+        size_t mib = ws->arena_floats * sizeof(float) >> 20;
+        ws_arena_free(be, ws->arena, ws->iarena);
+        ws->arena = NULL;
+        ws->iarena = NULL;
+        return sm_error(err, SM_ERR_NOMEM,
+                        "out of memory: a %s training workspace for batch %d x %d tokens needs "
+                        "about %zu MiB; lower batch_size or max_length",
+                        be->name, ws->max_batch, ws->max_seq, mib);
+    }
     ws->ids = ws->iarena;
     ws->lengths = ws->iarena + N;
     ws->labels = ws->iarena + N + B;
-    *out = ws;
     return SM_OK;
-nomem:;
-    size_t mib = ws->arena_floats * sizeof(float) >> 20;
-    bert_train_ws_free(ws);
-    return sm_error(err, SM_ERR_NOMEM,
-                    "out of memory: a %s training workspace for batch %d x %d tokens needs "
-                    "about %zu MiB; lower batch_size or max_length",
-                    be->name, max_batch, max_seq, mib);
 }
 
-static uint64_t key_of(const bert_dropout *d, unsigned site)
+static uint64_t key_of(const bert_train_ws *ws, unsigned site, size_t per_row)
 {
-    return dropout_key(d->seed, d->step, site);
+    const bert_dropout *d = &ws->drop;
+    return dropout_key(d->seed, d->step, site) +
+           (uint64_t)ws->row0 * per_row * 0xD1B54A32D192ED03ull;
 }
 
 /* ---- one encoder layer ---------------------------------------------------
@@ -213,10 +199,10 @@ static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
     TRY(be->linear(be, a->qkv, a->x_in, lp->qkv_w, lp->qkv_b, N, C, 3 * C));
     /* merged(N,C) = per head dropout(softmax(q kᵀ / sqrt(d))) v */
     TRY(be->attention_train(be, a->merged, a->att, ws->att_drop, a->qkv, ws->lengths, B,
-                            T, H, d, scale, dr->attention, key_of(dr, SITE_ATTN(l))));
+                            T, H, d, scale, dr->attention, key_of(ws, SITE_ATTN(l), (size_t)H * T * T)));
     /* r1(N,C) = dropout(merged · Woᵀ + bo) + x_in; x1 = LN1(r1) */
     TRY(be->linear(be, a->r1, a->merged, lp->attn_out_w, lp->attn_out_b, N, C, C));
-    TRY(be->dropout(be, a->r1, a->r1, NC, dr->hidden, key_of(dr, SITE_HID1(l))));
+    TRY(be->dropout(be, a->r1, a->r1, NC, dr->hidden, key_of(ws, SITE_HID1(l), (size_t)T * C)));
     TRY(be->add(be, a->r1, a->r1, a->x_in, NC));
     TRY(be->layernorm(be, a->x1, a->mean1, a->rstd1, a->r1, lp->ln1_w, lp->ln1_b, N, C,
                       cfg->layer_norm_eps));
@@ -225,7 +211,7 @@ static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
     TRY(be->gelu(be, a->g, a->h, (size_t)N * F));
     /* r2(N,C) = dropout(g · W2ᵀ + b2) + x1; x_out = LN2(r2) */
     TRY(be->linear(be, a->r2, a->g, lp->ffn_out_w, lp->ffn_out_b, N, F, C));
-    TRY(be->dropout(be, a->r2, a->r2, NC, dr->hidden, key_of(dr, SITE_HID2(l))));
+    TRY(be->dropout(be, a->r2, a->r2, NC, dr->hidden, key_of(ws, SITE_HID2(l), (size_t)T * C)));
     TRY(be->add(be, a->r2, a->r2, a->x1, NC));
     TRY(be->layernorm(be, x_out, a->mean2, a->rstd2, a->r2, lp->ln2_w, lp->ln2_b, N, C,
                       cfg->layer_norm_eps));
@@ -250,7 +236,7 @@ static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
     /* r2 = dropout(g · W2ᵀ + b2) + x1 */
     float *dp = dx;
     if (dr->hidden > 0) {
-        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(dr, SITE_HID2(l))));
+        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(ws, SITE_HID2(l), (size_t)T * C)));
         dp = ws->dtmp;
     }
     TRY(be->linear_backward(be, ws->dffn, lg->ffn_out_w, lg->ffn_out_b, dp, a->g,
@@ -265,7 +251,7 @@ static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
     /* r1 = dropout(merged · Woᵀ + bo) + x_in */
     dp = dx;
     if (dr->hidden > 0) {
-        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(dr, SITE_HID1(l))));
+        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(ws, SITE_HID1(l), (size_t)T * C)));
         dp = ws->dtmp;
     }
     TRY(be->linear_backward(be, ws->dmerged, lg->attn_out_w, lg->attn_out_b, dp, a->merged,
@@ -273,7 +259,7 @@ static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
     /* merged = attention(qkv) */
     TRY(be->attention_backward(be, ws->dqkv, ws->datt, ws->att_drop, ws->dmerged, a->att,
                                a->qkv, ws->lengths, B, T, H, d, scale, dr->attention,
-                               key_of(dr, SITE_ATTN(l))));
+                               key_of(ws, SITE_ATTN(l), (size_t)H * T * T)));
     /* qkv = x_in · Wqkvᵀ + bqkv: dx += dqkv · Wqkv */
     TRY(be->linear_backward(be, dx, lg->qkv_w, lg->qkv_b, ws->dqkv, a->x_in, lp->qkv_w, N,
                             C, 3 * C, 1));
@@ -328,7 +314,7 @@ static int encoder_forward(const bert_config *cfg, const bert_params *p, bert_tr
                   p->task_emb, B, T, C, cfg->position_offset));
     TRY(be->layernorm(be, x0, ws->mean0, ws->rstd0, ws->r0, p->emb_ln_w, p->emb_ln_b, N, C,
                       cfg->layer_norm_eps));
-    TRY(be->dropout(be, x0, x0, (size_t)N * C, dr->hidden, key_of(dr, SITE_EMB)));
+    TRY(be->dropout(be, x0, x0, (size_t)N * C, dr->hidden, key_of(ws, SITE_EMB, (size_t)T * C)));
     for (int l = 0; l < L; l++) {
         float *out = l + 1 < L ? ws->layers[l + 1].x_in : ws->x_out;
         int rc = layer_forward(cfg, &p->layers[l], ws, &ws->layers[l], out, l, err);
@@ -355,6 +341,9 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
         if (labels[b] < 0 || labels[b] >= K)
             return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
                             labels[b], b, K);
+    if (ws->n_lanes)
+        return bert_train_lanes_forward(cfg, p, ws, ids, lengths, labels, B, T, drop, loss_sum,
+                                        logits, err);
     if ((rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err))) return rc;
     const bert_dropout *dr = &ws->drop;
     TRY(be->upload(be, ws->labels, labels, (size_t)B * sizeof(int)));
@@ -365,7 +354,7 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
     TRY(be->tanh(be, ws->pooled, ws->pooled, (size_t)B * C));
     /* logits(B,K) = dropout(pooled) · Wcᵀ + bc; losses(B) = cross-entropy */
     TRY(be->dropout(be, ws->pooled_drop, ws->pooled, (size_t)B * C, dr->classifier,
-                    key_of(dr, SITE_CLS)));
+                    key_of(ws, SITE_CLS, (size_t)C)));
     TRY(be->linear(be, ws->logits, ws->pooled_drop, p->cls_w, p->cls_b, B, C, K));
     TRY(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
     TRY(be->download(be, ws->host_losses, ws->losses, (size_t)B * sizeof(float)));
@@ -385,6 +374,7 @@ int bert_train_encode(const bert_config *cfg, const bert_params *p, bert_train_w
 {
     ws->ready = 0;
     int rc = check_inputs(cfg, ws, ids, lengths, B, T, err);
+    if (!rc) rc = bert_train_ws_arena(ws, err);
     if (!rc) rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err);
     if (rc) return rc;
     *x_out = ws->x_out;
@@ -397,31 +387,39 @@ float *bert_train_grad_out(bert_train_ws *ws)
     return ws->dx;
 }
 
-/* Layers and embeddings backward: ws->dx(N,C) holds dL/dx_out on entry. */
+/* Layers and the embedding LayerNorm backward: ws->dx(N,C) holds
+ * dL/dx_out on entry and dL/d(word + position + type) on return. */
 static int encoder_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
                             bert_train_ws *ws, char *err)
 {
     backend *be = ws->be;
-    int B = ws->B, T = ws->T, C = ws->C, N = B * T, L = ws->L;
+    int T = ws->T, C = ws->C, N = ws->B * T, L = ws->L;
     const bert_dropout *dr = &ws->drop;
     for (int l = L - 1; l >= 0; l--) {
         int rc = layer_backward(cfg, &p->layers[l], &g->layers[l], ws, &ws->layers[l], l, err);
         if (rc) return rc;
     }
     /* x_in[0] = dropout(LN(r0)); r0 = embeddings */
-    TRY(be->dropout(be, ws->dx, ws->dx, (size_t)N * C, dr->hidden, key_of(dr, SITE_EMB)));
+    TRY(be->dropout(be, ws->dx, ws->dx, (size_t)N * C, dr->hidden, key_of(ws, SITE_EMB, (size_t)T * C)));
     TRY(be->layernorm_backward(be, ws->dx, g->emb_ln_w, g->emb_ln_b, ws->dx, ws->r0,
                                ws->mean0, ws->rstd0, p->emb_ln_w, N, C));
-    TRY(be->embed_backward(be, g->word_emb, g->pos_emb, g->type_emb,
-                           p->task_emb ? g->task_emb : NULL, ws->dx, ws->ids, NULL, B, T, C,
-                           cfg->position_offset));
-    TRY(be->synchronize(be));
     return SM_OK;
 }
 
-int bert_train_backward(const bert_config *cfg, const bert_params *p,
-                        const bert_params *g, bert_train_ws *ws,
-                        float loss_scale, char *err)
+int bert_train_scatter_embeddings(backend *be, const bert_config *cfg, const bert_params *p,
+                                  const bert_params *g, bert_train_ws *ws, char *err)
+{
+    TRY(be->embed_backward(be, g->word_emb, g->pos_emb, g->type_emb,
+                           p->task_emb ? g->task_emb : NULL, ws->dx, ws->ids, NULL, ws->B,
+                           ws->T, ws->C, cfg->position_offset));
+    return SM_OK;
+}
+
+/* The classifier head's backward, then the encoder's down to the embedding
+ * LayerNorm. */
+static int head_and_encoder_backward(const bert_config *cfg, const bert_params *p,
+                                     const bert_params *g, bert_train_ws *ws, float loss_scale,
+                                     char *err)
 {
     backend *be = ws->be;
     int B = ws->B, T = ws->T, C = ws->C, K = ws->K;
@@ -436,7 +434,7 @@ int bert_train_backward(const bert_config *cfg, const bert_params *p,
     TRY(be->linear_backward(be, ws->dpooled, g->cls_w, g->cls_b, ws->dlogits,
                             ws->pooled_drop, p->cls_w, B, C, K, 0));
     TRY(be->dropout(be, ws->dpooled, ws->dpooled, (size_t)B * C, dr->classifier,
-                    key_of(dr, SITE_CLS)));
+                    key_of(ws, SITE_CLS, (size_t)C)));
     /* pooled = tanh(cls · Wpᵀ + bp) */
     TRY(be->tanh_backward(be, ws->dpooled, ws->dpooled, ws->pooled, (size_t)B * C));
     TRY(be->linear_backward(be, ws->dcls, g->pool_w, g->pool_b, ws->dpooled, ws->cls,
@@ -446,11 +444,34 @@ int bert_train_backward(const bert_config *cfg, const bert_params *p,
     return encoder_backward(cfg, p, g, ws, err);
 }
 
+int bert_train_backward_lane(const bert_config *cfg, const bert_params *p,
+                             const bert_params *g, bert_train_ws *ws, float loss_scale,
+                             char *err)
+{
+    return head_and_encoder_backward(cfg, p, g, ws, loss_scale, err);
+}
+
+int bert_train_backward(const bert_config *cfg, const bert_params *p,
+                        const bert_params *g, bert_train_ws *ws,
+                        float loss_scale, char *err)
+{
+    if (ws->n_lanes) return bert_train_lanes_backward(cfg, p, g, ws, loss_scale, err);
+    backend *be = ws->be;
+    int rc = head_and_encoder_backward(cfg, p, g, ws, loss_scale, err);
+    if (!rc) rc = bert_train_scatter_embeddings(be, cfg, p, g, ws, err);
+    if (!rc) TRY(be->synchronize(be));
+    return rc;
+}
+
 int bert_train_encode_backward(const bert_config *cfg, const bert_params *p,
                                const bert_params *g, bert_train_ws *ws, char *err)
 {
     if (ws->ready != 2)
         return sm_error(err, SM_ERR_INVALID, "training: encoder backward without bert_train_encode");
     ws->ready = 0;
-    return encoder_backward(cfg, p, g, ws, err);
+    int rc = encoder_backward(cfg, p, g, ws, err);
+    if (!rc) rc = bert_train_scatter_embeddings(ws->be, cfg, p, g, ws, err);
+    backend *be = ws->be;
+    if (!rc) TRY(be->synchronize(be));
+    return rc;
 }

@@ -38,6 +38,15 @@ typedef struct bert_train_ws bert_train_ws;
 
 int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
                          int max_seq, bert_train_ws **out, char *err);
+/* On a CPU backend with several threads, the workspace splits each batch
+ * into one part per thread ("lanes"), each run start to finish on its own
+ * single-threaded backend with its own activations, their parameter
+ * gradients summed in lane order: no thread waits on another inside a pass,
+ * and a run is still bit-for-bit repeatable for a given thread count. The
+ * dropout masks are the whole batch's whatever the split. */
+/* The same without lanes, for the encoder alone (bert_train_encode). */
+int bert_train_ws_create_encoder(backend *be, const bert_config *cfg, int max_batch,
+                                 int max_seq, bert_train_ws **out, char *err);
 void bert_train_ws_free(bert_train_ws *ws);
 /* Bytes the workspace holds on its backend. */
 size_t bert_train_ws_bytes(const bert_train_ws *ws);

@@ -3,7 +3,8 @@
  *
  * The parameter table is reduced at creation to runs of adjacent tensors
  * that share a weight-decay setting, so a step is a handful of backend calls
- * over contiguous ranges. Owns the m and v arenas and a one-float scratch.
+ * over contiguous ranges (on the CPU one fused pass, optimizer_cpu.c). Owns
+ * the m and v arenas and a one-float scratch.
  */
 #include "optimizer.h"
 
@@ -13,11 +14,9 @@
 
 #include "bert.h"
 #include "errors.h"
+#include "optimizer_cpu.h"
 
-typedef struct decay_run {
-    size_t offset, n;
-    int decay;
-} decay_run;
+typedef adamw_cpu_run decay_run;
 
 struct adamw {
     backend *be;
@@ -152,12 +151,19 @@ int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
         return sm_error(err, SM_ERR_INVALID,
                         "the gradient norm is not finite (%g): training diverged; "
                         "try a lower learning rate", (double)norm);
+    float coef = 1.0f;
     if (h->grad_clip > 0) {
-        float coef = h->grad_clip / (norm + 1e-6f);
-        if (coef < 1.0f && (rc = be->scale(be, grads, o->n, coef)))
-            return sm_error(err, rc, "%s backend: gradient clipping failed", be->name);
+        float c = h->grad_clip / (norm + 1e-6f);
+        if (c < 1.0f) coef = c;
     }
     o->t++;
+    if (!strcmp(be->name, "cpu")) {
+        adamw_cpu_fused(backend_cpu_threads(be), params, grads, o->m, o->v, o->runs, o->n_runs,
+                        o->n, coef, lr, h->beta1, h->beta2, h->eps, h->weight_decay, o->t);
+        return SM_OK;
+    }
+    if (coef < 1.0f && (rc = be->scale(be, grads, o->n, coef)))
+        return sm_error(err, rc, "%s backend: gradient clipping failed", be->name);
     for (int i = 0; i < o->n_runs; i++) {
         const decay_run *r = &o->runs[i];
         rc = be->adamw(be, params + r->offset, grads + r->offset, o->m + r->offset,

@@ -1,0 +1,181 @@
+/* bert_train_lanes.c: a training step's batch split across CPU threads.
+ *
+ * With T threads, rows [B*i/T, B*(i+1)/T) of a batch go to lane i, which
+ * runs the whole forward and backward on a single-threaded CPU backend with
+ * its own activations: one fork and one join per pass instead of one per
+ * op. Each lane's dropout keys are moved on by its first row (key_of in
+ * bert_train.c), so the masks are the whole batch's. Parameter gradients:
+ * lane 0 adds into the caller's arena, lane i > 0 into its own, which is
+ * then added to the caller's in lane order and cleared (from
+ * embeddings.LayerNorm.weight to the end of the table); the embedding
+ * tables' rows are scattered from every lane's gradient, lane by lane, by
+ * the caller's backend, in the token order a single lane would use. The
+ * same thread count therefore gives the same bits on every run.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bert_train_ws.h"
+#include "cpu_train_kernels.h"
+#include "errors.h"
+
+static int lane_count(const bert_train_ws *ws, const bert_config *cfg)
+{
+    if (strcmp(ws->be->name, "cpu") || cfg->num_labels < 1) return 0;
+    int n = backend_cpu_threads(ws->be);
+    if (n > ws->max_batch) n = ws->max_batch;
+    return n > 1 ? n : 0;
+}
+
+int bert_train_lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err)
+{
+    int n = lane_count(ws, cfg);
+    if (!n) return SM_OK;
+    bert_param_spec *specs = NULL;
+    int n_specs, rc = bert_param_table(cfg, 1, &specs, &n_specs, &ws->grad_floats, err);
+    if (rc) return rc;
+    for (int i = 0; i < n_specs; i++)
+        if (!strcmp(specs[i].name, "embeddings.LayerNorm.weight")) ws->reduce_from = specs[i].offset;
+    free(specs);
+    ws->lane_be = calloc((size_t)n, sizeof *ws->lane_be);
+    ws->lane_ws = calloc((size_t)n, sizeof *ws->lane_ws);
+    ws->lane_grad = calloc((size_t)n, sizeof *ws->lane_grad);
+    ws->lane_g = calloc((size_t)n, sizeof *ws->lane_g);
+    if (!ws->lane_be || !ws->lane_ws || !ws->lane_grad || !ws->lane_g)
+        return sm_error(err, SM_ERR_NOMEM, "out of memory creating %d training lanes", n);
+    ws->n_lanes = n;
+    int rows = (ws->max_batch + n - 1) / n;
+    for (int i = 0; i < n; i++) {
+        if ((rc = backend_cpu_create(1, &ws->lane_be[i], err)) ||
+            (rc = bert_train_ws_create(ws->lane_be[i], cfg, rows, ws->max_seq, &ws->lane_ws[i],
+                                       err)))
+            return rc;
+        if (i == 0) continue;
+        /* Zeroed pages: the embedding tables' part is never touched. */
+        ws->lane_grad[i] = calloc(ws->grad_floats, sizeof(float));
+        if (!ws->lane_grad[i])
+            return sm_error(err, SM_ERR_NOMEM, "out of memory for the gradients of %d lanes", n);
+        if ((rc = bert_params_bind(cfg, 1, ws->lane_grad[i], &ws->lane_g[i], err))) return rc;
+    }
+    return SM_OK;
+}
+
+void bert_train_lanes_free(bert_train_ws *ws)
+{
+    for (int i = 0; i < ws->n_lanes; i++) {
+        if (ws->lane_ws) bert_train_ws_free(ws->lane_ws[i]);
+        if (ws->lane_be && ws->lane_be[i]) ws->lane_be[i]->destroy(ws->lane_be[i]);
+        if (ws->lane_g) bert_params_release(&ws->lane_g[i]);
+        if (ws->lane_grad) free(ws->lane_grad[i]);
+    }
+    free(ws->lane_be);
+    free(ws->lane_ws);
+    free(ws->lane_grad);
+    free(ws->lane_g);
+    ws->lane_be = NULL;
+    ws->lane_ws = NULL;
+    ws->lane_grad = NULL;
+    ws->lane_g = NULL;
+    ws->n_lanes = 0;
+}
+
+size_t bert_train_lanes_bytes(const bert_train_ws *ws)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < ws->n_lanes; i++) {
+        if (ws->lane_ws && ws->lane_ws[i]) bytes += bert_train_ws_bytes(ws->lane_ws[i]);
+        if (i) bytes += (ws->grad_floats - ws->reduce_from) * sizeof(float);
+    }
+    return bytes;
+}
+
+/* The first error of lanes [0, n), its message copied to err. */
+static int first_error(const int *rc, char (*lane_err)[SM_ERR_MAX], int n, char *err)
+{
+    for (int i = 0; i < n; i++)
+        if (rc[i]) {
+            if (err) memcpy(err, lane_err[i], SM_ERR_MAX);
+            return rc[i];
+        }
+    return SM_OK;
+}
+
+int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                             const int *ids, const int *lengths, const int *labels, int B,
+                             int T, const bert_dropout *drop, double *loss_sum, float *logits,
+                             char *err)
+{
+    int n = ws->n_lanes < B ? ws->n_lanes : B, K = ws->K;
+    int rc[n];
+    char lane_err[n][SM_ERR_MAX];
+    ws->ready = 0;
+#pragma omp parallel for num_threads(n) schedule(static)
+    for (int i = 0; i < n; i++) {
+        int r0 = B * i / n, r1 = B * (i + 1) / n;
+        bert_train_ws *lw = ws->lane_ws[i];
+        double lane_loss;
+        lane_err[i][0] = 0;
+        lw->row0 = r0;
+        rc[i] = bert_train_forward(cfg, p, lw, ids + (size_t)r0 * T, lengths + r0, labels + r0,
+                                   r1 - r0, T, drop, &lane_loss, logits ? logits + (size_t)r0 * K : NULL,
+                                   lane_err[i]);
+    }
+    int first = first_error(rc, lane_err, n, err);
+    if (first) return first;
+    /* The loss summed over the rows in order, as one lane would. */
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        const bert_train_ws *lw = ws->lane_ws[i];
+        for (int b = 0; b < lw->B; b++) sum += lw->host_losses[b];
+    }
+    *loss_sum = sum;
+    ws->lanes_used = n;
+    ws->B = B;
+    ws->T = T;
+    ws->ready = 1;
+    return SM_OK;
+}
+
+/* g[reduce_from, grad_floats) += each lane's, in lane order; the lanes'
+ * cleared. Split by fixed element ranges: the order of every element's sum
+ * does not depend on the threads. */
+static void reduce_lanes(bert_train_ws *ws, const bert_params *g, int n)
+{
+    size_t len = ws->grad_floats - ws->reduce_from;
+    float *dst = g->emb_ln_w;
+    int nt = backend_cpu_threads(ws->be);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        size_t lo = len * t / nt, hi = len * (t + 1) / nt;
+        float *src[n > 1 ? n - 1 : 1];
+        for (int i = 1; i < n; i++) src[i - 1] = ws->lane_g[i].emb_ln_w + lo;
+        cpu_reduce_clear_span(dst + lo, src, n - 1, hi - lo);
+    }
+}
+
+int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
+                              const bert_params *g, bert_train_ws *ws, float loss_scale,
+                              char *err)
+{
+    if (ws->ready != 1)
+        return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
+    ws->ready = 0;
+    int n = ws->lanes_used;
+    int rc[n];
+    char lane_err[n][SM_ERR_MAX];
+#pragma omp parallel for num_threads(n) schedule(static)
+    for (int i = 0; i < n; i++) {
+        lane_err[i][0] = 0;
+        rc[i] = bert_train_backward_lane(cfg, p, i ? &ws->lane_g[i] : g, ws->lane_ws[i],
+                                         loss_scale, lane_err[i]);
+    }
+    int first = first_error(rc, lane_err, n, err);
+    if (first) return first;
+    for (int i = 0; i < n; i++) {
+        int r = bert_train_scatter_embeddings(ws->be, cfg, p, g, ws->lane_ws[i], err);
+        if (r) return r;
+    }
+    if (n > 1) reduce_lanes(ws, g, n);
+    return SM_OK;
+}

@@ -1,0 +1,102 @@
+/* bert_train_ws.h: the training workspace's layout, shared by bert_train.c
+ * (the passes) and bert_train_lanes.c (splitting a batch across CPU
+ * threads). Internal to model/.
+ */
+#ifndef SM_BERT_TRAIN_WS_H
+#define SM_BERT_TRAIN_WS_H
+
+#include <stddef.h>
+
+#include "bert_train.h"
+
+/* What one layer saves for its backward pass. */
+typedef struct layer_acts {
+    float *x_in;          /* (N,C) layer input */
+    float *qkv;           /* (N,3C) */
+    float *att;           /* (B,H,T,T) attention probabilities, before dropout */
+    float *merged;        /* (N,C) attention output, input of attention.output.dense */
+    float *r1;            /* (N,C) dropout(dense) + x_in: input of LN1 */
+    float *mean1, *rstd1; /* (N) */
+    float *x1;            /* (N,C) LN1 output: FFN input */
+    float *h;             /* (N,F) intermediate before GELU */
+    float *g;             /* (N,F) GELU(h): input of output.dense */
+    float *r2;            /* (N,C) dropout(output.dense) + x1: input of LN2 */
+    float *mean2, *rstd2; /* (N) */
+} layer_acts;
+
+struct bert_train_ws {
+    backend *be;
+    int max_batch, max_seq, L, C, F, H, K;
+    float *arena;         /* every float buffer below */
+    size_t arena_floats;
+    int *iarena;          /* ids, lengths, labels */
+    /* saved activations */
+    float *r0;            /* (N,C) word + position + type [+ task] */
+    float *mean0, *rstd0; /* (N) embedding LayerNorm statistics */
+    layer_acts *layers;   /* L entries; layer l's output is layer l+1's x_in */
+    float *x_out;         /* (N,C) last layer output */
+    float *cls;           /* (B,C) [CLS] rows */
+    float *pooled;        /* (B,C) tanh(dense(cls)) */
+    float *pooled_drop;   /* (B,C) classifier input */
+    float *logits;        /* (B,K) */
+    float *probs;         /* (B,K) */
+    float *losses;        /* (B) */
+    /* scratch */
+    float *att_drop;      /* (B,H,T,T) dropped probabilities */
+    float *datt;          /* (B,H,T,T) */
+    float *dx;            /* (N,C) gradient of the residual stream */
+    float *dtmp;          /* (N,C) a gradient through a dropout */
+    float *dmerged;       /* (N,C) */
+    float *dqkv;          /* (N,3C) */
+    float *dffn;          /* (N,F) */
+    float *dcls;          /* (B,C) */
+    float *dpooled;       /* (B,C) */
+    float *dlogits;       /* (B,K) */
+    int *ids;             /* (N) */
+    int *lengths;         /* (B) */
+    int *labels;          /* (B) */
+    float *host_losses;   /* (B) host copy of losses */
+    /* the last forward */
+    int B, T, ready;
+    bert_dropout drop;
+    /* in a lane: the first row of its part of the caller's batch, which
+     * offsets its dropout masks so that they are the whole batch's */
+    int row0;
+    /* lanes (bert_train_lanes.c); n_lanes 0: none, the ops run on be */
+    int n_lanes, lanes_used;
+    backend **lane_be;          /* (n_lanes) single-threaded CPU backends */
+    bert_train_ws **lane_ws;    /* (n_lanes) */
+    float **lane_grad;          /* (n_lanes) gradient arenas; [0] NULL: lane 0 adds into the caller's */
+    bert_params *lane_g;        /* (n_lanes) views of lane_grad */
+    size_t grad_floats;         /* floats per gradient arena */
+    size_t reduce_from;         /* the first float lanes sum into the caller's (embeddings.LayerNorm.weight) */
+};
+
+/* Lanes: for a CPU backend with several threads, one single-threaded lane
+ * per thread, each with its own workspace for its part of the batch and
+ * (but lane 0) its own gradient arena. bert_train_lanes_create fills the
+ * lane fields of ws (n_lanes stays 0 when lanes do not apply). */
+int bert_train_lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err);
+void bert_train_lanes_free(bert_train_ws *ws);
+size_t bert_train_lanes_bytes(const bert_train_ws *ws);
+/* bert_train_forward and bert_train_backward of a workspace with lanes. */
+int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                             const int *ids, const int *lengths, const int *labels, int B,
+                             int T, const bert_dropout *drop, double *loss_sum, float *logits,
+                             char *err);
+int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
+                              const bert_params *g, bert_train_ws *ws, float loss_scale,
+                              char *err);
+/* The backward of one lane's last forward down to the embeddings' scatter,
+ * which it leaves for the caller (bert_train_scatter_embeddings). */
+int bert_train_backward_lane(const bert_config *cfg, const bert_params *p,
+                             const bert_params *g, bert_train_ws *ws, float loss_scale,
+                             char *err);
+/* Adds ws's embedding gradient rows (after the backward) into g on be. */
+int bert_train_scatter_embeddings(backend *be, const bert_config *cfg, const bert_params *p,
+                                  const bert_params *g, bert_train_ws *ws, char *err);
+/* Allocates ws's own activation arena if it has none yet (a workspace with
+ * lanes gets it on the first bert_train_encode). */
+int bert_train_ws_arena(bert_train_ws *ws, char *err);
+
+#endif

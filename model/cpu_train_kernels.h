@@ -1,0 +1,33 @@
+/* cpu_train_kernels.h: vectorised loops the CPU training ops share
+ * (backend_cpu_train.c, backend_cpu_attn_train.c, bert_train_lanes.c).
+ *
+ * Each is compiled for several instruction sets with target_clones and picked
+ * at run time; x86-64-v4 (AVX-512 with DQ) is the set whose 64-bit multiplies
+ * let the dropout hash vectorise. Results depend only on the inputs and the
+ * instruction set picked, never on threads. Internal to model/.
+ */
+#ifndef SM_CPU_TRAIN_KERNELS_H
+#define SM_CPU_TRAIN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* out[i] = in[i] * inv when element base + i of the stream `key` is kept
+ * (dropout_keep), else 0; i in [0, n). out may alias in. */
+void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint64_t base,
+                      uint32_t threshold, float inv);
+
+/* In-place softmax of scale * x over x[0, n); x[n, T) set to 0 (masked
+ * keys). The arithmetic of the inference softmax (backend_cpu.c). */
+void cpu_softmax_row(float *x, int n, int T, float scale);
+
+/* dst[i] += src[k][i] for k = 0 .. nsrc-1 in that order, then src[k][i] = 0;
+ * i in [0, n). */
+void cpu_reduce_clear_span(float *dst, float *const *src, int nsrc, size_t n);
+
+/* Fills the attention ops of a CPU backend's training table
+ * (backend_cpu_attn_train.c); called by backend_cpu_init_train_ops. */
+struct backend;
+void backend_cpu_init_attn_train_ops(struct backend *be);
+
+#endif

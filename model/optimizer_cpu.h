@@ -1,0 +1,22 @@
+/* optimizer_cpu.h: AdamW over a whole parameter arena in one pass, for the
+ * CPU backend (optimizer_cpu.c). Internal to model/.
+ */
+#ifndef SM_OPTIMIZER_CPU_H
+#define SM_OPTIMIZER_CPU_H
+
+#include <stddef.h>
+
+/* A range of the arena that shares a weight-decay setting. */
+typedef struct adamw_cpu_run {
+    size_t offset, n;
+    int decay;
+} adamw_cpu_run;
+
+/* grads *= coef (clipping; 1: none), then one AdamW step (t >= 1, as the
+ * backend's adamw op) on each run, with weight_decay where run.decay; total
+ * is the arena's size; floats outside the runs are left alone. */
+void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
+                     const adamw_cpu_run *runs, int n_runs, size_t total, float coef, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t);
+
+#endif
