@@ -6,10 +6,12 @@
  * --seq, batches sorted by length as classify does), and prints sequences/s
  * and the GFLOP/s reached next to what cblas_sgemm reaches on the same
  * matrix shapes with the same thread count, in the same run. Median of
- * --runs timings. Not a test: it asserts nothing.
+ * --runs timings. --precision bf16 runs the encoder's linear layers with
+ * BF16 weights (bert_params_bf16; a CPU with AVX512-BF16), fp32 (default)
+ * as shipped. Not a test: it asserts nothing.
  *
  *   build/bench/bench_encoder --layers 12 --hidden 768 --heads 12 \
- *       --intermediate 3072 --batch 32 --seq 128 --threads 2
+ *       --intermediate 3072 --batch 32 --seq 128 --threads 2 [--precision bf16]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,10 +23,12 @@
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"
+#include "gemm_bf16.h"
 
 typedef struct options {
     int layers, hidden, heads, intermediate, batch, seq, threads, runs, lanes;
     const char *lengths;
+    int bf16; /* --precision bf16 */
 } options;
 
 static double now(void)
@@ -129,7 +133,7 @@ static int cmp_int(const void *a, const void *b)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){4, 312, 12, 1248, 32, 128, 2, 5, 0, NULL};
+    *o = (options){4, 312, 12, 1248, 32, 128, 2, 5, 0, NULL, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -144,6 +148,8 @@ static int parse_args(int argc, char **argv, options *o)
                     : !strcmp(a, "--lanes") ? &o->lanes : NULL;
         if (!v) goto usage;
         if (!strcmp(a, "--lengths")) o->lengths = v;
+        else if (!strcmp(a, "--precision") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
+            o->bf16 = !strcmp(v, "bf16");
         else if (target && atoi(v) >= 0) *target = atoi(v);
         else goto usage;
         i++;
@@ -153,7 +159,8 @@ static int parse_args(int argc, char **argv, options *o)
 usage:
     fprintf(stderr, "usage: bench_encoder [--layers N] [--hidden N] [--heads N] [--intermediate N]\n"
                     "       [--batch N] [--seq N] [--threads N] [--runs N] [--lengths reviews.tsv]\n"
-                    "       [--lanes 1: whole batches concurrently, one per thread, as classify does]\n");
+                    "       [--lanes 1: whole batches concurrently, one per thread, as classify does]\n"
+                    "       [--precision fp32|bf16]\n");
     return 1;
 }
 
@@ -179,6 +186,19 @@ int main(int argc, char **argv)
     float *arena = malloc(total * sizeof *arena);
     for (size_t i = 0; i < total; i++) arena[i] = frand() * 0.1f;
     if (bert_params_bind(&cfg, 1, arena, &p, err)) goto fail;
+    const bert_params *run_p = &p;
+    bert_bf16_params *bp = NULL;
+    double t_pack = 0;
+    if (o.bf16) {
+        if (!gemm_bf16_supported()) {
+            snprintf(err, sizeof err, "--precision bf16: this CPU has no AVX512-BF16");
+            goto fail;
+        }
+        double t0 = now();
+        if (bert_params_bf16(&cfg, &p, &bp, err)) goto fail;
+        t_pack = now() - t0;
+        run_p = &bp->p;
+    }
 
     /* Batches: fixed length, or real lengths sorted as classify sorts them. */
     int n_seq = o.batch, *lens = NULL;
@@ -214,7 +234,7 @@ int main(int argc, char **argv)
         for (int bi = 0; bi < n_batches; bi++) {
             int first = bi * o.batch, lane = lanes > 1 ? omp_get_thread_num() : 0;
             int B = n_seq - first < o.batch ? n_seq - first : o.batch;
-            failed |= bert_forward(&cfg, &p, lane_ws[lane], ids, lens + first, B,
+            failed |= bert_forward(&cfg, run_p, lane_ws[lane], ids, lens + first, B,
                                    lens[first + B - 1],
                                    lane_logits + (size_t)lane * o.batch * cfg.num_labels, NULL,
                                    NULL) != SM_OK;
@@ -231,9 +251,11 @@ int main(int argc, char **argv)
     double t = median(times, o.runs);
     double rate = flops / t / 1e9;
     printf("%s\n", blas_describe());
-    printf("shape L=%d C=%d H=%d F=%d  batch %d  %s  threads %d%s\n", o.layers, o.hidden, o.heads,
-           o.intermediate, o.batch, o.lengths ? "real lengths" : "fixed length", o.threads,
-           lanes > 1 ? " (one batch per thread)" : " (threads within each op)");
+    printf("shape L=%d C=%d H=%d F=%d  batch %d  %s  threads %d%s  precision %s\n", o.layers,
+           o.hidden, o.heads, o.intermediate, o.batch, o.lengths ? "real lengths" : "fixed length",
+           o.threads, lanes > 1 ? " (one batch per thread)" : " (threads within each op)",
+           o.bf16 ? "bf16" : "fp32");
+    if (o.bf16) printf("  bf16 weights packed in %.1f ms\n", t_pack * 1e3);
     printf("  sequences: %d, max seq %d, median of %d runs: %.3f s\n", n_seq, o.seq, o.runs, t);
     printf("  %.1f sequences/s   encoder %.1f GFLOP/s   sgemm %.1f GFLOP/s   ratio %.0f%%\n",
            n_seq / t, rate, sgemm, 100.0 * rate / sgemm);
@@ -242,6 +264,7 @@ int main(int argc, char **argv)
     free(lens);
     bert_workspace_free(ws);
     be->destroy(be);
+    bert_bf16_params_free(bp);
     bert_params_release(&p);
     free(arena);
     free(specs);

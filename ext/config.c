@@ -22,11 +22,18 @@
  *               fp32 on the CPU), 'fp32' (exact, the reference), 'tf32'
  *               (TF32 tensor cores), 'bf16' (BF16 operands, FP32
  *               accumulation; everything else stays FP32) or 'bf16-fast'
- *               (the same converted inside cuBLAS). The CPU computes in
- *               FP32 only: there anything but auto and fp32 is an error
- *               saying a CUDA device is needed. On a GPU the change applies
- *               to the live backend at once (sentiment_device() shows it)
- *               and to classify, sentiment() and train() alike.
+ *               (the same converted inside cuBLAS). On a GPU the change
+ *               applies to the live backend at once (sentiment_device()
+ *               shows it) and to classify, sentiment() and train() alike.
+ *               The CPU takes auto and fp32 (FP32, exact parity with
+ *               transformers), and bf16 on a CPU with AVX512-BF16: the
+ *               encoder's linear layers use weights rounded once to BF16
+ *               (one copy per model, shared by all connections) with FP32
+ *               sums, for inference only (train() stays FP32). There bf16
+ *               is an error on a CPU without AVX512-BF16, tf32 and
+ *               bf16-fast an error saying a CUDA device is needed; a change
+ *               drops the connection's backend and workspaces, rebuilt on
+ *               next use.
  *
  * Reading a setting works anywhere; setting one (the two-argument form) is
  * SQLITE_DIRECTONLY, so a view or trigger cannot change a connection.
@@ -101,18 +108,21 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
     if (sx_device_precision_check(fn, shown, errmsg)) return 1;
     if (!c->be && !sx_device_precision_cpu_ok(shown)) {
         if (!strcmp(c->device, "cpu")) {
-            *errmsg = sqlite3_mprintf("%s: precision '%s' needs a CUDA device; this connection "
-                                      "runs on the CPU (device 'cpu'), which computes in fp32 "
-                                      "only (use auto or fp32)",
-                                      fn, shown);
+            *errmsg = sqlite3_mprintf("%s: precision '%s' %s; this connection runs on the CPU "
+                                      "(device 'cpu')",
+                                      fn, shown, sx_device_precision_cpu_why(shown));
             return 1;
         }
         if (sx_engine_backend(c, fn, errmsg)) return 1;
     }
     if (c->be) {
+        int cpu_mode_changed = c->gpu < 0 && sx_device_precision_cpu_bf16(shown) !=
+                                                 sx_device_precision_cpu_bf16(c->precision);
         snprintf(desc, sizeof desc, "%s", c->be_desc);
         if (sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg)) return 1;
         snprintf(c->be_desc, sizeof c->be_desc, "%s", desc);
+        /* the workspaces hold the other precision's parameters */
+        if (cpu_mode_changed) sx_engine_reset(c);
     }
     snprintf(c->precision, sizeof c->precision, "%s", shown);
     return 0;
@@ -147,9 +157,9 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         }
         if (sx_device_check(fn, shown, &errmsg)) goto end;
         if (!strcmp(shown, "cpu") && !sx_device_precision_cpu_ok(c->precision)) {
-            errmsg = sqlite3_mprintf("%s: device 'cpu' computes in fp32 only, but precision is "
-                                     "'%s'; set sentiment_config('precision', 'auto') first",
-                                     fn, c->precision);
+            errmsg = sqlite3_mprintf("%s: device 'cpu': precision '%s' %s; set "
+                                     "sentiment_config('precision', 'auto') first",
+                                     fn, c->precision, sx_device_precision_cpu_why(c->precision));
             goto end;
         }
         if (strcmp(c->device, shown)) {

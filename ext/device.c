@@ -29,9 +29,11 @@
  * $SENTIMENT_CUDA_PLUGIN, when set, is the plugin's path instead.
  *
  * Precision names: auto, fp32, tf32, bf16, bf16-fast. The CPU computes in
- * FP32 only, so there only auto and fp32 are accepted. On a GPU, auto is
- * the plugin's default: $SENTIMENT_CUDA_PRECISION when it names one, else
- * bf16.
+ * FP32 (auto, fp32) or, on a CPU with AVX512-BF16, in bf16: the encoder's
+ * linear layers with BF16 weights and inputs and FP32 sums
+ * (model/gemm_bf16.h); tf32 and bf16-fast need a GPU. On the CPU auto is
+ * fp32, the exact reference. On a GPU, auto is the plugin's default:
+ * $SENTIMENT_CUDA_PRECISION when it names one, else bf16.
  *
  * Owners: model weights live on a GPU once per model (ext/registry.c), not
  * once per connection. They are allocated through one backend per GPU made
@@ -50,6 +52,7 @@
 
 #include "blas.h"
 #include "errors.h"
+#include "gemm_bf16.h"
 #include "sentiment_ext.h"
 
 typedef int (*sx_cuda_create_fn)(int device, backend **out, char *desc,
@@ -188,11 +191,13 @@ const char *sx_device_blas(void)
     return blas_describe();
 }
 
-/* 1 when name is one of k_precisions (the CPU's two when cpu_only). */
+/* 1 when name is one of k_precisions (when cpu_only, one this CPU has:
+ * auto, fp32, and bf16 with AVX512-BF16). */
 static int precision_known(const char *name, int cpu_only)
 {
     for (size_t i = 0; i < sizeof k_precisions / sizeof *k_precisions; i++)
-        if (!strcmp(name, k_precisions[i])) return !cpu_only || i < 2;
+        if (!strcmp(name, k_precisions[i]))
+            return !cpu_only || i < 2 || (!strcmp(name, "bf16") && gemm_bf16_supported());
     return 0;
 }
 
@@ -210,6 +215,28 @@ int sx_device_precision_cpu_ok(const char *name)
     return !name || !*name || precision_known(name, 1);
 }
 
+const char *sx_device_precision_cpu_why(const char *name)
+{
+    if (name && !strcmp(name, "bf16"))
+        return "on the CPU needs AVX512-BF16, which this CPU lacks (use auto or fp32 here, "
+               "or a CUDA device)";
+    return "needs a CUDA device; the CPU computes in fp32 (auto, fp32) or, with AVX512-BF16, "
+           "in bf16";
+}
+
+int sx_device_precision_cpu_bf16(const char *name)
+{
+    return name && !strcmp(name, "bf16");
+}
+
+/* What sentiment_device() says for a CPU backend. */
+static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
+{
+    int n = backend_cpu_threads(be);
+    snprintf(desc, cap, "cpu: %d thread%s, %s%s", n, n == 1 ? "" : "s", sx_device_blas(),
+             sx_device_precision_cpu_bf16(precision) ? ", bf16 (AVX512-BF16)" : "");
+}
+
 /* What auto means on a GPU: the plugin's default. */
 static const char *cuda_auto_precision(void)
 {
@@ -224,11 +251,12 @@ int sx_device_set_precision(const char *fn, backend *be, const char *name, char 
     char err[SM_ERR_MAX];
     if (!name || !*name) name = "auto";
     if (!be || !strcmp(be->name, "cpu")) {
-        if (precision_known(name, 1)) return 0;
-        *errmsg = sqlite3_mprintf("%s: precision '%s' needs a CUDA device; this connection "
-                                  "runs on the CPU, which computes in fp32 only (use auto or "
-                                  "fp32)",
-                                  fn, name);
+        if (precision_known(name, 1)) {
+            if (be && desc) cpu_desc(be, name, desc, desc_cap);
+            return 0;
+        }
+        *errmsg = sqlite3_mprintf("%s: precision '%s' %s; this connection runs on the CPU", fn,
+                                  name, sx_device_precision_cpu_why(name));
         return 1;
     }
     if (!g_cuda_precision) {
@@ -334,17 +362,15 @@ int sx_device_create(const char *fn, const char *spec, int threads, const char *
         return 1;
     }
     if (!precision_known(precision, 1)) {
-        *errmsg = sqlite3_mprintf("%s: precision '%s' needs a CUDA device, but device '%s' "
-                                  "runs on the CPU%s%s%s (use auto or fp32)",
-                                  fn, precision, spec, why[0] ? " (" : "", why,
-                                  why[0] ? ")" : "");
+        *errmsg = sqlite3_mprintf("%s: precision '%s' %s; device '%s' runs on the CPU%s%s%s",
+                                  fn, precision, sx_device_precision_cpu_why(precision), spec,
+                                  why[0] ? " (" : "", why, why[0] ? ")" : "");
         return 1;
     }
     if (backend_cpu_create(threads, out, err) != SM_OK) {
         *errmsg = sqlite3_mprintf("%s: cannot create the CPU backend: %s", fn, err);
         return 1;
     }
-    snprintf(desc, desc_cap, "cpu: %d thread%s, %s", backend_cpu_threads(*out),
-             backend_cpu_threads(*out) == 1 ? "" : "s", sx_device_blas());
+    cpu_desc(*out, precision, desc, desc_cap);
     return 0;
 }

@@ -13,12 +13,14 @@
  * an entry's parameters to GPU N on first use, through the process-wide
  * backend that device.c keeps for that GPU, and every connection's backend
  * on that GPU reads the one copy (they share the GPU's primary context). The
- * copy is freed with the entry, so eviction frees GPU memory too.
+ * copy is freed with the entry, so eviction frees GPU memory too. CPU
+ * connections computing in bf16 share one BF16 copy of the encoder weights
+ * per entry the same way (sx_registry_params_bf16).
  *
  * Locking: `g_lock` guards the list and the counters and is held only for
  * short bookkeeping. `g_load_lock` serialises loads, so two threads asking
  * for the same model load it once, while lookups of cached models never wait
- * behind a load. `g_upload_lock` guards every entry's gpu[] and the owner
+ * behind a load. `g_upload_lock` guards every entry's gpu[], cpu_bf16 and the owner
  * backends' use (uploads and frees), so a model is uploaded once per GPU
  * however many connections ask at the same time; it is never held together
  * with the other two. The cache outlives every connection; sentiment.c pins
@@ -55,6 +57,7 @@ static void entry_free(sx_model *e)
         }
         pthread_mutex_unlock(&g_upload_lock);
     }
+    bert_bf16_params_free(e->cpu_bf16);
     bert_model_free(e->bert);
     free(e->key);
     free(e->family);
@@ -224,6 +227,16 @@ int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err)
         }
     }
     if (rc == SM_OK) *out = &e->gpu[gpu]->p;
+    pthread_mutex_unlock(&g_upload_lock);
+    return rc;
+}
+
+int sx_registry_params_bf16(sx_model *e, const bert_params **out, char *err)
+{
+    int rc = SM_OK;
+    pthread_mutex_lock(&g_upload_lock);
+    if (!e->cpu_bf16) rc = bert_params_bf16(&e->bert->cfg, &e->bert->p, &e->cpu_bf16, err);
+    *out = rc == SM_OK ? &e->cpu_bf16->p : NULL;
     pthread_mutex_unlock(&g_upload_lock);
     return rc;
 }

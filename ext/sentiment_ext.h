@@ -55,6 +55,10 @@ typedef struct sx_model {
     /* the weights on GPU N, uploaded on first use by sx_registry_params and
      * freed with the entry; guarded by the registry's upload lock */
     bert_device_params *gpu[SX_MAX_GPUS];
+    /* BF16 copies of the encoder weights for CPU connections whose
+     * precision is bf16, made on first use by sx_registry_params_bf16 and
+     * freed with the entry; guarded by the same lock */
+    bert_bf16_params *cpu_bf16;
     struct sx_model *next;
 } sx_model;
 
@@ -77,6 +81,10 @@ void sx_registry_release(sx_model *e);
  * device.c) and shared by every connection; they stay valid while the
  * caller holds a reference and are freed when the entry is. */
 int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err);
+/* The parameters for BF16 inference on the CPU (bert_params_bf16): made
+ * once per entry by the first caller, shared by every connection and lane,
+ * valid while the caller holds a reference. */
+int sx_registry_params_bf16(sx_model *e, const bert_params **out, char *err);
 /* 1 when key is in the cache (and not stale). */
 int sx_registry_is_loaded(const char *key);
 
@@ -174,11 +182,18 @@ int sx_device_create(const char *fn, const char *spec, int threads,
 /* 0 when name is a precision (auto, fp32, tf32, bf16, bf16-fast), else an
  * error naming fn and the allowed values. */
 int sx_device_precision_check(const char *fn, const char *name, char **errmsg);
-/* 1 when the CPU computes in precision name (NULL, "", auto or fp32). */
+/* 1 when the CPU computes in precision name: NULL, "", auto, fp32, or
+ * bf16 on a CPU with AVX512-BF16. */
 int sx_device_precision_cpu_ok(const char *name);
-/* Applies precision name to a live backend: on the CPU only auto/fp32 are
- * accepted (others: an error saying a CUDA device is needed); on a GPU the
- * plugin switches and desc (may be NULL) gets the new description. */
+/* Why the CPU cannot compute in precision name (for a message after
+ * "precision 'name' ..."): it needs a CUDA device, or AVX512-BF16. */
+const char *sx_device_precision_cpu_why(const char *name);
+/* 1 when a CPU backend with precision name runs BF16 weights (bf16). */
+int sx_device_precision_cpu_bf16(const char *name);
+/* Applies precision name to a live backend: on the CPU only what
+ * sx_device_precision_cpu_ok accepts (else an error saying why), and desc
+ * (may be NULL) gets the new description; on a GPU the plugin switches and
+ * desc gets its description. */
 int sx_device_set_precision(const char *fn, backend *be, const char *name,
                             char *desc, size_t desc_cap, char **errmsg);
 /* Free and total memory of a GPU backend's device: 0 on success, 1 on the

@@ -8,6 +8,8 @@
 
 #include <math.h>
 
+#include "gemm_bf16.h"
+
 static void test_basic(void **state)
 {
     (void)state;
@@ -234,7 +236,7 @@ static void test_config(void **state)
     sqlite3_close(db);
 }
 
-/* sentiment_config('precision'): the names, and the CPU's fp32 only. The
+/* sentiment_config('precision'): the names, and what the CPU takes. The
  * test binary finds no CUDA plugin next to it, so every backend here is the
  * CPU, GPU or not. */
 static void test_config_precision(void **state)
@@ -261,24 +263,42 @@ static void test_config_precision(void **state)
     expect_error(db, "SELECT sentiment_config('precision', 'bf16-fast-and-more')",
                  "got 'bf16-fast-and-more'");
 
-    /* the CPU computes in fp32 only: GPU precisions say a CUDA device is
-     * needed, before a backend exists and on a live one */
+    /* the CPU: tf32 and bf16-fast say a CUDA device is needed, before a
+     * backend exists and on a live one */
     expect_text(db, "SELECT sentiment_config('device', 'cpu')", "cpu");
-    expect_error(db, "SELECT sentiment_config('precision', 'bf16')",
-                 "sentiment_config(): precision 'bf16' needs a CUDA device; this connection "
-                 "runs on the CPU (device 'cpu'), which computes in fp32 only (use auto or fp32)");
+    expect_error(db, "SELECT sentiment_config('precision', 'tf32')",
+                 "sentiment_config(): precision 'tf32' needs a CUDA device; ");
     expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
     expect_error(db, "SELECT sentiment_config('precision', 'tf32')",
-                 "sentiment_config(): precision 'tf32' needs a CUDA device; this connection "
-                 "runs on the CPU, which computes in fp32 only (use auto or fp32)");
+                 "precision 'tf32' needs a CUDA device; ");
     expect_error(db, "SELECT sentiment_config('precision', 'bf16-fast')",
                  "precision 'bf16-fast' needs a CUDA device");
     expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
-    /* device auto without a GPU: the backend is made to find out, and is
-     * the CPU */
-    expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
-    expect_error(db, "SELECT sentiment_config('precision', 'bf16')",
-                 "precision 'bf16' needs a CUDA device; this connection runs on the CPU");
+    /* bf16 on the CPU needs AVX512-BF16: then the scores move by BF16
+     * rounding only; without it, an error */
+    exec_ok(db, "CREATE TEMP TABLE f32 AS SELECT sentiment_score('服务很好', 'tiny') AS v");
+    if (gemm_bf16_supported()) {
+        expect_text(db, "SELECT sentiment_config('precision', 'bf16')", "bf16");
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, bf16 (AVX512-BF16)'", "1");
+        expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 5e-3 AND "
+                        "v != sentiment_score('服务很好', 'tiny') FROM f32", "1");
+        expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
+        expect_text(db, "SELECT sentiment_device() LIKE '%bf16%'", "0");
+        expect_text(db, "SELECT v = sentiment_score('服务很好', 'tiny') FROM f32", "1");
+        /* set before the backend exists, with device auto */
+        expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
+        expect_text(db, "SELECT sentiment_config('precision', 'bf16')", "bf16");
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, bf16 (AVX512-BF16)'", "1");
+        expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
+    } else {
+        print_message("skipped: no AVX512-BF16 (checking the error instead)\n");
+        expect_error(db, "SELECT sentiment_config('precision', 'bf16')",
+                     "sentiment_config(): precision 'bf16' on the CPU needs AVX512-BF16, which "
+                     "this CPU lacks");
+        expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
+        expect_error(db, "SELECT sentiment_config('precision', 'bf16')",
+                     "precision 'bf16' on the CPU needs AVX512-BF16");
+    }
     expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
     /* failed sets leave the setting unchanged */
     expect_text(db, "SELECT sentiment_config('precision')", "fp32");

@@ -28,5 +28,5 @@ SELECT * FROM classify('reviews', 'comment', 'tiny', 0);
 SELECT sentiment_batch(comment, 'tiny') FROM (SELECT 1 AS id, 'a' AS comment);
 SELECT count(*) FROM (SELECT sentiment_batch(comment, 'tiny') OVER (ORDER BY id) FROM (SELECT 1 AS id, 'a' AS comment UNION ALL SELECT 2, 'b'));
 SELECT sentiment_config('precision', 'fp16');
-SELECT sentiment_config('precision', 'bf16');
+SELECT sentiment_config('precision', 'tf32');
 SELECT 'still working', sentiment('好', 'tiny') IS NOT NULL;

@@ -1,0 +1,202 @@
+/* bench_precision.c: what BF16 weights cost a model in accuracy on the CPU.
+ *
+ * Classifies every row of a TSV (label<TAB>text, an optional header line
+ * starting with "label") with a model directory twice, with FP32 weights
+ * (the shipped default) and with BF16 linear layers (bert_params_bf16), as
+ * classify does (batches sorted by length), and prints the accuracy of
+ * each, how often the two agree on the top class, the largest and mean
+ * change of a probability, and the time of each pass. A label is the
+ * model's label name or its index. Not a test: it asserts nothing.
+ *
+ *   build/bench/bench_precision --model DIR --tsv ../shared/data/chnsenticorp/dev.tsv \
+ *       [--threads N] [--batch N] [--max-length N]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bert.h"
+#include "errors.h"
+#include "gemm_bf16.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct rows {
+    int n, cap;
+    char **text;
+    size_t *len;
+    int *label; /* class index, -1 when the label is not the model's */
+} rows;
+
+static void rows_free(rows *r)
+{
+    for (int i = 0; i < r->n; i++) free(r->text[i]);
+    free(r->text);
+    free(r->len);
+    free(r->label);
+}
+
+/* The class index of a label: its name, else a number below K. */
+static int label_index(const bert_config *cfg, const char *s)
+{
+    int i = bert_config_label_index(cfg, s);
+    char *end;
+    long v;
+    if (i >= 0) return i;
+    v = strtol(s, &end, 10);
+    return *s && !*end && v >= 0 && v < cfg->num_labels ? (int)v : -1;
+}
+
+static int read_tsv(const char *path, const bert_config *cfg, rows *r, char *err)
+{
+    static char line[1 << 20];
+    FILE *f = fopen(path, "r");
+    if (!f) return sm_error(err, SM_ERR_IO, "cannot open %s", path);
+    memset(r, 0, sizeof *r);
+    for (int first = 1; fgets(line, sizeof line, f); first = 0) {
+        char *tab = strchr(line, '\t');
+        size_t len;
+        if (!tab) continue;
+        *tab = 0;
+        if (first && !strcmp(line, "label")) continue;
+        len = strcspn(tab + 1, "\r\n");
+        if (r->n == r->cap) {
+            int cap = r->cap ? 2 * r->cap : 1024;
+            char **t = realloc(r->text, (size_t)cap * sizeof *t);
+            if (t) r->text = t;
+            size_t *l = realloc(r->len, (size_t)cap * sizeof *l);
+            if (l) r->len = l;
+            int *lb = realloc(r->label, (size_t)cap * sizeof *lb);
+            if (lb) r->label = lb;
+            if (!t || !l || !lb) break;
+            r->cap = cap;
+        }
+        if (!(r->text[r->n] = malloc(len + 1))) break;
+        memcpy(r->text[r->n], tab + 1, len);
+        r->text[r->n][len] = 0;
+        r->len[r->n] = len;
+        r->label[r->n] = label_index(cfg, line);
+        r->n++;
+    }
+    int bad = ferror(f) || !feof(f);
+    fclose(f);
+    if (bad) return sm_error(err, SM_ERR_NOMEM, "reading %s failed (out of memory?)", path);
+    if (!r->n) return sm_error(err, SM_ERR_FORMAT, "%s has no label<TAB>text rows", path);
+    return SM_OK;
+}
+
+/* Classifies every row with p; *seconds gets the time. */
+static int classify(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                    const rows *r, int max_length, int batch, float *probs, double *seconds,
+                    char *err)
+{
+    double t0 = now();
+    int rc = bert_classify_texts(m, p, ws, (const char *const *)r->text, r->len, r->n,
+                                 max_length, batch, probs, NULL, err);
+    *seconds = now() - t0;
+    return rc;
+}
+
+static int top(const float *p, int K)
+{
+    int best = 0;
+    for (int k = 1; k < K; k++)
+        if (p[k] > p[best]) best = k;
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *tsv = NULL;
+    int threads = 0, batch = 32, max_length = 0, rc = 1;
+    char err[SM_ERR_MAX] = "";
+    bert_model *m = NULL;
+    bert_bf16_params *bp = NULL;
+    backend *be = NULL;
+    bert_workspace *ws = NULL;
+    float *p32 = NULL, *p16 = NULL;
+    rows r = {0};
+
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) goto usage;
+        if (!strcmp(argv[i], "--model")) dir = v;
+        else if (!strcmp(argv[i], "--tsv")) tsv = v;
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
+        else if (!strcmp(argv[i], "--batch")) batch = atoi(v);
+        else if (!strcmp(argv[i], "--max-length")) max_length = atoi(v);
+        else goto usage;
+        i++;
+    }
+    if (!dir || !tsv || batch < 1 || threads < 0 || max_length < 0) goto usage;
+    if (!gemm_bf16_supported()) {
+        fprintf(stderr, "bench_precision: this CPU has no AVX512-BF16\n");
+        return 1;
+    }
+    if (bert_model_load_dir(dir, &m, err) || read_tsv(tsv, &m->cfg, &r, err) ||
+        bert_params_bf16(&m->cfg, &m->p, &bp, err) || backend_cpu_create(threads, &be, err))
+        goto end;
+    int K = m->cfg.num_labels, seq = bert_max_length(&m->cfg);
+    if (max_length > 0 && max_length < seq) seq = max_length;
+    if (bert_workspace_create(be, &m->cfg, batch, seq, &ws, err)) goto end;
+    p32 = malloc((size_t)r.n * K * sizeof *p32);
+    p16 = malloc((size_t)r.n * K * sizeof *p16);
+    if (!p32 || !p16) {
+        sm_error(err, SM_ERR_NOMEM, "out of memory");
+        goto end;
+    }
+    double t32, t16;
+    if (classify(m, &m->p, ws, &r, seq, batch, p32, &t32, err) ||
+        classify(m, &bp->p, ws, &r, seq, batch, p16, &t16, err))
+        goto end;
+
+    int labeled = 0, right32 = 0, right16 = 0, agree = 0;
+    double worst = 0, sum = 0;
+    for (int i = 0; i < r.n; i++) {
+        int a = top(p32 + (size_t)i * K, K), b = top(p16 + (size_t)i * K, K);
+        agree += a == b;
+        if (r.label[i] >= 0) {
+            labeled++;
+            right32 += a == r.label[i];
+            right16 += b == r.label[i];
+        }
+        for (int k = 0; k < K; k++) {
+            double d = fabs((double)p32[(size_t)i * K + k] - p16[(size_t)i * K + k]);
+            worst = d > worst ? d : worst;
+            sum += d;
+        }
+    }
+    printf("%s on %s: %d rows (%d with a label of the model), %d thread%s, batch %d, "
+           "max_length %d\n",
+           dir, tsv, r.n, labeled, backend_cpu_threads(be), backend_cpu_threads(be) == 1 ? "" : "s",
+           batch, seq);
+    if (labeled)
+        printf("  accuracy  fp32 %.4f   bf16 %.4f\n", (double)right32 / labeled,
+               (double)right16 / labeled);
+    printf("  agreement %.4f (%d of %d rows with the same top class)\n", (double)agree / r.n,
+           agree, r.n);
+    printf("  |p bf16 - p fp32|: max %.2e, mean %.2e\n", worst, sum / ((double)r.n * K));
+    printf("  time      fp32 %.2f s   bf16 %.2f s\n", t32, t16);
+    rc = 0;
+end:
+    if (rc) fprintf(stderr, "bench_precision: %s\n", err);
+    free(p32);
+    free(p16);
+    rows_free(&r);
+    bert_workspace_free(ws);
+    if (be) be->destroy(be);
+    bert_bf16_params_free(bp);
+    bert_model_free(m);
+    return rc;
+usage:
+    fprintf(stderr, "usage: bench_precision --model DIR --tsv FILE (label<TAB>text) "
+                    "[--threads N] [--batch N] [--max-length N]\n");
+    return 2;
+}
