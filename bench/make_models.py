@@ -40,7 +40,7 @@ BUILTIN_DIR = os.path.join(ROOT, "model", "builtin")
 
 SHAPES = {
     # name: (layers, hidden, heads, intermediate, label)
-    "builtin": (4, 256, 4, 1024, "built-in model shape"),
+    "builtin": (6, 128, 4, 512, "built-in model shape"),
     "ernie-medium": (6, 768, 12, 3072, "ERNIE 3.0-medium shape"),
     "bert-base": (12, 768, 12, 3072, "BERT-base shape"),
 }

@@ -90,7 +90,7 @@ WORK_SIZES = {
 # Training: batch 32 of 128-token sequences, mean step time after a warm-up
 # step (bench/bench_train.c's method), our trainer against a PyTorch loop.
 TRAIN_BATCH, TRAIN_SEQ, TRAIN_VOCAB = 32, 128, 21128
-TRAIN_SHAPES = {"builtin": (4, 256, 4, 1024), "ernie-medium": (6, 768, 12, 3072),
+TRAIN_SHAPES = {"builtin": (6, 128, 4, 512), "ernie-medium": (6, 768, 12, 3072),
                 "bert-base": (12, 768, 12, 3072)}
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 # The warm-up before a workload's passes: this many rows of its longest batch
