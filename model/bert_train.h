@@ -36,14 +36,14 @@ void bert_dropout_from_config(const bert_config *cfg, float override,
  * tokens on one backend; allocated once, nothing is allocated per step. */
 typedef struct bert_train_ws bert_train_ws;
 
-int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
-                         int max_seq, bert_train_ws **out, char *err);
 /* On a CPU backend with several threads, the workspace splits each batch
  * into one part per thread ("lanes"), each run start to finish on its own
  * single-threaded backend with its own activations, their parameter
  * gradients summed in lane order: no thread waits on another inside a pass,
  * and a run is still bit-for-bit repeatable for a given thread count. The
  * dropout masks are the whole batch's whatever the split. */
+int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
+                         int max_seq, bert_train_ws **out, char *err);
 /* The same without lanes, for the encoder alone (bert_train_encode). */
 int bert_train_ws_create_encoder(backend *be, const bert_config *cfg, int max_batch,
                                  int max_seq, bert_train_ws **out, char *err);
