@@ -7,11 +7,13 @@
  * and the GFLOP/s reached next to what cblas_sgemm reaches on the same
  * matrix shapes with the same thread count, in the same run. Median of
  * --runs timings. --precision bf16 runs the encoder's linear layers with
- * BF16 weights (bert_params_bf16; a CPU with AVX512-BF16), fp32 (default)
- * as shipped. Not a test: it asserts nothing.
+ * BF16 weights (a CPU with AVX512-BF16), int8 with INT8 weights and inputs
+ * (a CPU with AVX512-VNNI; the matrices bert_pack_plan packs), both through
+ * bert_params_pack; fp32 (default) as shipped. Not a test: it asserts
+ * nothing.
  *
  *   build/bench/bench_encoder --layers 12 --hidden 768 --heads 12 \
- *       --intermediate 3072 --batch 32 --seq 128 --threads 2 [--precision bf16]
+ *       --intermediate 3072 --batch 32 --seq 128 --threads 2 [--precision bf16|int8]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,11 +26,14 @@
 #include "blas.h"
 #include "errors.h"
 #include "gemm_bf16.h"
+#include "gemm_int8.h"
+
+static const char *const k_precision[] = {"fp32", "bf16", "int8"};
 
 typedef struct options {
     int layers, hidden, heads, intermediate, batch, seq, threads, runs, lanes;
     const char *lengths;
-    int bf16; /* --precision bf16 */
+    bert_precision precision; /* --precision fp32|bf16|int8 */
 } options;
 
 static double now(void)
@@ -148,8 +153,10 @@ static int parse_args(int argc, char **argv, options *o)
                     : !strcmp(a, "--lanes") ? &o->lanes : NULL;
         if (!v) goto usage;
         if (!strcmp(a, "--lengths")) o->lengths = v;
-        else if (!strcmp(a, "--precision") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
-            o->bf16 = !strcmp(v, "bf16");
+        else if (!strcmp(a, "--precision") &&
+                 (!strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "int8")))
+            o->precision = !strcmp(v, "bf16") ? BERT_BF16 : !strcmp(v, "int8") ? BERT_INT8
+                                                                                : BERT_FP32;
         else if (target && atoi(v) >= 0) *target = atoi(v);
         else goto usage;
         i++;
@@ -160,7 +167,7 @@ usage:
     fprintf(stderr, "usage: bench_encoder [--layers N] [--hidden N] [--heads N] [--intermediate N]\n"
                     "       [--batch N] [--seq N] [--threads N] [--runs N] [--lengths reviews.tsv]\n"
                     "       [--lanes 1: whole batches concurrently, one per thread, as classify does]\n"
-                    "       [--precision fp32|bf16]\n");
+                    "       [--precision fp32|bf16|int8]\n");
     return 1;
 }
 
@@ -187,15 +194,21 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < total; i++) arena[i] = frand() * 0.1f;
     if (bert_params_bind(&cfg, 1, arena, &p, err)) goto fail;
     const bert_params *run_p = &p;
-    bert_bf16_params *bp = NULL;
+    bert_packed_params *bp = NULL;
     double t_pack = 0;
-    if (o.bf16) {
-        if (!gemm_bf16_supported()) {
-            snprintf(err, sizeof err, "--precision bf16: this CPU has no AVX512-BF16");
-            goto fail;
-        }
+    if (o.precision == BERT_BF16 && !gemm_bf16_supported()) {
+        snprintf(err, sizeof err, "--precision bf16: this CPU has no AVX512-BF16");
+        goto fail;
+    }
+    if (o.precision == BERT_INT8 && !gemm_int8_supported()) {
+        snprintf(err, sizeof err, "--precision int8: this CPU has no AVX512-VNNI");
+        goto fail;
+    }
+    if (o.precision != BERT_FP32) {
+        bert_precision plan[BERT_PACK_N];
+        bert_pack_plan(o.precision, plan);
         double t0 = now();
-        if (bert_params_bf16(&cfg, &p, &bp, err)) goto fail;
+        if (bert_params_pack(&cfg, &p, plan, &bp, err)) goto fail;
         t_pack = now() - t0;
         run_p = &bp->p;
     }
@@ -254,8 +267,8 @@ int main(int argc, char **argv)
     printf("shape L=%d C=%d H=%d F=%d  batch %d  %s  threads %d%s  precision %s\n", o.layers,
            o.hidden, o.heads, o.intermediate, o.batch, o.lengths ? "real lengths" : "fixed length",
            o.threads, lanes > 1 ? " (one batch per thread)" : " (threads within each op)",
-           o.bf16 ? "bf16" : "fp32");
-    if (o.bf16) printf("  bf16 weights packed in %.1f ms\n", t_pack * 1e3);
+           k_precision[o.precision]);
+    if (bp) printf("  %s weights packed in %.1f ms\n", k_precision[o.precision], t_pack * 1e3);
     printf("  sequences: %d, max seq %d, median of %d runs: %.3f s\n", n_seq, o.seq, o.runs, t);
     printf("  %.1f sequences/s   encoder %.1f GFLOP/s   sgemm %.1f GFLOP/s   ratio %.0f%%\n",
            n_seq / t, rate, sgemm, 100.0 * rate / sgemm);
@@ -264,7 +277,7 @@ int main(int argc, char **argv)
     free(lens);
     bert_workspace_free(ws);
     be->destroy(be);
-    bert_bf16_params_free(bp);
+    bert_packed_params_free(bp);
     bert_params_release(&p);
     free(arena);
     free(specs);

@@ -1,15 +1,20 @@
-/* bench_precision.c: what BF16 weights cost a model in accuracy on the CPU.
+/* bench_precision.c: what BF16 and INT8 weights cost a model in accuracy on
+ * the CPU.
  *
  * Classifies every row of a TSV (label<TAB>text, an optional header line
- * starting with "label") with a model directory twice, with FP32 weights
- * (the shipped default) and with BF16 linear layers (bert_params_bf16), as
- * classify does (batches sorted by length), and prints the accuracy of
- * each, how often the two agree on the top class, the largest and mean
- * change of a probability, and the time of each pass. A label is the
+ * starting with "label") with a model directory several times, as classify
+ * does (batches sorted by length): with FP32 weights (the shipped default,
+ * the reference), with BF16 linear layers (a CPU with AVX512-BF16) and with
+ * INT8 ones as sentiment_config('precision', 'int8') runs them (a CPU with
+ * AVX512-VNNI; bert_pack_plan), plus any --plan given: four letters for the
+ * query/key/value, attention output, FFN in and FFN out matrices, each f
+ * (fp32), b (bf16) or i (int8), e.g. --plan iiif. For each it prints the
+ * accuracy, how often it agrees with FP32 on the top class, the largest and
+ * mean change of a probability, and the time of the pass. A label is the
  * model's label name or its index. Not a test: it asserts nothing.
  *
  *   build/bench/bench_precision --model DIR --tsv ../shared/data/chnsenticorp/dev.tsv \
- *       [--threads N] [--batch N] [--max-length N]
+ *       [--threads N] [--batch N] [--max-length N] [--plan PLAN]...
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +25,7 @@
 #include "bert.h"
 #include "errors.h"
 #include "gemm_bf16.h"
+#include "gemm_int8.h"
 
 static double now(void)
 {
@@ -112,18 +118,48 @@ static int top(const float *p, int K)
     return best;
 }
 
+typedef struct variant {
+    char name[32];
+    bert_precision plan[BERT_PACK_N];
+} variant;
+
+/* "iiif" -> a plan; 0 on success. */
+static int parse_plan(const char *s, variant *v)
+{
+    if (strlen(s) != BERT_PACK_N) return 1;
+    for (int i = 0; i < BERT_PACK_N; i++) {
+        if (s[i] == 'f') v->plan[i] = BERT_FP32;
+        else if (s[i] == 'b') v->plan[i] = BERT_BF16;
+        else if (s[i] == 'i') v->plan[i] = BERT_INT8;
+        else return 1;
+        if ((s[i] == 'b' && !gemm_bf16_supported()) || (s[i] == 'i' && !gemm_int8_supported()))
+            return 1;
+    }
+    snprintf(v->name, sizeof v->name, "plan %s", s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *tsv = NULL;
-    int threads = 0, batch = 32, max_length = 0, rc = 1;
+    int threads = 0, batch = 32, max_length = 0, rc = 1, n_var = 0;
     char err[SM_ERR_MAX] = "";
     bert_model *m = NULL;
-    bert_bf16_params *bp = NULL;
+    bert_packed_params *pp = NULL;
     backend *be = NULL;
     bert_workspace *ws = NULL;
-    float *p32 = NULL, *p16 = NULL;
+    float *p32 = NULL, *pv = NULL;
     rows r = {0};
+    variant var[16];
 
+    if (gemm_bf16_supported()) {
+        snprintf(var[n_var].name, sizeof var[n_var].name, "bf16");
+        bert_pack_plan(BERT_BF16, var[n_var++].plan);
+    }
+    if (gemm_int8_supported()) {
+        snprintf(var[n_var].name, sizeof var[n_var].name, "int8");
+        bert_pack_plan(BERT_INT8, var[n_var++].plan);
+    }
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
@@ -132,71 +168,78 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
         else if (!strcmp(argv[i], "--batch")) batch = atoi(v);
         else if (!strcmp(argv[i], "--max-length")) max_length = atoi(v);
+        else if (!strcmp(argv[i], "--plan") && n_var < 16 && !parse_plan(v, &var[n_var])) n_var++;
         else goto usage;
         i++;
     }
     if (!dir || !tsv || batch < 1 || threads < 0 || max_length < 0) goto usage;
-    if (!gemm_bf16_supported()) {
-        fprintf(stderr, "bench_precision: this CPU has no AVX512-BF16\n");
-        return 1;
-    }
     if (bert_model_load_dir(dir, &m, err) || read_tsv(tsv, &m->cfg, &r, err) ||
-        bert_params_bf16(&m->cfg, &m->p, &bp, err) || backend_cpu_create(threads, &be, err))
+        backend_cpu_create(threads, &be, err))
         goto end;
     int K = m->cfg.num_labels, seq = bert_max_length(&m->cfg);
     if (max_length > 0 && max_length < seq) seq = max_length;
     if (bert_workspace_create(be, &m->cfg, batch, seq, &ws, err)) goto end;
     p32 = malloc((size_t)r.n * K * sizeof *p32);
-    p16 = malloc((size_t)r.n * K * sizeof *p16);
-    if (!p32 || !p16) {
+    pv = malloc((size_t)r.n * K * sizeof *pv);
+    if (!p32 || !pv) {
         sm_error(err, SM_ERR_NOMEM, "out of memory");
         goto end;
     }
-    double t32, t16;
-    if (classify(m, &m->p, ws, &r, seq, batch, p32, &t32, err) ||
-        classify(m, &bp->p, ws, &r, seq, batch, p16, &t16, err))
-        goto end;
-
-    int labeled = 0, right32 = 0, right16 = 0, agree = 0;
-    double worst = 0, sum = 0;
-    for (int i = 0; i < r.n; i++) {
-        int a = top(p32 + (size_t)i * K, K), b = top(p16 + (size_t)i * K, K);
-        agree += a == b;
+    double t32, tv;
+    if (classify(m, &m->p, ws, &r, seq, batch, p32, &t32, err)) goto end;
+    int labeled = 0, right32 = 0;
+    for (int i = 0; i < r.n; i++)
         if (r.label[i] >= 0) {
             labeled++;
-            right32 += a == r.label[i];
-            right16 += b == r.label[i];
+            right32 += top(p32 + (size_t)i * K, K) == r.label[i];
         }
-        for (int k = 0; k < K; k++) {
-            double d = fabs((double)p32[(size_t)i * K + k] - p16[(size_t)i * K + k]);
-            worst = d > worst ? d : worst;
-            sum += d;
-        }
-    }
     printf("%s on %s: %d rows (%d with a label of the model), %d thread%s, batch %d, "
            "max_length %d\n",
            dir, tsv, r.n, labeled, backend_cpu_threads(be), backend_cpu_threads(be) == 1 ? "" : "s",
            batch, seq);
-    if (labeled)
-        printf("  accuracy  fp32 %.4f   bf16 %.4f\n", (double)right32 / labeled,
-               (double)right16 / labeled);
-    printf("  agreement %.4f (%d of %d rows with the same top class)\n", (double)agree / r.n,
-           agree, r.n);
-    printf("  |p bf16 - p fp32|: max %.2e, mean %.2e\n", worst, sum / ((double)r.n * K));
-    printf("  time      fp32 %.2f s   bf16 %.2f s\n", t32, t16);
+    printf("  %-10s accuracy %.4f                                                  time %.2f s\n",
+           "fp32", labeled ? (double)right32 / labeled : NAN, t32);
+    fflush(stdout);
+    for (int v = 0; v < n_var; v++) {
+        if (bert_params_pack(&m->cfg, &m->p, var[v].plan, &pp, err) ||
+            classify(m, &pp->p, ws, &r, seq, batch, pv, &tv, err))
+            goto end;
+        bert_packed_params_free(pp);
+        pp = NULL;
+        int right = 0, agree = 0;
+        double worst = 0, sum = 0;
+        for (int i = 0; i < r.n; i++) {
+            int a = top(p32 + (size_t)i * K, K), b = top(pv + (size_t)i * K, K);
+            agree += a == b;
+            if (r.label[i] >= 0) right += b == r.label[i];
+            for (int k = 0; k < K; k++) {
+                double d = fabs((double)p32[(size_t)i * K + k] - pv[(size_t)i * K + k]);
+                worst = d > worst ? d : worst;
+                sum += d;
+            }
+        }
+        printf("  %-10s accuracy %.4f (%+.2f points)  agreement %.4f  |p - p fp32| max %.2e "
+               "mean %.2e  time %.2f s\n",
+               var[v].name, labeled ? (double)right / labeled : NAN,
+               labeled ? 100.0 * (right - right32) / labeled : NAN, (double)agree / r.n, worst,
+               sum / ((double)r.n * K), tv);
+        fflush(stdout);
+    }
     rc = 0;
 end:
     if (rc) fprintf(stderr, "bench_precision: %s\n", err);
     free(p32);
-    free(p16);
+    free(pv);
     rows_free(&r);
     bert_workspace_free(ws);
     if (be) be->destroy(be);
-    bert_bf16_params_free(bp);
+    bert_packed_params_free(pp);
     bert_model_free(m);
     return rc;
 usage:
     fprintf(stderr, "usage: bench_precision --model DIR --tsv FILE (label<TAB>text) "
-                    "[--threads N] [--batch N] [--max-length N]\n");
+                    "[--threads N] [--batch N] [--max-length N] [--plan PLAN]...\n"
+                    "  PLAN: 4 letters f|b|i for QKV, attention out, FFN in, FFN out "
+                    "(b needs AVX512-BF16, i AVX512-VNNI)\n");
     return 2;
 }

@@ -21,19 +21,30 @@
  *               a GPU, or $SENTIMENT_CUDA_PRECISION when that names one;
  *               fp32 on the CPU), 'fp32' (exact, the reference), 'tf32'
  *               (TF32 tensor cores), 'bf16' (BF16 operands, FP32
- *               accumulation; everything else stays FP32) or 'bf16-fast'
- *               (the same converted inside cuBLAS). On a GPU the change
- *               applies to the live backend at once (sentiment_device()
- *               shows it) and to classify, sentiment() and train() alike.
+ *               accumulation; everything else stays FP32), 'bf16-fast'
+ *               (the same converted inside cuBLAS) or 'int8' (CPU only).
+ *               On a GPU the change applies to the live backend at once
+ *               (sentiment_device() shows it) and to classify, sentiment()
+ *               and train() alike.
  *               The CPU takes auto and fp32 (FP32, exact parity with
- *               transformers), and bf16 on a CPU with AVX512-BF16: the
- *               encoder's linear layers use weights rounded once to BF16
- *               (one copy per model, shared by all connections) with FP32
- *               sums, for inference only (train() stays FP32). There bf16
- *               is an error on a CPU without AVX512-BF16, tf32 and
- *               bf16-fast an error saying a CUDA device is needed; a change
- *               drops the connection's backend and workspaces, rebuilt on
- *               next use.
+ *               transformers), bf16 on a CPU with AVX512-BF16 and int8 on
+ *               a CPU with AVX512-VNNI. bf16: the encoder's linear layers
+ *               use weights rounded once to BF16 with FP32 sums. int8: the
+ *               same layers use weights quantized once to INT8 (symmetric,
+ *               a scale per output), each token's input quantized on the
+ *               fly to 8 bits (its own scale and zero point) and exact
+ *               INT32 sums, dequantized in FP32 (model/gemm_int8.h); about
+ *               2-3 times the FP32 speed of those layers, logits move by
+ *               quantization error. Either way one packed copy per model
+ *               is shared by all connections, for inference only (train()
+ *               stays FP32). bf16 or int8 on a CPU without the
+ *               instructions is an error, tf32 and bf16-fast an error
+ *               saying a CUDA device is needed; a change drops the
+ *               connection's backend and workspaces, rebuilt on next use.
+ *               int8 with a CUDA device is an error (as is setting device
+ *               cuda while the precision is int8); with device auto the
+ *               backend is made to find out, so auto on a machine with a
+ *               GPU refuses int8 too.
  *
  * Reading a setting works anywhere; setting one (the two-argument form) is
  * SQLITE_DIRECTONLY, so a view or trigger cannot change a connection.
@@ -100,13 +111,16 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
 {
     char desc[sizeof c->be_desc];
     if (sqlite3_value_type(v) != SQLITE_TEXT || strlen(shown) >= sizeof c->precision) {
-        *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16 or bf16-fast, "
-                                  "got '%s'",
+        *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16, bf16-fast or "
+                                  "int8, got '%s'",
                                   fn, shown);
         return 1;
     }
     if (sx_device_precision_check(fn, shown, errmsg)) return 1;
-    if (!c->be && !sx_device_precision_cpu_ok(shown)) {
+    /* a CPU-only precision with device auto: make the backend to know
+     * whether it is a GPU (which refuses it below) */
+    if (!c->be && (!sx_device_precision_cpu_ok(shown) ||
+                   (sx_device_precision_cpu_only(shown) && strcmp(c->device, "cpu")))) {
         if (!strcmp(c->device, "cpu")) {
             *errmsg = sqlite3_mprintf("%s: precision '%s' %s; this connection runs on the CPU "
                                       "(device 'cpu')",
@@ -116,8 +130,8 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
         if (sx_engine_backend(c, fn, errmsg)) return 1;
     }
     if (c->be) {
-        int cpu_mode_changed = c->gpu < 0 && sx_device_precision_cpu_bf16(shown) !=
-                                                 sx_device_precision_cpu_bf16(c->precision);
+        int cpu_mode_changed = c->gpu < 0 && sx_device_precision_cpu_packing(shown) !=
+                                                 sx_device_precision_cpu_packing(c->precision);
         snprintf(desc, sizeof desc, "%s", c->be_desc);
         if (sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg)) return 1;
         snprintf(c->be_desc, sizeof c->be_desc, "%s", desc);
@@ -160,6 +174,12 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             errmsg = sqlite3_mprintf("%s: device 'cpu': precision '%s' %s; set "
                                      "sentiment_config('precision', 'auto') first",
                                      fn, c->precision, sx_device_precision_cpu_why(c->precision));
+            goto end;
+        }
+        if (strncmp(shown, "cuda", 4) == 0 && sx_device_precision_cpu_only(c->precision)) {
+            errmsg = sqlite3_mprintf("%s: device '%s': precision '%s' runs on the CPU only; set "
+                                     "sentiment_config('precision', 'auto') first",
+                                     fn, shown, c->precision);
             goto end;
         }
         if (strcmp(c->device, shown)) {

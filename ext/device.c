@@ -28,12 +28,14 @@
  * or an error code with a message in err (SM_ERR_MAX bytes).
  * $SENTIMENT_CUDA_PLUGIN, when set, is the plugin's path instead.
  *
- * Precision names: auto, fp32, tf32, bf16, bf16-fast. The CPU computes in
- * FP32 (auto, fp32) or, on a CPU with AVX512-BF16, in bf16: the encoder's
- * linear layers with BF16 weights and inputs and FP32 sums
- * (model/gemm_bf16.h); tf32 and bf16-fast need a GPU. On the CPU auto is
- * fp32, the exact reference. On a GPU, auto is the plugin's default:
- * $SENTIMENT_CUDA_PRECISION when it names one, else bf16.
+ * Precision names: auto, fp32, tf32, bf16, bf16-fast, int8. The CPU
+ * computes in FP32 (auto, fp32), on a CPU with AVX512-BF16 in bf16 (the
+ * encoder's linear layers with BF16 weights and inputs and FP32 sums,
+ * model/gemm_bf16.h) and on a CPU with AVX512-VNNI in int8 (the same
+ * layers with INT8 weights, inputs quantized per token and INT32 sums,
+ * model/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
+ * the CPU auto is fp32, the exact reference. On a GPU, auto is the plugin's
+ * default: $SENTIMENT_CUDA_PRECISION when it names one, else bf16.
  *
  * Owners: model weights live on a GPU once per model (ext/registry.c), not
  * once per connection. They are allocated through one backend per GPU made
@@ -53,6 +55,7 @@
 #include "blas.h"
 #include "errors.h"
 #include "gemm_bf16.h"
+#include "gemm_int8.h"
 #include "sentiment_ext.h"
 
 typedef int (*sx_cuda_create_fn)(int device, backend **out, char *desc,
@@ -78,7 +81,7 @@ static sx_cuda_last_error_fn g_cuda_last_error;
 static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
 static backend *g_owner[SX_MAX_GPUS];
 
-static const char *const k_precisions[] = {"auto", "fp32", "tf32", "bf16", "bf16-fast"};
+static const char *const k_precisions[] = {"auto", "fp32", "tf32", "bf16", "bf16-fast", "int8"};
 
 /* Where the plugin would be: the directory of the object holding this
  * code (sentiment.so, or a program linking ext/ statically). */
@@ -192,20 +195,21 @@ const char *sx_device_blas(void)
 }
 
 /* 1 when name is one of k_precisions (when cpu_only, one this CPU has:
- * auto, fp32, and bf16 with AVX512-BF16). */
+ * auto, fp32, bf16 with AVX512-BF16, int8 with AVX512-VNNI). */
 static int precision_known(const char *name, int cpu_only)
 {
     for (size_t i = 0; i < sizeof k_precisions / sizeof *k_precisions; i++)
         if (!strcmp(name, k_precisions[i]))
-            return !cpu_only || i < 2 || (!strcmp(name, "bf16") && gemm_bf16_supported());
+            return !cpu_only || i < 2 || (!strcmp(name, "bf16") && gemm_bf16_supported()) ||
+                   (!strcmp(name, "int8") && gemm_int8_supported());
     return 0;
 }
 
 int sx_device_precision_check(const char *fn, const char *name, char **errmsg)
 {
     if (precision_known(name, 0)) return 0;
-    *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16 or bf16-fast, "
-                              "got '%s'",
+    *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16, bf16-fast or "
+                              "int8, got '%s'",
                               fn, name);
     return 1;
 }
@@ -220,21 +224,33 @@ const char *sx_device_precision_cpu_why(const char *name)
     if (name && !strcmp(name, "bf16"))
         return "on the CPU needs AVX512-BF16, which this CPU lacks (use auto or fp32 here, "
                "or a CUDA device)";
-    return "needs a CUDA device; the CPU computes in fp32 (auto, fp32) or, with AVX512-BF16, "
-           "in bf16";
+    if (name && !strcmp(name, "int8"))
+        return "needs a CPU with AVX512-VNNI, which this CPU lacks (use auto or fp32)";
+    return "needs a CUDA device; the CPU computes in fp32 (auto, fp32), with AVX512-BF16 in "
+           "bf16, with AVX512-VNNI in int8";
 }
 
-int sx_device_precision_cpu_bf16(const char *name)
+int sx_device_precision_cpu_only(const char *name)
 {
-    return name && !strcmp(name, "bf16");
+    return name && !strcmp(name, "int8");
+}
+
+bert_precision sx_device_precision_cpu_packing(const char *name)
+{
+    if (name && !strcmp(name, "bf16")) return BERT_BF16;
+    if (name && !strcmp(name, "int8")) return BERT_INT8;
+    return BERT_FP32;
 }
 
 /* What sentiment_device() says for a CPU backend. */
 static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
 {
     int n = backend_cpu_threads(be);
+    bert_precision packing = sx_device_precision_cpu_packing(precision);
     snprintf(desc, cap, "cpu: %d thread%s, %s%s", n, n == 1 ? "" : "s", sx_device_blas(),
-             sx_device_precision_cpu_bf16(precision) ? ", bf16 (AVX512-BF16)" : "");
+             packing == BERT_BF16   ? ", bf16 (AVX512-BF16)"
+             : packing == BERT_INT8 ? ", int8 (AVX512-VNNI)"
+                                    : "");
 }
 
 /* What auto means on a GPU: the plugin's default. */
@@ -257,6 +273,13 @@ int sx_device_set_precision(const char *fn, backend *be, const char *name, char 
         }
         *errmsg = sqlite3_mprintf("%s: precision '%s' %s; this connection runs on the CPU", fn,
                                   name, sx_device_precision_cpu_why(name));
+        return 1;
+    }
+    if (sx_device_precision_cpu_only(name)) {
+        *errmsg = sqlite3_mprintf("%s: precision '%s' runs on the CPU only; this connection "
+                                  "runs on a CUDA device (set sentiment_config('device', 'cpu') "
+                                  "first)",
+                                  fn, name);
         return 1;
     }
     if (!g_cuda_precision) {

@@ -5,8 +5,8 @@
  * recently used model, each sized for the largest batch and length asked of
  * it so far (a workspace is never shared between connections, hence never
  * between threads). The model's parameters come from the registry: the
- * cached host copy on the CPU (with its BF16 copy when the precision is
- * bf16), the copy uploaded once per model and GPU on a GPU
+ * cached host copy on the CPU (with its packed BF16 or INT8 copy when the
+ * precision is bf16 or int8), the copy uploaded once per model and GPU on a GPU
  * (sx_registry_params), shared by every connection on that GPU.
  *
  * On a GPU a workspace is sized by free device memory: when the estimate of
@@ -154,9 +154,10 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     }
     /* the weights first (once per model and GPU), then the activations in
      * what memory is left */
-    if ((c->gpu < 0 && sx_device_precision_cpu_bf16(c->precision)
-             ? sx_registry_params_bf16(m, &p, err)
-             : sx_registry_params(m, c->gpu, &p, err)) != SM_OK) {
+    bert_precision packing = c->gpu < 0 ? sx_device_precision_cpu_packing(c->precision)
+                                        : BERT_FP32;
+    if ((packing != BERT_FP32 ? sx_registry_params_packed(m, packing, &p, err)
+                              : sx_registry_params(m, c->gpu, &p, err)) != SM_OK) {
         *errmsg = sqlite3_mprintf("%s: %s", fn, err);
         return 1;
     }

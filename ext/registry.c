@@ -14,13 +14,13 @@
  * backend that device.c keeps for that GPU, and every connection's backend
  * on that GPU reads the one copy (they share the GPU's primary context). The
  * copy is freed with the entry, so eviction frees GPU memory too. CPU
- * connections computing in bf16 share one BF16 copy of the encoder weights
- * per entry the same way (sx_registry_params_bf16).
+ * connections computing in bf16 or int8 share one packed copy of the encoder
+ * weights per entry and precision the same way (sx_registry_params_packed).
  *
  * Locking: `g_lock` guards the list and the counters and is held only for
  * short bookkeeping. `g_load_lock` serialises loads, so two threads asking
  * for the same model load it once, while lookups of cached models never wait
- * behind a load. `g_upload_lock` guards every entry's gpu[], cpu_bf16 and the owner
+ * behind a load. `g_upload_lock` guards every entry's gpu[], cpu_packed[] and the owner
  * backends' use (uploads and frees), so a model is uploaded once per GPU
  * however many connections ask at the same time; it is never held together
  * with the other two. The cache outlives every connection; sentiment.c pins
@@ -57,7 +57,7 @@ static void entry_free(sx_model *e)
         }
         pthread_mutex_unlock(&g_upload_lock);
     }
-    bert_bf16_params_free(e->cpu_bf16);
+    for (int i = 0; i < BERT_N_PRECISIONS; i++) bert_packed_params_free(e->cpu_packed[i]);
     bert_model_free(e->bert);
     free(e->key);
     free(e->family);
@@ -231,12 +231,20 @@ int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err)
     return rc;
 }
 
-int sx_registry_params_bf16(sx_model *e, const bert_params **out, char *err)
+int sx_registry_params_packed(sx_model *e, bert_precision precision, const bert_params **out,
+                              char *err)
 {
+    bert_precision plan[BERT_PACK_N];
     int rc = SM_OK;
+    *out = NULL;
+    if (precision <= BERT_FP32 || precision >= BERT_N_PRECISIONS)
+        return sm_error(err, SM_ERR_INVALID, "packed weights: unknown precision %d",
+                        (int)precision);
+    bert_pack_plan(precision, plan);
     pthread_mutex_lock(&g_upload_lock);
-    if (!e->cpu_bf16) rc = bert_params_bf16(&e->bert->cfg, &e->bert->p, &e->cpu_bf16, err);
-    *out = rc == SM_OK ? &e->cpu_bf16->p : NULL;
+    if (!e->cpu_packed[precision])
+        rc = bert_params_pack(&e->bert->cfg, &e->bert->p, plan, &e->cpu_packed[precision], err);
+    *out = rc == SM_OK ? &e->cpu_packed[precision]->p : NULL;
     pthread_mutex_unlock(&g_upload_lock);
     return rc;
 }

@@ -55,10 +55,11 @@ typedef struct sx_model {
     /* the weights on GPU N, uploaded on first use by sx_registry_params and
      * freed with the entry; guarded by the registry's upload lock */
     bert_device_params *gpu[SX_MAX_GPUS];
-    /* BF16 copies of the encoder weights for CPU connections whose
-     * precision is bf16, made on first use by sx_registry_params_bf16 and
-     * freed with the entry; guarded by the same lock */
-    bert_bf16_params *cpu_bf16;
+    /* packed copies of the encoder weights for CPU connections whose
+     * precision is bf16 or int8, one per bert_precision (index BERT_FP32
+     * unused), made on first use by sx_registry_params_packed and freed
+     * with the entry; guarded by the same lock */
+    bert_packed_params *cpu_packed[BERT_N_PRECISIONS];
     struct sx_model *next;
 } sx_model;
 
@@ -81,10 +82,12 @@ void sx_registry_release(sx_model *e);
  * device.c) and shared by every connection; they stay valid while the
  * caller holds a reference and are freed when the entry is. */
 int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err);
-/* The parameters for BF16 inference on the CPU (bert_params_bf16): made
- * once per entry by the first caller, shared by every connection and lane,
- * valid while the caller holds a reference. */
-int sx_registry_params_bf16(sx_model *e, const bert_params **out, char *err);
+/* The parameters for BF16 or INT8 inference on the CPU (bert_params_pack
+ * with bert_pack_plan(precision)): made once per entry and precision by the
+ * first caller, shared by every connection and lane, valid while the caller
+ * holds a reference. */
+int sx_registry_params_packed(sx_model *e, bert_precision precision, const bert_params **out,
+                              char *err);
 /* 1 when key is in the cache (and not stale). */
 int sx_registry_is_loaded(const char *key);
 
@@ -133,7 +136,7 @@ typedef struct sx_conn {
     int batch_size;
     int max_length;             /* 0 = the model's maximum */
     int progress;               /* SX_PROGRESS_* */
-    char precision[16];         /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast" */
+    char precision[16];         /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast", "int8" */
     /* engine (engine.c) */
     backend *be;
     int gpu;                    /* be's GPU index, -1 on the CPU (while be is set) */
@@ -179,21 +182,25 @@ int sx_device_check(const char *fn, const char *spec, char **errmsg);
 int sx_device_create(const char *fn, const char *spec, int threads,
                      const char *precision, backend **out, int *gpu,
                      char *desc, size_t desc_cap, char **errmsg);
-/* 0 when name is a precision (auto, fp32, tf32, bf16, bf16-fast), else an
+/* 0 when name is a precision (auto, fp32, tf32, bf16, bf16-fast, int8), else an
  * error naming fn and the allowed values. */
 int sx_device_precision_check(const char *fn, const char *name, char **errmsg);
-/* 1 when the CPU computes in precision name: NULL, "", auto, fp32, or
- * bf16 on a CPU with AVX512-BF16. */
+/* 1 when the CPU computes in precision name: NULL, "", auto, fp32, bf16
+ * on a CPU with AVX512-BF16, int8 on a CPU with AVX512-VNNI. */
 int sx_device_precision_cpu_ok(const char *name);
 /* Why the CPU cannot compute in precision name (for a message after
- * "precision 'name' ..."): it needs a CUDA device, or AVX512-BF16. */
+ * "precision 'name' ..."): it needs a CUDA device, AVX512-BF16 or
+ * AVX512-VNNI. */
 const char *sx_device_precision_cpu_why(const char *name);
-/* 1 when a CPU backend with precision name runs BF16 weights (bf16). */
-int sx_device_precision_cpu_bf16(const char *name);
+/* 1 when precision name runs on the CPU only (int8). */
+int sx_device_precision_cpu_only(const char *name);
+/* The weights a CPU backend with precision name runs: BERT_BF16 (bf16),
+ * BERT_INT8 (int8) or BERT_FP32 (packs nothing). */
+bert_precision sx_device_precision_cpu_packing(const char *name);
 /* Applies precision name to a live backend: on the CPU only what
  * sx_device_precision_cpu_ok accepts (else an error saying why), and desc
  * (may be NULL) gets the new description; on a GPU the plugin switches and
- * desc gets its description. */
+ * desc gets its description (a CPU-only precision, int8, is an error). */
 int sx_device_set_precision(const char *fn, backend *be, const char *name,
                             char *desc, size_t desc_cap, char **errmsg);
 /* Free and total memory of a GPU backend's device: 0 on success, 1 on the

@@ -13,10 +13,12 @@
  *   same for B. On cuBLAS (column-major) this is the call with A and B swapped.
  * - Every op returns SM_OK or an error code; the CPU ops cannot fail.
  * - Reduced precision (inference only): linear_bf16 takes a weight
- *   converted once to BF16 (model/gemm_bf16.h) and sums in FP32. It is
- *   optional (NULL where a backend lacks it); bert_forward calls it only for
- *   the layers whose parameters carry BF16 copies (bert_params_bf16), which
- *   training never makes, so gradients and updated weights stay FP32.
+ *   converted once to BF16 (model/gemm_bf16.h) and sums in FP32;
+ *   linear_int8 a weight quantized once to INT8 (model/gemm_int8.h), its
+ *   input quantized per row, INT32 sums. They are optional (NULL where a
+ *   backend lacks them); bert_forward calls them only for the layers whose
+ *   parameters carry packed copies (bert_params_pack), which training never
+ *   makes, so gradients and updated weights stay FP32.
  */
 #ifndef SM_BACKEND_H
 #define SM_BACKEND_H
@@ -25,6 +27,7 @@
 
 typedef struct backend backend;
 struct gemm_bf16_weight;
+struct gemm_int8_weight;
 
 struct backend {
     const char *name; /* "cpu", "cuda" */
@@ -195,6 +198,14 @@ struct backend {
      * gemm_bf16_supported(), else plain C (correct, slow). */
     int (*linear_bf16)(backend *be, float *out, const float *in,
                        const struct gemm_bf16_weight *W, const float *b,
+                       int R, int K, int N);
+    /* The same with W(N,K) quantized to INT8 (gemm_int8.h): each row of in
+     * quantized to u8 with its own scale and zero point, INT32 sums,
+     * dequantized with the row's and the column's scales, + b. Optional.
+     * The CPU's runs AVX512-VNNI code when gemm_int8_supported(), else plain
+     * C (same bits, slow). */
+    int (*linear_int8)(backend *be, float *out, const float *in,
+                       const struct gemm_int8_weight *W, const float *b,
                        int R, int K, int N);
 };
 

@@ -22,6 +22,7 @@
 #include "errors.h"
 #include "fastmath.h"
 #include "gemm_bf16.h"
+#include "gemm_int8.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -145,26 +146,57 @@ static int cpu_linear(backend *be, float *out, const float *in, const float *W,
     return gemm_split(be, 0, 1, R, N, K, 1.0f, in, K, W, K, 0.0f, out, N, b);
 }
 
-/* BF16 weights (gemm_bf16.h), split across threads as gemm_split does: by
- * rows of out, or by 32-column panels when there are few rows. */
+/* One thread's part of a packed product: output columns [col_lo, col_hi)
+ * of rows [0, R) (gemm_bf16_linear_cols, gemm_int8_linear_cols). */
+typedef void (*packed_cols_fn)(float *out, const float *in, const void *W, const float *b,
+                               int R, int col_lo, int col_hi);
+
+static void bf16_cols(float *out, const float *in, const void *W, const float *b, int R,
+                      int col_lo, int col_hi)
+{
+    gemm_bf16_linear_cols(out, in, W, b, R, col_lo, col_hi);
+}
+
+static void int8_cols(float *out, const float *in, const void *W, const float *b, int R,
+                      int col_lo, int col_hi)
+{
+    gemm_int8_linear_cols(out, in, W, b, R, col_lo, col_hi);
+}
+
+/* A packed weight's product split across threads as gemm_split does: by
+ * rows of out, or by panels of `panel` columns when there are few rows. */
+static void packed_split(backend *be, packed_cols_fn cols, float *out, const float *in,
+                         const void *W, const float *b, int R, int K, int N, int panels,
+                         int panel)
+{
+    int nt = backend_cpu_threads_for(be, (double)R * N * K);
+    int by_rows = R >= 32 * nt || panels < 2 * nt;
+    if (nt <= 1 || (by_rows ? R : panels) < 2) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < nt; i++) {
+        int lo, hi;
+        split_range(by_rows ? R : panels, nt, i, &lo, &hi);
+        if (hi <= lo) continue;
+        if (by_rows) cols(out + (size_t)lo * N, in + (size_t)lo * K, W, b, hi - lo, 0, N);
+        else cols(out, in, W, b, R, lo * panel, hi * panel);
+    }
+}
+
 static int cpu_linear_bf16(backend *be, float *out, const float *in,
                            const gemm_bf16_weight *W, const float *b, int R, int K,
                            int N)
 {
     if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
-    int nt = backend_cpu_threads_for(be, (double)R * N * K);
-    int by_rows = R >= 32 * nt || W->panels < 2 * nt;
-    if (nt <= 1 || (by_rows ? R : W->panels) < 2) nt = 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < nt; i++) {
-        int lo, hi;
-        split_range(by_rows ? R : W->panels, nt, i, &lo, &hi);
-        if (hi <= lo) continue;
-        if (by_rows)
-            gemm_bf16_linear_cols(out + (size_t)lo * N, in + (size_t)lo * K, W, b, hi - lo, 0, N);
-        else
-            gemm_bf16_linear_cols(out, in, W, b, R, lo * GEMM_BF16_PANEL, hi * GEMM_BF16_PANEL);
-    }
+    packed_split(be, bf16_cols, out, in, W, b, R, K, N, W->panels, GEMM_BF16_PANEL);
+    return SM_OK;
+}
+
+static int cpu_linear_int8(backend *be, float *out, const float *in,
+                           const gemm_int8_weight *W, const float *b, int R, int K,
+                           int N)
+{
+    if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
+    packed_split(be, int8_cols, out, in, W, b, R, K, N, W->panels, GEMM_INT8_PANEL);
     return SM_OK;
 }
 
@@ -423,6 +455,7 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->matmul_batched = cpu_matmul_batched;
     be->linear = cpu_linear;
     be->linear_bf16 = cpu_linear_bf16;
+    be->linear_int8 = cpu_linear_int8;
     be->add = cpu_add;
     be->layernorm = cpu_layernorm;
     be->gelu = cpu_gelu;

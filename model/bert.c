@@ -159,12 +159,31 @@ nomem:
         if (rc_) return sm_error(err, rc_, "%s backend: %s failed", be->name, #call); \
     } while (0)
 
-/* out(R,N) = in(R,K) · Wᵀ + b, with W's BF16 copy W16 when there is one. */
+/* out(R,N) = in(R,K) · Wᵀ + b, with W's packed copy pw when there is one. */
 static int linear(backend *be, float *out, const float *in, const float *W,
-                  const struct gemm_bf16_weight *W16, const float *b, int R, int K, int N)
+                  bert_packed_weight pw, const float *b, int R, int K, int N)
 {
-    if (W16) return be->linear_bf16(be, out, in, W16, b, R, K, N);
+    if (pw.int8) return be->linear_int8(be, out, in, pw.int8, b, R, K, N);
+    if (pw.bf16) return be->linear_bf16(be, out, in, pw.bf16, b, R, K, N);
     return be->linear(be, out, in, W, b, R, K, N);
+}
+
+/* SM_OK when be has the ops that layer lp's packed weights need. */
+static int packed_ops_check(backend *be, const bert_layer_params *lp, char *err)
+{
+    const bert_packed_weight *pw[] = {&lp->qkv_pw, &lp->attn_out_pw, &lp->ffn_in_pw,
+                                      &lp->ffn_out_pw};
+    for (size_t i = 0; i < sizeof pw / sizeof *pw; i++) {
+        if (pw[i]->bf16 && !be->linear_bf16)
+            return sm_error(err, SM_ERR_UNSUPPORTED,
+                            "forward: the %s backend has no bf16 linear layers; use fp32 weights",
+                            be->name);
+        if (pw[i]->int8 && !be->linear_int8)
+            return sm_error(err, SM_ERR_UNSUPPORTED,
+                            "forward: the %s backend has no int8 linear layers; use fp32 weights",
+                            be->name);
+    }
+    return SM_OK;
 }
 
 /* One post-LN encoder layer, in place on ws->x (N, C). */
@@ -176,19 +195,19 @@ static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
     float scale = 1.0f / sqrtf((float)d);
 
     /* qkv(N,3C) = x · Wqkvᵀ + bqkv */
-    TRY(linear(be, ws->qkv, ws->x, lp->qkv_w, lp->qkv_w16, lp->qkv_b, N, C, 3 * C));
+    TRY(linear(be, ws->qkv, ws->x, lp->qkv_w, lp->qkv_pw, lp->qkv_b, N, C, 3 * C));
     /* merged(N,C) = per head softmax(q kᵀ / sqrt(d), padding masked) v */
     TRY(be->attention(be, ws->merged, ws->att, ws->qkv, ws->lengths, B, T, H, d, scale));
     /* proj(N,C) = merged · Woᵀ + bo; x = LN1(proj + x) */
-    TRY(linear(be, ws->proj, ws->merged, lp->attn_out_w, lp->attn_out_w16, lp->attn_out_b, N,
+    TRY(linear(be, ws->proj, ws->merged, lp->attn_out_w, lp->attn_out_pw, lp->attn_out_b, N,
                C, C));
     TRY(be->add(be, ws->proj, ws->proj, ws->x, (size_t)N * C));
     TRY(be->layernorm(be, ws->x, NULL, NULL, ws->proj, lp->ln1_w, lp->ln1_b, N, C,
                       cfg->layer_norm_eps));
     /* ffn(N,F) = gelu(x · W1ᵀ + b1); proj(N,C) = ffn · W2ᵀ + b2; x = LN2(proj + x) */
-    TRY(linear(be, ws->ffn, ws->x, lp->ffn_in_w, lp->ffn_in_w16, lp->ffn_in_b, N, C, F));
+    TRY(linear(be, ws->ffn, ws->x, lp->ffn_in_w, lp->ffn_in_pw, lp->ffn_in_b, N, C, F));
     TRY(be->gelu(be, ws->ffn, ws->ffn, (size_t)N * F));
-    TRY(linear(be, ws->proj, ws->ffn, lp->ffn_out_w, lp->ffn_out_w16, lp->ffn_out_b, N, F, C));
+    TRY(linear(be, ws->proj, ws->ffn, lp->ffn_out_w, lp->ffn_out_pw, lp->ffn_out_b, N, F, C));
     TRY(be->add(be, ws->proj, ws->proj, ws->x, (size_t)N * C));
     TRY(be->layernorm(be, ws->x, NULL, NULL, ws->proj, lp->ln2_w, lp->ln2_b, N, C,
                       cfg->layer_norm_eps));
@@ -252,10 +271,10 @@ int bert_forward(const bert_config *cfg, const bert_params *p,
         return sm_error(err, SM_ERR_INVALID,
                         "the model has no classification head (classifier.weight); "
                         "fine-tune it on labeled data first");
-    if (cfg->num_hidden_layers > 0 && p->layers[0].qkv_w16 && !be->linear_bf16)
-        return sm_error(err, SM_ERR_UNSUPPORTED,
-                        "forward: the %s backend has no bf16 linear layers; use fp32 weights",
-                        be->name);
+    if (cfg->num_hidden_layers > 0) {
+        int rc = packed_ops_check(be, &p->layers[0], err);
+        if (rc) return rc;
+    }
     for (int i = 0; i < N; i++)
         if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
             return sm_error(err, SM_ERR_INVALID, "forward: token id %d at %d is outside the vocabulary (%d)",

@@ -22,6 +22,13 @@
 #include "config.h"
 #include "tokenizer.h"
 
+/* One matrix of a layer packed for reduced-precision inference: at most one
+ * of the two is set (bert_params_pack); neither means FP32. */
+typedef struct bert_packed_weight {
+    const struct gemm_bf16_weight *bf16; /* BF16 weights, FP32 sums */
+    const struct gemm_int8_weight *int8; /* INT8 weights and inputs, INT32 sums */
+} bert_packed_weight;
+
 typedef struct bert_layer_params {
     float *qkv_w;   /* (3C, C): query, key, value weights stacked */
     float *qkv_b;   /* (3C) */
@@ -33,9 +40,9 @@ typedef struct bert_layer_params {
     float *ffn_out_w;  /* (C, F) output.dense */
     float *ffn_out_b;  /* (C) */
     float *ln2_w, *ln2_b; /* (C) output.LayerNorm */
-    /* BF16 copies of the four matrices above for inference
-     * (bert_params_bf16), or NULL: the FP32 weights are used. */
-    const struct gemm_bf16_weight *qkv_w16, *attn_out_w16, *ffn_in_w16, *ffn_out_w16;
+    /* Packed copies of the four matrices above for reduced-precision
+     * inference (bert_params_pack), or none: the FP32 weights are used. */
+    bert_packed_weight qkv_pw, attn_out_pw, ffn_in_pw, ffn_out_pw;
 } bert_layer_params;
 
 typedef struct bert_params {
@@ -162,22 +169,39 @@ int bert_params_to_backend(backend *be, const bert_model *m,
                            bert_device_params **out, char *err);
 void bert_device_params_free(bert_device_params *dp);
 
-/* Reduced-precision inference (model/bert_bf16.c): the encoder's linear
+/* Reduced-precision inference (model/bert_packed.c): the encoder's linear
  * layers (query/key/value, attention output, FFN in and out) with weights
- * rounded once to BF16 and FP32 sums (model/gemm_bf16.h); embeddings,
- * LayerNorm, attention, pooler and classifier stay FP32. p is a copy of
- * src whose layers also carry the BF16 weights; its FP32 pointers are
- * src's, so it must not outlive src's arena. Read-only once made: any
- * number of CPU backends and lanes may run bert_forward with &bp->p at
+ * converted once to BF16 (model/gemm_bf16.h: FP32 sums) or quantized once
+ * to INT8 (model/gemm_int8.h: inputs quantized per token, INT32 sums);
+ * embeddings, LayerNorm, attention, pooler and classifier stay FP32. p is a
+ * copy of src whose layers also carry the packed weights; its FP32 pointers
+ * are src's, so it must not outlive src's arena. Read-only once made: any
+ * number of CPU backends and lanes may run bert_forward with &pp->p at
  * once. Only for inference: a trainer updates src and never uses this. */
-typedef struct bert_bf16_params {
-    bert_params p;
-    struct gemm_bf16_weight **w; /* the packed weights, 4 per layer, owned */
-    int n_w;
-} bert_bf16_params;
+typedef enum bert_precision {
+    BERT_FP32 = 0, /* no packed copy: the FP32 weights */
+    BERT_BF16,
+    BERT_INT8,
+    BERT_N_PRECISIONS
+} bert_precision;
 
-int bert_params_bf16(const bert_config *cfg, const bert_params *src,
-                     bert_bf16_params **out, char *err);
-void bert_bf16_params_free(bert_bf16_params *bp);
+/* The four matrices of every layer, in the order of bert_pack_plan. */
+enum { BERT_PACK_QKV, BERT_PACK_ATTN_OUT, BERT_PACK_FFN_IN, BERT_PACK_FFN_OUT, BERT_PACK_N };
+
+typedef struct bert_packed_params {
+    bert_params p;
+    bert_packed_weight *w; /* the packed weights, BERT_PACK_N per layer, owned */
+    int n_w;
+} bert_packed_params;
+
+/* What each matrix is packed as for a precision setting (plan[BERT_PACK_N]):
+ * bf16 packs all four as BF16; int8 packs as INT8 every matrix whose
+ * quantized inputs cost little accuracy (see bert_packed.c). */
+void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N]);
+/* Packs src's layers by plan (BERT_PACK_N entries, BERT_FP32 = not packed). */
+int bert_params_pack(const bert_config *cfg, const bert_params *src,
+                     const bert_precision plan[BERT_PACK_N],
+                     bert_packed_params **out, char *err);
+void bert_packed_params_free(bert_packed_params *pp);
 
 #endif

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "gemm_bf16.h"
+#include "gemm_int8.h"
 
 static void test_basic(void **state)
 {
@@ -254,8 +255,9 @@ static void test_config_precision(void **state)
 
     /* bad names, whatever the device */
     expect_error(db, "SELECT sentiment_config('precision', 'fp16')",
-                 "sentiment_config(): precision must be auto, fp32, tf32, bf16 or bf16-fast, "
-                 "got 'fp16'");
+                 "sentiment_config(): precision must be auto, fp32, tf32, bf16, bf16-fast or "
+                 "int8, got 'fp16'");
+    expect_error(db, "SELECT sentiment_config('precision', 'INT8')", "got 'INT8'");
     expect_error(db, "SELECT sentiment_config('precision', 'BF16')", "got 'BF16'");
     expect_error(db, "SELECT sentiment_config('precision', '')", "got ''");
     expect_error(db, "SELECT sentiment_config('precision', 32)", "precision must be auto, fp32");
@@ -298,6 +300,46 @@ static void test_config_precision(void **state)
         expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
         expect_error(db, "SELECT sentiment_config('precision', 'bf16')",
                      "precision 'bf16' on the CPU needs AVX512-BF16");
+    }
+    /* int8 on the CPU needs AVX512-VNNI: then the scores move by
+     * quantization error only; without it, an error */
+    expect_text(db, "SELECT sentiment_config('device', 'cpu')", "cpu");
+    if (gemm_int8_supported()) {
+        expect_text(db, "SELECT sentiment_config('precision', 'int8')", "int8");
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, int8 (AVX512-VNNI)'", "1");
+        expect_text(db, "SELECT json_extract(sentiment_debug(), '$.precision')", "int8");
+        expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 2e-2 AND "
+                        "v != sentiment_score('服务很好', 'tiny') FROM f32", "1");
+        expect_text(db, "SELECT count(*) FROM classify('SELECT 1, ''好'' UNION ALL "
+                        "SELECT 2, ''服务很差'' UNION ALL SELECT 3, ''还行''', 'tiny')", "3");
+        if (gemm_bf16_supported()) { /* int8 -> bf16 swaps the packed weights */
+            expect_text(db, "SELECT sentiment_config('precision', 'bf16')", "bf16");
+            expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 5e-3 FROM f32",
+                        "1");
+            expect_text(db, "SELECT sentiment_config('precision', 'int8')", "int8");
+        }
+        expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
+        expect_text(db, "SELECT sentiment_device() LIKE '%int8%'", "0");
+        expect_text(db, "SELECT v = sentiment_score('服务很好', 'tiny') FROM f32", "1");
+        /* set before the backend exists, with device auto (the backend is
+         * made to see that it is the CPU) */
+        expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
+        expect_text(db, "SELECT sentiment_config('precision', 'int8')", "int8");
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, int8 (AVX512-VNNI)'", "1");
+        expect_text(db, "SELECT sentiment_config('threads', 2)", "2");
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: 2 threads, %, int8 (AVX512-VNNI)'",
+                    "1");
+        expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 2e-2 FROM f32", "1");
+        expect_text(db, "SELECT sentiment_config('threads', 0)", "0");
+        expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
+    } else {
+        print_message("skipped: no AVX512-VNNI (checking the error instead)\n");
+        expect_error(db, "SELECT sentiment_config('precision', 'int8')",
+                     "sentiment_config(): precision 'int8' needs a CPU with AVX512-VNNI, which "
+                     "this CPU lacks");
+        expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
+        expect_error(db, "SELECT sentiment_config('precision', 'int8')",
+                     "precision 'int8' needs a CPU with AVX512-VNNI");
     }
     expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
     /* failed sets leave the setting unchanged */

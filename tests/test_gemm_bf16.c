@@ -1,5 +1,5 @@
 /* test_gemm_bf16.c: the BF16 linear layers (model/gemm_bf16.c) and BF16
- * inference of the encoder (model/bert_bf16.c).
+ * inference of the encoder (model/bert_packed.c).
  *
  * Everywhere: BF16 rounding of chosen values (ties to even, NaN, infinity,
  * overflow, every BF16 value round-trips), packing round trips with their
@@ -409,12 +409,21 @@ static void test_bert_bf16_logits(void **state)
     char err[SM_ERR_MAX] = "";
     enum { MAXB = 32, T = 64 };
     bert_model *m;
-    bert_bf16_params *bp;
+    bert_packed_params *bp;
+    bert_precision plan[BERT_PACK_N];
+    bert_pack_plan(BERT_BF16, plan);
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_bf16(&m->cfg, &m->p, &bp, err), SM_OK);
-    assert_non_null(bp->p.layers[0].qkv_w16);
-    assert_int_equal(bp->n_w, 4 * m->cfg.num_hidden_layers);
-    assert_null(m->p.layers[0].qkv_w16); /* the FP32 parameters are untouched */
+    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &bp, err), SM_OK);
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        const bert_layer_params *lp = &bp->p.layers[l];
+        assert_non_null(lp->qkv_pw.bf16);
+        assert_non_null(lp->attn_out_pw.bf16);
+        assert_non_null(lp->ffn_in_pw.bf16);
+        assert_non_null(lp->ffn_out_pw.bf16);
+        assert_null(lp->qkv_pw.int8);
+    }
+    assert_int_equal(bp->n_w, BERT_PACK_N * m->cfg.num_hidden_layers);
+    assert_null(m->p.layers[0].qkv_pw.bf16); /* the FP32 parameters are untouched */
     int *ids = malloc(MAXB * T * sizeof *ids), lengths[MAXB], K = m->cfg.num_labels;
     int B = load_ids(ids, lengths, MAXB, T, tokenizer_pad_id(m->tok));
     assert_true(B >= 8);
@@ -457,7 +466,7 @@ static void test_bert_bf16_logits(void **state)
     free(f32);
     free(b16);
     free(lanes);
-    bert_bf16_params_free(bp);
+    bert_packed_params_free(bp);
     bert_model_free(m);
 }
 
@@ -467,11 +476,13 @@ static void test_bert_bf16_needs_the_op(void **state)
     (void)state;
     char err[SM_ERR_MAX] = "";
     bert_model *m;
-    bert_bf16_params *bp;
+    bert_packed_params *bp;
     backend *be;
     bert_workspace *ws;
+    bert_precision plan[BERT_PACK_N];
+    bert_pack_plan(BERT_BF16, plan);
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_bf16(&m->cfg, &m->p, &bp, err), SM_OK);
+    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &bp, err), SM_OK);
     assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
     assert_int_equal(bert_workspace_create(be, &m->cfg, 1, 8, &ws, err), SM_OK);
     be->linear_bf16 = NULL;
@@ -482,7 +493,7 @@ static void test_bert_bf16_needs_the_op(void **state)
     assert_non_null(strstr(err, "bf16"));
     bert_workspace_free(ws);
     be->destroy(be);
-    bert_bf16_params_free(bp);
+    bert_packed_params_free(bp);
     bert_model_free(m);
 }
 
