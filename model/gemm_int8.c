@@ -259,7 +259,8 @@ AVX512VNNI static void pack_rows(uint32_t *a, const float *in, int K, int rows, 
             _mm_storeu_si128((__m128i *)(dst + k), quantize16(_mm512_loadu_ps(x + k), inv, zero));
         if (k < nk) {
             __mmask16 m = (__mmask16)((1u << (nk - k)) - 1);
-            _mm_mask_storeu_epi8(dst + k, m, quantize16(_mm512_maskz_loadu_ps(m, x + k), inv, zero));
+            __m128i q = quantize16(_mm512_maskz_loadu_ps(m, x + k), inv, zero);
+            _mm_mask_storeu_epi8(dst + k, m, q);
         }
         memset(dst + nk, 0, (size_t)(4 * np - nk));
     }
@@ -297,10 +298,10 @@ AVX512VNNI static inline void store_row(float *o, __m512i v0, __m512i v1, __mmas
 /* The out tile (rows <= MR, 32 columns masked by m0, m1, starting at
  * column n0) of a row tile a (stride KC quads) times a panel's K block b
  * (np quads), stored by store_row; bias may be NULL. */
-__attribute__((noinline)) AVX512VNNI static void kernel(int np, const uint32_t *a, const int8_t *b, float *out, int ldo,
-                              int rows, __mmask16 m0, __mmask16 m1, const row_quant *rq,
-                              const gemm_int8_weight *w, int n0, const float *bias, int first,
-                              int last)
+__attribute__((noinline)) AVX512VNNI static void
+kernel(int np, const uint32_t *a, const int8_t *b, float *out, int ldo, int rows, __mmask16 m0,
+       __mmask16 m1, const row_quant *rq, const gemm_int8_weight *w, int n0, const float *bias,
+       int first, int last)
 {
     /* int32 lanes (GCC's __m512i is 8 x int64: with it the accumulators
      * are copied and spilled on every quad) */
@@ -325,8 +326,8 @@ __attribute__((noinline)) AVX512VNNI static void kernel(int np, const uint32_t *
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         if (i >= rows) break;
-        store_row(out + (size_t)i * ldo, (__m512i)acc[i][0], (__m512i)acc[i][1], m0, m1, rq[i], w, n0, c0, c1,
-                  first, last);
+        store_row(out + (size_t)i * ldo, (__m512i)acc[i][0], (__m512i)acc[i][1], m0, m1, rq[i],
+                  w, n0, c0, c1, first, last);
     }
 }
 
@@ -347,7 +348,9 @@ AVX512VNNI static void linear_avx512(float *out, const float *in, const gemm_int
                 int n0 = j * PANEL, cols = (col_hi < N ? col_hi : N) - n0;
                 if (cols > PANEL) cols = PANEL;
                 __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-                __mmask16 m1 = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+                __mmask16 m1 = cols >= 32   ? 0xffff
+                               : cols <= 16 ? 0
+                                            : (__mmask16)((1u << (cols - 16)) - 1);
                 for (int i = 0; i < mr; i += MR)
                     kernel(np, a + (size_t)i * KC, b, out + (size_t)(r0 + i) * N + n0, N,
                            mr - i < MR ? mr - i : MR, m0, m1, rq + i, w, n0, bias, p0 == 0,

@@ -35,9 +35,10 @@
 #include "errors.h"
 #include "gemm_int8.h"
 
-/* |int8 logits - fp32 logits| on bert_tiny (a logit of this random-weight
- * model is about 0.1; measured: see the message the test prints). */
-#define BERT_TOL 2e-2
+/* |int8 logits - fp32 logits| on bert_tiny (measured 7.5e-4 on the
+ * fixture, about 1% of its largest logit, 0.1: the model has random
+ * weights; bf16 moves them by 3.1e-4). */
+#define BERT_TOL 5e-3
 #define BERT_DIR "tests/fixtures/models/bert_tiny"
 
 static const int k_sizes[] = {1, 2, 3, 5, 15, 17, 31, 33, 127, 128, 129};
@@ -369,7 +370,8 @@ static void test_avx512_vs_scalar(void **state)
                                  {129, 768, 31}, {9, 768, 3072}, {100, 385, 97},
                                  {200, 769, 64}, {97, 128, 512}, {3, 1537, 2304}};
     for (size_t s = 0; s < sizeof big / sizeof *big; s++)
-        for (int bias = 0; bias < 2; bias++) check_product(big[s][0], big[s][1], big[s][2], bias, 1);
+        for (int bias = 0; bias < 2; bias++)
+            check_product(big[s][0], big[s][1], big[s][2], bias, 1);
 }
 
 /* A row with an infinity or NaN gives NaN outputs in that row only, in both
