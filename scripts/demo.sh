@@ -41,6 +41,10 @@ FROM classify('reviews', 'comment') LIMIT 5;
 SELECT id, sentiment_batch(comment) OVER (ROWS BETWEEN CURRENT ROW AND 255 FOLLOWING) AS label
 FROM reviews LIMIT 3;
 .print
+.print -- agreement with the labels the 200 reviews' writers meant
+SELECT json_extract(r, '\$.accuracy') AS accuracy, json_extract(r, '\$.macro_f1') AS macro_f1
+FROM (SELECT sentiment_evaluate(comment, label) AS r FROM reviews);
+.print
 .print -- the models this connection can use
 SELECT name, version, source, labels, layers, hidden_size, parameters FROM sentiment_models;
 SQL
