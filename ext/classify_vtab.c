@@ -35,8 +35,8 @@
  * probs and truncated. Texts are converted as sentiment() does (numbers as
  * text, blobs as UTF-8 bytes).
  *
- * How it runs: rows are read batch_size x (CPU threads) at a time and go to
- * the engine in one call, which orders them by length so padding is small
+ * How it runs: rows are read 4 x batch_size x (CPU threads) at a time and go
+ * to the engine in one call, which orders them by length so padding is small
  * and runs one batch of batch_size per thread concurrently; results come
  * back in source order. A progress line (rows, rows/s, ETA)
  * appears on stderr when it is a terminal (sentiment_config('progress')).
@@ -57,6 +57,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* Batches read per engine thread per engine call (see "How it runs"). */
+#define CLASSIFY_BATCHES_PER_THREAD 4
 
 #include "sentiment_ext.h"
 
@@ -516,9 +519,11 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg)) return set_error(cur, errmsg);
 
     K = cur->m->bert->cfg.num_labels;
-    /* Read one batch per engine thread at a time: they run concurrently. */
+    /* Read CLASSIFY_BATCHES_PER_THREAD batches per engine thread at a time:
+     * the engine sorts them by length together (less padding than one
+     * batch's worth) and runs one batch per thread concurrently. */
     if (sx_engine_backend(v->c, k_fn, &errmsg)) return set_error(cur, errmsg);
-    cur->cap = cur->batch_size * sx_engine_parallel_batches(v->c);
+    cur->cap = cur->batch_size * sx_engine_parallel_batches(v->c) * CLASSIFY_BATCHES_PER_THREAD;
     cur->ids = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->ids);
     cur->texts = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->texts);
     cur->lens = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->lens);
