@@ -157,7 +157,7 @@ def build(shape, cache, log):
         for f in ("config.json", "vocab.txt", "model.safetensors"):
             shutil.copy(os.path.join(BUILTIN_DIR, f), os.path.join(hf, f))
         model = AutoModelForSequenceClassification.from_pretrained(
-            hf, attn_implementation="eager").eval()
+            hf, attn_implementation="eager", dtype=torch.float32).eval()
         label = "built-in model (model/builtin)"
     else:
         vocab_size = write_vocab(os.path.join(hf, "vocab.txt"))
@@ -183,7 +183,7 @@ def build(shape, cache, log):
     # dynamic_axes; opset 17.
     onnx_path = os.path.join(out, "model.onnx")
     eager = AutoModelForSequenceClassification.from_pretrained(
-        hf, attn_implementation="eager").eval()
+        hf, attn_implementation="eager", dtype=torch.float32).eval()
     names = ["input_ids", "attention_mask", "token_type_ids"]
     dyn = {n: {0: "batch", 1: "sequence"} for n in names}
     dyn["logits"] = {0: "batch"}

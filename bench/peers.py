@@ -166,7 +166,8 @@ def make_runner(engine, model_dir, threads, np):
         import transformers
         torch.set_num_threads(threads)
         torch.set_num_interop_threads(1)
-        model = transformers.AutoModelForSequenceClassification.from_pretrained(hf).eval()
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            hf, dtype=torch.float32).eval()  # F16 files are widened, as ours are
 
         def run(ids, mask, types):
             with torch.inference_mode():
