@@ -34,37 +34,15 @@
 #include "blas.h"
 #include "errors.h"
 #include "gemm_int8.h"
+#include "packed_test_util.h"
 
 /* |int8 logits - fp32 logits| on bert_tiny (measured 7.5e-4 on the
  * fixture, about 1% of its largest logit, 0.1: the model has random
  * weights; bf16 moves them by 3.1e-4). */
 #define BERT_TOL 5e-3
-#define BERT_DIR "tests/fixtures/models/bert_tiny"
 
 static const int k_sizes[] = {1, 2, 3, 5, 15, 17, 31, 33, 127, 128, 129};
 #define N_SIZES (int)(sizeof k_sizes / sizeof *k_sizes)
-
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint32_t rand32(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-
-static float frand(void)
-{
-    return (float)(rand32() * (1.0 / 4294967296.0)) * 2.0f - 1.0f;
-}
-
-static float *rand_floats(size_t n)
-{
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    assert_non_null(v);
-    for (size_t i = 0; i < n; i++) v[i] = frand();
-    return v;
-}
 
 /* Rows of R x K inputs of mixed kinds, by row: uniform in [-1, 1], wide
  * with an outlier, non-negative (as after GELU, with a small negative
@@ -457,53 +435,6 @@ static void test_splits(void **state)
 
 /* Token ids of the fixture's texts (the second column of golden.tsv),
  * padded to T; returns the count. */
-static int load_ids(int *ids, int *lengths, int max_n, int T, int pad)
-{
-    char line[65536];
-    FILE *f = fopen(BERT_DIR "/golden.tsv", "r");
-    int n = 0;
-    assert_non_null(f);
-    while (n < max_n && fgets(line, sizeof line, f)) {
-        char *tab = strchr(line, '\t'), *end;
-        assert_non_null(tab);
-        int t = 0;
-        for (char *p = tab + 1; t < T; p = end) {
-            long v = strtol(p, &end, 10);
-            if (end == p) break;
-            ids[n * T + t++] = (int)v;
-            if (*end == '\t') break;
-        }
-        lengths[n] = t;
-        for (; t < T; t++) ids[n * T + t] = pad;
-        n++;
-    }
-    fclose(f);
-    return n;
-}
-
-static void forward(bert_model *m, const bert_params *p, int threads, const int *ids,
-                    const int *lengths, int B, int T, float *logits)
-{
-    char err[SM_ERR_MAX] = "";
-    backend *be;
-    bert_workspace *ws;
-    assert_int_equal(backend_cpu_create(threads, &be, err), SM_OK);
-    assert_int_equal(bert_workspace_create(be, &m->cfg, B, T, &ws, err), SM_OK);
-    int rc = bert_forward(&m->cfg, p, ws, ids, lengths, B, T, logits, NULL, err);
-    if (rc) print_error("forward: %s\n", err);
-    assert_int_equal(rc, SM_OK);
-    bert_workspace_free(ws);
-    be->destroy(be);
-}
-
-static int argmax(const float *v, int K)
-{
-    int best = 0;
-    for (int k = 1; k < K; k++)
-        if (v[k] > v[best]) best = k;
-    return best;
-}
-
 static void test_bert_int8_logits(void **state)
 {
     (void)state;
