@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "cpu_softmax.h"
 #include "errors.h"
 #include "fastmath.h"
 #include "gemm_bf16.h"
@@ -284,26 +285,6 @@ static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd,
     return SM_OK;
 }
 
-SIMD_CLONES
-static void softmax_row(float *x, int n_valid, int T, float scale)
-{
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < n_valid; j++) mx = x[j] > mx ? x[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n_valid; j++) {
-        float e = sm_expf((x[j] - mx) * scale);
-        x[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-#pragma omp simd
-    for (int j = 0; j < n_valid; j++) x[j] *= inv;
-#pragma omp simd
-    for (int j = n_valid; j < T; j++) x[j] = 0.0f;
-}
-
 static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
                               int B, int H, int T, float scale)
 {
@@ -313,7 +294,7 @@ static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
         int len = lengths[bh / H];
         len = len < 1 ? 1 : (len > T ? T : len);
         float *rows = att + (size_t)bh * T * T;
-        for (int t = 0; t < T; t++) softmax_row(rows + (size_t)t * T, len, T, scale);
+        for (int t = 0; t < T; t++) cpu_softmax_row(rows + (size_t)t * T, len, T, scale);
     }
     return SM_OK;
 }
@@ -325,7 +306,7 @@ static void attention_head(float *out, float *att, const float *qkv, int len,
 {
     const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
     blas_sgemm(0, 1, len, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
-    for (int t = 0; t < len; t++) softmax_row(att + (size_t)t * T, len, T, scale);
+    for (int t = 0; t < len; t++) cpu_softmax_row(att + (size_t)t * T, len, T, scale);
     blas_sgemm(0, 0, len, d, len, 1.0f, att, T, v, 3 * C, 0.0f, out, C);
     for (int t = len; t < T; t++) memset(out + (size_t)t * C, 0, (size_t)d * sizeof *out);
 }

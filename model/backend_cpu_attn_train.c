@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "cpu_softmax.h"
 #include "cpu_train_kernels.h"
 #include "dropout_rng.h"
 #include "errors.h"

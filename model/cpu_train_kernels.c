@@ -1,10 +1,7 @@
 /* cpu_train_kernels.c: the vectorised loops of cpu_train_kernels.h. */
 #include "cpu_train_kernels.h"
 
-#include <math.h>
-
 #include "dropout_rng.h"
-#include "fastmath.h"
 
 #define SIMD_CLONES \
     __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
@@ -20,26 +17,6 @@ void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint6
         uint32_t r = (uint32_t)(dropout_mix64(key + (base + i) * 0xD1B54A32D192ED03ull) >> 32);
         out[i] = r >= threshold ? v : 0.0f;
     }
-}
-
-SIMD_CLONES
-void cpu_softmax_row(float *x, int n, int T, float scale)
-{
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
-        float e = sm_expf((x[j] - mx) * scale);
-        x[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-#pragma omp simd
-    for (int j = 0; j < n; j++) x[j] *= inv;
-#pragma omp simd
-    for (int j = n; j < T; j++) x[j] = 0.0f;
 }
 
 SIMD_CLONES

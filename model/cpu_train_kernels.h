@@ -17,10 +17,6 @@
 void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint64_t base,
                       uint32_t threshold, float inv);
 
-/* In-place softmax of scale * x over x[0, n); x[n, T) set to 0 (masked
- * keys). The arithmetic of the inference softmax (backend_cpu.c). */
-void cpu_softmax_row(float *x, int n, int T, float scale);
-
 /* dst[i] += src[k][i] for k = 0 .. nsrc-1 in that order, then src[k][i] = 0;
  * i in [0, n). */
 void cpu_reduce_clear_span(float *dst, float *const *src, int nsrc, size_t n);
