@@ -32,6 +32,8 @@
 
 #include "bert.h"
 #include "errors.h"
+#include "model_dir.h"
+#include "bert_mlm.h"
 #include "pretrain.h"
 #include "reviews.h"
 #include "safetensors.h"
@@ -155,6 +157,40 @@ static int write_split(const char *dir, const char *name, const review_set *set,
     return fclose(f) ? sm_error(err, SM_ERR_IO, "cannot write '%s'", path) : SM_OK;
 }
 
+/* The vocabulary of tok as vocab.txt text (one token per line), malloc'd. */
+static int vocab_text(const tokenizer *tok, char **out, size_t *len, char *err)
+{
+    size_t cap = 1, used = 0;
+    for (int i = 0; i < tokenizer_vocab_size(tok); i++) cap += strlen(tokenizer_token(tok, i)) + 1;
+    char *text = malloc(cap);
+    if (!text) return sm_error(err, SM_ERR_NOMEM, "out of memory");
+    text[0] = 0;
+    for (int i = 0; i < tokenizer_vocab_size(tok); i++)
+        used += (size_t)snprintf(text + used, cap - used, "%s\n", tokenizer_token(tok, i));
+    *out = text;
+    *len = used;
+    return SM_OK;
+}
+
+/* The MLM head to pretrain with: the one stored in init (a checkpoint from an
+ * earlier pretraining run, so a second run continues it), else a fresh one. */
+static int mlm_head_for(const recipe *r, const bert_config *cfg, bert_mlm_head **head, char *err)
+{
+    *head = NULL;
+    if (r->init) {
+        model_dir md;
+        int rc = model_dir_open(r->init, &md, err);
+        if (!rc) rc = bert_mlm_head_from_safetensors(cfg, &md.st, head, err);
+        model_dir_close(&md);
+        if (rc) return rc;
+        if (*head) {
+            fprintf(stderr, "continuing the masked-LM head stored in %s\n", r->init);
+            return SM_OK;
+        }
+    }
+    return bert_mlm_head_create(cfg, r->seed, head, err);
+}
+
 /* Masked-LM pretraining of m on the training texts (labels unused) and the
  * unlabeled texts, then a checkpoint in OUT/pretrained/. */
 static int pretrain(const recipe *r, const review_data *d, int n_train, bert_model *m,
@@ -178,7 +214,7 @@ static int pretrain(const recipe *r, const review_data *d, int n_train, bert_mod
     if (rc) goto end;
     fprintf(stderr, "pretraining on %d texts (%zu tokens)\n", pretrain_dataset_rows(ds),
             pretrain_dataset_tokens(ds));
-    if ((rc = bert_mlm_head_create(&m->cfg, r->seed, &head, err))) goto end;
+    if ((rc = mlm_head_for(r, &m->cfg, &head, err))) goto end;
     pretrain_options o;
     pretrain_options_default(&o);
     o.epochs = r->pretrain_epochs;
@@ -303,7 +339,7 @@ int main(int argc, char **argv)
         if ((rc = bert_model_load_dir(r.init, &m, err))) goto fail;
         int kept;
         if ((rc = trainer_prepare_head(m, 2, k_labels, r.seed, &kept, err))) goto fail;
-        vocab = strdup("");
+        if ((rc = vocab_text(m->tok, &vocab, &vocab_len, err))) goto fail;
         n_tokens = tokenizer_vocab_size(m->tok);
         fprintf(stderr, "starting from %s (%d tokens)\n", r.init, n_tokens);
     } else {
@@ -371,19 +407,6 @@ int main(int argc, char **argv)
     mkdir(r.out, 0755);
     if ((rc = bert_config_to_json(&m->cfg, &config, err))) goto fail;
     if ((rc = write_file(r.out, "config.json", config, strlen(config), err))) goto fail;
-    if (r.init) { /* the vocabulary came with the model: write it back out */
-        size_t cap = 1, used = 0;
-        for (int i = 0; i < tokenizer_vocab_size(m->tok); i++)
-            cap += strlen(tokenizer_token(m->tok, i)) + 1;
-        free(vocab);
-        if (!(vocab = malloc(cap))) {
-            rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        for (int i = 0; i < tokenizer_vocab_size(m->tok); i++)
-            used += (size_t)snprintf(vocab + used, cap - used, "%s\n", tokenizer_token(m->tok, i));
-        vocab_len = used;
-    }
     if ((rc = write_file(r.out, "vocab.txt", vocab, vocab_len, err))) goto fail;
     if ((rc = bert_model_save_safetensors(m, dtype, &weights, &weights_len, err))) goto fail;
     if ((rc = write_file(r.out, "model.safetensors", weights, weights_len, err))) goto fail;
