@@ -16,6 +16,13 @@
  * A work argument is NAME:BATCH:IDS_FILE[:PROBS_FILE]; PROBS_FILE gets the
  * probabilities of the first timed pass, one sequence a line.
  *
+ * --precision int8 runs the encoder's linear layers with INT8 weights and
+ * inputs (AVX512-VNNI; the matrices bert_pack_plan packs, packed once at
+ * load, before any timing), as sentiment_config('precision', 'int8') does;
+ * everything else, timed part included, is the same as with fp32 (the
+ * default). On a CPU without AVX512-VNNI it prints one JSON line with
+ * "available": false and exits with status 3, before loading anything.
+ *
  * With --serve it loads everything, prints {"ready": true} and then takes
  * commands on stdin, one a line, answering each with one JSON line:
  * "warm NAME" (the warm-up batch), "run NAME" (one timed pass), "quit". The
@@ -38,10 +45,12 @@
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"
+#include "gemm_int8.h"
 
 #define MAX_WORK 16
 #define MAX_RUNS 64
 #define WARM_ROWS 8 /* as bench/peers.py */
+#define EXIT_UNAVAILABLE 3 /* --precision int8 on a CPU without AVX512-VNNI */
 
 typedef struct work {
     char name[64];
@@ -191,17 +200,17 @@ static void softmax(float *x, int K)
     for (int k = 0; k < K; k++) x[k] = (float)(exp((double)x[k] - mx) / sum);
 }
 
-/* One batch (at most max_rows of its rows): forward, softmax into probs
- * (B, K). */
-static int run_batch(const bert_model *m, bert_workspace *ws, const work *w, int k,
-                     int max_rows, float *probs, char *err)
+/* One batch (at most max_rows of its rows): forward with the parameters p
+ * (m's own, or their packed copy), softmax into probs (B, K). */
+static int run_batch(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                     const work *w, int k, int max_rows, float *probs, char *err)
 {
     int first = k * w->batch;
     int B = w->n - first < w->batch ? w->n - first : w->batch;
     if (B > max_rows) B = max_rows;
     int K = m->cfg.num_labels;
-    int rc = bert_forward(&m->cfg, &m->p, ws, w->padded[k], w->len + first, B, w->T[k], probs,
-                          NULL, err);
+    int rc = bert_forward(&m->cfg, p, ws, w->padded[k], w->len + first, B, w->T[k], probs, NULL,
+                          err);
     if (rc) return rc;
     for (int b = 0; b < B; b++) softmax(probs + (size_t)b * K, K);
     return 0;
@@ -209,21 +218,21 @@ static int run_batch(const bert_model *m, bert_workspace *ws, const work *w, int
 
 /* Warm-up: WARM_ROWS rows of the workload's longest batch, so first touch
  * of the workspace and thread start-up are not timed. */
-static int warm_up(const bert_model *m, bert_workspace *ws, const work *w, float *probs,
-                   double *seconds, char *err)
+static int warm_up(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                   const work *w, float *probs, double *seconds, char *err)
 {
     int longest = 0;
     for (int k = 1; k < w->n_batches; k++) longest = w->T[k] > w->T[longest] ? k : longest;
     double t0 = now();
-    int rc = run_batch(m, ws, w, longest, WARM_ROWS, probs, err);
+    int rc = run_batch(m, p, ws, w, longest, WARM_ROWS, probs, err);
     *seconds = now() - t0;
     return rc;
 }
 
 /* One timed pass over the workload. The first pass of a workload writes its
  * probabilities to probs_path. */
-static int one_pass(const bert_model *m, bert_workspace *ws, work *w, float *probs,
-                    double *seconds, char *err)
+static int one_pass(const bert_model *m, const bert_params *p, bert_workspace *ws, work *w,
+                    float *probs, double *seconds, char *err)
 {
     int K = m->cfg.num_labels;
     float *all = NULL;
@@ -233,7 +242,7 @@ static int one_pass(const bert_model *m, bert_workspace *ws, work *w, float *pro
     }
     double t0 = now();
     for (int k = 0; k < w->n_batches; k++) {
-        int rc = run_batch(m, ws, w, k, w->batch, probs, err);
+        int rc = run_batch(m, p, ws, w, k, w->batch, probs, err);
         if (rc) {
             free(all);
             return rc;
@@ -305,7 +314,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench_peers --model DIR [--threads N] [--runs N] [--serve]\n"
-            "                   NAME:BATCH:IDS[:PROBS]...\n"
+            "                   [--precision fp32|int8] NAME:BATCH:IDS[:PROBS]...\n"
             "       bench_peers --model DIR --check-tokens TEXTS IDS [--max-length N]\n");
 }
 
@@ -313,6 +322,7 @@ int main(int argc, char **argv)
 {
     const char *model_dir = NULL, *texts = NULL, *ref_ids = NULL;
     int threads = 1, runs = 5, max_length = 128, n_work = 0, status = 1, serve = 0;
+    bert_precision precision = BERT_FP32;
     work works[MAX_WORK];
     char err[SM_ERR_MAX];
     memset(works, 0, sizeof works);
@@ -324,6 +334,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--runs") && v) runs = atoi(argv[++i]);
         else if (!strcmp(a, "--max-length") && v) max_length = atoi(argv[++i]);
         else if (!strcmp(a, "--serve")) serve = 1;
+        else if (!strcmp(a, "--precision") && v && (!strcmp(v, "fp32") || !strcmp(v, "int8")))
+            precision = !strcmp(argv[++i], "int8") ? BERT_INT8 : BERT_FP32;
         else if (!strcmp(a, "--check-tokens") && v && i + 2 < argc) {
             texts = argv[++i];
             ref_ids = argv[++i];
@@ -350,11 +362,21 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    const char *precision_name = precision == BERT_INT8 ? "int8" : "fp32";
+    if (precision == BERT_INT8 && !gemm_int8_supported()) {
+        printf("{\"engine\": \"ours\", \"precision\": \"int8\", \"available\": false, "
+               "\"error\": \"not available on this CPU: no AVX512-VNNI\"}\n");
+        fprintf(stderr, "bench_peers: --precision int8: this CPU has no AVX512-VNNI\n");
+        return EXIT_UNAVAILABLE;
+    }
 
     bert_model *m = NULL;
     backend *be = NULL;
     bert_workspace *ws = NULL;
+    bert_packed_params *pp = NULL;
+    const bert_params *run_p = NULL;
     float *probs = NULL;
+    double pack_s = 0;
     if (bert_model_load_dir(model_dir, &m, err)) goto fail;
     if (!m->has_head) {
         fprintf(stderr, "bench_peers: %s has no classification head\n", model_dir);
@@ -371,12 +393,22 @@ int main(int argc, char **argv)
         for (int k = 0; k < works[i].n_batches; k++)
             max_T = works[i].T[k] > max_T ? works[i].T[k] : max_T;
     }
+    run_p = &m->p;
+    if (precision != BERT_FP32) {
+        bert_precision plan[BERT_PACK_N];
+        bert_pack_plan(precision, plan);
+        double t0 = now();
+        if (bert_params_pack(&m->cfg, &m->p, plan, &pp, err)) goto fail;
+        pack_s = now() - t0;
+        run_p = &pp->p;
+    }
     if (blas_load(err)) goto fail;
     if (backend_cpu_create(threads, &be, err)) goto fail;
     if (bert_workspace_create(be, &m->cfg, max_batch, max_T, &ws, err)) goto fail;
     probs = malloc((size_t)max_batch * K * sizeof *probs);
-    printf("{\"engine\": \"ours\", \"blas\": \"%s\", \"threads\": %d, \"backend_threads\": %d}\n",
-           blas_describe(), threads, backend_cpu_threads(be));
+    printf("{\"engine\": \"ours\", \"precision\": \"%s\", \"pack_s\": %.6f, \"blas\": \"%s\", "
+           "\"threads\": %d, \"backend_threads\": %d}\n",
+           precision_name, pack_s, blas_describe(), threads, backend_cpu_threads(be));
     fflush(stdout);
 
     if (serve) {
@@ -398,8 +430,8 @@ int main(int argc, char **argv)
                 continue;
             }
             double t;
-            if (!strcmp(cmd, "warm") ? warm_up(m, ws, w, probs, &t, err)
-                                     : one_pass(m, ws, w, probs, &t, err)) {
+            if (!strcmp(cmd, "warm") ? warm_up(m, run_p, ws, w, probs, &t, err)
+                                     : one_pass(m, run_p, ws, w, probs, &t, err)) {
                 free(line);
                 goto fail;
             }
@@ -414,12 +446,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_work; i++) {
         work *w = &works[i];
         double times[MAX_RUNS], warm;
-        if (warm_up(m, ws, w, probs, &warm, err)) goto fail;
+        if (warm_up(m, run_p, ws, w, probs, &warm, err)) goto fail;
         for (int r = 0; r < runs; r++)
-            if (one_pass(m, ws, w, probs, &times[r], err)) goto fail;
-        printf("{\"engine\": \"ours\", \"work\": \"%s\", \"batch\": %d, \"threads\": %d, "
-               "\"seqs\": %d, \"warmup_s\": %.6f, \"times\": [",
-               w->name, w->batch, threads, w->n, warm);
+            if (one_pass(m, run_p, ws, w, probs, &times[r], err)) goto fail;
+        printf("{\"engine\": \"ours\", \"precision\": \"%s\", \"work\": \"%s\", \"batch\": %d, "
+               "\"threads\": %d, \"seqs\": %d, \"warmup_s\": %.6f, \"times\": [",
+               precision_name, w->name, w->batch, threads, w->n, warm);
         for (int r = 0; r < runs; r++) printf("%s%.6f", r ? ", " : "", times[r]);
         printf("]}\n");
         fflush(stdout);
@@ -434,6 +466,7 @@ end:
     for (int i = 0; i < n_work; i++) work_free(&works[i]);
     if (ws) bert_workspace_free(ws);
     if (be) be->destroy(be);
+    bert_packed_params_free(pp);
     if (m) bert_model_free(m);
     return status;
 }

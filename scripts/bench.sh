@@ -8,7 +8,9 @@
 #
 # Options (bench/peers.py run --help): --shapes builtin,ernie-medium,bert-base
 # --threads 1,2 --batches 1,32 --inputs real,fixed --runs 5
-# --engines ours,sql,onnxruntime,torch,paddle --no-train --train-shapes ...
+# --engines ours,ours-int8,sql,onnxruntime,torch,paddle --no-train --train-shapes ...
+# (ours-int8: our engine with INT8 linear layers, run and reported beside the
+# FP32 engines on a CPU with AVX512-VNNI, left out with the reason elsewhere)
 #
 # The peers live in a Python virtual environment outside the repository,
 # created and filled from PyPI on first use; they are never a dependency of the
