@@ -4,6 +4,7 @@
  *   build/bench/bench_sql [--data FILE.tsv] [--rows N] [--model DIR]
  *                         [--batch B] [--threads T] [--frame F]
  *                         [--scalar-rows N] [--repeat R] [--ext PATH]
+ *                         [--precision auto|fp32|int8]
  *
  * Reads N texts (default 20,000) from column 2 of a TSV with a header
  * (default ../shared/data/online_shopping_10_cats/all.tsv; the texts are
@@ -26,7 +27,10 @@
  * device 'cpu' for a like-for-like ratio), and prints rows/s and the ratio classify / direct (target >= 0.9), by
  * wall time and by process CPU time (the fair measure when other programs
  * share the cores; use --threads 1 then). It also checks that classify and
- * the direct engine agree on every label.
+ * the direct engine agree on every label. --precision (default auto, what a
+ * user gets) is set on the SQL side; the direct path uses the same weights
+ * (INT8 packed once, before timing, when that is what auto or int8 means on
+ * this CPU; else FP32).
  *
  * SQLite is opened with dlopen (libsqlite3.so.0), so this program links
  * only the model library, as the Makefile builds benches.
@@ -43,6 +47,7 @@
 #include "backend.h"
 #include "bert.h"
 #include "errors.h"
+#include "gemm_int8.h"
 
 /* The SQLite calls used, resolved at run time. */
 static struct {
@@ -228,6 +233,8 @@ int main(int argc, char **argv)
                                 ? "model/builtin"
                                 : "tests/fixtures/models/bert_tiny";
     const char *ext = "build/sentiment";
+    const char *precision = "auto";
+    bert_packed_params *packed = NULL;
     int rows = 20000, batch = 32, threads = 0, frame = 256, scalar_rows = 2000, repeat = 3;
     char **texts = NULL, err[SM_ERR_MAX], sql[512];
     int n = 0, rc = 1;
@@ -252,6 +259,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--scalar-rows")) scalar_rows = atoi(v);
         else if (!strcmp(argv[i], "--repeat")) repeat = atoi(v);
         else if (!strcmp(argv[i], "--ext")) ext = v;
+        else if (!strcmp(argv[i], "--precision") &&
+                 (!strcmp(v, "auto") || !strcmp(v, "fp32") || !strcmp(v, "int8")))
+            precision = v;
         else goto usage;
         i++;
     }
@@ -288,8 +298,9 @@ int main(int argc, char **argv)
     snprintf(sql, sizeof sql, "SELECT sentiment_load('bench', '%s')", model_dir);
     if (exec(db, sql)) goto end;
     snprintf(sql, sizeof sql, "SELECT sentiment_config('device', 'cpu'), sentiment_config('batch_size', %d), "
-                              "sentiment_config('threads', %d), sentiment_config('progress', 'off')",
-             batch, threads);
+                              "sentiment_config('threads', %d), sentiment_config('progress', 'off'), "
+                              "sentiment_config('precision', '%s')",
+             batch, threads, precision);
     if (exec(db, sql)) goto end;
 
     timing t_scalar = {1, 1}, t_classify, t_window, t_direct = {1e30, 1e30};
@@ -320,6 +331,19 @@ int main(int argc, char **argv)
         goto end;
     }
     int maxlen = bert_max_length(&m->cfg), K = m->cfg.num_labels;
+    /* the weights the SQL side uses: INT8 for int8, and for auto on a CPU
+     * with VNNI (ext/device.c) */
+    int int8 = !strcmp(precision, "int8") || (!strcmp(precision, "auto") && gemm_int8_supported());
+    const bert_params *params = &m->p;
+    if (int8) {
+        bert_precision plan[BERT_PACK_N];
+        bert_pack_plan(BERT_INT8, plan);
+        if (bert_params_pack(&m->cfg, &m->p, plan, &packed, err)) {
+            fprintf(stderr, "bench_sql: %s\n", err);
+            goto end;
+        }
+        params = &packed->p;
+    }
     if (bert_workspace_create(be, &m->cfg, batch, maxlen, &ws, err)) {
         fprintf(stderr, "bench_sql: %s\n", err);
         goto end;
@@ -330,7 +354,7 @@ int main(int argc, char **argv)
         double t0 = now_s(), c0 = cpu_s();
         for (int first = 0; first < n; first += batch) {
             int b = n - first < batch ? n - first : batch;
-            if (bert_classify_texts(m, &m->p, ws, (const char *const *)texts + first, lens + first, b, maxlen,
+            if (bert_classify_texts(m, params, ws, (const char *const *)texts + first, lens + first, b, maxlen,
                                     batch, probs + (size_t)first * K, trunc + first, err)) {
                 fprintf(stderr, "bench_sql: %s\n", err);
                 goto end;
@@ -355,9 +379,11 @@ int main(int argc, char **argv)
         }
         S.finalize(st);
         printf("bench_sql: %d texts from %s\n", n, data);
-        printf("model %s (%d layers, hidden %d, max_length %d), batch %d, %d thread%s, %d truncated\n",
+        printf("model %s (%d layers, hidden %d, max_length %d), batch %d, %d thread%s, %d truncated, "
+               "precision %s (%s)\n",
                model_dir, m->cfg.num_hidden_layers, m->cfg.hidden_size, maxlen, batch,
-               backend_cpu_threads(be), backend_cpu_threads(be) == 1 ? "" : "s", truncated);
+               backend_cpu_threads(be), backend_cpu_threads(be) == 1 ? "" : "s", truncated,
+               precision, int8 ? "int8" : "fp32");
         printf("%-34s %8s %9s %10s %9s %12s\n", "path", "rows", "seconds", "rows/s", "cpu s",
                "rows/cpu-s");
 #define ROW(name, rows, t)                                                               \
@@ -381,13 +407,15 @@ int main(int argc, char **argv)
     goto end;
 usage:
     fprintf(stderr, "usage: bench_sql [--data FILE.tsv] [--rows N] [--model DIR] [--batch B] [--threads T] "
-                    "[--frame F] [--scalar-rows N] [--repeat R] [--ext PATH]\n");
+                    "[--frame F] [--scalar-rows N] [--repeat R] [--ext PATH] "
+                    "[--precision auto|fp32|int8]\n");
     return 2;
 end:
     if (ins) S.finalize(ins);
     if (db) S.close(db);
     bert_workspace_free(ws);
     if (be) be->destroy(be);
+    bert_packed_params_free(packed);
     bert_model_free(m);
     for (int i = 0; i < n; i++) free(texts[i]);
     free(texts);

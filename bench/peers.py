@@ -282,6 +282,7 @@ class SqlBench:
         db.execute("SELECT sentiment_config('threads', ?)", (threads,))
         db.execute("SELECT sentiment_config('max_length', ?)", (MAX_LEN,))
         db.execute("SELECT sentiment_config('progress', 'off')")
+        db.execute("SELECT sentiment_config('precision', 'fp32')")  # the FP32 column
         self.device = db.execute("SELECT sentiment_device()").fetchone()[0]
         with open(os.path.join(model_dir, "hf", "config.json"), encoding="utf-8") as f:
             id2label = json.load(f).get("id2label") or {"0": "LABEL_0", "1": "LABEL_1"}

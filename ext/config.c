@@ -19,15 +19,17 @@
  *               'off'.
  *   precision   how matrix products are computed: 'auto' (default: bf16 on
  *               a GPU, or $SENTIMENT_CUDA_PRECISION when that names one;
- *               fp32 on the CPU), 'fp32' (exact, the reference), 'tf32'
+ *               int8 on a CPU with AVX512-VNNI, falling back to fp32 for
+ *               weights that cannot be quantized; fp32 on other CPUs),
+ *               'fp32' (exact, the reference), 'tf32'
  *               (TF32 tensor cores), 'bf16' (BF16 operands, FP32
  *               accumulation; everything else stays FP32), 'bf16-fast'
  *               (the same converted inside cuBLAS) or 'int8' (CPU only).
  *               On a GPU the change applies to the live backend at once
  *               (sentiment_device() shows it) and to classify, sentiment()
  *               and train() alike.
- *               The CPU takes auto and fp32 (FP32, exact parity with
- *               transformers), bf16 on a CPU with AVX512-BF16 and int8 on
+ *               The CPU takes fp32 (FP32, exact parity with
+ *               transformers), auto, bf16 on a CPU with AVX512-BF16 and int8 on
  *               a CPU with AVX512-VNNI. bf16: the encoder's linear layers
  *               use weights rounded once to BF16 with FP32 sums. int8: the
  *               same layers use weights quantized once to INT8 (symmetric,

@@ -29,12 +29,14 @@
  * $SENTIMENT_CUDA_PLUGIN, when set, is the plugin's path instead.
  *
  * Precision names: auto, fp32, tf32, bf16, bf16-fast, int8. The CPU
- * computes in FP32 (auto, fp32), on a CPU with AVX512-BF16 in bf16 (the
+ * computes in FP32 (fp32), on a CPU with AVX512-BF16 in bf16 (the
  * encoder's linear layers with BF16 weights and inputs and FP32 sums,
  * model/gemm_bf16.h) and on a CPU with AVX512-VNNI in int8 (the same
  * layers with INT8 weights, inputs quantized per token and INT32 sums,
  * model/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
- * the CPU auto is fp32, the exact reference. On a GPU, auto is the plugin's
+ * the CPU auto is int8 where the CPU has AVX512-VNNI (fp32 for weights
+ * that cannot be quantized, ext/engine.c), else fp32, the exact reference
+ * (precision fp32 asks for it anywhere). On a GPU, auto is the plugin's
  * default: $SENTIMENT_CUDA_PRECISION when it names one, else bf16.
  *
  * Owners: model weights live on a GPU once per model (ext/registry.c), not
@@ -239,7 +241,9 @@ bert_precision sx_device_precision_cpu_packing(const char *name)
 {
     if (name && !strcmp(name, "bf16")) return BERT_BF16;
     if (name && !strcmp(name, "int8")) return BERT_INT8;
-    return BERT_FP32;
+    /* auto: the fastest path this CPU has, fp32 where there is none */
+    if ((!name || !*name || !strcmp(name, "auto")) && gemm_int8_supported()) return BERT_INT8;
+    return bert_fp32_packing(); /* FP32 weights packed once where the CPU has AVX-512F */
 }
 
 /* What sentiment_device() says for a CPU backend. */

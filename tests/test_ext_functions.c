@@ -331,7 +331,13 @@ static void test_config_precision(void **state)
                     "1");
         expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 2e-2 FROM f32", "1");
         expect_text(db, "SELECT sentiment_config('threads', 0)", "0");
+        /* auto is int8 on such a CPU */
+        expect_text(db, "SELECT sentiment_config('precision', 'auto')", "auto");
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, int8 (AVX512-VNNI)'", "1");
+        expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 2e-2 AND "
+                        "v != sentiment_score('服务很好', 'tiny') FROM f32", "1");
         expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
+        expect_text(db, "SELECT v = sentiment_score('服务很好', 'tiny') FROM f32", "1");
     } else {
         print_message("skipped: no AVX512-VNNI (checking the error instead)\n");
         expect_error(db, "SELECT sentiment_config('precision', 'int8')",
@@ -340,6 +346,11 @@ static void test_config_precision(void **state)
         expect_text(db, "SELECT sentiment_config('device', 'auto')", "auto");
         expect_error(db, "SELECT sentiment_config('precision', 'int8')",
                      "precision 'int8' needs a CPU with AVX512-VNNI");
+        /* auto is then fp32, the same scores */
+        expect_text(db, "SELECT sentiment_config('precision', 'auto')", "auto");
+        expect_text(db, "SELECT sentiment_device() LIKE '%int8%'", "0");
+        expect_text(db, "SELECT v = sentiment_score('服务很好', 'tiny') FROM f32", "1");
+        expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
     }
     expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %'", "1");
     /* failed sets leave the setting unchanged */
