@@ -8,9 +8,10 @@
  * matrix shapes with the same thread count, in the same run. Median of
  * --runs timings. --precision bf16 runs the encoder's linear layers with
  * BF16 weights (a CPU with AVX512-BF16), int8 with INT8 weights and inputs
- * (a CPU with AVX512-VNNI; the matrices bert_pack_plan packs), both through
- * bert_params_pack; fp32 (default) as shipped. Not a test: it asserts
- * nothing.
+ * (a CPU with AVX512-VNNI; the matrices bert_pack_plan packs), fp32-packed
+ * with FP32 weights packed once (gemm_f32.h), all through bert_params_pack;
+ * fp32-sgemm with the FP32 weights through OpenBLAS; fp32 (default) as
+ * shipped (bert_fp32_packing). Not a test: it asserts nothing.
  *
  *   build/bench/bench_encoder --layers 12 --hidden 768 --heads 12 \
  *       --intermediate 3072 --batch 32 --seq 128 --threads 2 [--precision bf16|int8]
@@ -28,12 +29,13 @@
 #include "gemm_bf16.h"
 #include "gemm_int8.h"
 
-static const char *const k_precision[] = {"fp32", "bf16", "int8"};
+/* by bert_precision */
+static const char *const k_precision[] = {"fp32-sgemm", "bf16", "int8", "fp32-packed"};
 
 typedef struct options {
     int layers, hidden, heads, intermediate, batch, seq, threads, runs, lanes;
     const char *lengths;
-    bert_precision precision; /* --precision fp32|bf16|int8 */
+    bert_precision precision; /* --precision fp32|fp32-sgemm|fp32-packed|bf16|int8 */
 } options;
 
 static double now(void)
@@ -138,7 +140,7 @@ static int cmp_int(const void *a, const void *b)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){4, 312, 12, 1248, 32, 128, 2, 5, 0, NULL, 0};
+    *o = (options){4, 312, 12, 1248, 32, 128, 2, 5, 0, NULL, bert_fp32_packing()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -154,9 +156,13 @@ static int parse_args(int argc, char **argv, options *o)
         if (!v) goto usage;
         if (!strcmp(a, "--lengths")) o->lengths = v;
         else if (!strcmp(a, "--precision") &&
-                 (!strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "int8")))
-            o->precision = !strcmp(v, "bf16") ? BERT_BF16 : !strcmp(v, "int8") ? BERT_INT8
-                                                                                : BERT_FP32;
+                 (!strcmp(v, "fp32") || !strcmp(v, "fp32-sgemm") || !strcmp(v, "fp32-packed") ||
+                  !strcmp(v, "bf16") || !strcmp(v, "int8")))
+            o->precision = !strcmp(v, "bf16")          ? BERT_BF16
+                           : !strcmp(v, "int8")        ? BERT_INT8
+                           : !strcmp(v, "fp32-sgemm")  ? BERT_FP32
+                           : !strcmp(v, "fp32-packed") ? BERT_FP32_PACKED
+                                                       : bert_fp32_packing();
         else if (target && atoi(v) >= 0) *target = atoi(v);
         else goto usage;
         i++;
@@ -167,7 +173,7 @@ usage:
     fprintf(stderr, "usage: bench_encoder [--layers N] [--hidden N] [--heads N] [--intermediate N]\n"
                     "       [--batch N] [--seq N] [--threads N] [--runs N] [--lengths reviews.tsv]\n"
                     "       [--lanes 1: whole batches concurrently, one per thread, as classify does]\n"
-                    "       [--precision fp32|bf16|int8]\n");
+                    "       [--precision fp32|fp32-sgemm|fp32-packed|bf16|int8]\n");
     return 1;
 }
 

@@ -82,10 +82,10 @@ void sx_registry_release(sx_model *e);
  * device.c) and shared by every connection; they stay valid while the
  * caller holds a reference and are freed when the entry is. */
 int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err);
-/* The parameters for BF16 or INT8 inference on the CPU (bert_params_pack
- * with bert_pack_plan(precision)): made once per entry and precision by the
- * first caller, shared by every connection and lane, valid while the caller
- * holds a reference. */
+/* The parameters for BF16, INT8 or packed FP32 inference on the CPU
+ * (bert_params_pack with bert_pack_plan(precision)): made once per entry
+ * and precision by the first caller, shared by every connection and lane,
+ * valid while the caller holds a reference. */
 int sx_registry_params_packed(sx_model *e, bert_precision precision, const bert_params **out,
                               char *err);
 /* 1 when key is in the cache (and not stale). */
@@ -195,7 +195,8 @@ const char *sx_device_precision_cpu_why(const char *name);
 /* 1 when precision name runs on the CPU only (int8). */
 int sx_device_precision_cpu_only(const char *name);
 /* The weights a CPU backend with precision name runs: BERT_BF16 (bf16),
- * BERT_INT8 (int8) or BERT_FP32 (packs nothing). */
+ * BERT_INT8 (int8) or, for FP32, bert_fp32_packing(): BERT_FP32 (packs
+ * nothing) or BERT_FP32_PACKED (FP32 weights packed once). */
 bert_precision sx_device_precision_cpu_packing(const char *name);
 /* Applies precision name to a live backend: on the CPU only what
  * sx_device_precision_cpu_ok accepts (else an error saying why), and desc

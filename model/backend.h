@@ -12,13 +12,15 @@
  *   op(A) = A (M,K, leading dim lda) or Aᵀ when transA (A stored (K,M)); the
  *   same for B. On cuBLAS (column-major) this is the call with A and B swapped.
  * - Every op returns SM_OK or an error code; the CPU ops cannot fail.
- * - Reduced precision (inference only): linear_bf16 takes a weight
+ * - Packed weights (inference only): linear_bf16 takes a weight
  *   converted once to BF16 (model/gemm_bf16.h) and sums in FP32;
  *   linear_int8 a weight quantized once to INT8 (model/gemm_int8.h), its
- *   input quantized per row, INT32 sums. They are optional (NULL where a
- *   backend lacks them); bert_forward calls them only for the layers whose
- *   parameters carry packed copies (bert_params_pack), which training never
- *   makes, so gradients and updated weights stay FP32.
+ *   input quantized per row, INT32 sums; linear_f32 an FP32 weight packed
+ *   once (model/gemm_f32.h), FP32 arithmetic. They are optional (NULL where
+ *   a backend lacks them); bert_forward calls them only for the layers
+ *   whose parameters carry packed copies (bert_params_pack), which training
+ *   never makes, so training runs linear, and gradients and updated weights
+ *   stay FP32.
  */
 #ifndef SM_BACKEND_H
 #define SM_BACKEND_H
@@ -28,6 +30,7 @@
 typedef struct backend backend;
 struct gemm_bf16_weight;
 struct gemm_int8_weight;
+struct gemm_f32_weight;
 
 struct backend {
     const char *name; /* "cpu", "cuda" */
@@ -207,6 +210,13 @@ struct backend {
     int (*linear_int8)(backend *be, float *out, const float *in,
                        const struct gemm_int8_weight *W, const float *b,
                        int R, int K, int N);
+    /* The same with W(N,K) in FP32, packed once (gemm_f32.h): out(R,N) =
+     * in · Wᵀ + b with FP32 sums, the bias added in the product (no
+     * separate pass). Optional. The CPU's runs AVX-512F code when
+     * gemm_f32_supported(), else plain C (same bits, slow). */
+    int (*linear_f32)(backend *be, float *out, const float *in,
+                      const struct gemm_f32_weight *W, const float *b,
+                      int R, int K, int N);
 };
 
 /* The CPU backend; threads <= 0 means "all cores". */

@@ -23,6 +23,7 @@
 #include "errors.h"
 #include "fastmath.h"
 #include "gemm_bf16.h"
+#include "gemm_f32.h"
 #include "gemm_int8.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -148,7 +149,8 @@ static int cpu_linear(backend *be, float *out, const float *in, const float *W,
 }
 
 /* One thread's part of a packed product: output columns [col_lo, col_hi)
- * of rows [0, R) (gemm_bf16_linear_cols, gemm_int8_linear_cols). */
+ * of rows [0, R) (gemm_bf16_linear_cols, gemm_int8_linear_cols,
+ * gemm_f32_linear_cols). */
 typedef void (*packed_cols_fn)(float *out, const float *in, const void *W, const float *b,
                                int R, int col_lo, int col_hi);
 
@@ -162,6 +164,12 @@ static void int8_cols(float *out, const float *in, const void *W, const float *b
                       int col_lo, int col_hi)
 {
     gemm_int8_linear_cols(out, in, W, b, R, col_lo, col_hi);
+}
+
+static void f32_cols(float *out, const float *in, const void *W, const float *b, int R,
+                     int col_lo, int col_hi)
+{
+    gemm_f32_linear_cols(out, in, W, b, R, col_lo, col_hi);
 }
 
 /* A packed weight's product split across threads as gemm_split does: by
@@ -198,6 +206,14 @@ static int cpu_linear_int8(backend *be, float *out, const float *in,
 {
     if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
     packed_split(be, int8_cols, out, in, W, b, R, K, N, W->panels, GEMM_INT8_PANEL);
+    return SM_OK;
+}
+
+static int cpu_linear_f32(backend *be, float *out, const float *in, const gemm_f32_weight *W,
+                          const float *b, int R, int K, int N)
+{
+    if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
+    packed_split(be, f32_cols, out, in, W, b, R, K, N, W->panels, GEMM_F32_PANEL);
     return SM_OK;
 }
 
@@ -437,6 +453,7 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->linear = cpu_linear;
     be->linear_bf16 = cpu_linear_bf16;
     be->linear_int8 = cpu_linear_int8;
+    be->linear_f32 = cpu_linear_f32;
     be->add = cpu_add;
     be->layernorm = cpu_layernorm;
     be->gelu = cpu_gelu;

@@ -165,6 +165,7 @@ static int linear(backend *be, float *out, const float *in, const float *W,
 {
     if (pw.int8) return be->linear_int8(be, out, in, pw.int8, b, R, K, N);
     if (pw.bf16) return be->linear_bf16(be, out, in, pw.bf16, b, R, K, N);
+    if (pw.f32) return be->linear_f32(be, out, in, pw.f32, b, R, K, N);
     return be->linear(be, out, in, W, b, R, K, N);
 }
 
@@ -181,6 +182,11 @@ static int packed_ops_check(backend *be, const bert_layer_params *lp, char *err)
         if (pw[i]->int8 && !be->linear_int8)
             return sm_error(err, SM_ERR_UNSUPPORTED,
                             "forward: the %s backend has no int8 linear layers; use fp32 weights",
+                            be->name);
+        if (pw[i]->f32 && !be->linear_f32)
+            return sm_error(err, SM_ERR_UNSUPPORTED,
+                            "forward: the %s backend has no packed f32 linear layers; use "
+                            "unpacked fp32 weights",
                             be->name);
     }
     return SM_OK;

@@ -22,11 +22,12 @@
 #include "config.h"
 #include "tokenizer.h"
 
-/* One matrix of a layer packed for reduced-precision inference: at most one
- * of the two is set (bert_params_pack); neither means FP32. */
+/* One matrix of a layer packed for inference: at most one of the three is
+ * set (bert_params_pack); none means the FP32 weights through be->linear. */
 typedef struct bert_packed_weight {
     const struct gemm_bf16_weight *bf16; /* BF16 weights, FP32 sums */
     const struct gemm_int8_weight *int8; /* INT8 weights and inputs, INT32 sums */
+    const struct gemm_f32_weight *f32;   /* FP32 weights packed once, FP32 sums */
 } bert_packed_weight;
 
 typedef struct bert_layer_params {
@@ -169,19 +170,22 @@ int bert_params_to_backend(backend *be, const bert_model *m,
                            bert_device_params **out, char *err);
 void bert_device_params_free(bert_device_params *dp);
 
-/* Reduced-precision inference (model/bert_packed.c): the encoder's linear
+/* Packed weights for inference (model/bert_packed.c): the encoder's linear
  * layers (query/key/value, attention output, FFN in and out) with weights
- * converted once to BF16 (model/gemm_bf16.h: FP32 sums) or quantized once
- * to INT8 (model/gemm_int8.h: inputs quantized per token, INT32 sums);
+ * converted once to BF16 (model/gemm_bf16.h: FP32 sums), quantized once
+ * to INT8 (model/gemm_int8.h: inputs quantized per token, INT32 sums) or
+ * kept FP32 and packed once for the AVX-512F kernel (model/gemm_f32.h:
+ * FP32 arithmetic, only the order of the sums differs from sgemm's);
  * embeddings, LayerNorm, attention, pooler and classifier stay FP32. p is a
  * copy of src whose layers also carry the packed weights; its FP32 pointers
  * are src's, so it must not outlive src's arena. Read-only once made: any
  * number of CPU backends and lanes may run bert_forward with &pp->p at
  * once. Only for inference: a trainer updates src and never uses this. */
 typedef enum bert_precision {
-    BERT_FP32 = 0, /* no packed copy: the FP32 weights */
+    BERT_FP32 = 0,    /* no packed copy: the FP32 weights */
     BERT_BF16,
     BERT_INT8,
+    BERT_FP32_PACKED, /* FP32 weights packed once (gemm_f32.h) */
     BERT_N_PRECISIONS
 } bert_precision;
 
@@ -196,8 +200,14 @@ typedef struct bert_packed_params {
 
 /* What each matrix is packed as for a precision setting (plan[BERT_PACK_N]):
  * bf16 packs all four as BF16; int8 packs as INT8 every matrix whose
- * quantized inputs cost little accuracy (see bert_packed.c). */
+ * quantized inputs cost little accuracy (see bert_packed.c); fp32-packed
+ * packs all four as packed FP32. */
 void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N]);
+/* What FP32 inference on a CPU backend runs: BERT_FP32 (OpenBLAS), or
+ * BERT_FP32_PACKED when the environment variable SENTIMENT_FP32_PACKED is
+ * 1 (on any CPU; without AVX-512F the packed product runs in plain C,
+ * slowly). */
+bert_precision bert_fp32_packing(void);
 /* Packs src's layers by plan (BERT_PACK_N entries, BERT_FP32 = not packed). */
 int bert_params_pack(const bert_config *cfg, const bert_params *src,
                      const bert_precision plan[BERT_PACK_N],

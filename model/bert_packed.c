@@ -1,10 +1,11 @@
-/* bert_packed.c: a model's encoder weights packed for reduced-precision
- * inference, BF16 (gemm_bf16.h) or INT8 (gemm_int8.h).
+/* bert_packed.c: a model's encoder weights packed for inference: BF16
+ * (gemm_bf16.h), INT8 (gemm_int8.h) or FP32 (gemm_f32.h).
  *
  * Makes and owns the packed copies of each layer's four matrices and the
  * bert_params view that points at them (bert.h, bert_params_pack);
  * everything else in the view is borrowed from the FP32 parameters. Also
- * says which matrices a precision setting packs (bert_pack_plan).
+ * says which matrices a precision setting packs (bert_pack_plan) and what
+ * FP32 inference on the CPU runs (bert_fp32_packing).
  */
 #include "bert.h"
 
@@ -13,11 +14,19 @@
 
 #include "errors.h"
 #include "gemm_bf16.h"
+#include "gemm_f32.h"
 #include "gemm_int8.h"
 
 void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N])
 {
     for (int i = 0; i < BERT_PACK_N; i++) plan[i] = precision;
+}
+
+bert_precision bert_fp32_packing(void)
+{
+    const char *env = getenv("SENTIMENT_FP32_PACKED");
+    if (env && !strcmp(env, "1")) return BERT_FP32_PACKED;
+    return BERT_FP32;
 }
 
 void bert_packed_params_free(bert_packed_params *pp)
@@ -26,6 +35,7 @@ void bert_packed_params_free(bert_packed_params *pp)
     for (int i = 0; i < pp->n_w; i++) {
         gemm_bf16_free((gemm_bf16_weight *)pp->w[i].bf16);
         gemm_int8_free((gemm_int8_weight *)pp->w[i].int8);
+        gemm_f32_free((gemm_f32_weight *)pp->w[i].f32);
     }
     free(pp->w);
     free(pp->p.layers);
@@ -44,6 +54,9 @@ static int pack_one(bert_precision kind, const float *W, int N, int K, bert_pack
     } else if (kind == BERT_INT8) {
         gemm_int8_weight *w;
         if (!(rc = gemm_int8_pack(W, N, K, &w, err))) pw->int8 = w;
+    } else if (kind == BERT_FP32_PACKED) {
+        gemm_f32_weight *w;
+        if (!(rc = gemm_f32_pack(W, N, K, &w, err))) pw->f32 = w;
     }
     return rc;
 }

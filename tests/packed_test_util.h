@@ -1,5 +1,5 @@
-/* packed_test_util.h: helpers shared by the reduced-precision tests
- * (tests/test_gemm_bf16.c, tests/test_gemm_int8.c).
+/* packed_test_util.h: helpers shared by the packed-weight tests
+ * (tests/test_gemm_bf16.c, tests/test_gemm_int8.c, tests/test_gemm_f32.c).
  *
  * A seeded random stream (rand32, frand in [-1, 1), rand_floats: a new
  * array the caller frees); load_ids() reads bert_tiny's fixture batch of

@@ -1,0 +1,244 @@
+/* gemm_f32.c: FP32 linear layers over weights packed once (see
+ * gemm_f32.h).
+ *
+ * Owns the packed-weight layout, the CPU check, the AVX-512F kernel and its
+ * plain C twin (the fall-back and the reference).
+ *
+ * The kernel: the rows are cut into blocks of MC and K into blocks of KC;
+ * for each 32-column panel an MR x 32 tile of the output is kept in 2 x MR
+ * zmm accumulators while the k of a block stream by: per k, two loads of
+ * the panel (16 columns each) and for each row one broadcast of x[r][k]
+ * (read in place from the input row) and two FMAs. A panel's K block
+ * (KC x 128 bytes) stays in L1 across the row tiles of a row block, and
+ * the row block's inputs stay in L2 across the panels. The accumulators
+ * start from the bias (first K block) or from the output (later blocks:
+ * the partial chain parked there), so the FMA chain of each output runs in
+ * k order from the bias whatever the blocking; the last block stores the
+ * result. Ragged columns are loaded and stored with masks (the padded
+ * weights are zero); the row tile is compiled for every height 1 .. MR, so
+ * ragged rows are neither computed nor read.
+ */
+#include "gemm_f32.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+
+#define PANEL GEMM_F32_PANEL
+#define MR 12  /* rows of the register tile: 24 accumulators */
+#define KC 256 /* k per block: a panel's block is 32 KiB */
+#define MC 96  /* rows per block (a multiple of MR) */
+
+#define AVX512F_FN __attribute__((target("avx512f")))
+
+/* ---- the CPU check ------------------------------------------------------- */
+
+static int detect(void)
+{
+    unsigned a, b, c, d, lo, hi;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & 0xe6) != 0xe6) return 0; /* the OS saves SSE, AVX, opmask and zmm state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 16) & 1; /* AVX512F */
+}
+
+int gemm_f32_supported(void)
+{
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = detect();
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+/* ---- packing ------------------------------------------------------------- */
+
+/* Index of W[n][k] in the packed data. */
+static size_t packed_index(const gemm_f32_weight *w, int n, int k)
+{
+    int j = n / PANEL, c = n % PANEL;
+    return ((size_t)j * w->K + (size_t)k) * PANEL + c;
+}
+
+int gemm_f32_pack(const float *W, int N, int K, gemm_f32_weight **out, char *err)
+{
+    *out = NULL;
+    if (N < 1 || K < 1 || N > (1 << 24) || K > (1 << 24))
+        return sm_error(err, SM_ERR_INVALID, "f32 weight: shape (%d, %d) is out of range", N, K);
+    gemm_f32_weight *w = calloc(1, sizeof *w);
+    if (!w) return sm_error(err, SM_ERR_NOMEM, "out of memory packing an f32 weight");
+    w->N = N;
+    w->K = K;
+    w->panels = (N + PANEL - 1) / PANEL;
+    size_t count = (size_t)w->panels * K * PANEL;
+    size_t bytes = (count * sizeof *w->data + 63) & ~(size_t)63;
+    w->data = aligned_alloc(64, bytes);
+    if (!w->data) {
+        free(w);
+        return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) f32 weight needs %zu KiB",
+                        N, K, bytes >> 10);
+    }
+    memset(w->data, 0, bytes);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) w->data[packed_index(w, n, k)] = W[(size_t)n * K + k];
+    *out = w;
+    return SM_OK;
+}
+
+void gemm_f32_free(gemm_f32_weight *w)
+{
+    if (!w) return;
+    free(w->data);
+    free(w);
+}
+
+float gemm_f32_unpack(const gemm_f32_weight *w, int n, int k)
+{
+    return w->data[packed_index(w, n, k)];
+}
+
+/* ---- plain C ------------------------------------------------------------- */
+
+void gemm_f32_linear_scalar(float *out, const float *in, const gemm_f32_weight *w,
+                            const float *bias, int R, int col_lo, int col_hi)
+{
+    int K = w->K, N = w->N;
+    if (col_hi > N) col_hi = N;
+    for (int r = 0; r < R; r++) {
+        const float *x = in + (size_t)r * K;
+        for (int n = col_lo; n < col_hi; n++) {
+            const float *b = w->data + packed_index(w, n, 0);
+            float acc = bias ? bias[n] : 0.0f;
+            for (int k = 0; k < K; k++) acc = fmaf(x[k], b[(size_t)k * PANEL], acc);
+            out[(size_t)r * N + n] = acc;
+        }
+    }
+}
+
+/* ---- AVX-512F ------------------------------------------------------------ */
+
+/* The out tile (`rows` rows, a compile-time constant <= MR, of 32 columns
+ * masked by m0, m1; row stride ldo) of the input rows a (stride lda, this
+ * K block's first k) times a panel's K block b (nk k). first: the chain
+ * starts from the bias (NULL: 0), else from the values parked in out. */
+AVX512F_FN static inline __attribute__((always_inline)) void
+tile(const int rows, int nk, const float *a, size_t lda, const float *b, float *out,
+     size_t ldo, __mmask16 m0, __mmask16 m1, const float *bias, int first)
+{
+    __m512 acc[MR][2];
+    const float *ap[MR];
+    if (first) {
+        __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
+        if (bias) {
+            c0 = _mm512_maskz_loadu_ps(m0, bias);
+            c1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < rows; i++) acc[i][0] = c0, acc[i][1] = c1;
+    } else {
+#pragma GCC unroll 16
+        for (int i = 0; i < rows; i++) {
+            acc[i][0] = _mm512_maskz_loadu_ps(m0, out + i * ldo);
+            acc[i][1] = _mm512_maskz_loadu_ps(m1, out + i * ldo + 16);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < rows; i++) ap[i] = a + i * lda;
+#pragma GCC unroll 2
+    for (int k = 0; k < nk; k++, b += PANEL) {
+        __m512 b0 = _mm512_load_ps(b);
+        __m512 b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < rows; i++) {
+            __m512 x = _mm512_set1_ps(ap[i][k]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < rows; i++) {
+        _mm512_mask_storeu_ps(out + i * ldo, m0, acc[i][0]);
+        _mm512_mask_storeu_ps(out + i * ldo + 16, m1, acc[i][1]);
+    }
+}
+
+typedef void (*tile_fn)(int nk, const float *a, size_t lda, const float *b, float *out,
+                        size_t ldo, __mmask16 m0, __mmask16 m1, const float *bias, int first);
+
+#define TILE(n)                                                                          \
+    __attribute__((noinline)) AVX512F_FN static void tile_##n(                          \
+        int nk, const float *a, size_t lda, const float *b, float *out, size_t ldo,      \
+        __mmask16 m0, __mmask16 m1, const float *bias, int first)                        \
+    {                                                                                    \
+        tile(n, nk, a, lda, b, out, ldo, m0, m1, bias, first);                           \
+    }
+TILE(1)
+TILE(2)
+TILE(3)
+TILE(4)
+TILE(5)
+TILE(6)
+TILE(7)
+TILE(8)
+TILE(9)
+TILE(10)
+TILE(11)
+TILE(12)
+#undef TILE
+
+static const tile_fn k_tiles[MR + 1] = {NULL,    tile_1, tile_2, tile_3,  tile_4,  tile_5, tile_6,
+                                        tile_7,  tile_8, tile_9, tile_10, tile_11, tile_12};
+
+AVX512F_FN static void linear_avx512(float *out, const float *in, const gemm_f32_weight *w,
+                                     const float *bias, int R, int col_lo, int col_hi)
+{
+    int K = w->K, N = w->N, j_lo = col_lo / PANEL, j_hi = (col_hi + PANEL - 1) / PANEL;
+    for (int r0 = 0; r0 < R; r0 += MC) {
+        int mr = R - r0 < MC ? R - r0 : MC;
+        for (int k0 = 0; k0 < K; k0 += KC) {
+            int nk = K - k0 < KC ? K - k0 : KC;
+            for (int j = j_lo; j < j_hi; j++) {
+                const float *b = w->data + ((size_t)j * K + k0) * PANEL;
+                int n0 = j * PANEL, cols = col_hi - n0;
+                if (cols > PANEL) cols = PANEL;
+                __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+                __mmask16 m1 = cols >= 32   ? 0xffff
+                               : cols <= 16 ? 0
+                                            : (__mmask16)((1u << (cols - 16)) - 1);
+                for (int i = 0; i < mr; i += MR) {
+                    int rows = mr - i < MR ? mr - i : MR;
+                    k_tiles[rows](nk, in + (size_t)(r0 + i) * K + k0, (size_t)K, b,
+                                  out + (size_t)(r0 + i) * N + n0, (size_t)N, m0, m1,
+                                  bias ? bias + n0 : NULL, k0 == 0);
+                }
+            }
+        }
+    }
+}
+
+/* ---- entry points -------------------------------------------------------- */
+
+void gemm_f32_linear_cols(float *out, const float *in, const gemm_f32_weight *w,
+                          const float *bias, int R, int col_lo, int col_hi)
+{
+    if (col_hi > w->N) col_hi = w->N;
+    if (R < 1 || col_lo >= col_hi) return;
+    if (gemm_f32_supported()) linear_avx512(out, in, w, bias, R, col_lo, col_hi);
+    else gemm_f32_linear_scalar(out, in, w, bias, R, col_lo, col_hi);
+}
+
+int gemm_f32_linear(float *out, const float *in, const gemm_f32_weight *w, const float *bias,
+                    int R, int K, int N)
+{
+    if (K != w->K || N != w->N || R < 0) return SM_ERR_INVALID;
+    gemm_f32_linear_cols(out, in, w, bias, R, 0, N);
+    return SM_OK;
+}
