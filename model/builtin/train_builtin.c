@@ -14,7 +14,7 @@
  * --pretrain-epochs 8 (masked-LM pretraining on the training and unlabeled
  * texts first, 0 for none; the pretrained encoder is saved to
  * OUT/pretrained/ so a run can resume from it with --init OUT/pretrained
- * --pretrain-epochs 0) --pretrain-lr 1e-3
+ * --pretrain-epochs 0) --pretrain-lr 1e-3; --epochs 0 stops after pretraining
  * --init DIR (start from a model directory instead of a fresh model; its
  * vocabulary is used).
  *
@@ -366,6 +366,10 @@ int main(int argc, char **argv)
             m->cfg.intermediate_size, bert_model_num_params(m));
     if ((rc = backend_cpu_create(r.threads, &be, err))) goto fail;
     if (r.pretrain_epochs > 0 && (rc = pretrain(&r, &d, n_train, m, be, vocab, err))) goto fail;
+    if (r.epochs == 0) { /* pretraining only: the checkpoint is the output */
+        fprintf(stderr, "--epochs 0: no fine-tuning; the checkpoint is %s/pretrained\n", r.out);
+        goto fail; /* rc is SM_OK: a clean exit */
+    }
 
     /* Tokenize the training rows once. */
     if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
