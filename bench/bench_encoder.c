@@ -11,7 +11,8 @@
  * (a CPU with AVX512-VNNI; the matrices bert_pack_plan packs), fp32-packed
  * with FP32 weights packed once (gemm_f32.h), all through bert_params_pack;
  * fp32-sgemm with the FP32 weights through OpenBLAS; fp32 (default) as
- * shipped (bert_fp32_packing). Not a test: it asserts nothing.
+ * shipped: fp32-packed on a CPU with AVX-512F, else fp32-sgemm
+ * (bert_fp32_packing). Not a test: it asserts nothing.
  *
  *   build/bench/bench_encoder --layers 12 --hidden 768 --heads 12 \
  *       --intermediate 3072 --batch 32 --seq 128 --threads 2 [--precision bf16|int8]

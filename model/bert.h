@@ -203,10 +203,12 @@ typedef struct bert_packed_params {
  * quantized inputs cost little accuracy (see bert_packed.c); fp32-packed
  * packs all four as packed FP32. */
 void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N]);
-/* What FP32 inference on a CPU backend runs: BERT_FP32 (OpenBLAS), or
- * BERT_FP32_PACKED when the environment variable SENTIMENT_FP32_PACKED is
- * 1 (on any CPU; without AVX-512F the packed product runs in plain C,
- * slowly). */
+/* What FP32 inference on a CPU backend runs: BERT_FP32_PACKED on a CPU
+ * with AVX-512F (gemm_f32_supported: faster than OpenBLAS sgemm on the
+ * built-in model's shapes, level on BERT-base's), else BERT_FP32
+ * (OpenBLAS). The environment variable SENTIMENT_FP32_PACKED overrides
+ * that: 0 selects BERT_FP32, 1 BERT_FP32_PACKED (on any CPU; without
+ * AVX-512F the packed product runs in plain C, slowly). */
 bert_precision bert_fp32_packing(void);
 /* Packs src's layers by plan (BERT_PACK_N entries, BERT_FP32 = not packed). */
 int bert_params_pack(const bert_config *cfg, const bert_params *src,

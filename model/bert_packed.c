@@ -25,8 +25,9 @@ void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N])
 bert_precision bert_fp32_packing(void)
 {
     const char *env = getenv("SENTIMENT_FP32_PACKED");
+    if (env && !strcmp(env, "0")) return BERT_FP32;
     if (env && !strcmp(env, "1")) return BERT_FP32_PACKED;
-    return BERT_FP32;
+    return gemm_f32_supported() ? BERT_FP32_PACKED : BERT_FP32;
 }
 
 void bert_packed_params_free(bert_packed_params *pp)

@@ -5,7 +5,7 @@
  * against a double-precision reference within the error bound of a
  * sequential FP32 sum, (K + 1) u (|b| + sum |x_k w_k|) with u = 2^-24, and
  * against OpenBLAS sgemm within twice that, over ragged R, K, N (1 x 1,
- * 13 x 7, K = 1, 3, 3072, ...) with and without bias; the worst error seen
+ * 13 x 7, K = 1, 3, 3072, 8200, ...) with and without bias; the worst error seen
  * must also stay near sqrt(K) u, the size of rounding that does not pile
  * up. Non-finite inputs, weights and biases propagate to exactly the rows
  * and columns they touch. With AVX-512F (else they print "skipped: no
@@ -180,12 +180,14 @@ static void check_product(int R, int K, int N, int with_bias, int with_avx512, w
     free(got);
 }
 
-/* Ragged and encoder shapes: K past one block (256), N up to 3072, R past
- * one block of rows (96). */
+/* Ragged and encoder shapes: N up to 3072, R past one block of rows (72),
+ * K up to 3072 and past one block of k (4096: partial sums parked in the
+ * output between blocks). */
 static const int k_big[][3] = {{1, 1, 1},      {13, 7, 7},     {7, 13, 13},   {5, 1, 40},
                                {40, 3, 5},     {7, 3072, 33},  {33, 768, 129}, {17, 3072, 97},
                                {129, 768, 31}, {9, 768, 3072}, {100, 385, 97}, {200, 769, 64},
-                               {97, 128, 512}, {3, 1537, 2304}, {12, 256, 32}, {25, 257, 47}};
+                               {97, 128, 512}, {3, 1537, 2304}, {12, 256, 32}, {25, 257, 47},
+                               {13, 4500, 40},  {80, 8200, 33}};
 
 static void test_scalar_vs_reference(void **state)
 {
@@ -427,14 +429,15 @@ static void test_bert_f32_packed_logits(void **state)
     bert_model_free(m);
 }
 
-/* What FP32 inference runs: OpenBLAS unless SENTIMENT_FP32_PACKED is 1; a
- * backend without linear_f32 is an error, not a crash. */
+/* What FP32 inference runs: packed on a CPU with AVX-512F unless
+ * SENTIMENT_FP32_PACKED says otherwise; a backend without linear_f32 is an
+ * error, not a crash. */
 static void test_bert_f32_packed_selection(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
     unsetenv("SENTIMENT_FP32_PACKED");
-    assert_int_equal(bert_fp32_packing(), BERT_FP32);
+    assert_int_equal(bert_fp32_packing(), gemm_f32_supported() ? BERT_FP32_PACKED : BERT_FP32);
     setenv("SENTIMENT_FP32_PACKED", "0", 1);
     assert_int_equal(bert_fp32_packing(), BERT_FP32);
     setenv("SENTIMENT_FP32_PACKED", "1", 1);
