@@ -22,6 +22,8 @@
  * everything else, timed part included, is the same as with fp32 (the
  * default). On a CPU without AVX512-VNNI it prints one JSON line with
  * "available": false and exits with status 3, before loading anything.
+ * fp32 runs what precision fp32 runs in the extension: on a CPU with
+ * AVX-512F the FP32 weights packed once (model/gemm_f32.h), else OpenBLAS.
  *
  * With --serve it loads everything, prints {"ready": true} and then takes
  * commands on stdin, one a line, answering each with one JSON line:
@@ -394,6 +396,10 @@ int main(int argc, char **argv)
             max_T = works[i].T[k] > max_T ? works[i].T[k] : max_T;
     }
     run_p = &m->p;
+    /* fp32 runs what the extension runs: the packed FP32 weights where
+     * this CPU has AVX-512F (bert_fp32_packing), else OpenBLAS */
+    if (precision == BERT_FP32) precision = bert_fp32_packing();
+    if (precision == BERT_FP32_PACKED) precision_name = "fp32-packed";
     if (precision != BERT_FP32) {
         bert_precision plan[BERT_PACK_N];
         bert_pack_plan(precision, plan);
