@@ -19,8 +19,10 @@
  *               'off'.
  *   precision   how matrix products are computed: 'auto' (default: bf16 on
  *               a GPU, or $SENTIMENT_CUDA_PRECISION when that names one;
- *               int8 on a CPU with AVX512-VNNI, falling back to fp32 for
- *               weights that cannot be quantized; fp32 on other CPUs),
+ *               on a CPU with AVX512-VNNI int8 for the built-in model
+ *               (its accuracy under int8 measured; fp32 for weights that
+ *               cannot be quantized) and fp32 for other models; fp32 on
+ *               other CPUs),
  *               'fp32' (exact, the reference), 'tf32'
  *               (TF32 tensor cores), 'bf16' (BF16 operands, FP32
  *               accumulation; everything else stays FP32), 'bf16-fast'

@@ -154,7 +154,7 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     }
     /* the weights first (once per model and GPU), then the activations in
      * what memory is left */
-    bert_precision packing = c->gpu < 0 ? sx_device_precision_cpu_packing(c->precision)
+    bert_precision packing = c->gpu < 0 ? sx_device_cpu_packing_for(c->precision, m->key)
                                         : BERT_FP32;
     int rc_params = packing != BERT_FP32 ? sx_registry_params_packed(m, packing, &p, err) : 1;
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not

@@ -195,10 +195,14 @@ const char *sx_device_precision_cpu_why(const char *name);
 /* 1 when precision name runs on the CPU only (int8). */
 int sx_device_precision_cpu_only(const char *name);
 /* The weights a CPU backend with precision name runs: BERT_BF16 (bf16),
- * BERT_INT8 (int8) or, for FP32, bert_fp32_packing(): BERT_FP32_PACKED
- * (FP32 weights packed once, a CPU with AVX-512F) or BERT_FP32 (packs
- * nothing). */
+ * BERT_INT8 (int8, and auto on a CPU with AVX512-VNNI) or, for FP32,
+ * bert_fp32_packing(): BERT_FP32_PACKED (FP32 weights packed once, a CPU
+ * with AVX-512F) or BERT_FP32 (packs nothing). */
 bert_precision sx_device_precision_cpu_packing(const char *name);
+/* The same for one model (its registry key): auto gives INT8 only to the
+ * built-in model ("builtin"), whose accuracy under INT8 was measured, and
+ * FP32 to every other. */
+bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key);
 /* Applies precision name to a live backend: on the CPU only what
  * sx_device_precision_cpu_ok accepts (else an error saying why), and desc
  * (may be NULL) gets the new description; on a GPU the plugin switches and
