@@ -10,7 +10,9 @@
  * (default ../shared/data/online_shopping_10_cats/all.tsv; the texts are
  * read at run time, never copied into the project) into an in-memory
  * table, loads build/sentiment.so into SQLite, registers the model
- * directory (default model/builtin when present, else the tiny test model)
+ * directory (default model/builtin when present, else the tiny test model;
+ * --model builtin: the model embedded in sentiment.so, under its name
+ * 'default', with the direct path reading model/builtin)
  * and times, best of R runs:
  *
  *   sentiment()  SELECT count(sentiment(text, m)) FROM reviews   (first
@@ -28,9 +30,10 @@
  * wall time and by process CPU time (the fair measure when other programs
  * share the cores; use --threads 1 then). It also checks that classify and
  * the direct engine agree on every label. --precision (default auto, what a
- * user gets) is set on the SQL side; the direct path uses the same weights
- * (INT8 packed once, before timing, when that is what auto or int8 means on
- * this CPU; else FP32).
+ * user gets) is set on the SQL side; the direct path uses the same weights,
+ * packed once before timing: INT8 when that is what int8 or auto means here
+ * (auto: the built-in model, --model builtin, on a CPU with AVX512-VNNI),
+ * else FP32 as the extension runs it (packed where the CPU has AVX-512F).
  *
  * SQLite is opened with dlopen (libsqlite3.so.0), so this program links
  * only the model library, as the Makefile builds benches.
@@ -177,13 +180,19 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Times `SELECT sentiment(?1, 'bench')` alone for each of the first n
+/* The model's name in SQL: 'bench' (sentiment_load of --model), or
+ * 'default' for --model builtin (the copy embedded in sentiment.so). */
+static const char *g_model = "bench";
+
+/* Times `SELECT sentiment(?1, m)` alone for each of the first n
  * texts: the latency a caller classifying one row at a time sees. */
 static int single_row_latency(sqlite3 *db, char **texts, int n, double *median_ms, double *p90_ms)
 {
     sqlite3_stmt *st = NULL;
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT sentiment(?1, '%s')", g_model);
     double *ms = malloc((size_t)n * sizeof *ms);
-    if (!ms || S.prepare_v2(db, "SELECT sentiment(?1, 'bench')", -1, &st, NULL) != SQLITE_OK) {
+    if (!ms || S.prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         free(ms);
         return 1;
     }
@@ -266,6 +275,13 @@ int main(int argc, char **argv)
         i++;
     }
     if (rows < 1 || batch < 1 || frame < 1 || repeat < 1 || scalar_rows < 0) goto usage;
+    /* --model builtin: SQL uses the embedded copy ('default'), the direct
+     * path the same files from model/builtin */
+    int builtin = !strcmp(model_dir, "builtin");
+    if (builtin) {
+        model_dir = "model/builtin";
+        g_model = "default";
+    }
     if (access(data, R_OK) != 0 && access("/work/shared/data/online_shopping_10_cats/all.tsv", R_OK) == 0 &&
         !strcmp(data, "../shared/data/online_shopping_10_cats/all.tsv"))
         data = "/work/shared/data/online_shopping_10_cats/all.tsv";
@@ -295,8 +311,10 @@ int main(int argc, char **argv)
     S.finalize(ins);
     ins = NULL;
     if (exec(db, "COMMIT")) goto end;
-    snprintf(sql, sizeof sql, "SELECT sentiment_load('bench', '%s')", model_dir);
-    if (exec(db, sql)) goto end;
+    if (!builtin) {
+        snprintf(sql, sizeof sql, "SELECT sentiment_load('bench', '%s')", model_dir);
+        if (exec(db, sql)) goto end;
+    }
     snprintf(sql, sizeof sql, "SELECT sentiment_config('device', 'cpu'), sentiment_config('batch_size', %d), "
                               "sentiment_config('threads', %d), sentiment_config('progress', 'off'), "
                               "sentiment_config('precision', '%s')",
@@ -307,22 +325,23 @@ int main(int argc, char **argv)
     long long c_scalar = 0, c_classify, c_window;
     double lat_median = 0, lat_p90 = 0;
     /* warm up: load, workspaces, BLAS threads */
-    if (exec(db, "SELECT count(label) FROM classify('SELECT id, text FROM reviews LIMIT 256', 'bench')")) goto end;
+    snprintf(sql, sizeof sql,
+             "SELECT count(label) FROM classify('SELECT id, text FROM reviews LIMIT 256', '%s')", g_model);
+    if (exec(db, sql)) goto end;
     if (scalar_rows > 0) {
-        snprintf(sql, sizeof sql, "SELECT count(sentiment(text, 'bench')) FROM reviews WHERE id <= %d",
-                 scalar_rows);
+        snprintf(sql, sizeof sql, "SELECT count(sentiment(text, '%s')) FROM reviews WHERE id <= %d",
+                 g_model, scalar_rows);
         if (timed_count(db, sql, repeat, &t_scalar, &c_scalar)) goto end;
         if (single_row_latency(db, texts, scalar_rows < 1000 ? scalar_rows : 1000, &lat_median,
                                &lat_p90))
             goto end;
     }
-    if (timed_count(db, "SELECT count(label) FROM classify('reviews', 'text', 'bench')", repeat, &t_classify,
-                    &c_classify))
-        goto end;
+    snprintf(sql, sizeof sql, "SELECT count(label) FROM classify('reviews', 'text', '%s')", g_model);
+    if (timed_count(db, sql, repeat, &t_classify, &c_classify)) goto end;
     snprintf(sql, sizeof sql,
-             "SELECT count(w) FROM (SELECT sentiment_batch(text, 'bench') OVER "
+             "SELECT count(w) FROM (SELECT sentiment_batch(text, '%s') OVER "
              "(ROWS BETWEEN CURRENT ROW AND %d FOLLOWING) AS w FROM reviews)",
-             frame - 1);
+             g_model, frame - 1);
     if (timed_count(db, sql, repeat, &t_window, &c_window)) goto end;
 
     /* --- the engine directly, same batches --- */
@@ -333,11 +352,13 @@ int main(int argc, char **argv)
     int maxlen = bert_max_length(&m->cfg), K = m->cfg.num_labels;
     /* the weights the SQL side uses: INT8 for int8, and for auto on a CPU
      * with VNNI (ext/device.c) */
-    int int8 = !strcmp(precision, "int8") || (!strcmp(precision, "auto") && gemm_int8_supported());
+    int int8 = !strcmp(precision, "int8") || (!strcmp(precision, "auto") && gemm_int8_supported() &&
+                                              builtin);
     const bert_params *params = &m->p;
-    if (int8) {
+    bert_precision kind = int8 ? BERT_INT8 : bert_fp32_packing();
+    if (kind != BERT_FP32) {
         bert_precision plan[BERT_PACK_N];
-        bert_pack_plan(BERT_INT8, plan);
+        bert_pack_plan(kind, plan);
         if (bert_params_pack(&m->cfg, &m->p, plan, &packed, err)) {
             fprintf(stderr, "bench_sql: %s\n", err);
             goto end;
@@ -367,7 +388,8 @@ int main(int argc, char **argv)
     {
         sqlite3_stmt *st = NULL;
         int i = 0, differ = 0, truncated = 0;
-        S.prepare_v2(db, "SELECT label FROM classify('reviews', 'text', 'bench')", -1, &st, NULL);
+        snprintf(sql, sizeof sql, "SELECT label FROM classify('reviews', 'text', '%s')", g_model);
+        S.prepare_v2(db, sql, -1, &st, NULL);
         while (S.step(st) == SQLITE_ROW && i < n) {
             const float *p = probs + (size_t)i * K;
             int top = 0;
