@@ -1224,7 +1224,11 @@ def main_run(args):
     if args.results and not args.quick:
         shutil.copy(md_path, args.results)
         log("bench: copied to %s" % args.results)
-    failed = [k for k, v in res["checks"].items() if not v["pass"]]
+    # An FP32 engine that disagrees with ours fails the run. ours INT8 fails it
+    # only on the built-in model, the one precision auto runs in INT8; on the
+    # random-weight shapes its check is reported (and its ratios refused).
+    failed = [(e, s) for (e, s), v in res["checks"].items()
+              if not v["pass"] and (e != "ours-int8" or s == "builtin")]
     return 1 if failed else 0
 
 
