@@ -32,7 +32,10 @@ static inline float sm_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     float y = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    /* 2^n from the exponent bits; a NaN x (n NaN) takes exponent 0 here and
+     * stays NaN through y (converting NaN to an integer is undefined) */
+    int32_t ni = n == n ? (int32_t)n : 0;
+    uint32_t bits = (uint32_t)(ni + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     y = y * scale;
