@@ -156,11 +156,12 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
      * what memory is left */
     bert_precision packing = c->gpu < 0 ? sx_device_cpu_packing_for(c->precision, m->key)
                                         : BERT_FP32;
-    int rc_params = packing != BERT_FP32 ? sx_registry_params_packed(m, packing, &p, err) : 1;
+    int rc_params = packing == BERT_FP32 ? sx_registry_params(m, c->gpu, &p, err)
+                                         : sx_registry_params_packed(m, packing, &p, err);
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not
      * finite); a precision the user named reports why */
     int named = c->precision[0] && strcmp(c->precision, "auto");
-    if (rc_params != SM_OK && (packing == BERT_FP32 || !named))
+    if (rc_params != SM_OK && packing != BERT_FP32 && !named)
         rc_params = sx_registry_params(m, c->gpu, &p, err);
     if (rc_params != SM_OK) {
         *errmsg = sqlite3_mprintf("%s: %s", fn, err);

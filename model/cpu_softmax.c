@@ -4,6 +4,7 @@
 
 #include <math.h>
 
+#include "cpu_features.h"
 #include "fastmath.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -93,23 +94,12 @@ AVX512 static void softmax_row_avx512(float *x, int n, int T, float scale)
     if (j < T) _mm512_mask_storeu_ps(x + j, (__mmask16)((1u << (T - j)) - 1), zero);
 }
 
-static int avx512_ok(void)
-{
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") ? 1 : 0;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
 #endif
 
 void cpu_softmax_row(float *x, int n, int T, float scale)
 {
 #ifdef HAVE_AVX512_SOFTMAX
-    if (avx512_ok()) {
+    if (cpu_has(CPU_AVX512F)) {
         softmax_row_avx512(x, n, T, scale);
         return;
     }

@@ -16,11 +16,11 @@
  */
 #include "gemm_bf16.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_features.h"
 #include "errors.h"
 
 #define PANEL GEMM_BF16_PANEL
@@ -32,28 +32,9 @@
 
 /* ---- the CPU check ------------------------------------------------------- */
 
-static int detect(void)
-{
-    unsigned a, b, c, d, lo, hi;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    if ((lo & 0xe6) != 0xe6) return 0; /* the OS saves SSE, AVX, opmask and zmm state */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return 0;
-    if (!(b & (1u << 16)) || !(b & (1u << 30)) || !(b & (1u << 31))) return 0; /* F, BW, VL */
-    __cpuid_count(7, 1, a, b, c, d);
-    return (a >> 5) & 1; /* AVX512_BF16 */
-}
-
 int gemm_bf16_supported(void)
 {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        v = detect();
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    return cpu_has(CPU_AVX512F | CPU_AVX512BW_VL | CPU_AVX512_BF16);
 }
 
 /* ---- rounding ------------------------------------------------------------ */

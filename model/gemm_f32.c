@@ -25,12 +25,12 @@
  */
 #include "gemm_f32.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_features.h"
 #include "errors.h"
 
 #define PANEL GEMM_F32_PANEL
@@ -42,26 +42,9 @@
 
 /* ---- the CPU check ------------------------------------------------------- */
 
-static int detect(void)
-{
-    unsigned a, b, c, d, lo, hi;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    if ((lo & 0xe6) != 0xe6) return 0; /* the OS saves SSE, AVX, opmask and zmm state */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    return (b >> 16) & 1; /* AVX512F */
-}
-
 int gemm_f32_supported(void)
 {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        v = detect();
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    return cpu_has(CPU_AVX512F);
 }
 
 /* ---- packing ------------------------------------------------------------- */
