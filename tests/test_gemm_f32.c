@@ -180,14 +180,17 @@ static void check_product(int R, int K, int N, int with_bias, int with_avx512, w
     free(got);
 }
 
-/* Ragged and encoder shapes: N up to 3072, R past one block of rows (72),
- * K up to 3072 and past one block of k (4096: partial sums parked in the
- * output between blocks). */
+/* Ragged and encoder shapes: N up to 3072, R past one block of rows (the
+ * block height depends on K: 84 rows at K = 3072, 336 at 768, 60 past
+ * 4096; blocks of equal height with a short last one), K up to 3072 and
+ * past one block of k (4096: partial sums parked in the output between
+ * blocks). */
 static const int k_big[][3] = {{1, 1, 1},      {13, 7, 7},     {7, 13, 13},   {5, 1, 40},
                                {40, 3, 5},     {7, 3072, 33},  {33, 768, 129}, {17, 3072, 97},
                                {129, 768, 31}, {9, 768, 3072}, {100, 385, 97}, {200, 769, 64},
                                {97, 128, 512}, {3, 1537, 2304}, {12, 256, 32}, {25, 257, 47},
-                               {13, 4500, 40},  {80, 8200, 33}};
+                               {13, 4500, 40},  {80, 8200, 33}, {200, 3072, 40},
+                               {400, 769, 33},  {130, 4500, 70}, {85, 3072, 65}};
 
 static void test_scalar_vs_reference(void **state)
 {
