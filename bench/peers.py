@@ -94,11 +94,13 @@ EXIT_UNAVAILABLE = 3
 # load 4 to 6; both measured before ours INT8 was added). At batch 32 the
 # bigger shapes get one batch per pass, the least there can be. At batch 32
 # the counts are whole batches (real inputs: evenly spaced batches of the 16
-# in the sorted sample).
+# in the sorted sample). Batch 1 on the 768-wide shapes: 12 and 8 sequences
+# (6 and 3 before: one long review moved a pass by a third, the noisiest
+# cells of the table).
 WORK_SIZES = {
     "builtin": {1: 32, 32: 64},
-    "ernie-medium": {1: 6, 32: 32},
-    "bert-base": {1: 3, 32: 32},
+    "ernie-medium": {1: 12, 32: 32},
+    "bert-base": {1: 8, 32: 32},
 }
 # Training: batch 32 of 128-token sequences, mean step time after a warm-up
 # step (bench/bench_train.c's method), our trainer against a PyTorch loop.
@@ -453,6 +455,29 @@ def workloads(ids, cls, sep, sizes, batches, kinds):
                 seqs.append([cls] + stream[start:start + body] + [sep])
             out["fixed-b%d" % batch] = (batch, seqs, None)
     return out
+
+
+def forward_flops(model, seqs, batch):
+    """Multiply-add FLOPs of the encoder forward over seqs in batches of
+    `batch`, each padded to its longest (as every engine runs them): the
+    linear layers and the two attention products; the rest (embeddings,
+    LayerNorm, GELU, softmax) is left out, so this is a lower bound."""
+    L, C, F = model["layers"], model["hidden"], model["intermediate"]
+    total = 0
+    for i in range(0, len(seqs), batch):
+        group = seqs[i:i + batch]
+        B, T = len(group), max(len(x) for x in group)
+        total += L * (2 * B * T * (4 * C * C + 2 * C * F) + 4 * B * T * T * C) + 2 * B * C * C
+    return total
+
+
+def fp32_peak(threads_list, env):
+    """{threads: GFLOP/s} from build/bench/bench_peak (FMA-only loop)."""
+    exe = os.path.join(ROOT, "build", "bench", "bench_peak")
+    if not os.access(exe, os.X_OK):
+        return {}
+    lines = run_json([exe, "--threads", ",".join(map(str, threads_list))], env, "FP32 peak")
+    return {ln["threads"]: ln["gflops"] for ln in lines if "gflops" in ln}
 
 
 # ---------------------------------------------------------------- running
@@ -829,6 +854,7 @@ def render(res):
                  "peer's outputs disagree with ours." % round(100 * INT8_AGREE))
                  if int8_peers else ""))
     L.append("")
+    L.extend(render_ceiling(res, [e for e in engines if e != "ours-int8"]))
     L.append("## Correctness: each engine's probabilities against ours, same inputs")
     L.append("")
     L.append("| engine | shape | result | max abs(p - ours) | label differences | sequences |")
@@ -888,6 +914,50 @@ def render(res):
     return "\n".join(L)
 
 
+def render_ceiling(res, engines):
+    """The FP32 ceiling section: what the CPU's FMA peak allows each
+    workload, each FP32 engine's share of it, and the most any FP32 engine
+    could lead PyTorch by."""
+    peak = res.get("peak") or {}
+    if not peak:
+        return []
+    L = ["## The FP32 ceiling", ""]
+    L.append("FP32 multiply-add peak of this CPU, measured in this run by `build/bench/bench_peak` "
+             "(24 independent FMA chains, no memory traffic; median of 7): %s. No FP32 engine can "
+             "run the encoder faster than its multiply-adds at that rate (linear layers and "
+             "attention products, on each batch padded to its longest; the rest of the work is "
+             "not counted, so the ceiling is generous). \"%% of peak\" is an engine's GFLOP/s "
+             "over the peak; \"ceiling / PyTorch\" is the largest lead over PyTorch that any "
+             "FP32 engine could have." % ", ".join(
+                 "%s GFLOP/s with %d thread%s" % (fmt_rate(v), t, "s" if t > 1 else "")
+                 for t, v in sorted(peak.items())))
+    L.append("")
+    head = ["shape", "input", "batch", "threads", "GFLOP per sequence", "ceiling, sequences/s"] + \
+           ["%s, %% of peak" % TITLES[e] for e in engines] + ["ceiling / PyTorch"]
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|")
+    for row in res["rows"]:
+        work = "%s-b%d" % (row["input"], row["batch"])
+        flops = res["flops"].get((row["shape"], work))
+        n_seqs = next((r["seqs"] for r in res["raw"] if r["shape"] == row["shape"]
+                       and r["work"] == work), None)
+        gf = peak.get(row["threads"])
+        if not flops or not n_seqs or not gf:
+            continue
+        per_seq = flops / n_seqs / 1e9
+        ceiling = gf / per_seq
+        cells = [row["shape"], row["input"], str(row["batch"]), str(row["threads"]),
+                 "%.2f" % per_seq, fmt_rate(ceiling)]
+        for e in engines:
+            r = row["rate"].get(e)
+            cells.append("—" if r is None else "%.0f%%" % (100 * r / ceiling))
+        torch_rate = row["rate"].get("torch")
+        cells.append("—" if not torch_rate else "%.2fx" % (ceiling / torch_rate))
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    return L
+
+
 def check_int8(probs, shapes, res):
     """ours INT8 against ours (FP32): res["checks"][("ours-int8", shape)]."""
     for s in shapes:
@@ -939,7 +1009,7 @@ def main_run(args):
            "command": args.command or "scripts/bench.sh " + " ".join(sys.argv[2:]),
            "machine": machine_info(), "runs": args.runs, "engine_info": {}, "skipped": {},
            "shapes": shapes, "models": {}, "rows": [], "checks": {}, "notes": [],
-           "engines_run": [], "raw": []}
+           "engines_run": [], "raw": [], "flops": {}}
     # The BLAS environment: the peers bundle their own BLAS (or none); our
     # engine picks its OpenBLAS kernels from the CPU features unless
     # OPENBLAS_CORETYPE is set. A value preset on the machine is taken out
@@ -1060,10 +1130,15 @@ def main_run(args):
                 with open(tp, "w", encoding="utf-8") as f:
                     f.write("".join(texts[i] + "\n" for i in pick))
             files[name] = (batch, ip, tp, len(seqs))
+            res["flops"][(s, name)] = forward_flops(res["models"][s], seqs, batch)
         per_shape_work[s] = files
         sizes_text.append("%s %s" % (s, ", ".join("%s %d" % (n, v[3]) for n, v in files.items())))
     res["token_check"] = "; ".join(token_checks)
     res["sizes"] = "; ".join(sizes_text)
+
+    # The FP32 multiply-add peak of this CPU, in this run: the ceiling of
+    # every FP32 engine (see render, "The FP32 ceiling").
+    res["peak"] = fp32_peak(threads_list, clean_env)
 
     # Speed: per (shape, threads), every engine's worker is started and loads
     # its model; then, workload by workload, each engine warms up and the
@@ -1217,7 +1292,8 @@ def main_run(args):
     md_path = os.path.join(args.out_dir, "results-%s.md" % stamp)
     with open(md_path, "w", encoding="utf-8") as f:
         f.write(md + "\n")
-    raw = dict(res, checks={"%s/%s" % k: v for k, v in res["checks"].items()})
+    raw = dict(res, checks={"%s/%s" % k: v for k, v in res["checks"].items()},
+               flops={"%s/%s" % k: v for k, v in res["flops"].items()})
     with open(os.path.join(args.out_dir, "results-%s.json" % stamp), "w", encoding="utf-8") as f:
         json.dump(raw, f, indent=1, default=str)
     log("bench: wrote %s" % md_path)

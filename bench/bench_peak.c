@@ -1,0 +1,132 @@
+/* bench_peak.c: the FP32 multiply-add peak of this CPU, what no FP32
+ * engine can pass.
+ *
+ * Each thread runs 24 independent chains of fused multiply-adds on full
+ * vectors (AVX-512F, else AVX2 + FMA, else scalar) with nothing else in
+ * the loop: no loads, no stores, enough chains to cover the FMA latency on
+ * two ports. GFLOP/s = threads * iterations * 24 * lanes * 2 / seconds,
+ * the median of --runs timings per thread count. bench/peers.py prints it
+ * beside the engines' rates to give the FP32 ceiling of each workload.
+ * Not a test: it asserts nothing.
+ *
+ *   build/bench/bench_peak [--threads 1,2] [--runs 7]
+ *
+ * Output: one JSON line per thread count,
+ *   {"threads": 1, "isa": "avx512f", "gflops": 171.4}
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHAINS 24
+#define ITERS 20000000L /* about 0.1 s a run at 3 GHz with AVX-512 */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Each returns a value that depends on every chain, so none is dropped. */
+__attribute__((target("avx512f"))) static float fma_loop_avx512(long iters)
+{
+    __m512 acc[CHAINS], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(-1e-7f);
+    for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < iters; n++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+    }
+    __m512 s = acc[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_loop_avx2(long iters)
+{
+    __m256 acc[CHAINS], x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(-1e-7f);
+    for (int i = 0; i < CHAINS; i++) acc[i] = _mm256_set1_ps((float)i);
+    for (long n = 0; n < iters; n++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < CHAINS; i++) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+    }
+    __m256 s = acc[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm256_add_ps(s, acc[i]);
+    float v[8];
+    _mm256_storeu_ps(v, s);
+    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+
+static float fma_loop_scalar(long iters)
+{
+    float acc[CHAINS];
+    for (int i = 0; i < CHAINS; i++) acc[i] = (float)i;
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < CHAINS; i++) acc[i] = __builtin_fmaf(acc[i], 1.0000001f, -1e-7f);
+    float s = 0.0f;
+    for (int i = 0; i < CHAINS; i++) s += acc[i];
+    return s;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    const char *threads_list = "1,2";
+    int runs = 7;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads")) threads_list = argv[i + 1];
+        else if (!strcmp(argv[i], "--runs")) runs = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_peak: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (runs < 1 || runs > 101) {
+        fprintf(stderr, "bench_peak: --runs must be 1..101\n");
+        return 2;
+    }
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const char *isa = avx512 ? "avx512f" : avx2 ? "avx2" : "scalar";
+    int lanes = avx512 ? 16 : avx2 ? 8 : 1;
+    long iters = avx512 || avx2 ? ITERS : ITERS / 8;
+
+    char list[256];
+    snprintf(list, sizeof list, "%s", threads_list);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int nt = atoi(tok);
+        if (nt < 1 || nt > 1024) {
+            fprintf(stderr, "bench_peak: bad thread count '%s'\n", tok);
+            return 2;
+        }
+        double gflops[101];
+        volatile float sink = 0.0f;
+        for (int r = 0; r < runs; r++) {
+            double t0 = now();
+#pragma omp parallel num_threads(nt)
+            {
+                float v = avx512 ? fma_loop_avx512(iters)
+                          : avx2 ? fma_loop_avx2(iters)
+                                 : fma_loop_scalar(iters);
+#pragma omp atomic
+                sink += v;
+            }
+            double t = now() - t0;
+            gflops[r] = nt * (double)iters * CHAINS * lanes * 2 / t / 1e9;
+        }
+        qsort(gflops, runs, sizeof *gflops, cmp_double);
+        printf("{\"threads\": %d, \"isa\": \"%s\", \"gflops\": %.1f}\n", nt, isa,
+               gflops[runs / 2]);
+        (void)sink;
+    }
+    return 0;
+}
