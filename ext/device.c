@@ -262,17 +262,22 @@ bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key
     return packing;
 }
 
-/* What sentiment_device() says for a CPU backend. */
+/* What sentiment_device() says for a CPU backend: the threads, the BLAS
+ * (training, and FP32 without AVX-512F) and what the linear layers run. */
 static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
 {
     int n = backend_cpu_threads(be);
     bert_precision packing = sx_device_precision_cpu_packing(precision);
-    snprintf(desc, cap, "cpu: %d thread%s, %s%s", n, n == 1 ? "" : "s", sx_device_blas(),
-             packing == BERT_BF16 ? ", bf16 (AVX512-BF16)"
-             : packing != BERT_INT8 ? ""
-             : strcmp(precision && *precision ? precision : "auto", "auto")
-                 ? ", int8 (AVX512-VNNI)"
-                 : ", int8 (AVX512-VNNI) for the built-in model, fp32 for others");
+    const char *fp32 = bert_fp32_packing() == BERT_FP32_PACKED ? "fp32 (AVX-512F kernel)" : "";
+    char what[160];
+    if (packing == BERT_BF16) snprintf(what, sizeof what, ", bf16 (AVX512-BF16)");
+    else if (packing != BERT_INT8) snprintf(what, sizeof what, "%s%s", *fp32 ? ", " : "", fp32);
+    else if (strcmp(precision && *precision ? precision : "auto", "auto"))
+        snprintf(what, sizeof what, ", int8 (AVX512-VNNI)");
+    else
+        snprintf(what, sizeof what, ", int8 (AVX512-VNNI) for the built-in model, %s for others",
+                 *fp32 ? fp32 : "fp32");
+    snprintf(desc, cap, "cpu: %d thread%s, %s%s", n, n == 1 ? "" : "s", sx_device_blas(), what);
 }
 
 /* What auto means on a GPU: the plugin's default. */

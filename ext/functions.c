@@ -25,8 +25,9 @@
  *                                              on first use); returns the
  *                                              version number
  *   sentiment_device()               -> TEXT   where inference runs, e.g.
- *                                              "cpu: 2 threads, OpenBLAS 0.3.21"
- *                                              or "cuda:0 NVIDIA H200, bf16"
+ *                                              "cpu: 2 threads, OpenBLAS 0.3.21,
+ *                                              fp32 (AVX-512F kernel)" or
+ *                                              "cuda:0 NVIDIA H200, bf16"
  *   sentiment_version()              -> TEXT   "sentiment 0.1.0 (...)"
  *   sentiment_debug()                -> TEXT   JSON: build, device, precision
  *                                              setting, model cache

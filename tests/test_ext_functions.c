@@ -320,6 +320,8 @@ static void test_config_precision(void **state)
         }
         expect_text(db, "SELECT sentiment_config('precision', 'fp32')", "fp32");
         expect_text(db, "SELECT sentiment_device() LIKE '%int8%'", "0");
+        /* fp32 runs on the packed AVX-512F kernel (every VNNI CPU has it) */
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, fp32 (AVX-512F kernel)'", "1");
         expect_text(db, "SELECT v = sentiment_score('服务很好', 'tiny') FROM f32", "1");
         /* set before the backend exists, with device auto (the backend is
          * made to see that it is the CPU) */
@@ -335,7 +337,7 @@ static void test_config_precision(void **state)
          * has one), fp32 for every other model */
         expect_text(db, "SELECT sentiment_config('precision', 'auto')", "auto");
         expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, int8 (AVX512-VNNI) for the "
-                        "built-in model, fp32 for others'", "1");
+                        "built-in model, fp32 (AVX-512F kernel) for others'", "1");
         expect_text(db, "SELECT v = sentiment_score('服务很好', 'tiny') FROM f32", "1");
         if (q_int(db, "SELECT json_extract(sentiment_debug(), '$.builtin_model')")) {
             exec_ok(db, "CREATE TEMP TABLE b AS SELECT sentiment_score('服务很好') AS v");
