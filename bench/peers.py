@@ -914,6 +914,22 @@ def render(res):
     return "\n".join(L)
 
 
+def keep_earlier(md_path, results):
+    """Copies the new report over results, keeping the hand-written
+    "## Earlier measurements" section (and what follows it) of the old one."""
+    earlier = ""
+    if os.path.exists(results):
+        with open(results, encoding="utf-8") as f:
+            old = f.read()
+        at = old.find("\n## Earlier measurements")
+        if at >= 0:
+            earlier = old[at:]
+    with open(md_path, encoding="utf-8") as f:
+        new = f.read()
+    with open(results, "w", encoding="utf-8") as f:
+        f.write(new.rstrip("\n") + "\n" + earlier)
+
+
 def render_ceiling(res, engines):
     """The FP32 ceiling section: what the CPU's FMA peak allows each
     workload, each FP32 engine's share of it, and the most any FP32 engine
@@ -1297,9 +1313,13 @@ def main_run(args):
     with open(os.path.join(args.out_dir, "results-%s.json" % stamp), "w", encoding="utf-8") as f:
         json.dump(raw, f, indent=1, default=str)
     log("bench: wrote %s" % md_path)
-    if args.results and not args.quick:
-        shutil.copy(md_path, args.results)
+    full = not (args.quick or args.shapes or args.engines or args.threads != "1,2"
+                or args.batches != "1,32" or args.inputs != "real,fixed")
+    if args.results and full:
+        keep_earlier(md_path, args.results)
         log("bench: copied to %s" % args.results)
+    elif args.results:
+        log("bench: a partial run; %s is left as it was" % args.results)
     # An FP32 engine that disagrees with ours fails the run. ours INT8 fails it
     # only on the built-in model, the one precision auto runs in INT8; on the
     # random-weight shapes its check is reported (and its ratios refused).
