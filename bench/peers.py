@@ -955,12 +955,10 @@ def render_ceiling(res, engines):
     for row in res["rows"]:
         work = "%s-b%d" % (row["input"], row["batch"])
         flops = res["flops"].get((row["shape"], work))
-        n_seqs = next((r["seqs"] for r in res["raw"] if r["shape"] == row["shape"]
-                       and r["work"] == work), None)
         gf = peak.get(row["threads"])
-        if not flops or not n_seqs or not gf:
+        if not flops or not gf:
             continue
-        per_seq = flops / n_seqs / 1e9
+        per_seq = flops / 1e9
         ceiling = gf / per_seq
         cells = [row["shape"], row["input"], str(row["batch"]), str(row["threads"]),
                  "%.2f" % per_seq, fmt_rate(ceiling)]
@@ -1025,7 +1023,7 @@ def main_run(args):
            "command": args.command or "scripts/bench.sh " + " ".join(sys.argv[2:]),
            "machine": machine_info(), "runs": args.runs, "engine_info": {}, "skipped": {},
            "shapes": shapes, "models": {}, "rows": [], "checks": {}, "notes": [],
-           "engines_run": [], "raw": [], "flops": {}}
+           "engines_run": [], "raw": [], "flops": {}}  # flops: per sequence, by (shape, work)
     # The BLAS environment: the peers bundle their own BLAS (or none); our
     # engine picks its OpenBLAS kernels from the CPU features unless
     # OPENBLAS_CORETYPE is set. A value preset on the machine is taken out
@@ -1146,7 +1144,7 @@ def main_run(args):
                 with open(tp, "w", encoding="utf-8") as f:
                     f.write("".join(texts[i] + "\n" for i in pick))
             files[name] = (batch, ip, tp, len(seqs))
-            res["flops"][(s, name)] = forward_flops(res["models"][s], seqs, batch)
+            res["flops"][(s, name)] = forward_flops(res["models"][s], seqs, batch) / len(seqs)
         per_shape_work[s] = files
         sizes_text.append("%s %s" % (s, ", ".join("%s %d" % (n, v[3]) for n, v in files.items())))
     res["token_check"] = "; ".join(token_checks)

@@ -238,26 +238,32 @@ int sx_device_precision_cpu_only(const char *name)
     return name && !strcmp(name, "int8");
 }
 
+/* 1 when precision name means auto (NULL and "" do too). */
+static int precision_is_auto(const char *name)
+{
+    return !name || !*name || !strcmp(name, "auto");
+}
+
 bert_precision sx_device_precision_cpu_packing(const char *name)
 {
     if (name && !strcmp(name, "bf16")) return BERT_BF16;
     if (name && !strcmp(name, "int8")) return BERT_INT8;
     /* auto: int8 where the CPU has it (for the models whose accuracy under
      * int8 was checked: sx_device_cpu_packing_for), else fp32 */
-    if ((!name || !*name || !strcmp(name, "auto")) && gemm_int8_supported()) return BERT_INT8;
+    if (precision_is_auto(name) && gemm_int8_supported()) return BERT_INT8;
     return bert_fp32_packing(); /* FP32 weights packed once where the CPU has AVX-512F */
 }
 
 bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key)
 {
     bert_precision packing = sx_device_precision_cpu_packing(name);
-    int is_auto = !name || !*name || !strcmp(name, "auto");
     /* INT8 moves probabilities by quantization error; its accuracy was
      * measured for the built-in model only (model/builtin/README.md: no
      * label change on its dev sets), so auto keeps every other model FP32
      * (on random-weight BERT-base shapes the error reaches 0.2 in
      * probability: bench/RESULTS.md). */
-    if (is_auto && packing == BERT_INT8 && (!model_key || strcmp(model_key, "builtin")))
+    if (precision_is_auto(name) && packing == BERT_INT8 &&
+        (!model_key || strcmp(model_key, "builtin")))
         return bert_fp32_packing();
     return packing;
 }
@@ -268,15 +274,16 @@ static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
 {
     int n = backend_cpu_threads(be);
     bert_precision packing = sx_device_precision_cpu_packing(precision);
-    const char *fp32 = bert_fp32_packing() == BERT_FP32_PACKED ? "fp32 (AVX-512F kernel)" : "";
-    char what[160];
+    int packed_fp32 = bert_fp32_packing() == BERT_FP32_PACKED;
+    const char *fp32 = packed_fp32 ? "fp32 (AVX-512F kernel)" : "fp32";
+    char what[160] = ""; /* FP32 through the BLAS adds nothing to the BLAS's name */
     if (packing == BERT_BF16) snprintf(what, sizeof what, ", bf16 (AVX512-BF16)");
-    else if (packing != BERT_INT8) snprintf(what, sizeof what, "%s%s", *fp32 ? ", " : "", fp32);
-    else if (strcmp(precision && *precision ? precision : "auto", "auto"))
+    else if (packing != BERT_INT8 && packed_fp32) snprintf(what, sizeof what, ", %s", fp32);
+    else if (packing == BERT_INT8 && !precision_is_auto(precision))
         snprintf(what, sizeof what, ", int8 (AVX512-VNNI)");
-    else
+    else if (packing == BERT_INT8)
         snprintf(what, sizeof what, ", int8 (AVX512-VNNI) for the built-in model, %s for others",
-                 *fp32 ? fp32 : "fp32");
+                 fp32);
     snprintf(desc, cap, "cpu: %d thread%s, %s%s", n, n == 1 ? "" : "s", sx_device_blas(), what);
 }
 
