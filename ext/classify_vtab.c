@@ -17,10 +17,10 @@
  *
  * Arguments (hidden columns source, column, model, batch_size; in CREATE
  * VIRTUAL TABLE the first three, quoted or not):
- *   source      a table name (id = its rowid, text = `column`), or a query
- *               starting with SELECT, WITH or VALUES whose first column is
- *               the id and second the text (further columns are ignored).
- *               A query source takes the model as its second argument.
+ *   source      a table name (id = its rowid, text = `column`), or one
+ *               query starting with SELECT, WITH or VALUES that returns
+ *               exactly two columns, the id and the text. A query source
+ *               takes the model as its second argument.
  *   column      the text column of a table source.
  *   model       a model name as for sentiment() (default 'default').
  *   batch_size  rows per encoder call (default sentiment_config('batch_size')).
@@ -42,8 +42,30 @@
  * appears on stderr when it is a terminal (sentiment_config('progress')).
  * sqlite3_interrupt() (Ctrl-C in the shell) stops it before the next batch.
  *
- * Because a source may be any query, classify is SQLITE_VTAB_DIRECTONLY: it
- * cannot be used inside triggers or views of a database schema.
+ * Trust. A source is SQL, and SQL decides what runs: writefile(),
+ * load_extension(), sentiment_config(..., value), train(). Who wrote it
+ * decides what it may do, as SQLite decides for views and triggers:
+ *   - Typed by the user (the eponymous form, or a hidden-column argument
+ *     such as WHERE source = '...' on a persistent table): trusted, like any
+ *     SQL the user runs. It must still be one statement that only reads
+ *     (sqlite3_stmt_readonly).
+ *   - Stored in a schema (the arguments of CREATE VIRTUAL TABLE, which
+ *     anyone who can write the database file can plant with PRAGMA
+ *     writable_schema): untrusted. It is prepared by schema_sql.c under an
+ *     authorizer that allows reads of ordinary tables and views and calls
+ *     of functions that SQLite would allow in a view: never
+ *     SQLITE_DIRECTONLY ones, and only SQLITE_INNOCUOUS ones when PRAGMA
+ *     trusted_schema is OFF. PRAGMA, ATTACH, writes and virtual tables
+ *     (fsdir, another classify table) are refused with an error that says
+ *     what the source tried. A stored table name is checked the same way
+ *     (it must name an ordinary table or view). This is checked when the
+ *     stored source is prepared, at every query.
+ * classify is also SQLITE_VTAB_DIRECTONLY, so no view or trigger of a
+ * schema can use it (or a persistent classify table) to run a source.
+ * Why an authorizer and not a flag: SQLite 3.40 has no way to prepare a
+ * statement "as if from DDL"; the authorizer sees every function and table
+ * a statement uses, and PRAGMA function_list gives SQLite's own flags for
+ * each function, so the rule is the one SQLite applies to views.
  *
  * The same batching for any expression inside any query is the window
  * function sentiment_batch() (batch_window.c):
@@ -95,6 +117,7 @@ typedef struct cl_vtab {
     sqlite3_vtab base;
     sqlite3 *db;
     sx_conn *c;
+    char *name;    /* the persistent table's name, or NULL (eponymous) */
     char *args[3]; /* source, column, model of a persistent table, or NULL */
 } cl_vtab;
 
@@ -179,6 +202,13 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
     memset(v, 0, sizeof *v);
     v->db = db;
     v->c = pAux;
+    if (argc > 3) {
+        v->name = sqlite3_mprintf("%s", argv[2]);
+        if (!v->name) {
+            rc = SQLITE_NOMEM;
+            goto end;
+        }
+    }
     for (int i = 3; i < argc; i++) {
         v->args[i - 3] = sqlite3_mprintf("%s", argv[i]);
         if (!v->args[i - 3]) {
@@ -193,6 +223,7 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 end:
     if (v) {
         for (int i = 0; i < 3; i++) sqlite3_free(v->args[i]);
+        sqlite3_free(v->name);
         sqlite3_free(v);
     }
     return rc;
@@ -203,6 +234,7 @@ static int clDisconnect(sqlite3_vtab *pVtab)
 {
     cl_vtab *v = (cl_vtab *)pVtab;
     for (int i = 0; i < 3; i++) sqlite3_free(v->args[i]);
+    sqlite3_free(v->name);
     sqlite3_free(v);
     return SQLITE_OK;
 }
@@ -420,6 +452,25 @@ static int64_t count_rows(sqlite3 *db, const char *table)
     return n;
 }
 
+/* Prepares SQL built from a persistent table's stored arguments into
+ * cur->src, as SQLite would prepare a view's SQL (see "Trust" above). */
+static int prepare_stored(cl_cursor *cur, const char *sql)
+{
+    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    char *why = NULL;
+    int rc = sx_prepare_from_schema(v->db, sql, &cur->src, &why);
+    if (rc == SQLITE_NOMEM) return rc;
+    if (rc != SQLITE_OK) {
+        rc = set_error(cur, sqlite3_mprintf("%s: the source stored in table '%s' is not run: "
+                                            "%s; SQL stored in a database schema may only read "
+                                            "ordinary tables and views and call the functions "
+                                            "a view may call (see PRAGMA trusted_schema)",
+                                            k_fn, v->name ? v->name : "?", why));
+        sqlite3_free(why);
+    }
+    return rc;
+}
+
 static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
                     sqlite3_value **argv)
 {
@@ -428,7 +479,9 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     const char *arg[3] = {v->args[0], v->args[1], v->args[2]};
     const char *source, *column, *model;
     char *sql = NULL, *errmsg = NULL;
-    int a = 0, rc = SQLITE_OK, K;
+    int a = 0, rc = SQLITE_OK, K, model_is_column = 0;
+    /* the source comes from the schema when the query does not give one */
+    int from_schema = !(idxNum & IDX_SOURCE) && v->args[0] != NULL;
     (void)idxStr;
     (void)argc;
 
@@ -470,6 +523,11 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
                                               k_fn, source ? "''" : "no source"));
     }
     cur->is_query = is_query(source);
+    /* a query given in the query replaces a stored table source: the stored
+     * column belongs to that table, it is not a model name */
+    if (cur->is_query && !from_schema && !(idxNum & IDX_COLUMN) && v->args[0] &&
+        !is_query(v->args[0]))
+        column = NULL;
     if (cur->is_query) {
         /* classify('SELECT ...', 'model'): the second argument is the model */
         if (column && model && *column)
@@ -477,19 +535,42 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
                                                   "its second column; pass the model as the "
                                                   "second argument, got column '%s'",
                                                   k_fn, column));
-        if (column && !model) model = column;
-        rc = sqlite3_prepare_v2(v->db, source, -1, &cur->src, NULL);
-        if (rc != SQLITE_OK)
-            return set_error(cur, sqlite3_mprintf("%s: cannot run the source query: %s", k_fn,
-                                                  sqlite3_errmsg(v->db)));
+        if (column && !model) {
+            model = column;
+            model_is_column = 1;
+        }
+        if (from_schema) {
+            if ((rc = prepare_stored(cur, source)) != SQLITE_OK) return rc;
+        } else {
+            const char *tail = NULL;
+            rc = sqlite3_prepare_v2(v->db, source, -1, &cur->src, &tail);
+            if (rc != SQLITE_OK)
+                return set_error(cur, sqlite3_mprintf("%s: cannot run the source query: %s",
+                                                      k_fn, sqlite3_errmsg(v->db)));
+            while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r'))
+                tail++;
+            if (!sx_sql_tail_empty(tail))
+                return set_error(cur, sqlite3_mprintf("%s: the source must be one query; "
+                                                      "got more after it: '%s'",
+                                                      k_fn, tail));
+        }
         if (!sqlite3_stmt_readonly(cur->src))
             return set_error(cur, sqlite3_mprintf("%s: the source query must only read; "
                                                   "got '%s'",
                                                   k_fn, source));
-        if (sqlite3_column_count(cur->src) < 2)
-            return set_error(cur, sqlite3_mprintf("%s: the source query must return two "
-                                                  "columns (id, text); it returns %d",
-                                                  k_fn, sqlite3_column_count(cur->src)));
+        if (sqlite3_column_count(cur->src) != 2) {
+            int n = sqlite3_column_count(cur->src);
+            sqlite3_str *names = sqlite3_str_new(NULL);
+            for (int i = 0; i < n; i++)
+                sqlite3_str_appendf(names, "%s%s", i ? ", " : "",
+                                    sqlite3_column_name(cur->src, i));
+            char *list = sqlite3_str_finish(names);
+            rc = set_error(cur, sqlite3_mprintf("%s: the source query must return two columns "
+                                                "(id, text); it returns %d: %s",
+                                                k_fn, n, list ? list : "?"));
+            sqlite3_free(list);
+            return rc;
+        }
     } else {
         if (!column || !*column)
             return set_error(cur, sqlite3_mprintf("%s: expected classify('%s', column [, model]): "
@@ -497,8 +578,14 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
                                                   k_fn, source));
         sql = select_sql(column, source, cur->want_id != NULL);
         if (!sql) return SQLITE_NOMEM;
-        rc = sqlite3_prepare_v2(v->db, sql, -1, &cur->src, NULL);
-        sqlite3_free(sql);
+        if (from_schema) {
+            rc = prepare_stored(cur, sql);
+            sqlite3_free(sql);
+            if (rc != SQLITE_OK) return rc;
+        } else {
+            rc = sqlite3_prepare_v2(v->db, sql, -1, &cur->src, NULL);
+            sqlite3_free(sql);
+        }
         if (rc != SQLITE_OK) {
             const char *e = sqlite3_errmsg(v->db);
             return set_error(cur, sqlite3_mprintf("%s: cannot read column '%s' of table '%s': "
@@ -516,7 +603,19 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
             cur->want_id = NULL;
         }
     }
-    if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg)) return set_error(cur, errmsg);
+    if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg)) {
+        if (model_is_column && errmsg) {
+            char *hinted = sqlite3_mprintf("%s (a SELECT source takes the model as its second "
+                                           "argument and its text from the query's second "
+                                           "column: classify('SELECT id, text FROM t' [, model]))",
+                                           errmsg);
+            if (hinted) {
+                sqlite3_free(errmsg);
+                errmsg = hinted;
+            }
+        }
+        return set_error(cur, errmsg);
+    }
 
     K = cur->m->bert->cfg.num_labels;
     /* Read CLASSIFY_BATCHES_PER_THREAD batches per engine thread at a time:

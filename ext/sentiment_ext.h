@@ -12,6 +12,7 @@
  *   storage.c         the sentiment_model_store table inside a database
  *   builtin.c         the built-in model embedded with .incbin, when present
  *   classify_vtab.c   the classify table-valued function / virtual table
+ *   schema_sql.c      SQL stored in a schema, prepared as SQLite treats views
  *   models_vtab.c     the sentiment_models eponymous virtual table
  *   batch_window.c    sentiment_batch(): the window-function form of classify
  *
@@ -314,6 +315,14 @@ void sx_progress_update(sx_progress *p, int64_t done);
 void sx_progress_end(sx_progress *p);
 
 /* Module and function registration hooks of the other files. */
+/* schema_sql.c: SQL from a database's schema, prepared as SQLite treats a
+ * view's SQL (read only, safe functions, PRAGMA trusted_schema honoured).
+ * On refusal returns SQLITE_ERROR with *why (sqlite3_free) saying what the
+ * SQL does that is not allowed; SQLITE_NOMEM without a message. */
+int sx_prepare_from_schema(sqlite3 *db, const char *sql, sqlite3_stmt **out, char **why);
+/* 1 when nothing but white space, ';' and comments follows a statement. */
+int sx_sql_tail_empty(const char *tail);
+
 int sx_register_classify(sqlite3 *db, sx_conn *c);
 int sx_register_models_vtab(sqlite3 *db, sx_conn *c);
 int sx_register_functions(sqlite3 *db, sx_conn *c);

@@ -61,7 +61,10 @@ static void test_select_source(void **state)
     load_tiny(db);
     make_reviews(db);
     assert_int_equal(mismatches(db, "classify('SELECT id, body FROM t', 'tiny')"), 0);
-    assert_int_equal(mismatches(db, "classify('SELECT id, body, 1 AS extra FROM t ORDER BY id', NULL, 'tiny')"), 0);
+    /* a third column is an error, not silently ignored */
+    expect_error(db, "SELECT * FROM classify('SELECT id, ''x'' AS label, body FROM t', 'tiny')",
+                 "classify(): the source query must return two columns (id, text); it returns 3: "
+                 "id, label, body");
     expect_text(db, "SELECT group_concat(id) FROM classify('SELECT id, body FROM t WHERE id > 17', 'tiny')",
                 "18,19,20");
     /* any expression as the text; ids of any type */
