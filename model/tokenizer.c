@@ -279,6 +279,18 @@ int tokenizer_load_buffer(const char *vocab, size_t len, int do_lower_case,
     if (len)
         memcpy(tok->text, vocab, len);
     tok->text[len] = '\0';
+    /* A token holding a NUL could never be matched (text is cleaned of
+     * control characters) nor shown whole: a damaged file, refused. */
+    {
+        const char *nul = len ? memchr(tok->text, '\0', len) : NULL;
+        if (nul) {
+            size_t line = 1;
+            for (const char *p = tok->text; p < nul; p++)
+                line += *p == '\n';
+            rc = sm_error(err, SM_ERR_FORMAT, "vocab: line %zu holds a NUL byte", line);
+            goto fail;
+        }
+    }
     rc = split_lines(tok, len, err);
     if (rc)
         goto fail;

@@ -17,7 +17,7 @@ set -eu
 
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-"safetensors config"}
+TARGETS=${*:-"safetensors config vocab tokenize stored_model"}
 OUT=${FUZZ_OUT:-build/fuzz}
 
 cd "$(dirname "$0")/.."
@@ -28,7 +28,23 @@ sources() {
     case $1 in
     safetensors) echo "model/safetensors.c model/errors.c" ;;
     config) echo "model/config.c model/errors.c" ;;
-    *) echo "fuzz.sh: unknown target '$1' (safetensors, config)" >&2; exit 2 ;;
+    vocab | tokenize) echo "model/tokenizer.c model/errors.c" ;;
+    stored_model) echo "model/bert_load.c model/bert_params.c model/config.c" \
+        "model/safetensors.c model/tokenizer.c model/model_dir.c model/errors.c" ;;
+    *) echo "fuzz.sh: unknown target '$1' (safetensors, config, vocab, tokenize," \
+        "stored_model)" >&2; exit 2 ;;
+    esac
+}
+
+# Libraries the parsers link (utf8proc for the tokenizer; OpenMP pragmas
+# in the model sources).
+LIBS="-lutf8proc -ljansson -lm -lpthread -ldl -fopenmp"
+
+# Longest input: a stored model seed holds a whole small model.
+max_len() {
+    case $1 in
+    stored_model) echo 1200000 ;;
+    *) echo 8192 ;;
     esac
 }
 
@@ -73,6 +89,22 @@ write_seeds() {
     printf '%s' '{"vocab_size":5,"hidden_size":4,"num_hidden_layers":1,"num_attention_heads":3,"intermediate_size":"4","max_position_embeddings":2,"pad_token_id":5,"id2label":{"0":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","1":""}}' >"$c/errors"
     printf '%s' '[{"model_type":"roberta","pad_token_id":511,"max_position_embeddings":512}]' >"$c/array"
     printf '%s' '{"model_type":"xlm-roberta","vocab_size":9,"hidden_size":8.0,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"max_position_embeddings":16,"id2label":{"1":"正面","0":"负面","2":"x"}}' >"$c/labels"
+
+    v=$OUT/seeds/vocab
+    mkdir -p "$v"
+    { printf '\001'; cat tests/fixtures/vocab.txt; } >"$v/fixture_lower"
+    { printf '\000'; cat tests/fixtures/vocab_unicode.txt; } >"$v/unicode_cased"
+    printf '\001[PAD]\r\n[UNK]\r\n[CLS]\r\n[SEP]\r\n好\r\n##好\r\n\r\n' >"$v/crlf_minimal"
+    printf '\000[CLS]\n[SEP]\n[PAD]\n[CLS]\n[UNK]' >"$v/duplicate_no_newline"
+
+    t=$OUT/seeds/tokenize
+    mkdir -p "$t"
+    printf '%s' '房间很干净，前台服务热情！Hello WORLD, naïve café.' >"$t/mixed"
+    printf 'a\000b\001\002\tc\r\n\342\200\213d\377\376e' >"$t/controls_invalid"
+    printf '%s' '😀👍🏽 ＦＵＬＬ　ｗｉｄｔｈ ##sub [UNK] [CLS]' >"$t/emoji_fullwidth"
+    head -c 3000 /dev/zero | tr '\000' 'a' >"$t/long_word"
+
+    python3 tests/fuzz/make_model_seed.py "$OUT/seeds/stored_model"
 }
 
 write_dicts() {
@@ -153,12 +185,14 @@ if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
         # shellcheck disable=SC2046
         clang -g -O1 -std=gnu11 -Wall -Wextra -Imodel \
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-            "tests/fuzz/fuzz_$t.c" $(sources "$t") -ljansson -lm -o "$bin"
+            "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"
         mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
+        dict=""
+        [ -f "$OUT/$t.dict" ] && dict="-dict=$OUT/$t.dict"
         echo "== fuzzing $t for ${SECONDS_EACH}s"
         if ! "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
-            -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-            -dict="$OUT/$t.dict" \
+            -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 \
+            $dict \
             -artifact_prefix="$OUT/artifacts/$t/" \
             "$OUT/corpus/$t" "$OUT/seeds/$t"; then
             echo "fuzz.sh: $t crashed; inputs in $OUT/artifacts/$t/" >&2
@@ -174,7 +208,7 @@ else
         # shellcheck disable=SC2046
         ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -Imodel -DFUZZ_STANDALONE \
             -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-            "tests/fuzz/fuzz_$t.c" $(sources "$t") -ljansson -lm -o "$bin"
+            "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"
         mkdir -p "$OUT/corpus/$t"
         # shellcheck disable=SC2046
         if ! "$bin" $(find "$OUT/seeds/$t" "$OUT/corpus/$t" -type f); then

@@ -331,6 +331,11 @@ static void test_vocab_errors(void **state)
     static const char bad_utf8[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nab\xff\n";
     assert_int_equal(load(bad_utf8, sizeof bad_utf8 - 1, &t, err), SM_ERR_FORMAT);
     assert_non_null(strstr(err, "line 5"));
+    /* a NUL inside a token (found by fuzz_vocab): refused, with its line */
+    static const char nul_token[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n\"\0\0##D\n";
+    assert_int_equal(load(nul_token, sizeof nul_token - 1, &t, err), SM_ERR_FORMAT);
+    assert_null(t);
+    assert_string_equal(err, "vocab: line 5 holds a NUL byte");
 
     err[0] = '\0';
     assert_int_equal(tokenizer_load_file("tests/fixtures/no-such-vocab.txt", 1, &t, err),

@@ -1,0 +1,49 @@
+/* fuzz_stored_model.c: libFuzzer target for a stored model, the three values
+ * of a sentiment_model_store row (config, vocab, safetensors BLOB) that a
+ * database from outside can hold, loaded as sentiment() loads them.
+ *
+ * Input: config length and vocab length as little-endian uint32, then the
+ * config, the vocab and the safetensors bytes. When it loads, the model must
+ * have labels and a maximum length, and tokenize. Built by scripts/fuzz.sh;
+ * seeds come from tests/fuzz/make_model_seed.py.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bert.h"
+#include "errors.h"
+#include "tokenizer.h"
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    bert_model *m = NULL;
+    char err[SM_ERR_MAX];
+    if (size < 8) return 0;
+    size_t nc = le32(data), nv = le32(data + 4);
+    if (nc > size - 8 || nv > size - 8 - nc) return 0;
+    const char *config = (const char *)data + 8, *vocab = config + nc;
+    const void *st = vocab + nv;
+    size_t ns = size - 8 - nc - nv;
+    if (bert_model_load_buffers(config, nc, vocab, nv, st, ns, &m, err) != SM_OK) {
+        if (m || !err[0]) __builtin_trap(); /* a failure returns nothing, with a message */
+        return 0;
+    }
+    if (m->cfg.num_labels < 1 || !m->cfg.id2label || m->cfg.max_position_embeddings < 2) __builtin_trap();
+    int ids[16], n = 0, truncated = 0;
+    if (tokenizer_encode(m->tok, "房间很干净", strlen("房间很干净"), 16, ids, &n, &truncated, err) != SM_OK)
+        __builtin_trap();
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size) __builtin_trap();
+    bert_model_free(m);
+    return 0;
+}
+
+#ifdef FUZZ_STANDALONE
+#include "fuzz_standalone.h"
+#endif
