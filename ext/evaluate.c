@@ -13,8 +13,9 @@
  * labels[j]. `labels` lists the model's labels in class order, then any
  * label in the data the model does not know, in order of appearance.
  *
- * Rows. Text is converted as sentiment() converts it; a row with NULL,
- * empty or white-space text or a NULL label is skipped and counted in
+ * Rows. Text is converted as sentiment() converts it; a row with NULL or
+ * blank text (text that tokenizes to nothing, see functions.c) or a NULL
+ * label is skipped and counted in
  * "skipped". A label is compared as text (an INTEGER 1 is '1'). A label
  * the model does not have can never be predicted, so such a row counts as
  * an error in accuracy and in the per-label figures, and in

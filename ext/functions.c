@@ -35,8 +35,13 @@
  *                                              this connection's counters (rows
  *                                              classified, rows truncated)
  *
- * Inputs. NULL text gives NULL. Empty or white-space-only text (ASCII white
- * space, U+00A0, U+2000..U+200B, U+3000, U+FEFF) gives NULL. INTEGER and
+ * Inputs. NULL text gives NULL, and so does blank text: text that
+ * tokenizes to nothing (empty; white space; NUL, control and format
+ * characters such as U+200B and U+FEFF; invalid UTF-8 only; words of
+ * combining marks only: tokenizer_text_blank). That holds for every
+ * function here, sentiment_tokens() too (NULL, not '[]'), for classify's
+ * label, score and probs, sentiment_batch(), and train() and
+ * sentiment_evaluate() skip such rows. INTEGER and
  * REAL values are classified as their text form, as SQLite converts them
  * ('42', '4.5'). A BLOB is taken as UTF-8 bytes; invalid UTF-8 anywhere is
  * repaired (U+FFFD, then dropped as BertTokenizer does), never an error.

@@ -286,8 +286,11 @@ char *sx_store_family(sqlite3 *db, const char *name);
 /* ------------------------------------------------------------------ */
 /* Helpers shared by the SQL functions (functions.c).                   */
 
-/* 1 when text is empty or holds only white space (ASCII, U+00A0,
- * U+2000..U+200B, U+3000, U+FEFF). */
+/* 1 when text is blank: it tokenizes to nothing (tokenizer_text_blank:
+ * empty, white space, NUL and other control or format characters such as
+ * U+200B and U+FEFF, invalid UTF-8 only, ...). Every function, classify,
+ * sentiment_batch, train() and sentiment_evaluate() treat a blank text as
+ * NULL, so they agree row for row. */
 int sx_text_blank(const char *text, size_t len);
 /* A text argument as bytes (*text NULL for NULL or blank input; a BLOB is
  * taken as UTF-8 bytes, numbers as their text). SQLITE_NOMEM on OOM. */

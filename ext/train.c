@@ -25,8 +25,9 @@
  * sentiment_models (with the report, less model and version, as `metrics`).
  * Earlier versions stay, selectable as 'hotel@1'.
  *
- * Rows. `text` is converted as sentiment() converts it; NULL, empty or
- * white-space text, and a NULL label, skip the row (counted in "skipped").
+ * Rows. `text` is converted as sentiment() converts it; NULL or blank text
+ * (it tokenizes to nothing, see functions.c), and a NULL label, skip the
+ * row (counted in "skipped").
  * A label is TEXT or INTEGER; an INTEGER label is its decimal text ('0',
  * '1', ...), so sentiment() answers '0'/'1' for such a model. REAL and BLOB
  * labels are errors. Texts are tokenized as they arrive (cut to max_length
