@@ -2,8 +2,8 @@
  *
  * What counts as blank input, which label is on top, what `score` means for
  * a model, and the JSON that sentiment_probs() and classify's probs column
- * return. One definition each, so every function and the virtual table
- * agree row for row.
+ * return, and how JSON results are marked. One definition each, so every
+ * function and the virtual table agree row for row.
  */
 #include <string.h>
 #include <strings.h>
@@ -88,4 +88,14 @@ char *sx_probs_json(const bert_config *cfg, const float *probs)
     }
     sqlite3_str_appendchar(s, 1, '}');
     return sqlite3_str_finish(s);
+}
+
+void sx_result_json(sqlite3_context *ctx, char *json)
+{
+    if (!json) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    sqlite3_result_text(ctx, json, -1, sqlite3_free);
+    sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
 }

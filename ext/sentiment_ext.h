@@ -303,6 +303,21 @@ double sx_score(const bert_config *cfg, const float *probs);
 char *sx_probs_json(const bert_config *cfg, const float *probs);
 /* Appends a JSON string literal. */
 void sx_json_string(sqlite3_str *s, const char *text);
+/* JSON results carry SQLite's JSON subtype ('J', what json1's functions
+ * set and read), so json_object('p', sentiment_probs(x)) nests an object,
+ * not an escaped string. Functions that return JSON are registered with
+ * SX_JSON_FLAGS: SQLITE_RESULT_SUBTYPE where the headers define it (SQLite
+ * 3.45 and later, where a function without it may lose the subtype), else
+ * nothing. */
+#define SX_JSON_SUBTYPE 74
+#ifdef SQLITE_RESULT_SUBTYPE
+#define SX_JSON_FLAGS SQLITE_RESULT_SUBTYPE
+#else
+#define SX_JSON_FLAGS 0
+#endif
+/* Sets json (a sqlite3_malloc'd string, handed over; NULL: out of memory)
+ * as the result, with the JSON subtype. */
+void sx_result_json(sqlite3_context *ctx, char *json);
 
 /* Progress line on stderr (classify, sentiment_batch). */
 typedef struct sx_progress {
