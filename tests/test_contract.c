@@ -5,7 +5,8 @@
  *                 characters, invalid UTF-8, ...) is NULL everywhere: the
  *                 scalar functions, classify, sentiment_batch, and skipped
  *                 by sentiment_evaluate and train()
- *   not_blank_*   text that does make tokens is still classified
+ *   not_blank_*   text that does make tokens is still classified, and the
+ *                 definition matches what the tokenizer makes
  *   nonfinite_*   a model file with a NaN or infinite weight (F32, F16,
  *                 BF16) is refused at load with the tensor and element;
  *                 such a model is never serialised
@@ -26,6 +27,8 @@
 #include "errors.h"
 #include "gemm_int8.h"
 #include "safetensors.h"
+
+static void *read_file(const char *path, size_t *len);
 
 /* ------------------------------------------------------------ blank text */
 
@@ -172,6 +175,57 @@ static void test_not_blank(void **state)
                     "sentiment_probs('服务很好', 'tiny')", "1");
     expect_text(db, "SELECT sentiment_tokens(char(0x200b) || '好' || char(1), 'tiny')", "[\"好\"]");
     sqlite3_close(db);
+}
+
+/* The definition, checked against the tokenizer itself: on random strings
+ * drawn from characters of every class, tokenizer_text_blank says 1
+ * exactly when a lower-casing tokenizer makes no token, and a cased one
+ * makes none either unless the text has a combining mark. */
+static void test_blank_matches_tokenizer(void **state)
+{
+    (void)state;
+    static const char *const k_pieces[] = {
+        "", " ", "\t", "\n", "\r", "\x0b", "\x01", "\x7f", "\xc2\x85", "\xc2\xa0",
+        "\xc2\xad", "\xcc\x81", "\xcd\x84", "\xe2\x80\x8b", "\xe2\x80\x8d",
+        "\xe2\x80\xa8", "\xe3\x80\x80", "\xef\xbb\xbf", "\xef\xbf\xbd", "\xee\x80\x80",
+        "\xff", "\xe5\xbe", "\xc0\xaf", "\xed\xa0\x80", "\xf3\xa0\x80\x81",
+        "a", "Z", ".", "[", "[UNK]", "\xe5\xa5\xbd", "\xc3\xa9", "\xf0\x9f\x98\x80",
+    };
+    const int n_pieces = (int)(sizeof k_pieces / sizeof *k_pieces);
+    char err[SM_ERR_MAX], text[256];
+    size_t vlen;
+    void *vocab = read_file(TINY_MODEL "/vocab.txt", &vlen);
+    tokenizer *lower = NULL, *cased = NULL;
+    assert_int_equal(tokenizer_load_buffer(vocab, vlen, 1, &lower, err), SM_OK);
+    assert_int_equal(tokenizer_load_buffer(vocab, vlen, 0, &cased, err), SM_OK);
+    free(vocab);
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int blanks = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        size_t len = 0;
+        int marks = 0, k = 1 + (int)((rng >> 60) & 7);
+        for (int j = 0; j < k; j++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            /* mostly characters that make no token, so blanks are common */
+            int pick = (int)((rng >> 33) % (uint64_t)(iter % 4 ? 25 : n_pieces));
+            size_t pl = strlen(k_pieces[pick]);
+            memcpy(text + len, k_pieces[pick], pl);
+            len += pl;
+            marks |= pick == 11 || pick == 12;
+        }
+        int n_lower = -1, n_cased = -1;
+        assert_int_equal(tokenizer_tokenize(lower, text, len, NULL, 0, &n_lower, err), SM_OK);
+        assert_int_equal(tokenizer_tokenize(cased, text, len, NULL, 0, &n_cased, err), SM_OK);
+        int blank = tokenizer_text_blank(text, len);
+        blanks += blank;
+        if (blank != (n_lower == 0))
+            fail_msg("blank %d but %d tokens (lower-casing) for %zu bytes", blank, n_lower, len);
+        if (!marks && blank != (n_cased == 0))
+            fail_msg("blank %d but %d tokens (cased) for %zu bytes", blank, n_cased, len);
+    }
+    assert_true(blanks > 1000);
+    tokenizer_free(lower);
+    tokenizer_free(cased);
 }
 
 /* ------------------------------------------------------ non-finite weights */
@@ -536,6 +590,7 @@ int main(void)
                                          (void *)&k_blank[i]};
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_blank_train_skips);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_not_blank);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_blank_matches_tokenizer);
     for (size_t i = 0; i < N_NONFINITE; i++)
         tests[n++] = (struct CMUnitTest){k_nonfinite[i].name, test_nonfinite, NULL, NULL,
                                          (void *)&k_nonfinite[i]};
