@@ -7,7 +7,9 @@
 #   make bench      benchmarks (not tests)
 #
 # Missing Debian packages are installed by scripts/install-deps.sh when run as
-# root. Shipped flags: -O2, no -march=native, no fast-math.
+# root, once per build directory and before anything compiles (every object
+# waits for the $(BUILD)/.deps-ok stamp; `make deps` checks again). Shipped
+# flags: -O2, no -march=native, no fast-math.
 
 BUILD    ?= build
 CC       ?= cc
@@ -32,12 +34,21 @@ EXT_LIB   := $(BUILD)/libsentiment_ext.a
 SO        := $(if $(EXT_SRC),$(BUILD)/sentiment.so)
 
 .PHONY: all deps test asan demo bench clean builtin-model
-all: deps $(LIB) $(SO) $(BUILD)/train_builtin
+all: $(LIB) $(SO) $(BUILD)/train_builtin
+
+# The packages first: under make -j a compile must not start before the
+# headers it includes are installed. An order-only prerequisite, so a
+# rebuild neither waits on dpkg nor recompiles when the stamp is new.
+DEPS_OK := $(BUILD)/.deps-ok
+$(DEPS_OK): scripts/install-deps.sh
+	@./scripts/install-deps.sh
+	@mkdir -p $(dir $@) && touch $@
 
 deps:
 	@./scripts/install-deps.sh
+	@mkdir -p $(BUILD) && touch $(DEPS_OK)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
 
@@ -59,19 +70,19 @@ $(BUILD)/sentiment.so: $(EXT_OBJ) $(LIB)
 
 # Tests link the extension and model libraries (as archives, so a test pulls
 # in only the objects it uses) and SQLite.
-$(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/*.h) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
 
 # The built-in model's trainer (see model/builtin/README.md).
 BUILTIN_TRAINER_SRC := $(sort $(wildcard model/builtin/*.c))
-$(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard model/builtin/*.h) $(LIB)
+$(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -Imodel/builtin $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
 
-builtin-model: deps $(BUILD)/train_builtin
+builtin-model: $(DEPS_OK) $(BUILD)/train_builtin
 	$(BUILD)/train_builtin --data ../shared/data --out model/builtin
 
-$(BUILD)/bench/%: bench/%.c $(LIB)
+$(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
 

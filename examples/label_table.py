@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """label_table.py: label a table offline from Python's sqlite3 module.
 
-    python3 examples/label_table.py [--db reviews.db] [--extension build/sentiment]
+    python3 examples/label_table.py [--db build/reviews.db] [--extension build/sentiment]
                                     [--model path/to/hf_model_dir]
 
 Loads the sentiment extension into a connection, fills the sample `reviews`

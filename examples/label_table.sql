@@ -1,7 +1,7 @@
 -- label_table.sql: label a whole table offline from the sqlite3 shell.
 --
---   sqlite3 reviews.db < examples/reviews.sql
---   sqlite3 reviews.db -cmd '.load ./build/sentiment' < examples/label_table.sql
+--   sqlite3 build/reviews.db < examples/reviews.sql
+--   sqlite3 build/reviews.db -cmd '.load ./build/sentiment' < examples/label_table.sql
 --
 -- classify() reads the table in batches (sentiment_config('batch_size')),
 -- runs the encoder once per batch and returns one row per source row, in

@@ -2,8 +2,10 @@
 -- takeaway food), written for this project's examples, each with the label
 -- its writer meant. Load it into a database:
 --
---   sqlite3 reviews.db < examples/reviews.sql
+--   sqlite3 build/reviews.db < examples/reviews.sql
 --
+-- (build/, which make creates and git ignores, so the example database never
+-- lands in the repository; any path will do.)
 -- Then see label_table.sql, label_table.py and window.sql.
 DROP TABLE IF EXISTS reviews;
 CREATE TABLE reviews(

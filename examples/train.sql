@@ -1,13 +1,13 @@
 -- train.sql: fine-tune a model on a labeled table and use it, all in SQL.
 --
---   sqlite3 reviews.db < examples/reviews.sql
---   sqlite3 reviews.db -cmd '.load ./build/sentiment' < examples/train.sql
+--   sqlite3 build/reviews.db < examples/reviews.sql
+--   sqlite3 build/reviews.db -cmd '.load ./build/sentiment' < examples/train.sql
 --
 -- It starts from the 'default' model. With a build that has no built-in
 -- model, register one first, e.g.
 --   -cmd "SELECT sentiment_load('default', 'path/to/hf_model_dir')"
 -- or set "base" to "none" below to train a small model from scratch.
--- The model is stored in reviews.db (sentiment_model_store) as a new version
+-- The model is stored in build/reviews.db (sentiment_model_store) as a new version
 -- of 'reviews_ft' each time this runs.
 .headers on
 .mode box

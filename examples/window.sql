@@ -1,7 +1,7 @@
 -- window.sql: sentiment_batch(), batched classification of any expression.
 --
---   sqlite3 reviews.db < examples/reviews.sql
---   sqlite3 reviews.db -cmd '.load ./build/sentiment' < examples/window.sql
+--   sqlite3 build/reviews.db < examples/reviews.sql
+--   sqlite3 build/reviews.db -cmd '.load ./build/sentiment' < examples/window.sql
 --
 -- sentiment(x) classifies one row per encoder call. classify() batches, but
 -- needs a table or a query as text. The window form batches any

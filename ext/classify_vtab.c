@@ -699,7 +699,7 @@ static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     case COL_PROBS: {
         char *json = sx_probs_json(cfg, probs);
         if (!json) return SQLITE_NOMEM;
-        sqlite3_result_text(ctx, json, -1, sqlite3_free);
+        sx_result_json(ctx, json); /* an xColumn subtype reaches json_object() too */
         break;
     }
     case COL_TRUNCATED:

@@ -134,8 +134,14 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
         if (sx_engine_backend(c, fn, errmsg)) return 1;
     }
     if (c->be) {
-        int cpu_mode_changed = c->gpu < 0 && sx_device_precision_cpu_packing(shown) !=
-                                                 sx_device_precision_cpu_packing(c->precision);
+        /* What a CPU connection runs depends on the model too (auto is
+         * int8 for the built-in model only: sx_device_cpu_packing_for), so
+         * compare both kinds, not the generic choice. */
+        int cpu_mode_changed =
+            c->gpu < 0 &&
+            (sx_device_cpu_packing_for(shown, "builtin") !=
+                 sx_device_cpu_packing_for(c->precision, "builtin") ||
+             sx_device_cpu_packing_for(shown, "") != sx_device_cpu_packing_for(c->precision, ""));
         snprintf(desc, sizeof desc, "%s", c->be_desc);
         if (sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg)) return 1;
         snprintf(c->be_desc, sizeof c->be_desc, "%s", desc);

@@ -13,8 +13,9 @@
  * labels[j]. `labels` lists the model's labels in class order, then any
  * label in the data the model does not know, in order of appearance.
  *
- * Rows. Text is converted as sentiment() converts it; a row with NULL,
- * empty or white-space text or a NULL label is skipped and counted in
+ * Rows. Text is converted as sentiment() converts it; a row with NULL or
+ * blank text (text that tokenizes to nothing, see functions.c) or a NULL
+ * label is skipped and counted in
  * "skipped". A label is compared as text (an INTEGER 1 is '1'). A label
  * the model does not have can never be predicted, so such a row counts as
  * an error in accuracy and in the per-label figures, and in
@@ -205,6 +206,7 @@ static void eval_final(sqlite3_context *ctx)
                             "\"macro_f1\":null,\"labels\":{},\"confusion\":{\"labels\":[],"
                             "\"matrix\":[]}}",
                             -1, SQLITE_STATIC);
+        sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
         return;
     }
     if (s->failed) goto end;
@@ -283,7 +285,7 @@ static void eval_final(sqlite3_context *ctx)
             sqlite3_free(out);
             sqlite3_result_error_nomem(ctx);
         } else {
-            sqlite3_result_text(ctx, out, -1, sqlite3_free);
+            sx_result_json(ctx, out);
         }
     }
 end:
@@ -296,7 +298,8 @@ int sx_register_evaluate(sqlite3 *db, sx_conn *c)
     int rc = SQLITE_OK;
     for (int n = 2; n <= 3 && rc == SQLITE_OK; n++) {
         sx_conn_ref(c);
-        rc = sqlite3_create_function_v2(db, "sentiment_evaluate", n, SQLITE_UTF8 | SQLITE_INNOCUOUS,
+        rc = sqlite3_create_function_v2(db, "sentiment_evaluate", n,
+                                        SQLITE_UTF8 | SQLITE_INNOCUOUS | SX_JSON_FLAGS,
                                         c, NULL, eval_step, eval_final, sx_conn_unref);
     }
     return rc;

@@ -35,14 +35,24 @@
  *                                              this connection's counters (rows
  *                                              classified, rows truncated)
  *
- * Inputs. NULL text gives NULL. Empty or white-space-only text (ASCII white
- * space, U+00A0, U+2000..U+200B, U+3000, U+FEFF) gives NULL. INTEGER and
+ * Inputs. NULL text gives NULL, and so does blank text: text that
+ * tokenizes to nothing (empty; white space; NUL, control and format
+ * characters such as U+200B and U+FEFF; invalid UTF-8 only; words of
+ * combining marks only: tokenizer_text_blank). That holds for every
+ * function here, sentiment_tokens() too (NULL, not '[]'), for classify's
+ * label, score and probs, sentiment_batch(), and train() and
+ * sentiment_evaluate() skip such rows. INTEGER and
  * REAL values are classified as their text form, as SQLite converts them
  * ('42', '4.5'). A BLOB is taken as UTF-8 bytes; invalid UTF-8 anywhere is
  * repaired (U+FFFD, then dropped as BertTokenizer does), never an error.
  * Text longer than the model's maximum length (sentiment_config
  * 'max_length') is truncated and counted in sentiment_debug()'s
  * connection.truncated.
+ *
+ * JSON results (sentiment_probs, sentiment_tokens, sentiment_debug, like
+ * train()'s and sentiment_evaluate()'s reports and classify's probs) carry
+ * SQLite's JSON subtype, so json_object('p', sentiment_probs(x)) nests an
+ * object rather than a quoted string.
  *
  * Models. `model` is a name from sentiment_models, looked up exactly;
  * `name@N` picks version N of a database model (models.c). A NULL model
@@ -144,7 +154,7 @@ static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
     }
     sqlite3_str_appendchar(s, 1, ']');
     if (sqlite3_str_errcode(s)) goto nomem;
-    sqlite3_result_text(ctx, sqlite3_str_finish(s), -1, sqlite3_free);
+    sx_result_json(ctx, sqlite3_str_finish(s));
     sqlite3_free(ids);
     return;
 fail: {
@@ -205,9 +215,7 @@ static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv,
         sqlite3_result_double(ctx, sx_score(&m->bert->cfg, probs));
         break;
     default: {
-        char *json = sx_probs_json(&m->bert->cfg, probs);
-        if (json) sqlite3_result_text(ctx, json, -1, sqlite3_free);
-        else sqlite3_result_error_nomem(ctx);
+        sx_result_json(ctx, sx_probs_json(&m->bert->cfg, probs));
     }
     }
 end:
@@ -426,10 +434,11 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         sqlite3_result_error_nomem(ctx);
         return;
     }
-    sqlite3_result_text(ctx, sqlite3_str_finish(s), -1, sqlite3_free);
+    sx_result_json(ctx, sqlite3_str_finish(s));
 }
 
 #define SX_SAFE (SQLITE_UTF8 | SQLITE_INNOCUOUS)
+#define SX_SAFE_JSON (SX_SAFE | SX_JSON_FLAGS)
 #define SX_DIRECT (SQLITE_UTF8 | SQLITE_DIRECTONLY)
 
 static const struct {
@@ -442,16 +451,16 @@ static const struct {
     {"sentiment", 2, SX_SAFE, fn_sentiment},
     {"sentiment_score", 1, SX_SAFE, fn_score},
     {"sentiment_score", 2, SX_SAFE, fn_score},
-    {"sentiment_probs", 1, SX_SAFE, fn_probs},
-    {"sentiment_probs", 2, SX_SAFE, fn_probs},
-    {"sentiment_tokens", 1, SX_SAFE, fn_tokens},
-    {"sentiment_tokens", 2, SX_SAFE, fn_tokens},
+    {"sentiment_probs", 1, SX_SAFE_JSON, fn_probs},
+    {"sentiment_probs", 2, SX_SAFE_JSON, fn_probs},
+    {"sentiment_tokens", 1, SX_SAFE_JSON, fn_tokens},
+    {"sentiment_tokens", 2, SX_SAFE_JSON, fn_tokens},
     {"sentiment_load", 2, SX_DIRECT, fn_load},
     {"sentiment_save", 1, SX_DIRECT, fn_save},
     {"sentiment_save", 2, SX_DIRECT, fn_save},
     {"sentiment_device", 0, SX_SAFE, fn_device},
     {"sentiment_version", 0, SX_SAFE | SQLITE_DETERMINISTIC, fn_version},
-    {"sentiment_debug", 0, SX_SAFE, fn_debug},
+    {"sentiment_debug", 0, SX_SAFE_JSON, fn_debug},
 };
 
 int sx_register_functions(sqlite3 *db, sx_conn *c)

@@ -302,12 +302,18 @@ static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
         if (r->path) sqlite3_result_text(ctx, r->path, -1, SQLITE_TRANSIENT);
         break;
     case COL_METRICS:
-        if (r->metrics) sqlite3_result_text(ctx, r->metrics, -1, SQLITE_TRANSIENT);
+        if (r->metrics) {
+            sqlite3_result_text(ctx, r->metrics, -1, SQLITE_TRANSIENT);
+            sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
+        }
         break;
     default:
         if (!r->have_cfg) break; /* NULL */
         switch (i) {
-        case COL_LABELS: sqlite3_result_text(ctx, r->labels, -1, SQLITE_TRANSIENT); break;
+        case COL_LABELS:
+            sqlite3_result_text(ctx, r->labels, -1, SQLITE_TRANSIENT);
+            sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
+            break;
         case COL_TYPE: sqlite3_result_text(ctx, r->type, -1, SQLITE_TRANSIENT); break;
         case COL_LAYERS: sqlite3_result_int(ctx, r->layers); break;
         case COL_HIDDEN: sqlite3_result_int(ctx, r->hidden); break;

@@ -2,8 +2,8 @@
  *
  * What counts as blank input, which label is on top, what `score` means for
  * a model, and the JSON that sentiment_probs() and classify's probs column
- * return. One definition each, so every function and the virtual table
- * agree row for row.
+ * return, and how JSON results are marked. One definition each, so every
+ * function and the virtual table agree row for row.
  */
 #include <string.h>
 #include <strings.h>
@@ -14,21 +14,7 @@
 
 int sx_text_blank(const char *text, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)text, *e = p + len;
-    while (p < e) {
-        if (*p == ' ' || (*p >= '\t' && *p <= '\r')) { p++; continue; }
-        if (e - p >= 2 && p[0] == 0xC2 && p[1] == 0xA0) { p += 2; continue; }   /* U+00A0 */
-        if (e - p >= 3) {
-            if (p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80) { p += 3; continue; } /* U+3000 */
-            if (p[0] == 0xE2 && p[1] == 0x80 && p[2] >= 0x80 && p[2] <= 0x8B) {   /* U+2000..200B */
-                p += 3;
-                continue;
-            }
-            if (p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) { p += 3; continue; } /* U+FEFF */
-        }
-        return 0;
-    }
-    return 1;
+    return tokenizer_text_blank(text, len);
 }
 
 /* The text argument as bytes in *text, NULL for NULL or blank input.
@@ -102,4 +88,14 @@ char *sx_probs_json(const bert_config *cfg, const float *probs)
     }
     sqlite3_str_appendchar(s, 1, '}');
     return sqlite3_str_finish(s);
+}
+
+void sx_result_json(sqlite3_context *ctx, char *json)
+{
+    if (!json) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    sqlite3_result_text(ctx, json, -1, sqlite3_free);
+    sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
 }

@@ -287,8 +287,11 @@ char *sx_store_family(sqlite3 *db, const char *name);
 /* ------------------------------------------------------------------ */
 /* Helpers shared by the SQL functions (functions.c).                   */
 
-/* 1 when text is empty or holds only white space (ASCII, U+00A0,
- * U+2000..U+200B, U+3000, U+FEFF). */
+/* 1 when text is blank: it tokenizes to nothing (tokenizer_text_blank:
+ * empty, white space, NUL and other control or format characters such as
+ * U+200B and U+FEFF, invalid UTF-8 only, ...). Every function, classify,
+ * sentiment_batch, train() and sentiment_evaluate() treat a blank text as
+ * NULL, so they agree row for row. */
 int sx_text_blank(const char *text, size_t len);
 /* A text argument as bytes (*text NULL for NULL or blank input; a BLOB is
  * taken as UTF-8 bytes, numbers as their text). SQLITE_NOMEM on OOM. */
@@ -301,6 +304,21 @@ double sx_score(const bert_config *cfg, const float *probs);
 char *sx_probs_json(const bert_config *cfg, const float *probs);
 /* Appends a JSON string literal. */
 void sx_json_string(sqlite3_str *s, const char *text);
+/* JSON results carry SQLite's JSON subtype ('J', what json1's functions
+ * set and read), so json_object('p', sentiment_probs(x)) nests an object,
+ * not an escaped string. Functions that return JSON are registered with
+ * SX_JSON_FLAGS: SQLITE_RESULT_SUBTYPE where the headers define it (SQLite
+ * 3.45 and later, where a function without it may lose the subtype), else
+ * nothing. */
+#define SX_JSON_SUBTYPE 74
+#ifdef SQLITE_RESULT_SUBTYPE
+#define SX_JSON_FLAGS SQLITE_RESULT_SUBTYPE
+#else
+#define SX_JSON_FLAGS 0
+#endif
+/* Sets json (a sqlite3_malloc'd string, handed over; NULL: out of memory)
+ * as the result, with the JSON subtype. */
+void sx_result_json(sqlite3_context *ctx, char *json);
 
 /* Progress line on stderr (classify, sentiment_batch). */
 typedef struct sx_progress {

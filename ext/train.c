@@ -25,8 +25,9 @@
  * sentiment_models (with the report, less model and version, as `metrics`).
  * Earlier versions stay, selectable as 'hotel@1'.
  *
- * Rows. `text` is converted as sentiment() converts it; NULL, empty or
- * white-space text, and a NULL label, skip the row (counted in "skipped").
+ * Rows. `text` is converted as sentiment() converts it; NULL or blank text
+ * (it tokenizes to nothing, see functions.c), and a NULL label, skip the
+ * row (counted in "skipped").
  * A label is TEXT or INTEGER; an INTEGER label is its decimal text ('0',
  * '1', ...), so sentiment() answers '0'/'1' for such a model. REAL and BLOB
  * labels are errors. Texts are tokenized as they arrive (cut to max_length
@@ -1124,7 +1125,7 @@ end:
         if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
         else if (report) {
             /* handed over, not copied: nothing can fail after the commit */
-            sqlite3_result_text(ctx, report, -1, sqlite3_free);
+            sx_result_json(ctx, report);
             report = NULL;
         }
         else sqlite3_result_error_nomem(ctx);
@@ -1224,12 +1225,14 @@ int sx_register_training(sqlite3 *db, sx_conn *c)
 {
     int rc;
     sx_conn_ref(c);
-    rc = sqlite3_create_function_v2(db, "train", 3, SQLITE_UTF8 | SQLITE_DIRECTONLY, c, NULL,
+    rc = sqlite3_create_function_v2(db, "train", 3,
+                                    SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS, c, NULL,
                                     train_step, train_final, sx_conn_unref);
     if (rc == SQLITE_OK) {
         sx_conn_ref(c);
-        rc = sqlite3_create_function_v2(db, "train", 4, SQLITE_UTF8 | SQLITE_DIRECTONLY, c, NULL,
-                                        train_step, train_final, sx_conn_unref);
+        rc = sqlite3_create_function_v2(db, "train", 4,
+                                        SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS, c,
+                                        NULL, train_step, train_final, sx_conn_unref);
     }
     if (rc == SQLITE_OK) {
         sx_conn_ref(c);

@@ -109,9 +109,17 @@ int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
                                 uint64_t seed, bert_model **out, char *err);
 void bert_model_free(bert_model *m);
 /* Serialises the parameters as safetensors (HF names with the "bert." prefix
- * and the head); *out malloc'd. */
+ * and the head); *out malloc'd. A non-finite weight (training that
+ * diverged) is an error (bert_check_finite), nothing is written. */
 int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
                                 size_t *out_len, char *err);
+/* SM_OK when x[0..n) are all finite, else SM_ERR_FORMAT with "tensor
+ * 'name' has a NaN at element 17" (or "an infinite value", the first one,
+ * counted from 0 in row-major order) in err. Loading and saving a model
+ * check every tensor with it: a model with a NaN or infinite weight answers
+ * nothing useful (NaN probabilities), so it is refused, never served or
+ * stored. */
+int bert_check_finite(const char *name, const float *x, size_t n, char *err);
 /* Number of scalar parameters (what sentiment_models reports). */
 size_t bert_model_num_params(const bert_model *m);
 

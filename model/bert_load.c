@@ -2,8 +2,9 @@
  *
  * Loads config.json + vocab.txt + model.safetensors (from a directory or from
  * memory) into one F32 arena laid out by bert_param_table, checking every
- * tensor's dtype and shape, and saves a model back as safetensors with the
- * same names. Accepts the "bert.", "ernie." and "roberta." prefixes (or none),
+ * tensor's dtype, shape and finiteness (a NaN or infinite weight is an
+ * error), and saves a model back as safetensors with the same names (a
+ * non-finite weight is an error there too). Accepts the "bert.", "ernie." and "roberta." prefixes (or none),
  * the old LayerNorm gamma/beta names, and ignores only the position_ids
  * buffer and pre-training heads ("cls."); any other unknown tensor is an
  * error. Owns nothing beyond the bert_model it returns.
@@ -86,6 +87,29 @@ static void init_normal(float *x, size_t n, double stddev, uint64_t seed)
     }
 }
 
+int bert_check_finite(const char *name, const float *x, size_t n, char *err)
+{
+    /* One pass over the bits, in blocks: a float is NaN or infinite when
+     * its exponent is all ones. The loop over a block vectorises; only a
+     * block that has one is searched again. */
+    const uint32_t *u = (const uint32_t *)(const void *)x;
+    for (size_t b = 0; b < n; b += 1024) {
+        size_t e = n - b < 1024 ? n : b + 1024;
+        uint32_t any = 0;
+        for (size_t i = b; i < e; i++)
+            any |= (uint32_t)((u[i] & 0x7F800000u) == 0x7F800000u);
+        if (!any) continue;
+        for (size_t i = b; i < e; i++) {
+            if ((u[i] & 0x7F800000u) != 0x7F800000u) continue;
+            return sm_error(err, SM_ERR_FORMAT, "tensor '%s' has %s at element %zu", name,
+                            isnan(x[i]) ? "a NaN" : x[i] > 0 ? "an infinite value (+inf)"
+                                                             : "an infinite value (-inf)",
+                            i);
+        }
+    }
+    return SM_OK;
+}
+
 /* Copies every table tensor from st into m->arena. With pooler_optional a
  * missing pooler is initialised (normal(0, 0.02) from seed, zero bias). */
 static int load_tensors(bert_model *m, const safetensors *st, int pooler_optional,
@@ -149,6 +173,8 @@ static int load_tensors(bert_model *m, const safetensors *st, int pooler_optiona
             goto end;
         }
         if ((rc = st_tensor_to_f32(t, m->arena + specs[i].offset, err))) goto end;
+        if ((rc = bert_check_finite(t->name, m->arena + specs[i].offset, specs[i].numel, err)))
+            goto end;
         matched++;
     }
 
@@ -270,6 +296,8 @@ int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
     }
     for (int i = 0; i < n; i++) {
         checkpoint_name(names[i], sizeof names[i], save_prefix(&m->cfg), specs[i].name);
+        if ((rc = bert_check_finite(names[i], m->arena + specs[i].offset, specs[i].numel, err)))
+            goto end;
         entries[i].name = names[i];
         entries[i].data = m->arena + specs[i].offset;
         entries[i].ndim = specs[i].ndim;

@@ -146,6 +146,7 @@ int bert_mlm_head_from_safetensors(const bert_config *cfg, const safetensors *st
         }
         if ((rc = check_shape(t, i ? 1 : 2, i == N_HEAD - 1 ? V : C, C, err))) goto fail;
         if ((rc = st_tensor_to_f32(t, dst[i], err))) goto fail;
+        if ((rc = bert_check_finite(t->name, dst[i], (size_t)t->numel, err))) goto fail;
     }
     *out = h;
     return SM_OK;

@@ -781,6 +781,48 @@ static int lower_strip(workspace *w, const cp_t *cp, size_t n)
     return SM_OK;
 }
 
+/* 1 when code point c (a word character) is, after lower-casing and NFD,
+ * nothing but nonspacing marks (Mn): what the accent strip removes. */
+static int only_marks(cp_t c)
+{
+    cp_t d[8];
+    int bc = UTF8PROC_BOUNDCLASS_START;
+    utf8proc_ssize_t k;
+
+    if (c < 0x300)
+        return 0;
+    k = utf8proc_decompose_char(utf8proc_tolower(c), d, 8, UTF8PROC_DECOMPOSE, &bc);
+    if (k <= 0 || k > 8)
+        return 0;
+    for (utf8proc_ssize_t i = 0; i < k; i++)
+        if (d[i] < 0x300 || utf8proc_category(d[i]) != UTF8PROC_CATEGORY_MN)
+            return 0;
+    return 1;
+}
+
+int tokenizer_text_blank(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+
+    while (i < len) {
+        cp_t c;
+        int cls;
+        if (s[i] < 0x80) {
+            c = s[i++];
+            cls = ascii_class(c);
+        } else {
+            i += utf8_next(s + i, len - i, &c);
+            cls = char_class(c);
+        }
+        if (cls == CH_SPACE || cls == CH_DROP)
+            continue;
+        if (cls == CH_CJK || !only_marks(c))
+            return 0;
+    }
+    return 1;
+}
+
 /* A word that is exactly a special token string: HF passes
  * all_special_tokens as never_split, so it is neither lower-cased nor split
  * (WordPiece then finds it whole, or not at all when the vocab lacks it). */

@@ -45,6 +45,16 @@ int tokenizer_mask_id(const tokenizer *tok); /* -1 if the vocab has none */
 int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
                        int *ids, int cap, int *n_total, char *err);
 
+/* 1 when text (len bytes, any bytes) tokenizes to nothing with any
+ * vocabulary: every code point is one the clean step drops (NUL and other
+ * controls, format characters such as U+200B and U+FEFF, unassigned and
+ * private-use code points, U+FFFD, which invalid UTF-8 becomes) or white
+ * space, or belongs to a word made only of nonspacing marks (Mn), which the
+ * accent strip of a lower-casing tokenizer removes (a cased one would make
+ * [UNK] of such a word; it counts as blank all the same). Stops at the first
+ * character that makes a token, so it costs little on ordinary text. */
+int tokenizer_text_blank(const char *text, size_t len);
+
 /* The model input for one sequence: [CLS] tokens [SEP], with the tokens cut
  * to max_length - 2 (HF truncation=True, "longest_first" on one sequence).
  * `ids` must hold max_length ints (max_length >= 2). Sets *n to the number of

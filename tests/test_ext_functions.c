@@ -93,13 +93,20 @@ static void test_invalid_utf8(void **state)
     (void)state;
     sqlite3 *db = open_db();
     load_tiny(db);
-    static const char *const bad[] = {"x'fffe41'", "x'e5be'", "x'c0af80'", "x'eda080'",
-                                      "CAST(x'ff41e5be88' AS TEXT)", "x'00'", "x'f4908080'"};
+    static const char *const bad[] = {"x'fffe41'", "CAST(x'ff41e5be88' AS TEXT)", "x'41f4908080'"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char sql[128];
         snprintf(sql, sizeof sql, "SELECT sentiment(%s, 'tiny') IN ('negative', 'positive')", bad[i]);
         expect_text(db, sql, "1");
         snprintf(sql, sizeof sql, "SELECT json_valid(sentiment_tokens(%s, 'tiny'))", bad[i]);
+        expect_text(db, sql, "1");
+    }
+    /* nothing but invalid bytes (or NUL) repairs to U+FFFD, which the
+     * tokenizer drops: blank, so NULL (tests/test_contract.c) */
+    static const char *const blank[] = {"x'e5be'", "x'c0af80'", "x'eda080'", "x'00'", "x'f4908080'"};
+    for (size_t i = 0; i < sizeof blank / sizeof *blank; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT sentiment(%s, 'tiny') IS NULL", blank[i]);
         expect_text(db, sql, "1");
     }
     sqlite3_close(db);
