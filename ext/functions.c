@@ -18,12 +18,20 @@
  *                                              dir NULL unregisters `name`.
  *                                              'default' overrides the built-in
  *                                              model for this connection.
- *   sentiment_save(name [, model])   -> INT    stores `model` (default
- *                                              'default') in this database as a
- *                                              new version of `name`
+ *   sentiment_save(name [, model])   -> INT    stores `model` in this database
+ *                                              as a new version of `name`
  *                                              (sentiment_model_store, created
  *                                              on first use); returns the
- *                                              version number
+ *                                              version number. Without `model`
+ *                                              it stores what `name` means on
+ *                                              this connection: the model
+ *                                              registered under it with
+ *                                              sentiment_load(), else its
+ *                                              latest stored version (a
+ *                                              copy); a name that is neither
+ *                                              is an error (store the
+ *                                              built-in model with
+ *                                              sentiment_save(name, 'default'))
  *   sentiment_device()               -> TEXT   where inference runs, e.g.
  *                                              "cpu: 2 threads, OpenBLAS 0.3.21,
  *                                              fp32 (AVX-512F kernel)" or
@@ -221,7 +229,8 @@ static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv,
 end:
     sqlite3_free(errmsg);
     if (probs != stack_probs) sqlite3_free(probs);
-    model_done(ctx, m, argc, 1, cached);
+    if (argc == 1) sx_registry_release(m);
+    else model_done(ctx, m, argc, 1, cached);
 }
 
 static void fn_sentiment(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -332,8 +341,24 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     name = (const char *)sqlite3_value_text(argv[0]);
     if (sx_model_name_check(fn, name, 1, &errmsg)) goto end;
-    m = model_arg(ctx, c, fn, argc, argv, 1, &cached);
-    if (!m) return; /* error already set */
+    if (argc == 1) {
+        /* what the name means on this connection, never another model */
+        int src = sx_model_source(c, name);
+        if (src == SX_SRC_FILE) {
+            if (sx_model_resolve(c, fn, name, &m, &errmsg)) goto end;
+        } else if (src == SX_SRC_DATABASE) {
+            if (sx_model_acquire_stored(c, fn, name, 0, &m, &errmsg)) goto end;
+        } else {
+            errmsg = sqlite3_mprintf("%s: no model named '%s' is registered or stored to save; "
+                                     "sentiment_save('%s', 'default') stores the built-in model "
+                                     "under that name",
+                                     fn, name, name);
+            goto end;
+        }
+    } else {
+        m = model_arg(ctx, c, fn, argc, argv, 1, &cached);
+        if (!m) return; /* error already set */
+    }
     if (bert_config_to_json(&m->bert->cfg, &config, err) != SM_OK ||
         bert_model_save_safetensors(m->bert, ST_F32, &weights, &weights_len, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", fn, err);

@@ -18,7 +18,10 @@
  *   parameters   number of scalar parameters
  *   created      UTC time a database model was stored, else NULL
  *   path         the directory of a file model, else NULL
- *   loaded       1 when the model is in the process-wide cache now
+ *   loaded       1 when the model is in the process-wide cache now (for a
+ *                stored model: the bytes this database last loaded for
+ *                that version; an UPDATE of the row is seen when it is
+ *                next used)
  *   metrics      JSON a database model was stored with (train()'s report,
  *                see train.c), else NULL
  * A stored model whose config cannot be parsed is listed with NULL
@@ -184,8 +187,9 @@ static sqlite3_int64 params_of(const bert_config *cfg)
     return (sqlite3_int64)total;
 }
 
-static int add_database_rows(mv_cursor *cur, sqlite3 *db)
+static int add_database_rows(mv_cursor *cur, sx_conn *cur_conn)
 {
+    sqlite3 *db = cur_conn->db;
     sqlite3_stmt *st = NULL;
     int rc;
     char err[SM_ERR_MAX];
@@ -199,7 +203,6 @@ static int add_database_rows(mv_cursor *cur, sqlite3 *db)
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
         sqlite3_int64 version = sqlite3_column_int64(st, 1);
-        const char *uid = (const char *)sqlite3_column_text(st, 2);
         const char *config = (const char *)sqlite3_column_text(st, 3);
         size_t config_len = (size_t)sqlite3_column_bytes(st, 3);
         const char *created = (const char *)sqlite3_column_text(st, 4);
@@ -221,10 +224,12 @@ static int add_database_rows(mv_cursor *cur, sqlite3 *db)
             rc = SQLITE_NOMEM;
             break;
         }
-        if (uid) {
-            char *key = sqlite3_mprintf("db:%s", uid);
-            r->loaded = key && sx_registry_is_loaded(key);
-            sqlite3_free(key);
+        {
+            /* a version of this database's model in the cache (its key is
+             * the hash of the bytes, which listing does not read) */
+            char *family = sx_store_family(cur_conn, name ? name : "");
+            r->loaded = family && sx_registry_is_loaded_version(family, version);
+            sqlite3_free(family);
         }
     }
     sqlite3_finalize(st);
@@ -252,7 +257,7 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
         row->loaded = 1; /* a registration holds its model */
         if (!strcmp(r->name, "default")) have_default = 1;
     }
-    rc = add_database_rows(cur, c->db);
+    rc = add_database_rows(cur, c);
     if (rc != SQLITE_OK) {
         sqlite3_free(pCur->pVtab->zErrMsg);
         pCur->pVtab->zErrMsg = sqlite3_mprintf("sentiment_models: cannot read "

@@ -1,13 +1,15 @@
 /* registry.c: the process-wide cache of loaded models.
  *
  * Every connection of the process shares one list of loaded models, keyed by
- * identity ("builtin", "file:<dir>:<mtime>:<size>", "db:<uid>"). A caller
+ * identity ("builtin", "file:<dir>:<mtime>:<size>", "sha256:<hex>" for a
+ * stored model: the hash of its bytes, see models.c). A caller
  * acquires an entry (loading it on a miss) and releases it when done; the
  * entry's reference count says who still uses it. Unreferenced entries stay
  * cached so the next query does not reload, up to SX_CACHE_IDLE_MAX of them
- * (least recently used go first). Loading a newer version of a family (the
- * same database model name) marks the older versions stale: they are freed
- * as soon as nobody uses them, and a later `name@old` loads them afresh.
+ * (least recently used go first). Loading a version of a family (the same
+ * database model name) marks the older versions, and other bytes stored
+ * under the same version, stale: they are freed as soon as nobody uses
+ * them, and a later `name@old` loads them afresh.
  *
  * On a GPU the weights are cached the same way: sx_registry_params uploads
  * an entry's parameters to GPU N on first use, through the process-wide
@@ -17,13 +19,18 @@
  * connections computing in bf16 or int8 share one packed copy of the encoder
  * weights per entry and precision the same way (sx_registry_params_packed).
  *
- * Locking: `g_lock` guards the list and the counters and is held only for
- * short bookkeeping. `g_load_lock` serialises loads, so two threads asking
- * for the same model load it once, while lookups of cached models never wait
- * behind a load. `g_upload_lock` guards every entry's gpu[], cpu_packed[] and the owner
+ * Locking: `g_lock` guards the list, the loads in progress and the counters
+ * and is held only for short bookkeeping, never while a model is read or
+ * parsed. A load runs with no lock held and is listed (g_loading) under its
+ * key meanwhile: a second caller asking for the same key waits on
+ * `g_loaded` until that load ends, so two threads asking for the same model
+ * load it once, while callers asking for any other model, loaded or not,
+ * never wait behind it (one slow disk or big file blocks only its own key).
+ * When a load fails its waiters wake and the first of them tries again.
+ * `g_upload_lock` guards every entry's gpu[], cpu_packed[] and the owner
  * backends' use (uploads and frees), so a model is uploaded once per GPU
  * however many connections ask at the same time; it is never held together
- * with the other two. The cache outlives every connection; sentiment.c pins
+ * with g_lock. The cache outlives every connection; sentiment.c pins
  * the shared object so it is not unloaded under it.
  */
 #include <pthread.h>
@@ -37,7 +44,7 @@
 #define SX_CACHE_IDLE_MAX 8
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_loaded = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t g_upload_lock = PTHREAD_MUTEX_INITIALIZER;
 static sx_model *g_head;
 static uint64_t g_tick, g_next_id = 1;
@@ -59,6 +66,7 @@ static void entry_free(sx_model *e)
     }
     for (int i = 0; i < BERT_N_PRECISIONS; i++) bert_packed_params_free(e->cpu_packed[i]);
     bert_model_free(e->bert);
+    for (int i = 0; i < SX_MODEL_ALIASES; i++) free(e->alias_family[i]);
     free(e->key);
     free(e->family);
     free(e);
@@ -115,66 +123,109 @@ static sx_model *find_locked(const char *key)
     return NULL;
 }
 
+/* Records that (family, version) names e's bytes too (best effort: the
+ * oldest alias makes room; none on out of memory). */
+static void add_alias_locked(sx_model *e, const char *family, int64_t version)
+{
+    char *copy;
+    if (e->family && !strcmp(e->family, family) && e->version == version) return;
+    for (int i = 0; i < SX_MODEL_ALIASES; i++)
+        if (e->alias_family[i] && e->alias_version[i] == version &&
+            !strcmp(e->alias_family[i], family))
+            return;
+    if (!(copy = strdup(family))) return;
+    free(e->alias_family[SX_MODEL_ALIASES - 1]);
+    memmove(&e->alias_family[1], &e->alias_family[0],
+            (SX_MODEL_ALIASES - 1) * sizeof e->alias_family[0]);
+    memmove(&e->alias_version[1], &e->alias_version[0],
+            (SX_MODEL_ALIASES - 1) * sizeof e->alias_version[0]);
+    e->alias_family[0] = copy;
+    e->alias_version[0] = version;
+}
+
+/* A load in progress: the key, on the loader's stack, listed while its
+ * loader runs without any lock held. */
+typedef struct loading {
+    const char *key;
+    struct loading *next;
+} loading;
+static loading *g_loading;
+
+static int loading_locked(const char *key)
+{
+    for (loading *l = g_loading; l; l = l->next)
+        if (!strcmp(l->key, key)) return 1;
+    return 0;
+}
+
 int sx_registry_acquire(const char *key, const char *family, int64_t version,
                         sx_loader load, void *ctx, sx_model **out, char *err)
 {
     sx_model *e, *dead = NULL;
     bert_model *bm = NULL;
+    loading self = {key, NULL};
     int rc;
 
     *out = NULL;
     pthread_mutex_lock(&g_lock);
-    e = find_locked(key);
-    if (e) {
-        e->refs++;
-        e->last_used = ++g_tick;
-        pthread_mutex_unlock(&g_lock);
-        *out = e;
-        return SM_OK;
+    for (;;) {
+        e = find_locked(key);
+        if (e) {
+            if (family) add_alias_locked(e, family, version);
+            e->refs++;
+            e->last_used = ++g_tick;
+            pthread_mutex_unlock(&g_lock);
+            *out = e;
+            return SM_OK;
+        }
+        if (!loading_locked(key)) break;
+        /* the same key is being loaded: wait for it, then look again (a
+         * failed load leaves nothing, and this thread tries itself) */
+        pthread_cond_wait(&g_loaded, &g_lock);
     }
-    pthread_mutex_unlock(&g_lock);
-
-    pthread_mutex_lock(&g_load_lock);
-    pthread_mutex_lock(&g_lock);
-    e = find_locked(key); /* loaded by another thread while we waited? */
-    if (e) {
-        e->refs++;
-        e->last_used = ++g_tick;
-        pthread_mutex_unlock(&g_lock);
-        pthread_mutex_unlock(&g_load_lock);
-        *out = e;
-        return SM_OK;
-    }
+    self.next = g_loading;
+    g_loading = &self;
     pthread_mutex_unlock(&g_lock);
 
     rc = load(ctx, &bm, err);
-    if (rc != SM_OK) goto end;
-    e = calloc(1, sizeof *e);
-    if (!e || !(e->key = strdup(key)) || (family && !(e->family = strdup(family)))) {
-        rc = sm_error(err, SM_ERR_NOMEM, "out of memory caching model '%s'", key);
-        goto end;
+    if (rc == SM_OK) {
+        e = calloc(1, sizeof *e);
+        if (!e || !(e->key = strdup(key)) || (family && !(e->family = strdup(family)))) {
+            rc = sm_error(err, SM_ERR_NOMEM, "out of memory caching model '%s'", key);
+        } else {
+            e->bert = bm;
+            e->version = version;
+            bm = NULL;
+            e->refs = 1;
+        }
     }
-    e->bert = bm;
-    e->version = version;
-    bm = NULL;
-    e->refs = 1;
 
     pthread_mutex_lock(&g_lock);
-    e->id = g_next_id++;
-    e->last_used = ++g_tick;
-    if (family)
-        for (sx_model *o = g_head; o; o = o->next)
-            if (o->family && !strcmp(o->family, family) && o->version < version) o->stale = 1;
-    e->next = g_head;
-    g_head = e;
-    g_loads++;
-    dead = collect_garbage_locked();
+    for (loading **pp = &g_loading; *pp; pp = &(*pp)->next)
+        if (*pp == &self) {
+            *pp = self.next;
+            break;
+        }
+    if (rc == SM_OK) {
+        e->id = g_next_id++;
+        e->last_used = ++g_tick;
+        /* older versions of the family, and other bytes under the same
+         * version (the stored row changed), are replaced */
+        if (family)
+            for (sx_model *o = g_head; o; o = o->next)
+                if (o->family && !strcmp(o->family, family) && o->version <= version &&
+                    strcmp(o->key, key))
+                    o->stale = 1;
+        e->next = g_head;
+        g_head = e;
+        g_loads++;
+        dead = collect_garbage_locked();
+        *out = e;
+        e = NULL;
+    }
+    pthread_cond_broadcast(&g_loaded);
     pthread_mutex_unlock(&g_lock);
-    *out = e;
-    e = NULL;
 
-end:
-    pthread_mutex_unlock(&g_load_lock);
     free_list(dead);
     if (e) entry_free(e);
     bert_model_free(bm);
@@ -254,6 +305,21 @@ int sx_registry_is_loaded(const char *key)
     int found;
     pthread_mutex_lock(&g_lock);
     found = find_locked(key) != NULL;
+    pthread_mutex_unlock(&g_lock);
+    return found;
+}
+
+int sx_registry_is_loaded_version(const char *family, int64_t version)
+{
+    int found = 0;
+    pthread_mutex_lock(&g_lock);
+    for (sx_model *e = g_head; e && !found; e = e->next) {
+        if (e->stale) continue;
+        found = e->family && !strcmp(e->family, family) && e->version == version;
+        for (int i = 0; i < SX_MODEL_ALIASES && !found; i++)
+            found = e->alias_family[i] && e->alias_version[i] == version &&
+                    !strcmp(e->alias_family[i], family);
+    }
     pthread_mutex_unlock(&g_lock);
     return found;
 }

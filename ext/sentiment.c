@@ -16,6 +16,8 @@
  *   sentiment_models                   every model this connection can use
  *   sentiment_load(name, dir)          register a model directory (DIRECTONLY)
  *   sentiment_save(name [, model])     store a model in the database (DIRECTONLY)
+ *   sentiment_drop(name [, version])   remove a stored model (DIRECTONLY)
+ *   sentiment_export(name, dir)        write a stored model as a directory (DIRECTONLY)
  *   sentiment_config(key [, value])    device, threads, batch_size, ...
  *   sentiment_device(), sentiment_version(), sentiment_debug()
  *
@@ -89,6 +91,7 @@ static const struct {
     {"classify", sx_register_classify},
     {"sentiment_models", sx_register_models_vtab},
     {"train, sentiment_evaluate", sx_register_training},
+    {"sentiment_drop, sentiment_export", sx_register_store_functions},
 };
 
 __attribute__((visibility("default"))) int

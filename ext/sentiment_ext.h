@@ -10,6 +10,7 @@
  *   registry.c        the process-wide model cache (reference counted)
  *   models.c          model names -> cache entries (lookup order, name@N)
  *   storage.c         the sentiment_model_store table inside a database
+ *   store_functions.c sentiment_drop(), sentiment_export()
  *   builtin.c         the built-in model embedded with .incbin, when present
  *   classify_vtab.c   the classify table-valued function / virtual table
  *   schema_sql.c      SQL stored in a schema, prepared as SQLite treats views
@@ -45,9 +46,15 @@ SQLITE_EXTENSION_INIT3
 /* One loaded model. Fields are read-only for everyone but registry.c; an
  * entry stays valid while the caller holds a reference. */
 typedef struct sx_model {
-    char *key;          /* identity: "builtin", "file:<path>:<mtime>:<size>", "db:<uid>" */
+    char *key;          /* identity: "builtin", "file:<path>:<mtime>:<size>",
+                           "sha256:<hex>" (a stored model's bytes) */
     char *family;       /* what a newer version replaces ("db:<file>:<name>") or NULL */
     int64_t version;    /* version within the family */
+    /* other (family, version) pairs that named the same bytes (a copied
+     * version, another database), for sentiment_models.loaded */
+#define SX_MODEL_ALIASES 4
+    char *alias_family[SX_MODEL_ALIASES];
+    int64_t alias_version[SX_MODEL_ALIASES];
     bert_model *bert;
     uint64_t id;        /* unique per load, never reused */
     int refs;           /* guarded by the registry mutex */
@@ -91,6 +98,8 @@ int sx_registry_params_packed(sx_model *e, bert_precision precision, const bert_
                               char *err);
 /* 1 when key is in the cache (and not stale). */
 int sx_registry_is_loaded(const char *key);
+/* 1 when a version of family is in the cache (and not stale). */
+int sx_registry_is_loaded_version(const char *family, int64_t version);
 
 typedef struct sx_registry_stats {
     int64_t loads;      /* models loaded since the process started */
@@ -114,6 +123,19 @@ typedef struct sx_file_reg {
 } sx_file_reg;
 
 #define SX_MAX_WORKSPACES 4
+
+/* What a connection last read of a stored model (models.c): the row, the
+ * content hash of its bytes (the registry key) and the database's change
+ * stamp when it was read; valid while the stamp is unchanged. */
+#define SX_STORE_MEMO_MAX 8
+#define SX_STORE_KEY_MAX 72 /* "sha256:" + 64 hex digits + NUL */
+typedef struct sx_store_memo {
+    int64_t rowid, version, bytes;  /* bytes: the row's four columns, summed */
+    uint32_t data_version;          /* SQLITE_FCNTL_DATA_VERSION of main */
+    int64_t changes;                /* sqlite3_total_changes64 */
+    uint64_t used;                  /* 0: empty slot */
+    char key[SX_STORE_KEY_MAX];
+} sx_store_memo;
 
 typedef struct sx_ws_slot {
     sx_model *model;            /* referenced while the slot is used */
@@ -146,6 +168,9 @@ typedef struct sx_conn {
     uint64_t tick;
     /* models (models.c) */
     sx_file_reg *files;
+    sx_store_memo memo[SX_STORE_MEMO_MAX];
+    uint64_t memo_tick;
+    uint64_t serial;            /* names an in-memory database (storage.c) */
     /* counters (sentiment_debug) */
     int64_t rows;               /* texts classified */
     int64_t truncated;          /* of which cut to max_length */
@@ -230,6 +255,12 @@ enum { SX_SRC_BUILTIN = 1, SX_SRC_DATABASE = 2, SX_SRC_FILE = 3 };
  * and returns a referenced entry. */
 int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
                      sx_model **out, char **errmsg);
+/* The stored version `version` (0: latest) of name in the main database,
+ * whatever this connection registered under that name; an error when it
+ * is not stored or does not load (used by sentiment_use, sentiment_save,
+ * sentiment_export). */
+int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_t version,
+                            sx_model **out, char **errmsg);
 /* A registry acquire for a model directory (used by sentiment_load). */
 int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
                          char **errmsg);
@@ -245,6 +276,9 @@ int sx_model_name_check(const char *fn, const char *name, int for_store,
                         char **errmsg);
 /* The "known: ..." list for error messages (sqlite3_mprintf'd). */
 char *sx_model_known(sx_conn *c);
+/* SX_SRC_FILE when name (no @N) is registered on this connection,
+ * SX_SRC_DATABASE when it is stored in the main database, else 0. */
+int sx_model_source(sx_conn *c, const char *name);
 
 /* ------------------------------------------------------------------ */
 /* builtin.c: the model compiled into sentiment.so (if any).            */
@@ -271,8 +305,45 @@ int sx_store_ensure(sqlite3 *db, char **errmsg);
  * Returns SQLITE_OK, SQLITE_NOTFOUND, or an error with *errmsg. */
 int sx_store_find(sqlite3 *db, const char *name, int64_t version, char **uid,
                   int64_t *found_version, char **errmsg);
-/* Loads the model stored under uid (for the registry). */
-int sx_store_load(sqlite3 *db, const char *uid, bert_model **out, char *err);
+
+/* Where a stored version is, and the database's change stamp read inside
+ * the same read transaction (see models.c for how the stamp is used). */
+typedef struct sx_store_ref {
+    int64_t rowid, version;
+    int64_t bytes;              /* length of config + vocab + labels + safetensors */
+    uint32_t data_version;      /* SQLITE_FCNTL_DATA_VERSION of main */
+    int64_t changes;            /* sqlite3_total_changes64 */
+    int writing;                /* main had a write transaction open */
+} sx_store_ref;
+/* Finds name at version (0 = latest) without reading its bytes. Returns
+ * SQLITE_OK, SQLITE_NOTFOUND, or an error with *errmsg. */
+int sx_store_find_row(sqlite3 *db, const char *name, int64_t version, sx_store_ref *ref,
+                      char **errmsg);
+/* One stored row, read: its bytes (valid until sx_store_row_close), their
+ * content hash as a registry key ("sha256:<hex>") and the change stamp. */
+typedef struct sx_store_row {
+    sqlite3_stmt *st;
+    const char *config, *vocab, *labels;
+    size_t config_len, vocab_len, labels_len;
+    const void *weights;
+    size_t weights_len;
+    char key[SX_STORE_KEY_MAX];
+    sx_store_ref ref;
+} sx_store_row;
+/* Reads row rowid of the store and hashes it; SM_OK or an error in err. */
+int sx_store_row_open(sqlite3 *db, int64_t rowid, sx_store_row *row, char *err);
+void sx_store_row_close(sx_store_row *row);
+/* Parses a read row into a model (config + vocab + safetensors, the checks
+ * of every load). */
+int sx_store_row_load(const sx_store_row *row, bert_model **out, char *err);
+/* Copies version `from` of name as its new latest version (metrics get
+ * "restored_from"); the new number in *version. */
+int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version,
+                  char **errmsg);
+/* Removes version (0: every version) of name and its sentiment_train_log
+ * rows, in one savepoint; *removed gets the number of versions removed. */
+int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed,
+                  char **errmsg);
 /* Stores a new version of name; returns its number in *version. labels and
  * metrics are JSON text (metrics may be NULL). */
 int sx_store_put(sqlite3 *db, const char *name, const char *config,
@@ -281,8 +352,9 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
                  size_t weights_len, int64_t *version, char **errmsg);
 /* Appends the distinct stored names, ", "-separated, to s. */
 void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count);
-/* "db:<file>:<name>": what a newer version of name replaces. */
-char *sx_store_family(sqlite3 *db, const char *name);
+/* "db:<file>:<name>" ("db:#<n>:<name>" for an in-memory database, n
+ * unique to the connection): what a newer version of name replaces. */
+char *sx_store_family(sx_conn *c, const char *name);
 
 /* ------------------------------------------------------------------ */
 /* Helpers shared by the SQL functions (functions.c).                   */
@@ -346,6 +418,8 @@ int sx_register_models_vtab(sqlite3 *db, sx_conn *c);
 int sx_register_functions(sqlite3 *db, sx_conn *c);
 int sx_register_config(sqlite3 *db, sx_conn *c);
 int sx_register_batch_window(sqlite3 *db, sx_conn *c);
+/* sentiment_drop(), sentiment_export() (store_functions.c). */
+int sx_register_store_functions(sqlite3 *db, sx_conn *c);
 
 /* ------------------------------------------------------------------ */
 /* train.c, evaluate.c, train_status.c: fine-tuning from SQL.           */

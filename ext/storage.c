@@ -1,18 +1,30 @@
 /* storage.c: models kept inside a database (the sentiment_model_store table).
  *
  * The schema is sql/schema.sql (the same text is below; a test keeps the
- * two equal). The table is created only when a model is first stored, never
- * because the extension was loaded or a model was looked up. Only the main
- * database is searched. Reads go through prepared statements on the
- * caller's connection; sx_store_put() inserts inside a savepoint, so a
- * failed store leaves the database as it was.
+ * two equal): the store table, the training log table, and the triggers
+ * that keep the log's rows with their model when a stored version is
+ * deleted or renamed. The tables are created only when a model is first
+ * stored, never because the extension was loaded or a model was looked up;
+ * a database made by an earlier release gets the log table and the
+ * triggers the next time a model is stored, copied or dropped
+ * (sx_store_ensure creates whatever is missing). Only the main database is
+ * searched. Reads go through prepared statements on the caller's
+ * connection; sx_store_put(), sx_store_copy() and sx_store_drop() write
+ * inside a savepoint, so a failed write leaves the database as it was.
+ *
+ * A stored model's identity in the process-wide cache is the SHA-256 of
+ * the bytes it is built from (sx_store_row_open), never anything the
+ * database says about itself (its uid column is informational only).
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "errors.h"
 #include "sentiment_ext.h"
+#include "sha256.h"
 
-static const char k_schema[] =
+static const char k_schema_store[] =
     "CREATE TABLE IF NOT EXISTS sentiment_model_store(\n"
     "  name TEXT NOT NULL,\n"
     "  version INTEGER NOT NULL,\n"
@@ -25,6 +37,60 @@ static const char k_schema[] =
     "  safetensors BLOB NOT NULL,\n"
     "  PRIMARY KEY (name, version)\n"
     ")";
+
+static const char k_schema_log[] =
+    "CREATE TABLE IF NOT EXISTS sentiment_train_log(\n"
+    "  model TEXT NOT NULL,\n"
+    "  version INTEGER NOT NULL,\n"
+    "  kind TEXT NOT NULL,\n"
+    "  epoch INTEGER NOT NULL,\n"
+    "  step INTEGER NOT NULL,\n"
+    "  loss REAL,\n"
+    "  lr REAL,\n"
+    "  grad_norm REAL,\n"
+    "  valid_accuracy REAL,\n"
+    "  examples_per_sec REAL,\n"
+    "  seconds REAL\n"
+    ")";
+
+static const char k_schema_delete[] =
+    "CREATE TRIGGER IF NOT EXISTS sentiment_model_store_delete\n"
+    "AFTER DELETE ON sentiment_model_store\n"
+    "BEGIN\n"
+    "  DELETE FROM sentiment_train_log WHERE model = old.name AND version = old.version;\n"
+    "END";
+
+static const char k_schema_rename[] =
+    "CREATE TRIGGER IF NOT EXISTS sentiment_model_store_rename\n"
+    "AFTER UPDATE OF name, version ON sentiment_model_store\n"
+    "BEGIN\n"
+    "  UPDATE sentiment_train_log SET model = new.name, version = new.version\n"
+    "  WHERE model = old.name AND version = old.version;\n"
+    "END";
+
+static const struct {
+    const char *type, *name, *sql;
+} k_objects[] = {
+    {"table", SX_STORE_TABLE, k_schema_store},
+    {"table", "sentiment_train_log", k_schema_log},
+    {"trigger", "sentiment_model_store_delete", k_schema_delete},
+    {"trigger", "sentiment_model_store_rename", k_schema_rename},
+};
+
+static int object_exists(sqlite3 *db, const char *type, const char *name)
+{
+    sqlite3_stmt *st = NULL;
+    int found = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT 1 FROM main.sqlite_schema WHERE type = ?1 AND name = ?2",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, type, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        found = sqlite3_step(st) == SQLITE_ROW;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
 
 int sx_store_exists(sqlite3 *db)
 {
@@ -41,12 +107,17 @@ int sx_store_exists(sqlite3 *db)
 
 int sx_store_ensure(sqlite3 *db, char **errmsg)
 {
-    if (sx_store_exists(db)) return SQLITE_OK;
-    int rc = sqlite3_exec(db, k_schema, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        *errmsg = sqlite3_mprintf("cannot create table " SX_STORE_TABLE ": %s",
-                                  sqlite3_errmsg(db));
-    return rc;
+    for (size_t i = 0; i < sizeof k_objects / sizeof k_objects[0]; i++) {
+        if (object_exists(db, k_objects[i].type, k_objects[i].name)) continue;
+        /* unqualified, as in sql/schema.sql: CREATE puts them in main */
+        int rc = sqlite3_exec(db, k_objects[i].sql, NULL, NULL, NULL);
+        if (rc != SQLITE_OK) {
+            *errmsg = sqlite3_mprintf("cannot create %s %s: %s", k_objects[i].type,
+                                      k_objects[i].name, sqlite3_errmsg(db));
+            return rc;
+        }
+    }
+    return SQLITE_OK;
 }
 
 int sx_store_find(sqlite3 *db, const char *name, int64_t version, char **uid,
@@ -83,41 +154,240 @@ end:
     return rc;
 }
 
-int sx_store_load(sqlite3 *db, const char *uid, bert_model **out, char *err)
+/* The change stamp of main, read while a statement on it is open (so the
+ * pager has checked the file for other connections' commits). */
+static void stamp(sqlite3 *db, sx_store_ref *ref)
+{
+    unsigned int dv = 0;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_DATA_VERSION, &dv) != SQLITE_OK) dv = 0;
+    ref->data_version = dv;
+    ref->changes = sqlite3_total_changes64(db);
+    ref->writing = sqlite3_txn_state(db, "main") == SQLITE_TXN_WRITE;
+}
+
+int sx_store_find_row(sqlite3 *db, const char *name, int64_t version, sx_store_ref *ref,
+                      char **errmsg)
 {
     sqlite3_stmt *st = NULL;
     int rc;
 
-    *out = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT config, vocab, safetensors FROM main." SX_STORE_TABLE
-                           " WHERE uid = ?1",
-                           -1, &st, NULL) != SQLITE_OK) {
-        rc = sm_error(err, SM_ERR_IO, "cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
-        goto end;
-    }
-    sqlite3_bind_text(st, 1, uid, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        rc = sm_error(err, SM_ERR_IO, "stored model %s disappeared", uid);
-        goto end;
-    }
-    {
-        /* Text first, then the blob: each pointer is valid until the next
-         * sqlite3_column_* call on the same column. */
-        const char *config = (const char *)sqlite3_column_text(st, 0);
-        size_t config_len = (size_t)sqlite3_column_bytes(st, 0);
-        const char *vocab = (const char *)sqlite3_column_text(st, 1);
-        size_t vocab_len = (size_t)sqlite3_column_bytes(st, 1);
-        const void *w = sqlite3_column_blob(st, 2);
-        size_t w_len = (size_t)sqlite3_column_bytes(st, 2);
-        if (!config || !vocab || !w) {
-            rc = sm_error(err, SM_ERR_FORMAT, "config, vocab or safetensors is empty");
-            goto end;
-        }
-        rc = bert_model_load_buffers(config, config_len, vocab, vocab_len, w, w_len, out, err);
+    memset(ref, 0, sizeof *ref);
+    if (!sx_store_exists(db)) return SQLITE_NOTFOUND;
+    rc = sqlite3_prepare_v2(db,
+                            version > 0
+                                ? "SELECT rowid, version, length(safetensors) FROM main." SX_STORE_TABLE
+                                  " WHERE name = ?1 AND version = ?2"
+                                : "SELECT rowid, version, length(safetensors) FROM main." SX_STORE_TABLE
+                                  " WHERE name = ?1 ORDER BY version DESC LIMIT 1",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) goto end;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    if (version > 0) sqlite3_bind_int64(st, 2, version);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        ref->rowid = sqlite3_column_int64(st, 0);
+        ref->version = sqlite3_column_int64(st, 1);
+        ref->bytes = sqlite3_column_int64(st, 2);
+        stamp(db, ref);
+        rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+        rc = SQLITE_NOTFOUND;
     }
 end:
+    if (rc != SQLITE_OK && rc != SQLITE_NOTFOUND)
+        *errmsg = sqlite3_mprintf("cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
+    return rc;
+}
+
+static void hash_field(sha256_ctx *h, const void *p, size_t n)
+{
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    sha256_update(h, len, sizeof len);
+    sha256_update(h, p, n);
+}
+
+int sx_store_row_open(sqlite3 *db, int64_t rowid, sx_store_row *row, char *err)
+{
+    sha256_ctx h;
+    uint8_t d[SHA256_DIGEST_LEN];
+    char hex[SHA256_HEX_LEN + 1];
+    int rc;
+
+    memset(row, 0, sizeof *row);
+    if (sqlite3_prepare_v2(db,
+                           "SELECT config, vocab, labels, safetensors, version, "
+                           "length(safetensors) FROM main." SX_STORE_TABLE " WHERE rowid = ?1",
+                           -1, &row->st, NULL) != SQLITE_OK)
+        return sm_error(err, SM_ERR_IO, "cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
+    sqlite3_bind_int64(row->st, 1, rowid);
+    rc = sqlite3_step(row->st);
+    if (rc != SQLITE_ROW) {
+        rc = rc == SQLITE_DONE
+                 ? sm_error(err, SM_ERR_IO, "the stored row disappeared while it was read")
+                 : sm_error(err, SM_ERR_IO, "cannot read " SX_STORE_TABLE ": %s",
+                            sqlite3_errmsg(db));
+        sx_store_row_close(row);
+        return rc;
+    }
+    /* Text first, then the blob: each pointer is valid until the next
+     * sqlite3_column_* call on the same column. */
+    row->config = (const char *)sqlite3_column_text(row->st, 0);
+    row->config_len = (size_t)sqlite3_column_bytes(row->st, 0);
+    row->vocab = (const char *)sqlite3_column_text(row->st, 1);
+    row->vocab_len = (size_t)sqlite3_column_bytes(row->st, 1);
+    row->labels = (const char *)sqlite3_column_text(row->st, 2);
+    row->labels_len = (size_t)sqlite3_column_bytes(row->st, 2);
+    row->weights = sqlite3_column_blob(row->st, 3);
+    row->weights_len = (size_t)sqlite3_column_bytes(row->st, 3);
+    row->ref.rowid = rowid;
+    row->ref.version = sqlite3_column_int64(row->st, 4);
+    row->ref.bytes = sqlite3_column_int64(row->st, 5);
+    stamp(db, &row->ref);
+    if (sqlite3_errcode(db) == SQLITE_NOMEM) {
+        sx_store_row_close(row);
+        return sm_error(err, SM_ERR_NOMEM, "out of memory reading the stored model");
+    }
+    /* everything the model is built from, each field with its length so
+     * no two rows hash alike by moving bytes between fields */
+    sha256_init(&h);
+    sha256_update(&h, "sentiment_model_store 1", 24);
+    hash_field(&h, row->config ? row->config : "", row->config ? row->config_len : 0);
+    hash_field(&h, row->vocab ? row->vocab : "", row->vocab ? row->vocab_len : 0);
+    hash_field(&h, row->labels ? row->labels : "", row->labels ? row->labels_len : 0);
+    hash_field(&h, row->weights ? row->weights : "", row->weights ? row->weights_len : 0);
+    sha256_final(&h, d);
+    sha256_hex(d, hex);
+    snprintf(row->key, sizeof row->key, "sha256:%s", hex);
+    return SM_OK;
+}
+
+void sx_store_row_close(sx_store_row *row)
+{
+    sqlite3_finalize(row->st);
+    memset(row, 0, sizeof *row);
+}
+
+int sx_store_row_load(const sx_store_row *row, bert_model **out, char *err)
+{
+    *out = NULL;
+    if (!row->config || !row->vocab || !row->weights || !row->config_len || !row->vocab_len ||
+        !row->weights_len)
+        return sm_error(err, SM_ERR_FORMAT, "config, vocab or safetensors is empty");
+    return bert_model_load_buffers(row->config, row->config_len, row->vocab, row->vocab_len,
+                                   row->weights, row->weights_len, out, err);
+}
+
+int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version, char **errmsg)
+{
+    sqlite3_stmt *st = NULL;
+    int rc, in_savepoint = 0;
+
+    *version = 0;
+    rc = sqlite3_exec(db, "SAVEPOINT sentiment_copy", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) goto end;
+    in_savepoint = 1;
+    rc = sx_store_ensure(db, errmsg);
+    if (rc != SQLITE_OK) goto end;
+    rc = sqlite3_prepare_v2(db,
+                            "INSERT INTO main." SX_STORE_TABLE
+                            "(name, version, config, vocab, labels, metrics, safetensors) "
+                            "SELECT name, (SELECT max(version) FROM main." SX_STORE_TABLE
+                            " WHERE name = ?1) + 1, config, vocab, labels, "
+                            "CASE WHEN json_valid(metrics) AND json_type(metrics) = 'object' "
+                            "THEN json_set(metrics, '$.restored_from', ?2) "
+                            "ELSE json_object('restored_from', ?2) END, safetensors "
+                            "FROM main." SX_STORE_TABLE " WHERE name = ?1 AND version = ?2 "
+                            "RETURNING version",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) goto end;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, from);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *version = sqlite3_column_int64(st, 0);
+        rc = sqlite3_step(st);
+    }
+    if (rc == SQLITE_DONE) rc = *version ? SQLITE_OK : SQLITE_NOTFOUND;
+end:
+    if (rc != SQLITE_OK && !*errmsg)
+        *errmsg = rc == SQLITE_NOTFOUND
+                      ? sqlite3_mprintf("no version %lld of model '%s'", (long long)from, name)
+                      : sqlite3_mprintf("cannot store model '%s': %s", name, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    if (in_savepoint) {
+        if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_copy", NULL, NULL, NULL);
+        if (sqlite3_exec(db, "RELEASE sentiment_copy", NULL, NULL, NULL) != SQLITE_OK &&
+            rc == SQLITE_OK) {
+            rc = SQLITE_ERROR;
+            *errmsg = sqlite3_mprintf("cannot commit model '%s': %s", name, sqlite3_errmsg(db));
+            sqlite3_exec(db, "ROLLBACK TO sentiment_copy", NULL, NULL, NULL);
+            sqlite3_exec(db, "RELEASE sentiment_copy", NULL, NULL, NULL);
+        }
+    }
+    return rc;
+}
+
+int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed,
+                  char **errmsg)
+{
+    sqlite3_stmt *st = NULL;
+    int rc, in_savepoint = 0;
+
+    *removed = 0;
+    if (!sx_store_exists(db)) return SQLITE_NOTFOUND;
+    rc = sqlite3_exec(db, "SAVEPOINT sentiment_drop", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) goto end;
+    in_savepoint = 1;
+    /* the log table and the triggers, for a database of an earlier release */
+    rc = sx_store_ensure(db, errmsg);
+    if (rc != SQLITE_OK) goto end;
+    rc = sqlite3_prepare_v2(db,
+                            "DELETE FROM main." SX_STORE_TABLE
+                            " WHERE name = ?1 AND (?2 = 0 OR version = ?2)",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) goto end;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, version);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) goto end;
+    *removed = sqlite3_changes64(db);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (*removed == 0) {
+        rc = SQLITE_NOTFOUND;
+        goto end;
+    }
+    /* the trigger removed the log rows; this covers a log whose rows were
+     * written under a name the trigger did not see (renamed by hand) */
+    rc = sqlite3_prepare_v2(db,
+                            "DELETE FROM main.sentiment_train_log WHERE model = ?1 AND "
+                            "(?2 = 0 OR version = ?2) AND NOT EXISTS (SELECT 1 FROM main."
+                            SX_STORE_TABLE " s WHERE s.name = ?1 AND s.version = "
+                            "sentiment_train_log.version)",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) goto end;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, version);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) rc = SQLITE_OK;
+end:
+    if (rc != SQLITE_OK && rc != SQLITE_NOTFOUND && !*errmsg)
+        *errmsg = sqlite3_mprintf("cannot drop model '%s': %s", name, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    if (in_savepoint) {
+        if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_drop", NULL, NULL, NULL);
+        if (sqlite3_exec(db, "RELEASE sentiment_drop", NULL, NULL, NULL) != SQLITE_OK &&
+            rc == SQLITE_OK) {
+            rc = SQLITE_ERROR;
+            *errmsg = sqlite3_mprintf("cannot commit dropping model '%s': %s", name,
+                                      sqlite3_errmsg(db));
+            sqlite3_exec(db, "ROLLBACK TO sentiment_drop", NULL, NULL, NULL);
+            sqlite3_exec(db, "RELEASE sentiment_drop", NULL, NULL, NULL);
+        }
+    }
+    if (rc != SQLITE_OK) *removed = 0;
     return rc;
 }
 
@@ -180,8 +450,16 @@ void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count)
     sqlite3_finalize(st);
 }
 
-char *sx_store_family(sqlite3 *db, const char *name)
+char *sx_store_family(sx_conn *c, const char *name)
 {
-    const char *file = sqlite3_db_filename(db, "main");
-    return sqlite3_mprintf("db:%s:%s", file ? file : "", name);
+    static uint64_t serial; /* guarded by the lock below */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    const char *file = sqlite3_db_filename(c->db, "main");
+    if (file && *file) return sqlite3_mprintf("db:%s:%s", file, name);
+    /* an in-memory or temporary database is its connection's own: name it
+     * by a number no other connection of the process ever gets */
+    pthread_mutex_lock(&lock);
+    if (!c->serial) c->serial = ++serial;
+    pthread_mutex_unlock(&lock);
+    return sqlite3_mprintf("db:#%llu:%s", (unsigned long long)c->serial, name);
 }

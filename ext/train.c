@@ -99,7 +99,9 @@
  * sentiment_use(name, version) copies stored version `version` of `name`
  * as a new latest version (so it is what 'name' means from now on; the
  * history stays append-only) and returns the new version number. Its
- * metrics get "restored_from": version. DIRECTONLY.
+ * metrics get "restored_from": version. The version is loaded first (the
+ * checks of every load: config, vocab, safetensors): one that does not
+ * load is an error and nothing is stored. DIRECTONLY.
  *
  * Limitation: SQLite calls an aggregate's final step also when the
  * statement fails part-way. train() sees its own errors and interrupts and
@@ -1189,29 +1191,30 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         errmsg = sqlite3_mprintf("%s: the database is read-only", fn);
         goto end;
     }
-    rc = sqlite3_prepare_v2(c->db,
-                            "INSERT INTO main." SX_STORE_TABLE
-                            "(name, version, config, vocab, labels, metrics, safetensors) "
-                            "SELECT name, (SELECT max(version) FROM main." SX_STORE_TABLE
-                            " WHERE name = ?1) + 1, config, vocab, labels, "
-                            "CASE WHEN json_valid(metrics) AND json_type(metrics) = 'object' "
-                            "THEN json_set(metrics, '$.restored_from', ?2) "
-                            "ELSE json_object('restored_from', ?2) END, safetensors "
-                            "FROM main." SX_STORE_TABLE " WHERE name = ?1 AND version = ?2 "
-                            "RETURNING version",
-                            -1, &st, NULL);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, want);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            version = sqlite3_column_int64(st, 0);
-            rc = sqlite3_step(st);
-        }
-        if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    /* Load (and so verify) the version before it becomes current, inside
+     * the savepoint that copies it, so what is copied is what was read. */
+    if (sqlite3_exec(c->db, "SAVEPOINT sentiment_use", NULL, NULL, NULL) != SQLITE_OK) {
+        errmsg = sqlite3_mprintf("%s: cannot store model '%s': %s", fn, name,
+                                 sqlite3_errmsg(c->db));
+        goto end;
     }
-    if (rc != SQLITE_OK)
-        errmsg = sqlite3_mprintf("%s: cannot store model '%s': %s", fn, name, sqlite3_errmsg(c->db));
+    {
+        sx_model *m = NULL;
+        if (sx_model_acquire_stored(c, fn, name, want, &m, &errmsg) == 0 &&
+            sx_store_copy(c->db, name, want, &version, &errmsg) != SQLITE_OK) {
+            char *inner = errmsg;
+            errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot store the model");
+            sqlite3_free(inner);
+        }
+        sx_registry_release(m);
+    }
+    if (errmsg) sqlite3_exec(c->db, "ROLLBACK TO sentiment_use", NULL, NULL, NULL);
+    if (sqlite3_exec(c->db, "RELEASE sentiment_use", NULL, NULL, NULL) != SQLITE_OK && !errmsg) {
+        errmsg = sqlite3_mprintf("%s: cannot commit model '%s': %s", fn, name,
+                                 sqlite3_errmsg(c->db));
+        sqlite3_exec(c->db, "ROLLBACK TO sentiment_use", NULL, NULL, NULL);
+        sqlite3_exec(c->db, "RELEASE sentiment_use", NULL, NULL, NULL);
+    }
 end:
     sqlite3_finalize(st);
     if (errmsg) sqlite3_result_error(ctx, errmsg, -1);

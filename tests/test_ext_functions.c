@@ -492,6 +492,8 @@ static const struct {
     {"module", "sentiment_models", "test_default_model, test_ext_storage"},
     {"function", "sentiment_evaluate", "test_ext_evaluate"},
     {"function", "sentiment_use", "test_ext_train: test_use_earlier_version"},
+    {"function", "sentiment_drop", "test_cache_identity: test_drop, test_drop_bad_input"},
+    {"function", "sentiment_export", "test_cache_identity: test_export_*"},
     {"module", "sentiment_training", "test_ext_train: test_training_log_and_status"},
 };
 
@@ -522,7 +524,7 @@ static void test_api_surface(void **state)
     /* DIRECTONLY flags as documented (pragma_function_list.flags 0x80000) */
     expect_text(db, "SELECT group_concat(name, ',') FROM (SELECT DISTINCT name FROM pragma_function_list "
                     "WHERE flags & 0x80000 AND (name LIKE 'sentiment%') ORDER BY name)",
-                "sentiment_config,sentiment_load,sentiment_save,sentiment_use");
+                "sentiment_config,sentiment_drop,sentiment_export,sentiment_load,sentiment_save,sentiment_use");
     sqlite3_close(db);
 }
 

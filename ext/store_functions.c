@@ -1,0 +1,306 @@
+/* store_functions.c: removing and exporting stored models from SQL.
+ *
+ *   sentiment_drop(name [, version])   -> INT    removes every stored version
+ *                                                of `name` (or only
+ *                                                `version`) and its
+ *                                                sentiment_train_log rows, in
+ *                                                one savepoint; returns the
+ *                                                number of versions removed
+ *   sentiment_export(name, dir)        -> TEXT   writes the stored model
+ *                                                `name` (the latest version,
+ *                                                or `name@N`) as a Hugging
+ *                                                Face directory: config.json,
+ *                                                vocab.txt, model.safetensors;
+ *                                                returns dir
+ *
+ *   SELECT sentiment_drop('hotel', 1);            -- 1
+ *   SELECT sentiment_export('hotel', '/tmp/hotel');
+ *   SELECT sentiment_load('hotel_copy', '/tmp/hotel');  -- the same logits
+ *
+ * Both are SQLITE_DIRECTONLY (one writes the database, the other files).
+ *
+ * sentiment_drop: an unknown name, a name that is only registered with
+ * sentiment_load() (unregister it with sentiment_load(name, NULL)), an
+ * unknown version, a read-only database: each an error, and nothing is
+ * removed. A plain DELETE FROM sentiment_model_store also removes the
+ * deleted versions' log rows (a trigger, see sql/schema.sql).
+ *
+ * sentiment_export: the version is loaded first (the checks of every load),
+ * so a row that does not load is an error and writes nothing. The files are
+ * the stored bytes, unchanged. `dir` must not exist (its parent must) or be
+ * an empty directory. The files are written and synced in a new directory
+ * next to it (`dir.export-<pid>-<n>`), which is then renamed to `dir`: an
+ * interrupted export leaves at most that temporary directory, never a
+ * `dir` that looks complete and is not.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "errors.h"
+#include "sentiment_ext.h"
+
+/* A TEXT argument without embedded NUL bytes, else NULL. */
+static const char *text_arg(sqlite3_value *v)
+{
+    const char *t;
+    if (sqlite3_value_type(v) != SQLITE_TEXT) return NULL;
+    t = (const char *)sqlite3_value_text(v);
+    if (!t || (size_t)sqlite3_value_bytes(v) != strlen(t)) return NULL;
+    return t;
+}
+
+/* ---- sentiment_drop(name [, version]) ---- */
+
+static void fn_drop(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char *fn = "sentiment_drop()";
+    char *errmsg = NULL;
+    const char *name = text_arg(argv[0]);
+    int64_t version = 0, removed = 0;
+    int rc;
+
+    if (!name || !*name) {
+        errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
+                                 fn);
+        goto end;
+    }
+    if (argc > 1) {
+        if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
+            errmsg = sqlite3_mprintf("%s: expected a version number (INTEGER >= 1) as the "
+                                     "second argument",
+                                     fn);
+            goto end;
+        }
+        version = sqlite3_value_int64(argv[1]);
+    }
+    if (sqlite3_db_readonly(c->db, "main") == 1) {
+        errmsg = sqlite3_mprintf("%s: the database is read-only", fn);
+        goto end;
+    }
+    rc = sx_store_drop(c->db, name, version, &removed, &errmsg);
+    if (rc == SQLITE_NOTFOUND) {
+        sx_store_ref latest;
+        char *ignored = NULL;
+        int stored = sx_store_find_row(c->db, name, 0, &latest, &ignored) == SQLITE_OK;
+        sqlite3_free(ignored);
+        if (stored)
+            errmsg = sqlite3_mprintf("%s: no version %lld of model '%s'; the latest is %lld", fn,
+                                     (long long)version, name, (long long)latest.version);
+        else if (sx_model_source(c, name) == SX_SRC_FILE)
+            errmsg = sqlite3_mprintf("%s: model '%s' is registered with sentiment_load(), not "
+                                     "stored in this database; sentiment_load('%s', NULL) "
+                                     "unregisters it",
+                                     fn, name, name);
+        else
+            errmsg = sqlite3_mprintf("%s: no model named '%s' is stored in this database", fn,
+                                     name);
+    } else if (rc != SQLITE_OK) {
+        char *inner = errmsg;
+        errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot drop the model");
+        sqlite3_free(inner);
+    }
+end:
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_int64(ctx, removed);
+    sqlite3_free(errmsg);
+}
+
+/* ---- sentiment_export(name, dir) ---- */
+
+static int write_file(const char *dir, const char *file, const void *p, size_t n, char *err)
+{
+    char path[4300];
+    const char *b = p;
+    int fd;
+    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
+        return sm_error(err, SM_ERR_IO, "path too long");
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) return sm_error(err, SM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    while (n > 0) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            return sm_error(err, SM_ERR_IO, "cannot write %s: %s", path, strerror(e));
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return sm_error(err, SM_ERR_IO, "cannot sync %s: %s", path, strerror(e));
+    }
+    if (close(fd) != 0) return sm_error(err, SM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return SM_OK;
+}
+
+static const char *const k_files[] = {"config.json", "vocab.txt", "model.safetensors"};
+
+static void remove_tmp(const char *tmp)
+{
+    char path[4300];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, k_files[i]);
+        unlink(path);
+    }
+    rmdir(tmp);
+}
+
+/* 0 when dir can be the export's target (absent with an existing parent,
+ * or an empty directory), else an error in err. */
+static int check_target(const char *dir, char *parent, size_t cap, char *err)
+{
+    struct stat sb;
+    const char *slash;
+    if (lstat(dir, &sb) == 0) {
+        DIR *d;
+        struct dirent *de;
+        int empty = 1;
+        if (!S_ISDIR(sb.st_mode))
+            return sm_error(err, SM_ERR_INVALID, "'%s' exists and is not a directory", dir);
+        d = opendir(dir);
+        if (!d) return sm_error(err, SM_ERR_IO, "cannot open '%s': %s", dir, strerror(errno));
+        while ((de = readdir(d)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
+        closedir(d);
+        if (!empty)
+            return sm_error(err, SM_ERR_INVALID,
+                            "'%s' is not empty; expected a new or an empty directory", dir);
+    } else if (errno != ENOENT) {
+        return sm_error(err, SM_ERR_IO, "cannot use '%s': %s", dir, strerror(errno));
+    }
+    slash = strrchr(dir, '/');
+    if (!slash) snprintf(parent, cap, ".");
+    else if (slash == dir) snprintf(parent, cap, "/");
+    else snprintf(parent, cap, "%.*s", (int)(slash - dir), dir);
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return sm_error(err, SM_ERR_INVALID, "the parent directory '%s' does not exist", parent);
+    return SM_OK;
+}
+
+static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char *fn = "sentiment_export()";
+    const char *spec = text_arg(argv[0]), *dir_arg = text_arg(argv[1]);
+    char err[SM_ERR_MAX], base[SX_NAME_MAX + 32], dir[4096], parent[4096], tmp[4200];
+    char *errmsg = NULL;
+    int64_t version = 0;
+    sx_model *m = NULL;
+    sx_store_row row;
+    sx_store_ref ref;
+    int have_row = 0, have_tmp = 0;
+    (void)argc;
+
+    memset(&row, 0, sizeof row);
+    if (!spec || !*spec || strlen(spec) >= sizeof base) {
+        errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
+                                 fn);
+        goto end;
+    }
+    if (!dir_arg || !*dir_arg || strlen(dir_arg) >= sizeof dir) {
+        errmsg = sqlite3_mprintf("%s: expected a directory path (TEXT) as the second argument",
+                                 fn);
+        goto end;
+    }
+    /* name@N picks a version */
+    snprintf(base, sizeof base, "%s", spec);
+    {
+        char *at = strrchr(base, '@');
+        if (at && at[1] && strspn(at + 1, "0123456789") == strlen(at + 1) && strlen(at + 1) < 10) {
+            version = atoll(at + 1);
+            if (version > 0) *at = 0;
+        }
+    }
+    snprintf(dir, sizeof dir, "%s", dir_arg);
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = 0;
+
+    /* load it (the checks of every load), then read the same bytes */
+    if (sx_model_acquire_stored(c, fn, base, version, &m, &errmsg)) goto end;
+    if (sx_store_find_row(c->db, base, version, &ref, &errmsg) != SQLITE_OK ||
+        sx_store_row_open(c->db, ref.rowid, &row, err) != SM_OK) {
+        if (!errmsg) errmsg = sqlite3_mprintf("%s: %s", fn, err);
+        goto end;
+    }
+    have_row = 1;
+    if (strcmp(row.key, m->key)) {
+        errmsg = sqlite3_mprintf("%s: model '%s' changed while it was exported; try again", fn,
+                                 spec);
+        goto end;
+    }
+    if (check_target(dir, parent, sizeof parent, err) != SM_OK) {
+        errmsg = sqlite3_mprintf("%s: %s", fn, err);
+        goto end;
+    }
+    for (unsigned n = 0;; n++) {
+        snprintf(tmp, sizeof tmp, "%s.export-%ld-%u", dir, (long)getpid(), n);
+        if (mkdir(tmp, 0777) == 0) break;
+        if (errno != EEXIST || n > 1000) {
+            errmsg = sqlite3_mprintf("%s: cannot create a directory next to '%s': %s", fn, dir,
+                                     strerror(errno));
+            goto end;
+        }
+    }
+    have_tmp = 1;
+    if (write_file(tmp, k_files[0], row.config, row.config_len, err) != SM_OK ||
+        write_file(tmp, k_files[1], row.vocab, row.vocab_len, err) != SM_OK ||
+        write_file(tmp, k_files[2], row.weights, row.weights_len, err) != SM_OK) {
+        errmsg = sqlite3_mprintf("%s: %s", fn, err);
+        goto end;
+    }
+    if (rename(tmp, dir) != 0) {
+        errmsg = sqlite3_mprintf("%s: cannot create '%s': %s", fn, dir,
+                                 errno == ENOTEMPTY || errno == EEXIST
+                                     ? "it is no longer empty"
+                                     : strerror(errno));
+        goto end;
+    }
+    have_tmp = 0;
+    {
+        int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+            (void)fsync(fd);
+            close(fd);
+        }
+    }
+end:
+    if (have_tmp) remove_tmp(tmp);
+    if (have_row) sx_store_row_close(&row);
+    sx_registry_release(m);
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_text(ctx, dir, -1, SQLITE_TRANSIENT);
+    sqlite3_free(errmsg);
+}
+
+#define SX_DIRECT (SQLITE_UTF8 | SQLITE_DIRECTONLY)
+
+static const struct {
+    const char *name;
+    int nArg;
+    void (*xFunc)(sqlite3_context *, int, sqlite3_value **);
+} aFunc[] = {
+    {"sentiment_drop", 1, fn_drop},
+    {"sentiment_drop", 2, fn_drop},
+    {"sentiment_export", 2, fn_export},
+};
+
+int sx_register_store_functions(sqlite3 *db, sx_conn *c)
+{
+    int rc = SQLITE_OK;
+    for (size_t i = 0; i < sizeof aFunc / sizeof aFunc[0] && rc == SQLITE_OK; i++) {
+        sx_conn_ref(c);
+        rc = sqlite3_create_function_v2(db, aFunc[i].name, aFunc[i].nArg, SX_DIRECT, c,
+                                        aFunc[i].xFunc, NULL, NULL, sx_conn_unref);
+    }
+    return rc;
+}
