@@ -52,7 +52,9 @@
  *                   a sentiment_load name, a stored 'name' or 'name@N'), or
  *                   "none" to train from scratch. Default "default".
  *   epochs          1..1000, default 3
- *   lr              peak learning rate, (0, 1); default 5e-5 (5e-4 with "none")
+ *   lr              peak learning rate, (0, 1); default 5e-5 (5e-4 with "none";
+ *                   with a fresh head on a trained base 5e-5 x (768/hidden)^2
+ *                   within 5e-5..1e-3: 1e-3 for the built-in model)
  *   head_lr         peak learning rate of the classification head, (0, 1), its
  *                   own AdamW group on the same schedule; default 1e-3 (or lr
  *                   when larger) for a fresh head on a trained base, else lr
@@ -1043,6 +1045,22 @@ end:
  * larger) for a fresh head on a trained encoder, else lr. A fresh head
  * starts from random weights and at the encoder's rate barely moves in one
  * epoch; the encoder, already trained, needs the small rate. */
+/* The encoder's default peak rate under a fresh head on a trained base
+ * (option "lr" not given): 5e-5 (the usual BERT-base rate) times
+ * (768 / hidden)^2, from 5e-5 to 1e-3: 1e-3 for the 128-wide built-in
+ * model, 4.5e-4 at 256, 2e-4 at 384, 5e-5 at 768 and wider. Measured on
+ * SMP2020-EWECT (6 emotions, 1 epoch, built-in base): a fresh head needs
+ * the encoder to move as well, and a narrow encoder needs a larger rate
+ * for it (see the README). A kept head keeps 5e-5. */
+static float fresh_head_encoder_lr(int hidden)
+{
+    double r = 768.0 / (hidden > 0 ? hidden : 768);
+    double lr = 5e-5 * r * r;
+    if (lr < 5e-5) lr = 5e-5;
+    if (lr > 1e-3) lr = 1e-3;
+    return (float)lr;
+}
+
 static float train_head_lr(const tr_opts *o, int kept)
 {
     if (o->head_lr > 0) return o->head_lr;
@@ -1446,6 +1464,10 @@ static void train_final(sqlite3_context *ctx)
     {
         trainer_options t = s->o.t;
         t.max_length = s->max_len;
+        if (!s->o.lr_given && !s->o.none && !kept) {
+            s->o.t.lr = fresh_head_encoder_lr(m->cfg.hidden_size);
+            t.lr = s->o.t.lr;
+        }
         t.head_lr = s->head_lr = train_head_lr(&s->o, kept);
         t.interrupt = on_interrupt;
         t.progress = on_progress;

@@ -453,6 +453,16 @@ static void test_head_lr_defaults_and_determinism(void **state)
                 "SELECT json_extract(train('f1', t, y, '{\"base\":\"tiny\",\"epochs\":2}'), '$.head_lr') "
                 "FROM e",
                 "0.001");
+    /* the encoder's rate under a fresh head: 5e-5 x (768/64)^2, capped at 1e-3 */
+    expect_text(db,
+                "SELECT json_extract(train('f3', t, y, '{\"base\":\"tiny\",\"epochs\":1}'), '$.lr') "
+                "FROM e",
+                "0.001");
+    /* ... and 5e-5 under a kept head */
+    expect_text(db,
+                "SELECT json_extract(train('k0', t, y, '{\"base\":\"tiny\",\"epochs\":1}'), '$.lr') "
+                "= 5e-05 FROM d",
+                "1");
     /* ... or lr when that is larger */
     expect_text(db,
                 "SELECT json_extract(train('f2', t, y, '{\"base\":\"tiny\",\"epochs\":1,\"lr\":3e-3}'), "
