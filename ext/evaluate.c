@@ -1,7 +1,9 @@
-/* evaluate.c: sentiment_evaluate(text, label [, model]), a model scored
- * against labeled rows.
+/* evaluate.c: sentiment_evaluate(text, label [, model [, labels]]), a model
+ * scored against labeled rows.
  *
  *   SELECT sentiment_evaluate(comment, label, 'hotel') FROM test_reviews;
+ *   SELECT sentiment_evaluate(text, stars, 'default',
+ *                             '{"1":"negative","5":"positive"}') FROM t;
  *
  * An aggregate returning JSON:
  *   {"model":"hotel","rows":200,"skipped":1,"unknown_labels":0,
@@ -12,6 +14,18 @@
  * matrix[i][j] counts rows labeled labels[i] that the model predicted as
  * labels[j]. `labels` lists the model's labels in class order, then any
  * label in the data the model does not know, in order of appearance.
+ *
+ * Labels of the data and of the model. `labels` (JSON object, optional)
+ * maps a label of the data to one of the model's: {"0":"negative",
+ * "1":"positive"}; a label it does not list is compared as it is. Without
+ * it, for a model whose labels are exactly negative and positive (the
+ * built-in one), the INTEGER labels 0 and 1 mean negative and positive, the
+ * convention of the public binary sets and of train(); the result then
+ * says so: "label_map":{"0":"negative","1":"positive"},
+ * "label_map_by":"convention" ("option" when `labels` was given).
+ * When not one row's label is a label of the model the result is an error
+ * naming both label sets and the `labels` argument; when only some are,
+ * the JSON has a "warning" saying how many rows and which labels.
  *
  * Rows. Text is converted as sentiment() converts it; a row with NULL or
  * blank text (text that tokenizes to nothing, see functions.c) or a NULL
@@ -49,6 +63,10 @@ typedef struct ev_state {
     int64_t *conf;            /* (K + n_extra) x K, gold x predicted */
     int conf_rows_cap;
     int64_t rows, skipped, unknown;
+    char **map_from, **map_to; /* the labels argument */
+    int n_map, map_given;
+    int conv;                 /* the 0/1 convention applies (model negative/positive) */
+    int conv_used;
     /* the pending batch */
     char *texts[EVAL_BATCH];
     size_t lens[EVAL_BATCH];
@@ -64,6 +82,12 @@ static void state_free(ev_state *s)
     sx_registry_release(s->m);
     sqlite3_free(s->model_name);
     for (int i = 0; i < s->n_extra; i++) sqlite3_free(s->extra[i]);
+    for (int i = 0; i < s->n_map; i++) {
+        sqlite3_free(s->map_from[i]);
+        sqlite3_free(s->map_to[i]);
+    }
+    sqlite3_free(s->map_from);
+    sqlite3_free(s->map_to);
     sqlite3_free(s->extra);
     sqlite3_free(s->conf);
     for (int i = 0; i < s->n; i++) sqlite3_free(s->texts[i]);
@@ -86,6 +110,82 @@ static int flush(ev_state *s, char **errmsg)
     }
     s->n = 0;
     return 0;
+}
+
+/* The labels argument, read with SQLite's json_each: 0 or an error. */
+static int parse_map(ev_state *s, sqlite3_value *v, char **errmsg)
+{
+    sqlite3 *db = s->c->db;
+    sqlite3_stmt *st = NULL;
+    int rc, cap = 0;
+    s->map_given = 1;
+    if (sqlite3_value_type(v) != SQLITE_TEXT ||
+        sqlite3_prepare_v2(db, "SELECT json_type(?1) = 'object'", -1, &st, NULL) != SQLITE_OK)
+        goto bad;
+    sqlite3_bind_value(st, 1, v);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW || sqlite3_column_int(st, 0) != 1) goto bad;
+    sqlite3_finalize(st);
+    st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT key, value, type FROM json_each(?1)", -1, &st, NULL) !=
+        SQLITE_OK)
+        goto bad;
+    sqlite3_bind_value(st, 1, v);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        const char *t = (const char *)sqlite3_column_text(st, 1);
+        const char *type = (const char *)sqlite3_column_text(st, 2);
+        if (!k || !t || !type) goto nomem;
+        if (strcmp(type, "text") || bert_config_label_index(&s->m->bert->cfg, t) < 0) {
+            *errmsg = sqlite3_mprintf("%s: labels: '%s' maps to %s%s%s, which is not a label of "
+                                      "model '%s'",
+                                      EVAL_FN, k, strcmp(type, "text") ? "a JSON " : "'",
+                                      strcmp(type, "text") ? type : t,
+                                      strcmp(type, "text") ? "" : "'", s->model_name);
+            goto end;
+        }
+        if (s->n_map == cap) {
+            cap = cap ? 2 * cap : 4;
+            char **f = sqlite3_realloc64(s->map_from, (sqlite3_uint64)cap * sizeof *f);
+            if (f) s->map_from = f;
+            char **to = sqlite3_realloc64(s->map_to, (sqlite3_uint64)cap * sizeof *to);
+            if (to) s->map_to = to;
+            if (!f || !to) goto nomem;
+        }
+        s->map_from[s->n_map] = sqlite3_mprintf("%s", k);
+        s->map_to[s->n_map] = sqlite3_mprintf("%s", t);
+        s->n_map++;
+        if (!s->map_from[s->n_map - 1] || !s->map_to[s->n_map - 1]) goto nomem;
+    }
+    if (rc != SQLITE_DONE) goto bad;
+    sqlite3_finalize(st);
+    return 0;
+bad:
+    *errmsg = sqlite3_mprintf("%s: labels must be a JSON object mapping labels of the data to "
+                              "labels of the model, e.g. '{\"0\":\"negative\",\"1\":"
+                              "\"positive\"}'",
+                              EVAL_FN);
+    goto end;
+nomem:
+    *errmsg = sqlite3_mprintf("%s: out of memory", EVAL_FN);
+end:
+    sqlite3_finalize(st);
+    return 1;
+}
+
+/* The model's label a row's label stands for (the label itself if none). */
+static const char *map_label(ev_state *s, sqlite3_value *v, const char *label)
+{
+    for (int i = 0; i < s->n_map; i++)
+        if (!strcmp(s->map_from[i], label)) return s->map_to[i];
+    if (!s->map_given && s->conv && sqlite3_value_type(v) == SQLITE_INTEGER) {
+        sqlite3_int64 x = sqlite3_value_int64(v);
+        if (x == 0 || x == 1) {
+            s->conv_used = 1;
+            return x ? "positive" : "negative";
+        }
+    }
+    return label;
 }
 
 static int gold_index(ev_state *s, const char *label, char **errmsg)
@@ -155,6 +255,14 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         s->conf = sqlite3_malloc64((sqlite3_uint64)s->K * s->K * sizeof *s->conf);
         if (!s->model_name || !s->probs || !s->conf) goto nomem;
         memset(s->conf, 0, (size_t)s->K * s->K * sizeof *s->conf);
+        {
+            const bert_config *cfg = &s->m->bert->cfg;
+            s->conv = s->K == 2 && bert_config_label_index(cfg, "negative") >= 0 &&
+                      bert_config_label_index(cfg, "positive") >= 0;
+        }
+        if (argc > 3 && sqlite3_value_type(argv[3]) != SQLITE_NULL &&
+            parse_map(s, argv[3], &errmsg))
+            goto fail;
     }
     if (s->failed) return;
     if (sx_value_text(argv[0], &text, &len) != SQLITE_OK) goto nomem;
@@ -164,7 +272,7 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     label = (const char *)sqlite3_value_text(argv[1]);
     if (!label) goto nomem;
-    g = gold_index(s, label, &errmsg);
+    g = gold_index(s, map_label(s, argv[1], label), &errmsg);
     if (g < 0) goto fail;
     s->texts[s->n] = sqlite3_malloc64(len + 1);
     if (!s->texts[s->n]) goto nomem;
@@ -217,6 +325,24 @@ static void eval_final(sqlite3_context *ctx)
     }
     K = s->K;
     L = K + s->n_extra;
+    if (s->rows && s->unknown == s->rows) {
+        sqlite3_str *e = sqlite3_str_new(NULL);
+        const bert_config *cfg = &s->m->bert->cfg;
+        sqlite3_str_appendf(e, "%s: not one row's label is a label of model '%s' (", EVAL_FN,
+                            s->model_name);
+        for (int i = 0; i < K; i++) sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", cfg->id2label[i]);
+        sqlite3_str_appendall(e, "); the data's labels: ");
+        for (int i = 0; i < s->n_extra && i < 10; i++)
+            sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", s->extra[i]);
+        if (s->n_extra > 10) sqlite3_str_appendf(e, ", ... (%d in all)", s->n_extra);
+        sqlite3_str_appendf(e, "; say what they mean with a fourth argument, e.g. "
+                               "sentiment_evaluate(text, label, '%s', '{\"%s\":\"%s\"}')",
+                            s->model_name, s->extra[0], cfg->id2label[0]);
+        errmsg = sqlite3_str_finish(e);
+        sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_evaluate(): out of memory", -1);
+        sqlite3_free(errmsg);
+        goto end;
+    }
     j = sqlite3_str_new(NULL);
     sqlite3_str_appendall(j, "{\"model\":");
     sx_json_string(j, s->model_name);
@@ -226,6 +352,38 @@ static void eval_final(sqlite3_context *ctx)
                         (long long)s->rows, (long long)s->skipped, (long long)s->unknown);
     if (s->rows) json_ratio(j, (double)correct / (double)s->rows);
     else sqlite3_str_appendall(j, "null");
+    if (s->unknown) {
+        sqlite3_str_appendf(j, ",\"warning\":\"%lld of %lld rows have a label the model does "
+                               "not have (",
+                            (long long)s->unknown, (long long)s->rows);
+        for (int i = 0; i < s->n_extra && i < 10; i++) {
+            /* labels are JSON-escaped through sx_json_string into a scratch string */
+            sqlite3_str *q = sqlite3_str_new(NULL);
+            sx_json_string(q, s->extra[i]);
+            char *lit = sqlite3_str_finish(q);
+            size_t n = lit ? strlen(lit) : 0;
+            sqlite3_str_appendf(j, "%s%.*s", i ? ", " : "", n >= 2 ? (int)n - 2 : 0,
+                                lit ? lit + 1 : "");
+            sqlite3_free(lit);
+        }
+        if (s->n_extra > 10) sqlite3_str_appendf(j, ", ... %d in all", s->n_extra);
+        sqlite3_str_appendall(j, "), counted as errors; map labels with the fourth argument\"");
+    }
+    if (s->map_given || s->conv_used) {
+        sqlite3_str_appendall(j, ",\"label_map\":{");
+        if (s->map_given) {
+            for (int i = 0; i < s->n_map; i++) {
+                if (i) sqlite3_str_appendchar(j, 1, ',');
+                sx_json_string(j, s->map_from[i]);
+                sqlite3_str_appendchar(j, 1, ':');
+                sx_json_string(j, s->map_to[i]);
+            }
+        } else {
+            sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"");
+        }
+        sqlite3_str_appendf(j, "},\"label_map_by\":\"%s\"",
+                            s->map_given ? "option" : "convention");
+    }
     /* per-label figures, in a second string: macro_f1 comes first */
     sqlite3_str *per = sqlite3_str_new(NULL);
     sqlite3_str_appendchar(per, 1, '{');
@@ -296,7 +454,7 @@ end:
 int sx_register_evaluate(sqlite3 *db, sx_conn *c)
 {
     int rc = SQLITE_OK;
-    for (int n = 2; n <= 3 && rc == SQLITE_OK; n++) {
+    for (int n = 2; n <= 4 && rc == SQLITE_OK; n++) {
         sx_conn_ref(c);
         rc = sqlite3_create_function_v2(db, "sentiment_evaluate", n,
                                         SQLITE_UTF8 | SQLITE_INNOCUOUS | SX_JSON_FLAGS,

@@ -386,6 +386,7 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         sqlite3_free(inner);
         goto end;
     }
+    sx_model_drop_memory(c, name); /* a model train() could not store, now stored */
 end:
     if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
     else sqlite3_result_int64(ctx, version);

@@ -1,7 +1,10 @@
 /* models.c: from a model name in SQL to a loaded model.
  *
  * A name is looked up, exactly (never by prefix), in this order:
- *   1. models registered on this connection by sentiment_load(name, dir);
+ *   1. models registered on this connection by sentiment_load(name, dir),
+ *      and models train() trained but could not store (kept in memory,
+ *      path NULL, until stored by train() or sentiment_save(), or dropped
+ *      with sentiment_load(name, NULL));
  *   2. models stored in the main database (sentiment_model_store), the
  *      latest version, or version N when written `name@N`;
  *   3. `default`: the built-in model, when this build has one.
@@ -474,4 +477,73 @@ int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
 end:
     sqlite3_free(known);
     return rc;
+}
+
+/* ---- models kept in memory (train() results that could not be stored) ---- */
+
+static int load_handed_over(void *ctx, bert_model **out, char *err)
+{
+    bert_model **pm = ctx;
+    (void)err;
+    *out = *pm;
+    *pm = NULL; /* the registry owns it now, on success or failure */
+    return SM_OK;
+}
+
+int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
+                             bert_model **model, char **errmsg)
+{
+    static uint64_t counter; /* unique keys; guarded by the connection's use */
+    char err[SM_ERR_MAX];
+    char *key = NULL;
+    sx_model *e = NULL;
+    sx_file_reg *r = NULL, **pp;
+
+    key = sqlite3_mprintf("mem:%p:%llu", (void *)c, (unsigned long long)__atomic_add_fetch(
+                                                         &counter, 1, __ATOMIC_RELAXED));
+    if (!key) goto nomem;
+    if (sx_registry_acquire(key, NULL, 0, load_handed_over, model, &e, err) != SM_OK) {
+        sqlite3_free(key);
+        *errmsg = sqlite3_mprintf("%s: %s", fn, err);
+        return 1;
+    }
+    sqlite3_free(key);
+    for (pp = &c->files; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->name, name)) break;
+    if (*pp) { /* replaces a registration of the same name */
+        sx_registry_release((*pp)->model);
+        sqlite3_free((*pp)->path);
+        (*pp)->path = NULL;
+        (*pp)->model = e;
+        return 0;
+    }
+    r = sqlite3_malloc(sizeof *r);
+    if (!r || !(r->name = sqlite3_mprintf("%s", name))) {
+        sqlite3_free(r);
+        sx_registry_release(e);
+        goto nomem;
+    }
+    r->path = NULL;
+    r->model = e;
+    r->next = NULL;
+    *pp = r;
+    return 0;
+nomem:
+    bert_model_free(*model);
+    *model = NULL;
+    *errmsg = sqlite3_mprintf("%s: out of memory", fn);
+    return 1;
+}
+
+void sx_model_drop_memory(sx_conn *c, const char *name)
+{
+    for (sx_file_reg **pp = &c->files; *pp; pp = &(*pp)->next) {
+        sx_file_reg *r = *pp;
+        if (strcmp(r->name, name) || r->path) continue;
+        *pp = r->next;
+        sx_registry_release(r->model);
+        sqlite3_free(r->name);
+        sqlite3_free(r);
+        return;
+    }
 }

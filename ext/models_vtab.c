@@ -4,17 +4,22 @@
  *
  * An eponymous, read-only virtual table; one row per model, in lookup
  * order (models.c): models registered with sentiment_load() (source
- * 'file'), then every stored version in the main database's
+ * 'file'; 'memory' for a model train() trained but could not store, see
+ * train.c), then every stored version in the main database's
  * sentiment_model_store (source 'database'), then the built-in model as
  * 'default' (source 'builtin', listed only when this build has one and no
  * 'default' was registered). Columns:
  *   name         what to pass as the model argument (`name@version` for an
  *                older database version)
  *   version      1 for builtin and file models; 1, 2, ... in the database
- *   source       'builtin', 'file' or 'database'
+ *   source       'builtin', 'file', 'memory' or 'database'
  *   labels       JSON array of the labels in class-id order
  *   model_type   'bert', 'ernie' or 'roberta'
- *   layers, hidden_size, heads, max_length (tokens, with [CLS]/[SEP])
+ *   layers, hidden_size, heads
+ *   max_length   tokens per text (with [CLS]/[SEP]) the model runs with on
+ *                this connection: its position table's size, or
+ *                sentiment_config('max_length') when that is smaller (a
+ *                larger setting is capped per model; this shows the cap)
  *   parameters   number of scalar parameters
  *   created      UTC time a database model was stored, else NULL
  *   path         the directory of a file model, else NULL
@@ -170,6 +175,12 @@ static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
         r->hidden = cfg->hidden_size;
         r->heads = cfg->num_attention_heads;
         r->maxlen = bert_max_length(cfg);
+        {
+            /* what the model runs with here: sentiment_config('max_length')
+             * is capped per model */
+            int set = ((mv_vtab *)cur->base.pVtab)->c->max_length;
+            if (set > 0 && set < r->maxlen) r->maxlen = set;
+        }
         r->params = params;
     }
     return r;
@@ -251,9 +262,11 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
 
     rows_free(cur);
     for (sx_file_reg *r = c->files; r; r = r->next) {
-        mv_row *row = add_row(cur, r->name, 1, "file", &r->model->bert->cfg,
+        mv_row *row = add_row(cur, r->name, 1, r->path ? "file" : "memory",
+                              &r->model->bert->cfg,
                               (sqlite3_int64)bert_model_num_params(r->model->bert));
-        if (!row || !(row->path = sqlite3_mprintf("%s", r->path))) return SQLITE_NOMEM;
+        if (!row || (r->path && !(row->path = sqlite3_mprintf("%s", r->path))))
+            return SQLITE_NOMEM;
         row->loaded = 1; /* a registration holds its model */
         if (!strcmp(r->name, "default")) have_default = 1;
     }

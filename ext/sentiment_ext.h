@@ -114,10 +114,11 @@ void sx_registry_trim(void);
 /* ------------------------------------------------------------------ */
 /* sentiment.c / engine.c: per-connection state.                        */
 
-/* A model registered on this connection by sentiment_load(). */
+/* A model registered on this connection by sentiment_load(), or kept in
+ * memory by train() when it could not be stored (path NULL). */
 typedef struct sx_file_reg {
     char *name;
-    char *path;                 /* canonical directory path */
+    char *path;                 /* canonical directory path; NULL: in memory */
     sx_model *model;            /* loaded at registration, referenced */
     struct sx_file_reg *next;
 } sx_file_reg;
@@ -268,6 +269,13 @@ int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
 int sx_model_register(sx_conn *c, const char *fn, const char *name,
                       const char *path, char **errmsg);
 void sx_model_unregister_all(sx_conn *c);
+/* Registers *model (handed over; *model is NULL afterwards, also on error)
+ * on this connection as name, in memory (source 'memory'), replacing a
+ * registration of that name. 0 or 1 with *errmsg naming fn. */
+int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
+                             bert_model **model, char **errmsg);
+/* Drops the in-memory model called name, if there is one. */
+void sx_model_drop_memory(sx_conn *c, const char *name);
 /* The cache key for a file model directory, or NULL when unreadable. */
 char *sx_model_dir_key(const char *path);
 /* 0 when name is acceptable for registering (for_store: storing, where

@@ -40,14 +40,29 @@
  * has exactly this label set it is kept (in the base's order), otherwise a
  * fresh head is trained, its labels in order (numeric order when every
  * label was an INTEGER, else byte order). At least 2 distinct labels and
- * TRAIN_MIN_ROWS (8) usable rows are needed.
+ * TRAIN_MIN_ROWS (8) usable rows are needed. Before the classes are made,
+ * option "labels" renames the data's labels; without it, when the data's
+ * labels are the INTEGERs 0 and 1 and nothing else and the base's head is
+ * exactly negative/positive (the built-in model), 0 is taken as negative
+ * and 1 as positive (the convention of the public binary sets), so that
+ * head is kept; the report then has "label_map" and "label_map_by"
+ * ("convention" or "option").
  *
  * Options (a JSON object; every key optional):
  *   base            model to start from, a name as for sentiment() ('default',
  *                   a sentiment_load name, a stored 'name' or 'name@N'), or
  *                   "none" to train from scratch. Default "default".
  *   epochs          1..1000, default 3
- *   lr              peak learning rate, (0, 1); default 5e-5 (5e-4 with "none")
+ *   lr              peak learning rate, (0, 1); default 5e-5 (5e-4 with "none";
+ *                   with a fresh head on a trained base 5e-5 x (768/hidden)^2
+ *                   within 5e-5..1e-3: 1e-3 for the built-in model)
+ *   head_lr         peak learning rate of the classification head, (0, 1), its
+ *                   own AdamW group on the same schedule; default 1e-3 (or lr
+ *                   when larger) for a fresh head on a trained base, else lr
+ *   labels          {"data label": "model label", ...}: what the data's labels
+ *                   mean in the base's terms; every label of the data must be
+ *                   a key, no two keys map to one label; {} keeps the data's
+ *                   labels as they are. Without it: see Classes
  *   batch_size      examples per optimizer step, 1..4096, default 32
  *   accumulation    micro-batches per step, 1..batch_size, default 1
  *   max_length      tokens per text with [CLS]/[SEP], 8..the base's maximum,
@@ -71,14 +86,31 @@
  * naming the option and what it accepts.
  *
  * Errors, each before anything is written: an unknown base, a read-only
- * database, bad options, fewer than 2 labels or 8 rows, a diverging (NaN)
- * loss, sqlite3_interrupt() (Ctrl-C in the shell; training stops before
- * the next micro-batch, well within a second for the models this runs).
- * Storing is one savepoint: the model, its version and its training log are
- * all written or none is. train() is SQLITE_DIRECTONLY, and must run in a
- * SELECT of its own: SQLite opens no savepoint while a statement writes, so
- * INSERT INTO t SELECT train(...) is an error (raised on the first row).
- * The report stays in sentiment_models.metrics.
+ * database, one whose write lock cannot be had (checked on the first row,
+ * waiting as for the store, below), bad options, fewer than 2 labels or 8
+ * rows, a diverging (NaN) loss, sqlite3_interrupt() (Ctrl-C in the shell;
+ * training stops before the next micro-batch, well within a second for the
+ * models this runs). Storing is one savepoint: the model, its version and
+ * its training log are all written or none is (the two tables, when they
+ * are missing, are created and committed first, since undoing a schema
+ * change would abort the running statement). train() is SQLITE_DIRECTONLY,
+ * and must run in a SELECT of its own: SQLite opens no savepoint while a
+ * statement writes, so INSERT INTO t SELECT train(...) is an error (raised
+ * on the first row). The report stays in sentiment_models.metrics.
+ *
+ * Waiting for the lock. SQLite calls the busy handler only for a connection
+ * that holds no transaction, and train() stores from inside the SELECT that
+ * reads its rows, so SQLite alone would fail at once (see "storing: the write
+ * lock" below). train() retries for up to PRAGMA busy_timeout ms. If the
+ * model still cannot be stored (locked, disk full, ...), it is kept in
+ * memory on this connection under its name (sentiment_models source
+ * 'memory'; sentiment(x, 'm') uses it) until the connection closes, a later
+ * train() stores 'm', sentiment_save() stores it, or sentiment_load('m',
+ * NULL) drops it, and the error says so:
+ *   train(): model 'm' trained but not stored: database is locked (waited
+ *   2000 ms, the busy_timeout); it is usable on this connection as 'm'
+ *   (source 'memory' in sentiment_models) until the connection closes;
+ *   store it with SELECT sentiment_save('m', 'm')
  *
  * Training log. Every optimizer step and every epoch end is recorded in
  * the table sentiment_train_log (created on first use) with the model's
@@ -104,9 +136,18 @@
  * load is an error and nothing is stored. DIRECTONLY.
  *
  * Limitation: SQLite calls an aggregate's final step also when the
- * statement fails part-way. train() sees its own errors and interrupts and
- * then trains nothing; an error raised elsewhere in the same statement
- * while rows are still being read is not visible to it.
+ * statement fails part-way, from the cleanup of the statement's registers
+ * (vdbeaux.c releaseMemArray -> sqlite3VdbeMemFinalize), through the same
+ * function the normal end uses (OP_AggFinal -> sqlite3VdbeMemFinalize).
+ * In SQLite 3.40 everything the API shows is the same in both calls: the
+ * statement is still busy, sqlite3_errcode() is 0 and sqlite3_errmsg()
+ * "not an error" (the error is copied to the connection only after the
+ * cleanup), the transaction state and sqlite3_aggregate_count() are the
+ * same. train() sees its own errors and interrupts and then trains
+ * nothing; an error raised elsewhere in the same statement (another
+ * function, the source query) while rows are still being read is not
+ * visible to it: the rows read before it are trained on and stored, and
+ * the stored version's metrics ("rows") say how many.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -124,6 +165,7 @@
 #include "vocab_builder.h"
 
 #define TRAIN_MIN_ROWS 8
+#define TRAIN_HEAD_LR 1e-3f
 #define TRAIN_FN "train()"
 
 /* ---- options ------------------------------------------------------------ */
@@ -134,13 +176,17 @@ typedef struct tr_opts {
     trainer_options t;
     int max_length;           /* 0: not given */
     int lr_given;
+    float head_lr;            /* 0: not given */
     bert_shape shape;
     int do_lower_case;
     char *vocab_path;         /* sqlite3_malloc'd or NULL */
+    int map_given;            /* option "labels" given ({} too) */
+    int n_map;
+    char **map_from, **map_to; /* data label -> model label (sqlite3_malloc'd) */
     int vocab_min_count, vocab_size;
 } tr_opts;
 
-enum { OK_INT, OK_NUM, OK_STR, OK_BOOL };
+enum { OK_INT, OK_NUM, OK_STR, OK_BOOL, OK_OBJ };
 
 static const struct {
     const char *name;
@@ -152,6 +198,7 @@ static const struct {
     {"base", OK_STR, 0, 0, 0, "a model name or \"none\""},
     {"epochs", OK_INT, 1, 1000, 0, "an integer from 1 to 1000"},
     {"lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
+    {"head_lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
     {"batch_size", OK_INT, 1, 4096, 0, "an integer from 1 to 4096"},
     {"accumulation", OK_INT, 1, 4096, 0, "an integer from 1 to batch_size"},
     {"max_length", OK_INT, 8, 4096, 0, "an integer from 8 to the model's maximum length"},
@@ -162,6 +209,9 @@ static const struct {
     {"grad_clip", OK_NUM, 0, 1e9, 0, "a number >= 0 (0 turns clipping off)"},
     {"dropout", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
     {"group_by_length", OK_BOOL, 0, 0, 0, "true or false"},
+    {"labels", OK_OBJ, 0, 0, 0,
+     "an object mapping each label in the data to a label of the model, e.g. "
+     "{\"0\":\"negative\",\"1\":\"positive\"}, or {} to keep the data's labels"},
     {"layers", OK_INT, 1, 48, 1, "an integer from 1 to 48"},
     {"hidden", OK_INT, 8, 4096, 1, "an integer from 8 to 4096"},
     {"heads", OK_INT, 1, 64, 1, "an integer from 1 to 64"},
@@ -179,6 +229,46 @@ static char *known_options(void)
     for (int i = 0; i < N_OPTS; i++)
         sqlite3_str_appendf(s, "%s%s", i ? ", " : "", k_opts[i].name);
     return sqlite3_str_finish(s);
+}
+
+/* Option "labels": {"data label": "model label", ...}, each 1 to
+ * BERT_LABEL_MAX - 1 bytes, no model label twice. 0 or an error. */
+static int parse_label_map(json_t *v, tr_opts *o, char **errmsg)
+{
+    const char *k;
+    json_t *to;
+    size_t n = json_object_size(v);
+    o->map_given = 1;
+    if (!n) return 0;
+    o->map_from = sqlite3_malloc64(n * sizeof *o->map_from);
+    o->map_to = sqlite3_malloc64(n * sizeof *o->map_to);
+    if (!o->map_from || !o->map_to) goto nomem;
+    json_object_foreach(v, k, to) {
+        const char *t = json_is_string(to) ? json_string_value(to) : NULL;
+        size_t tl = t ? json_string_length(to) : 0;
+        if (!*k || strlen(k) >= BERT_LABEL_MAX || !t || !tl || tl >= BERT_LABEL_MAX ||
+            strlen(t) != tl) {
+            *errmsg = sqlite3_mprintf("%s: option 'labels': '%.40s' must map to a label of the "
+                                      "model, 1 to %d bytes of text",
+                                      TRAIN_FN, k, BERT_LABEL_MAX - 1);
+            return 1;
+        }
+        for (int i = 0; i < o->n_map; i++)
+            if (!strcmp(o->map_to[i], t)) {
+                *errmsg = sqlite3_mprintf("%s: option 'labels': '%s' and '%s' both map to '%s'; "
+                                          "map each label of the data to a different label",
+                                          TRAIN_FN, o->map_from[i], k, t);
+                return 1;
+            }
+        o->map_from[o->n_map] = sqlite3_mprintf("%s", k);
+        o->map_to[o->n_map] = sqlite3_mprintf("%s", t);
+        o->n_map++;
+        if (!o->map_from[o->n_map - 1] || !o->map_to[o->n_map - 1]) goto nomem;
+    }
+    return 0;
+nomem:
+    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+    return 1;
 }
 
 /* Parses the options JSON (NULL: defaults) into o. 0 or an error. */
@@ -247,7 +337,7 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
             x = json_number_value(v);
             if (!isfinite(x) || x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
             /* open ends */
-            if (!strcmp(key, "lr") && (x <= 0 || x >= 1)) goto bad;
+            if ((!strcmp(key, "lr") || !strcmp(key, "head_lr")) && (x <= 0 || x >= 1)) goto bad;
             if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && x >= 1) goto bad;
             break;
         case OK_STR:
@@ -257,9 +347,13 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
             if (!json_is_boolean(v)) goto bad;
             x = json_is_true(v);
             break;
+        case OK_OBJ:
+            if (!json_is_object(v)) goto bad;
+            break;
         }
         if (!strcmp(key, "epochs")) o->t.epochs = (int)x;
         else if (!strcmp(key, "lr")) { o->t.lr = (float)x; o->lr_given = 1; }
+        else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
         else if (!strcmp(key, "batch_size")) o->t.batch_size = (int)x;
         else if (!strcmp(key, "accumulation")) o->t.accumulation = (int)x;
         else if (!strcmp(key, "max_length")) o->max_length = (int)x;
@@ -277,6 +371,9 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
         else if (!strcmp(key, "do_lower_case")) o->do_lower_case = (int)x;
         else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
         else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
+        else if (!strcmp(key, "labels")) {
+            if (parse_label_map(v, o, errmsg)) goto end;
+        }
         else if (!strcmp(key, "vocab")) {
             o->vocab_path = sqlite3_mprintf("%s", json_string_value(v));
             if (!o->vocab_path) {
@@ -344,6 +441,8 @@ typedef struct tr_state {
     char **labels;            /* first-appearance order (sqlite3_malloc'd) */
     int n_labels, cap_labels, all_int, last_label;
     int64_t rows, skipped, truncated;
+    float head_lr;            /* what the head was trained at */
+    int labels_mapped;        /* 1 by option "labels", 2 by the 0/1 convention */
     int failed;
     /* during training */
     sqlite3_stmt *probe;      /* SELECT 1: fails with SQLITE_INTERRUPT after sqlite3_interrupt */
@@ -370,6 +469,12 @@ static void state_free(tr_state *s)
     for (int i = 0; i < s->n_labels; i++) sqlite3_free(s->labels[i]);
     sqlite3_free(s->labels);
     sqlite3_free(s->o.vocab_path);
+    for (int i = 0; i < s->o.n_map; i++) {
+        sqlite3_free(s->o.map_from[i]);
+        sqlite3_free(s->o.map_to[i]);
+    }
+    sqlite3_free(s->o.map_from);
+    sqlite3_free(s->o.map_to);
     sqlite3_finalize(s->probe);
     free(s->log);
     sx_train_status_end(s->status);
@@ -411,6 +516,146 @@ static int read_file(const char *path, char **out, size_t *len)
     return 0;
 }
 
+/* ---- storing: the write lock ---------------------------------------------
+ *
+ * train() writes from inside the SELECT that feeds it its rows, and that
+ * statement holds a read transaction on the database. SQLite calls the busy
+ * handler only for a connection that asks for a lock while it holds no
+ * transaction: a reader asking to become the writer gets SQLITE_BUSY at
+ * once (btree.c, sqlite3BtreeBeginTrans: a writer that waits for this
+ * reader to finish could deadlock with it). So busy_timeout would never
+ * apply. train() therefore waits itself: while the write lock is busy it
+ * retries, sleeping in the steps of SQLite's default busy handler, until
+ * the connection's busy_timeout (PRAGMA busy_timeout) is spent or
+ * sqlite3_interrupt() is called. A handler set with sqlite3_busy_handler()
+ * cannot be called through SQLite's API (busy_timeout then reads 0): no
+ * wait. In WAL mode, once another connection has committed since the
+ * statement began reading, its snapshot can never become the writer
+ * (SQLITE_BUSY_SNAPSHOT): no wait either.
+ *
+ * The lock is taken for a moment on the first row (so a database that
+ * cannot be written fails before anything is trained) and again to store.
+ */
+
+static int busy_timeout_ms(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int ms = 0;
+    if (sqlite3_prepare_v2(db, "PRAGMA busy_timeout", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        ms = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return ms > 0 ? ms : 0;
+}
+
+static int on_interrupt(void *user);
+
+/* Sleeps before the next try after `tries` busy ones; 1 when the timeout is
+ * spent or the statement was interrupted (then *why says which). */
+static int busy_wait(tr_state *s, int tries, int timeout_ms, int *waited_ms, const char **why)
+{
+    static const int steps[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
+    int n = (int)(sizeof steps / sizeof steps[0]);
+    int d = tries < n ? steps[tries] : steps[n - 1];
+    if (*waited_ms >= timeout_ms) {
+        *why = "timeout";
+        return 1;
+    }
+    if (d > timeout_ms - *waited_ms) d = timeout_ms - *waited_ms;
+    sqlite3_sleep(d);
+    *waited_ms += d;
+    if (on_interrupt(s)) {
+        *why = "interrupted";
+        return 1;
+    }
+    return 0;
+}
+
+/* Takes the write lock inside the caller's savepoint with a write that
+ * changes nothing: the database header's user_version set to its value
+ * (undoing it is no schema change, which would abort the running
+ * statement). Returns the SQLite code; *ext the extended one, *errmsg
+ * SQLite's message. */
+static int take_write_lock(sqlite3 *db, int *ext, char **errmsg)
+{
+    sqlite3_stmt *st = NULL;
+    char sql[64];
+    int rc, v = 0;
+    *ext = SQLITE_OK;
+    rc = sqlite3_prepare_v2(db, "PRAGMA main.user_version", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            v = sqlite3_column_int(st, 0);
+            rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK) {
+        snprintf(sql, sizeof sql, "PRAGMA main.user_version = %d", v);
+        rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    }
+    if (rc != SQLITE_OK) {
+        *ext = sqlite3_extended_errcode(db);
+        *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+    }
+    return rc;
+}
+
+/* The reason a busy lock was given up, appended to the SQLite message. */
+static char *busy_reason(const char *msg, int ext, int waited_ms, int timeout_ms, const char *why)
+{
+    if (ext == SQLITE_BUSY_SNAPSHOT)
+        return sqlite3_mprintf("%s (another connection wrote to the database after this "
+                               "statement began reading it; waiting cannot help)",
+                               msg);
+    if (why && !strcmp(why, "interrupted"))
+        return sqlite3_mprintf("%s (interrupted after waiting %d ms)", msg, waited_ms);
+    if (!timeout_ms)
+        return sqlite3_mprintf("%s (busy_timeout is 0: not waiting; set PRAGMA busy_timeout)",
+                               msg);
+    return sqlite3_mprintf("%s (waited %d ms, the busy_timeout)", msg, waited_ms);
+}
+
+/* First row: can the model be stored at all? Takes the write lock for a
+ * moment (waiting as described above) and gives it back; creates nothing. */
+static int store_check(tr_state *s, char **errmsg)
+{
+    sqlite3 *db = s->c->db;
+    int timeout = busy_timeout_ms(db), waited = 0, ext, rc;
+    const char *why = NULL;
+    char *msg = NULL;
+    for (int tries = 0;; tries++) {
+        if (sqlite3_exec(db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL) != SQLITE_OK) {
+            *errmsg = sqlite3_mprintf("%s: cannot store model '%s' from inside a statement "
+                                      "that writes (INSERT ... SELECT train(...) or CREATE "
+                                      "TABLE ... AS): run train() in a SELECT of its own (%s)",
+                                      TRAIN_FN, s->name, sqlite3_errmsg(db));
+            return 1;
+        }
+        sqlite3_free(msg);
+        msg = NULL;
+        rc = take_write_lock(db, &ext, &msg);
+        sqlite3_exec(db, "ROLLBACK TO sentiment_train_probe", NULL, NULL, NULL);
+        sqlite3_exec(db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
+        if (rc == SQLITE_OK) return 0;
+        if ((rc & 0xff) != SQLITE_BUSY || ext == SQLITE_BUSY_SNAPSHOT ||
+            busy_wait(s, tries, timeout, &waited, &why))
+            break;
+    }
+    {
+        char *reason = (rc & 0xff) == SQLITE_BUSY
+                           ? busy_reason(msg ? msg : "database is locked", ext, waited, timeout, why)
+                           : sqlite3_mprintf("%s", msg ? msg : sqlite3_errstr(rc));
+        *errmsg = sqlite3_mprintf("%s: model '%s' could not be stored in this database: %s; "
+                                  "nothing was trained",
+                                  TRAIN_FN, s->name, reason ? reason : "out of memory");
+        sqlite3_free(reason);
+    }
+    sqlite3_free(msg);
+    return 1;
+}
+
 /* First-row setup: name, options, base, tokenizer, dataset. */
 static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value **argv,
                       char **errmsg)
@@ -447,16 +692,14 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
     }
     (void)ctx;
     /* Storing needs a savepoint, which SQLite refuses while a statement
-     * writes (INSERT ... SELECT train(...), CREATE TABLE ... AS): say so
-     * now rather than after training. */
-    if (sqlite3_exec(s->c->db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL) != SQLITE_OK) {
-        *errmsg = sqlite3_mprintf("%s: cannot store model '%s' from inside a statement that "
-                                  "writes (INSERT ... SELECT train(...) or CREATE TABLE ... AS): "
-                                  "run train() in a SELECT of its own (%s)",
-                                  TRAIN_FN, s->name, sqlite3_errmsg(s->c->db));
+     * writes (INSERT ... SELECT train(...), CREATE TABLE ... AS), and the
+     * write lock: say so now rather than after training. */
+    if (!s->probe &&
+        sqlite3_prepare_v2(s->c->db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK) {
+        *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
         return 1;
     }
-    sqlite3_exec(s->c->db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
+    if (store_check(s, errmsg)) return 1;
     if (!s->o.none) {
         char *inner = NULL;
         if (sx_model_resolve(s->c, TRAIN_FN, s->o.base, &s->base, &inner)) {
@@ -801,17 +1044,42 @@ end:
 
 /* ---- the final step ----------------------------------------------------- */
 
+/* The head's peak learning rate: the option, else TRAIN_HEAD_LR (or lr when
+ * larger) for a fresh head on a trained encoder, else lr. A fresh head
+ * starts from random weights and at the encoder's rate barely moves in one
+ * epoch; the encoder, already trained, needs the small rate. */
+/* The encoder's default peak rate under a fresh head on a trained base
+ * (option "lr" not given): 5e-5 (the usual BERT-base rate) times
+ * (768 / hidden)^2, from 5e-5 to 1e-3: 1e-3 for the 128-wide built-in
+ * model, 4.5e-4 at 256, 2e-4 at 384, 5e-5 at 768 and wider. Measured on
+ * SMP2020-EWECT (6 emotions, 1 epoch, built-in base): a fresh head needs
+ * the encoder to move as well, and a narrow encoder needs a larger rate
+ * for it (see the README). A kept head keeps 5e-5. */
+static float fresh_head_encoder_lr(int hidden)
+{
+    double r = 768.0 / (hidden > 0 ? hidden : 768);
+    double lr = 5e-5 * r * r;
+    if (lr < 5e-5) lr = 5e-5;
+    if (lr > 1e-3) lr = 1e-3;
+    return (float)lr;
+}
+
+static float train_head_lr(const tr_opts *o, int kept)
+{
+    if (o->head_lr > 0) return o->head_lr;
+    if (o->none || kept) return o->t.lr;
+    return o->t.lr > TRAIN_HEAD_LR ? o->t.lr : TRAIN_HEAD_LR;
+}
+
 static void json_num(sqlite3_str *s, double x)
 {
     if (isfinite(x)) sqlite3_str_appendf(s, "%.6g", x);
     else sqlite3_str_appendall(s, "null");
 }
 
-static int write_log(tr_state *s, int64_t version, char **errmsg)
+static int create_log_table(sqlite3 *db)
 {
-    sqlite3 *db = s->c->db;
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_exec(db,
+    return sqlite3_exec(db,
                           "CREATE TABLE IF NOT EXISTS main.sentiment_train_log(\n"
                           "  model TEXT NOT NULL,\n"
                           "  version INTEGER NOT NULL,\n"
@@ -826,6 +1094,13 @@ static int write_log(tr_state *s, int64_t version, char **errmsg)
                           "  seconds REAL\n"
                           ")",
                           NULL, NULL, NULL);
+}
+
+static int write_log(tr_state *s, int64_t version, char **errmsg)
+{
+    sqlite3 *db = s->c->db;
+    sqlite3_stmt *st = NULL;
+    int rc = create_log_table(db);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(db,
                                 "INSERT INTO main.sentiment_train_log VALUES "
@@ -848,8 +1123,7 @@ static int write_log(tr_state *s, int64_t version, char **errmsg)
         sqlite3_reset(st);
     }
     if (rc != SQLITE_OK)
-        *errmsg = sqlite3_mprintf("%s: cannot write sentiment_train_log: %s", TRAIN_FN,
-                                  sqlite3_errmsg(db));
+        *errmsg = sqlite3_mprintf("cannot write sentiment_train_log: %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
     return rc;
 }
@@ -876,8 +1150,29 @@ static char *report_json(const tr_state *s, int64_t version, int kept,
         if (i) sqlite3_str_appendchar(j, 1, ',');
         sx_json_string(j, cfg->id2label[i]);
     }
-    sqlite3_str_appendf(j, "],\"max_length\":%d,\"epochs\":%d,\"train_loss\":[", s->max_len,
-                        r->epochs);
+    sqlite3_str_appendchar(j, 1, ']');
+    if (s->labels_mapped) {
+        /* what each label of the data was trained as */
+        sqlite3_str_appendall(j, ",\"label_map\":{");
+        if (s->labels_mapped == 2) {
+            sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"}");
+        } else {
+            for (int i = 0; i < s->o.n_map; i++) {
+                if (i) sqlite3_str_appendchar(j, 1, ',');
+                sx_json_string(j, s->o.map_from[i]);
+                sqlite3_str_appendchar(j, 1, ':');
+                sx_json_string(j, s->o.map_to[i]);
+            }
+            sqlite3_str_appendchar(j, 1, '}');
+        }
+        sqlite3_str_appendf(j, ",\"label_map_by\":\"%s\"",
+                            s->labels_mapped == 2 ? "convention" : "option");
+    }
+    sqlite3_str_appendf(j, ",\"max_length\":%d,\"epochs\":%d,\"lr\":", s->max_len, r->epochs);
+    json_num(j, s->o.t.lr);
+    sqlite3_str_appendall(j, ",\"head_lr\":");
+    json_num(j, s->head_lr);
+    sqlite3_str_appendall(j, ",\"train_loss\":[");
     for (int i = 0; i < r->epochs; i++) {
         if (i) sqlite3_str_appendchar(j, 1, ',');
         json_num(j, r->train_loss[i]);
@@ -931,6 +1226,137 @@ static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
     return 0;
 }
 
+/* Stores the model and its training log in one savepoint, waiting for the
+ * write lock as store_check does. 0, or 1 with *errmsg the reason (not
+ * naming the function), the database as it was. */
+static char *report_json(const tr_state *s, int64_t version, int kept,
+                         const bert_config *cfg, const trainer_result *r);
+
+static int store_model(tr_state *s, const char *config, const char *vocab, size_t vocab_len,
+                       const char *labels_js, const char *metrics, const void *weights,
+                       size_t weights_len, int kept, const bert_config *cfg,
+                       const trainer_result *res, int64_t *version, char **report,
+                       char **errmsg)
+{
+    sqlite3 *db = s->c->db;
+    int timeout = busy_timeout_ms(db), waited = 0, ext = SQLITE_OK, rc, committing = 0;
+    const char *why = NULL;
+    char *msg = NULL;
+    for (int tries = 0;; tries++) {
+        sqlite3_free(msg);
+        msg = NULL;
+        rc = sqlite3_exec(db, "SAVEPOINT sentiment_train", NULL, NULL, NULL);
+        if (rc != SQLITE_OK) {
+            msg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+            break;
+        }
+        rc = take_write_lock(db, &ext, &msg);
+        if (rc == SQLITE_OK && !sx_store_exists(db)) {
+            /* The table is created and committed on its own: undoing a
+             * schema change would abort the statement train() runs in. */
+            rc = sx_store_ensure(db, &msg);
+            if (rc == SQLITE_OK) rc = create_log_table(db);
+            if (rc == SQLITE_OK) rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+            if (rc == SQLITE_OK) {
+                tries--; /* not a busy try: start again with the tables there */
+                continue;
+            }
+        }
+        if (rc == SQLITE_OK)
+            rc = sx_store_put(db, s->name, config, strlen(config), vocab, vocab_len, labels_js,
+                              metrics, weights, weights_len, version, &msg);
+        if (rc == SQLITE_OK) {
+            rc = write_log(s, *version, &msg);
+        }
+        if (rc == SQLITE_OK) {
+            /* before the commit: nothing may fail after it */
+            *report = report_json(s, *version, kept, cfg, res);
+            if (!*report) {
+                rc = SQLITE_NOMEM;
+                msg = sqlite3_mprintf("out of memory");
+            }
+        }
+        if (rc == SQLITE_OK) {
+            rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+            if (rc == SQLITE_OK) return 0;
+            sqlite3_free(*report);
+            *report = NULL;
+            /* the commit itself failed (SQLite's busy handler already ran) */
+            msg = sqlite3_mprintf("cannot commit: %s", sqlite3_errmsg(db));
+            committing = 1;
+        }
+        sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
+        sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+        if (committing || (rc & 0xff) != SQLITE_BUSY || ext == SQLITE_BUSY_SNAPSHOT ||
+            busy_wait(s, tries, timeout, &waited, &why))
+            break;
+    }
+    if ((rc & 0xff) == SQLITE_BUSY && ext != SQLITE_OK)
+        *errmsg = busy_reason(msg ? msg : "database is locked", ext, waited, timeout, why);
+    else
+        *errmsg = sqlite3_mprintf("%s", msg ? msg : sqlite3_errstr(rc));
+    sqlite3_free(msg);
+    return 1;
+}
+
+/* Renames the data's labels to the model's: by option "labels", else, on
+ * a base whose head is exactly negative/positive, the labels 0 and 1 (the
+ * convention of the public binary sets: 1 positive, 0 negative) when they
+ * are the whole label set. The classes keep their dataset indices. */
+static int map_labels(tr_state *s, char **errmsg)
+{
+    if (s->o.map_given) {
+        for (int i = 0; i < s->n_labels; i++) {
+            int j;
+            for (j = 0; j < s->o.n_map; j++)
+                if (!strcmp(s->o.map_from[j], s->labels[i])) break;
+            if (j == s->o.n_map) {
+                if (!s->o.n_map) continue; /* {}: the data's labels as they are */
+                sqlite3_str *k = sqlite3_str_new(NULL);
+                for (j = 0; j < s->o.n_map; j++)
+                    sqlite3_str_appendf(k, "%s'%s'", j ? ", " : "", s->o.map_from[j]);
+                char *keys = sqlite3_str_finish(k);
+                *errmsg = sqlite3_mprintf("%s: label '%s' is in the data but not in option "
+                                          "'labels' (which maps %s); map every label of the data",
+                                          TRAIN_FN, s->labels[i], keys ? keys : "");
+                sqlite3_free(keys);
+                return 1;
+            }
+            char *t = sqlite3_mprintf("%s", s->o.map_to[j]);
+            if (!t) goto nomem;
+            sqlite3_free(s->labels[i]);
+            s->labels[i] = t;
+            s->labels_mapped = 1;
+        }
+        if (s->labels_mapped) s->all_int = 0;
+        return 0;
+    }
+    if (s->o.none || !s->base || s->n_labels != 2 || !s->all_int) return 0;
+    const bert_config *cfg = &s->base->bert->cfg;
+    if (cfg->num_labels != 2 || bert_config_label_index(cfg, "negative") < 0 ||
+        bert_config_label_index(cfg, "positive") < 0)
+        return 0;
+    int i0 = !strcmp(s->labels[0], "0") ? 0 : !strcmp(s->labels[1], "0") ? 1 : -1;
+    int i1 = !strcmp(s->labels[0], "1") ? 0 : !strcmp(s->labels[1], "1") ? 1 : -1;
+    if (i0 < 0 || i1 < 0) return 0;
+    char *neg = sqlite3_mprintf("negative"), *pos = sqlite3_mprintf("positive");
+    if (!neg || !pos) {
+        sqlite3_free(neg);
+        sqlite3_free(pos);
+        goto nomem;
+    }
+    sqlite3_free(s->labels[i0]);
+    sqlite3_free(s->labels[i1]);
+    s->labels[i0] = neg;
+    s->labels[i1] = pos;
+    s->labels_mapped = 2;
+    s->all_int = 0;
+    return 0;
+nomem:
+    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+    return 1;
+}
+
 static void train_final(sqlite3_context *ctx)
 {
     tr_state **pp = sqlite3_aggregate_context(ctx, 0);
@@ -944,7 +1370,7 @@ static void train_final(sqlite3_context *ctx)
     size_t weights_len = 0, vocab_len = 0;
     bert_model *m = NULL;
     trainer_result res;
-    int kept = 0, in_savepoint = 0, rc;
+    int kept = 0, rc;
     int64_t version = 0;
 
     memset(&res, 0, sizeof res);
@@ -955,7 +1381,8 @@ static void train_final(sqlite3_context *ctx)
     }
     if (s->failed) goto end; /* the error is already the statement's */
     db = s->c->db;
-    if (sqlite3_prepare_v2(db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK) goto nomem;
+    if (!s->probe && sqlite3_prepare_v2(db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK)
+        goto nomem;
     if (on_interrupt(s)) {
         errmsg = sqlite3_mprintf("%s: interrupted; nothing was stored", TRAIN_FN);
         goto end;
@@ -979,6 +1406,7 @@ static void train_final(sqlite3_context *ctx)
         goto end;
     }
     if (sx_engine_backend(s->c, TRAIN_FN, &errmsg)) goto end;
+    if (map_labels(s, &errmsg)) goto end;
 
     /* The model, its head fitted to the labels in dataset order. */
     if (s->o.none) {
@@ -1039,6 +1467,11 @@ static void train_final(sqlite3_context *ctx)
     {
         trainer_options t = s->o.t;
         t.max_length = s->max_len;
+        if (!s->o.lr_given && !s->o.none && !kept) {
+            s->o.t.lr = fresh_head_encoder_lr(m->cfg.hidden_size);
+            t.lr = s->o.t.lr;
+        }
+        t.head_lr = s->head_lr = train_head_lr(&s->o, kept);
         t.interrupt = on_interrupt;
         t.progress = on_progress;
         t.user = s;
@@ -1091,38 +1524,33 @@ static void train_final(sqlite3_context *ctx)
         errmsg = sqlite3_mprintf("%s: interrupted; nothing was stored", TRAIN_FN);
         goto end;
     }
-    rc = sqlite3_exec(db, "SAVEPOINT sentiment_train", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
-        errmsg = sqlite3_mprintf("%s: cannot store model '%s': %s", TRAIN_FN, s->name,
-                                 sqlite3_errmsg(db));
-        goto end;
-    }
-    in_savepoint = 1;
-    if (sx_store_put(db, s->name, config, strlen(config), vocab, vocab_len, labels_js, metrics,
-                     weights, weights_len, &version, &errmsg) != SQLITE_OK) {
-        char *inner = errmsg;
-        errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, inner ? inner : "cannot store the model");
+    if (store_model(s, config, vocab, vocab_len, labels_js, metrics, weights, weights_len, kept,
+                    &m->cfg, &res, &version, &report, &errmsg)) {
+        /* Trained but not stored: keep the model on this connection. */
+        char *reason = errmsg, *inner = NULL;
+        errmsg = NULL;
+        if (!sx_model_register_memory(s->c, TRAIN_FN, s->name, &m, &inner))
+            errmsg = sqlite3_mprintf("%s: model '%s' trained but not stored: %s; it is usable on "
+                                     "this connection as '%s' (source 'memory' in "
+                                     "sentiment_models) until the connection closes; store it "
+                                     "with SELECT sentiment_save('%q', '%q')",
+                                     TRAIN_FN, s->name, reason ? reason : "out of memory",
+                                     s->name, s->name, s->name);
+        else
+            errmsg = sqlite3_mprintf("%s: model '%s' trained but not stored: %s; it could not be "
+                                     "kept in memory either: %s",
+                                     TRAIN_FN, s->name, reason ? reason : "out of memory",
+                                     inner ? inner : "out of memory");
+        sqlite3_free(reason);
         sqlite3_free(inner);
         goto end;
     }
-    if (write_log(s, version, &errmsg) != SQLITE_OK) goto end;
-    report = report_json(s, version, kept, &m->cfg, &res);
-    if (!report) goto nomem;
+    sx_model_drop_memory(s->c, s->name); /* a stored version replaces it */
     goto end;
 nomem:
     sqlite3_free(errmsg);
     errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
 end:
-    if (in_savepoint) {
-        if (errmsg) sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
-        if (sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL) != SQLITE_OK &&
-            !errmsg) {
-            errmsg = sqlite3_mprintf("%s: cannot commit model '%s': %s", TRAIN_FN, s->name,
-                                     sqlite3_errmsg(db));
-            sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
-            sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
-        }
-    }
     if (s && !s->failed) {
         if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
         else if (report) {

@@ -36,6 +36,12 @@ void adamw_hparams_default(adamw_hparams *h)
     h->eps = 1e-8f;
     h->weight_decay = 0.01f;
     h->grad_clip = 1.0f;
+    h->head_lr = 0.0f;
+}
+
+static int is_head(const char *name)
+{
+    return !strncmp(name, "classifier.", 11);
 }
 
 static int no_decay(const char *name)
@@ -87,12 +93,13 @@ int adamw_create_table(backend *be, const bert_param_spec *specs, int n_specs,
     o->runs = calloc((size_t)(n_specs ? n_specs : 1), sizeof *o->runs);
     if (!o->runs) goto nomem;
     for (int i = 0; i < n_specs; i++) {
-        int decay = !no_decay(specs[i].name);
+        int decay = !no_decay(specs[i].name), head = is_head(specs[i].name);
         decay_run *last = o->n_runs ? &o->runs[o->n_runs - 1] : NULL;
-        if (last && last->decay == decay && last->offset + last->n == specs[i].offset) {
+        if (last && last->decay == decay && last->head == head &&
+            last->offset + last->n == specs[i].offset) {
             last->n += specs[i].numel;
         } else {
-            o->runs[o->n_runs++] = (decay_run){specs[i].offset, specs[i].numel, decay};
+            o->runs[o->n_runs++] = (decay_run){specs[i].offset, specs[i].numel, decay, head};
         }
     }
     o->m = be->alloc(be, total * sizeof(float));
@@ -156,10 +163,16 @@ int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
         float c = h->grad_clip / (norm + 1e-6f);
         if (c < 1.0f) coef = c;
     }
+    /* the head's rate: the same schedule, scaled (float math as torch's
+     * per-group lr would be: one multiply) */
+    float head_lr = lr;
+    if (h->head_lr > 0 && h->lr > 0 && h->head_lr != h->lr)
+        head_lr = (float)((double)lr * ((double)h->head_lr / (double)h->lr));
     o->t++;
     if (!strcmp(be->name, "cpu")) {
         adamw_cpu_fused(backend_cpu_threads(be), params, grads, o->m, o->v, o->runs, o->n_runs,
-                        o->n, coef, lr, h->beta1, h->beta2, h->eps, h->weight_decay, o->t);
+                        o->n, coef, lr, head_lr, h->beta1, h->beta2, h->eps, h->weight_decay,
+                        o->t);
         return SM_OK;
     }
     if (coef < 1.0f && (rc = be->scale(be, grads, o->n, coef)))
@@ -167,7 +180,7 @@ int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
     for (int i = 0; i < o->n_runs; i++) {
         const decay_run *r = &o->runs[i];
         rc = be->adamw(be, params + r->offset, grads + r->offset, o->m + r->offset,
-                       o->v + r->offset, r->n, lr, h->beta1, h->beta2, h->eps,
+                       o->v + r->offset, r->n, r->head ? head_lr : lr, h->beta1, h->beta2, h->eps,
                        r->decay ? h->weight_decay : 0.0f, o->t);
         if (rc) return sm_error(err, rc, "%s backend: AdamW failed", be->name);
     }

@@ -5,6 +5,9 @@
  * layout (bert_param_table). Weight decay is decoupled (AdamW) and applies to
  * every tensor except biases and LayerNorm weights, the Hugging Face Trainer
  * rule; the update is torch.optim.AdamW's, bias correction included.
+ * Two parameter groups, as torch's param_groups: the classification head
+ * (classifier.weight, classifier.bias) may have its own learning rate
+ * (adamw_hparams.head_lr), everything else has lr.
  */
 #ifndef SM_OPTIMIZER_H
 #define SM_OPTIMIZER_H
@@ -20,10 +23,13 @@ typedef struct adamw_hparams {
     float eps;           /* 1e-8 */
     float weight_decay;  /* e.g. 0.01; 0 disables */
     float grad_clip;     /* max global L2 norm; <= 0 disables */
+    float head_lr;       /* peak learning rate of the classification head
+                            (tensors named classifier.*); 0: lr. The head
+                            follows the same schedule, scaled by head_lr / lr */
 } adamw_hparams;
 
 /* Fills the torch defaults: lr 5e-5, betas (0.9, 0.999), eps 1e-8, weight
- * decay 0.01, clipping at 1.0. */
+ * decay 0.01, clipping at 1.0; head_lr 0 (the head at lr). */
 void adamw_hparams_default(adamw_hparams *h);
 
 typedef struct adamw adamw;
@@ -51,7 +57,8 @@ int adamw_reset(adamw *o, char *err);
  * fixed summation order. */
 int grad_global_norm(adamw *o, const float *grads, float *norm, char *err);
 
-/* One optimizer step at learning rate lr: clips the gradients in place to
+/* One optimizer step at learning rate lr (the head's: lr * head_lr / h->lr
+ * when h->head_lr > 0): clips the gradients in place to
  * h->grad_clip (torch.nn.utils.clip_grad_norm_: scale by
  * clip / (norm + 1e-6) when that is below 1), then AdamW. *norm_out (may be
  * NULL) gets the norm before clipping. A non-finite norm is an error and

@@ -32,12 +32,19 @@ static void adamw_span(float *p, float *g, float *m, float *v, size_t n, float c
 
 void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
                      const adamw_cpu_run *runs, int n_runs, size_t total, float coef, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, int t)
+                     float head_lr, float beta1, float beta2, float eps, float weight_decay,
+                     int t)
 {
-    /* The scalars as torch computes them (in double), applied in float. */
+    /* The scalars as torch computes them (in double), applied in float;
+     * index 0 for the encoder's group, 1 for the head's. */
     double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
-    float with_decay = weight_decay != 0.0f ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
-    float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float lrs[2] = {lr, head_lr};
+    float with_decay[2], step[2];
+    for (int k = 0; k < 2; k++) {
+        with_decay[k] = weight_decay != 0.0f ? (float)(1.0 - (double)lrs[k] * weight_decay) : 1.0f;
+        step[k] = (float)(lrs[k] / bc1);
+    }
+    float bc2_sqrt = (float)sqrt(bc2);
     float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
     int nt = total < 65536 ? 1 : threads;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -45,11 +52,13 @@ void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *
         size_t lo = total * c / nt, hi = total * (c + 1) / nt;
         for (int r = 0; r < n_runs; r++) {
             size_t a = runs[r].offset, b = runs[r].offset + runs[r].n;
+            int k = runs[r].head != 0;
             a = a > lo ? a : lo;
             b = b < hi ? b : hi;
             if (b <= a) continue;
             adamw_span(params + a, grads + a, m + a, v + a, b - a, coef,
-                       runs[r].decay ? with_decay : 1.0f, step, bc2_sqrt, a1, beta2, a2, eps);
+                       runs[r].decay ? with_decay[k] : 1.0f, step[k], bc2_sqrt, a1, beta2, a2,
+                       eps);
         }
     }
 }

@@ -6,17 +6,21 @@
 
 #include <stddef.h>
 
-/* A range of the arena that shares a weight-decay setting. */
+/* A range of the arena that shares a weight-decay setting and a learning
+ * rate group (0: the encoder, 1: the classification head). */
 typedef struct adamw_cpu_run {
     size_t offset, n;
     int decay;
+    int head;
 } adamw_cpu_run;
 
 /* grads *= coef (clipping; 1: none), then one AdamW step (t >= 1, as the
- * backend's adamw op) on each run, with weight_decay where run.decay; total
- * is the arena's size; floats outside the runs are left alone. */
+ * backend's adamw op) on each run, with weight_decay where run.decay, at
+ * learning rate lr, or head_lr where run.head; total is the arena's size;
+ * floats outside the runs are left alone. */
 void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
                      const adamw_cpu_run *runs, int n_runs, size_t total, float coef, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, int t);
+                     float head_lr, float beta1, float beta2, float eps, float weight_decay,
+                     int t);
 
 #endif

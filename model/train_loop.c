@@ -72,6 +72,9 @@ int loop_check_optimizer(const loop_options *o, char *err)
     if (!(o->warmup_ratio >= 0 && o->warmup_ratio <= 1))
         return sm_error(err, SM_ERR_INVALID, "warmup_ratio %g: expected 0..1",
                         (double)o->warmup_ratio);
+    if (!(o->head_lr >= 0 && o->head_lr < 1))
+        return sm_error(err, SM_ERR_INVALID, "head_lr %g: expected 0 <= lr < 1 (0: lr)",
+                        (double)o->head_lr);
     if (isnan(o->grad_clip)) return sm_error(err, SM_ERR_INVALID, "grad_clip: not a number");
     if (!(o->dropout < 1))
         return sm_error(err, SM_ERR_INVALID, "dropout %g: expected < 1 (negative: the config's)",
@@ -255,7 +258,8 @@ static int step(train_loop *L, const loop_hooks *h, int epoch, const int *idx, i
 int loop_run(train_loop *L, const loop_hooks *h, char *err)
 {
     const loop_options *o = &L->o;
-    adamw_hparams hp = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
+    adamw_hparams hp = {o->lr,           o->beta1,     o->beta2,  o->eps,
+                        o->weight_decay, o->grad_clip, o->head_lr};
     loop_report r;
     int rc;
     for (int epoch = 1; epoch <= o->epochs && L->step < L->total_steps; epoch++) {

@@ -29,6 +29,7 @@ typedef struct loop_options {
     int epochs;
     long max_steps;           /* 0: all epochs */
     float lr;
+    float head_lr;            /* the classification head's peak rate; 0: lr */
     int batch_size, accumulation, max_length;
     float valid_fraction;
     uint64_t seed;
@@ -40,7 +41,8 @@ typedef struct loop_options {
 } loop_options;
 
 /* A loop_options from a trainer_options or pretrain_options pointer (the
- * fields have the same names). */
+ * fields have the same names); head_lr, trainer_options' own, is set by
+ * trainer_run. */
 #define LOOP_OPTIONS(o, max_steps_)                                                         \
     ((loop_options){.epochs = (o)->epochs, .max_steps = (max_steps_), .lr = (o)->lr,      \
                     .batch_size = (o)->batch_size, .accumulation = (o)->accumulation,     \

@@ -374,6 +374,8 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
     loop_options lo = LOOP_OPTIONS(o, 0);
     int rc = SM_OK;
 
+    lo.head_lr = o->head_lr;
+
     memset(res, 0, sizeof *res);
     res->best_accuracy = NAN;
     if ((rc = loop_check_sizes(&lo, err)) || (rc = loop_check_optimizer(&lo, err))) return rc;

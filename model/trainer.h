@@ -84,6 +84,9 @@ typedef struct trainer_progress {
 typedef struct trainer_options {
     int epochs;              /* 3 */
     float lr;                /* 5e-5 */
+    float head_lr;           /* 0: lr; else the classification head's peak
+                                learning rate (its own AdamW group, same
+                                schedule); train() sets it for fresh heads */
     int batch_size;          /* 32 examples per optimizer step */
     int accumulation;        /* 1: micro-batches per step (memory holds
                                 ceil(batch_size / accumulation) examples) */
