@@ -110,7 +110,7 @@
  *   train(): model 'm' trained but not stored: database is locked (waited
  *   2000 ms, the busy_timeout); it is usable on this connection as 'm'
  *   (source 'memory' in sentiment_models) until the connection closes;
- *   store it with SELECT sentiment_save('m', 'm')
+ *   store it with SELECT sentiment_save('m')
  *
  * Training log. Every optimizer step and every epoch end is recorded in
  * the table sentiment_train_log (created on first use) with the model's
@@ -1533,9 +1533,9 @@ static void train_final(sqlite3_context *ctx)
             errmsg = sqlite3_mprintf("%s: model '%s' trained but not stored: %s; it is usable on "
                                      "this connection as '%s' (source 'memory' in "
                                      "sentiment_models) until the connection closes; store it "
-                                     "with SELECT sentiment_save('%q', '%q')",
+                                     "with SELECT sentiment_save('%q')",
                                      TRAIN_FN, s->name, reason ? reason : "out of memory",
-                                     s->name, s->name, s->name);
+                                     s->name, s->name);
         else
             errmsg = sqlite3_mprintf("%s: model '%s' trained but not stored: %s; it could not be "
                                      "kept in memory either: %s",

@@ -215,13 +215,13 @@ static void test_store_lock_held_keeps_model(void **state)
     const char *want = "train(): model 'm' trained but not stored: database is locked (waited 300 "
                        "ms, the busy_timeout); it is usable on this connection as 'm' (source "
                        "'memory' in sentiment_models) until the connection closes; store it with "
-                       "SELECT sentiment_save('m', 'm')";
+                       "SELECT sentiment_save('m')";
     if (strcmp(out, want)) fail_msg("got '%s'\nwant '%s'", out, want);
     free(out);
     assert_int_equal(stored_versions(db), 0);
     expect_text(db, "SELECT source FROM sentiment_models WHERE name = 'm'", "memory");
     expect_text(db, "SELECT sentiment('这家酒店很好很满意', 'm') IN ('negative', 'positive')", "1");
-    expect_text(db, "SELECT sentiment_save('m', 'm')", "1");
+    expect_text(db, "SELECT sentiment_save('m')", "1");
     expect_text(db, "SELECT group_concat(source) FROM sentiment_models WHERE name = 'm'", "database");
     sqlite3_close(db);
     remove_db(path);
@@ -335,7 +335,7 @@ static void test_wal_snapshot_keeps_model(void **state)
     if (took > 8) fail_msg("took %.1fs: it waited", took);
     free(out);
     expect_text(db, "SELECT source FROM sentiment_models WHERE name = 'm'", "memory");
-    expect_text(db, "SELECT sentiment_save('m', 'm')", "1");
+    expect_text(db, "SELECT sentiment_save('m')", "1");
     sqlite3_close(db);
     remove_db(path);
 }
