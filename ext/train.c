@@ -848,6 +848,18 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         if (state_init(s, ctx, argc, argv, &errmsg)) goto fail;
     }
     if (s->failed) return;
+    {
+        /* the model is named once: a name that changes row to row is a
+         * mistake (one model is trained), not a choice made on the first */
+        const char *again = (const char *)sqlite3_value_text(argv[0]);
+        if (sqlite3_value_type(argv[0]) != SQLITE_TEXT || !again || strcmp(again, s->name)) {
+            errmsg = sqlite3_mprintf("%s: the model name must be the same in every row; got '%s' "
+                                     "in row %lld after '%s'",
+                                     TRAIN_FN, again ? again : "NULL",
+                                     (long long)(s->rows + s->skipped + 1), s->name);
+            goto fail;
+        }
+    }
     if (sx_value_text(argv[1], &text, &len) != SQLITE_OK) goto nomem;
     if (!text || sqlite3_value_type(argv[2]) == SQLITE_NULL) {
         s->skipped++;
