@@ -115,6 +115,7 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "file_read.h"
 #include "safetensors.h"
 #include "sentiment_ext.h"
 #include "trainer.h"
@@ -373,41 +374,6 @@ static void state_free(tr_state *s)
     sqlite3_free(s);
 }
 
-static int read_file(const char *path, char **out, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    *out = NULL;
-    if (!f) return errno ? errno : EIO;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            size_t nc = cap ? cap * 2 : 131072;
-            char *p = realloc(buf, nc);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                return ENOMEM;
-            }
-            buf = p;
-            cap = nc;
-        }
-        size_t got = fread(buf + n, 1, 65536, f);
-        n += got;
-        if (got < 65536) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return EIO;
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 /* First-row setup: name, options, base, tokenizer, dataset. */
 static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value **argv,
                       char **errmsg)
@@ -489,10 +455,9 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
     } else {
         s->max_len = s->o.max_length;
         if (s->o.vocab_path) {
-            int e = read_file(s->o.vocab_path, &s->vocab_file, &s->vocab_file_len);
-            if (e) {
-                *errmsg = sqlite3_mprintf("%s: option 'vocab': cannot read '%s': %s", TRAIN_FN,
-                                          s->o.vocab_path, strerror(e));
+            if (sm_file_read(s->o.vocab_path, SM_FILE_MAX_VOCAB, &s->vocab_file,
+                             &s->vocab_file_len, err) != SM_OK) {
+                *errmsg = sqlite3_mprintf("%s: option 'vocab': %s", TRAIN_FN, err);
                 return 1;
             }
             if (tokenizer_load_buffer(s->vocab_file, s->vocab_file_len, s->o.do_lower_case,
