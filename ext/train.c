@@ -388,7 +388,8 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
                                   TRAIN_FN);
         return 1;
     }
-    name = (const char *)sqlite3_value_text(argv[0]);
+    name = sx_arg_name(argv[0], TRAIN_FN, "model name", errmsg);
+    if (!name && !*errmsg) *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
     if (!name || sx_model_name_check(TRAIN_FN, name, 1, errmsg)) return 1;
     snprintf(s->name, sizeof s->name, "%s", name);
     if (argc > 3 && sqlite3_value_type(argv[3]) != SQLITE_NULL) {
@@ -398,7 +399,9 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
                                       TRAIN_FN);
             return 1;
         }
-        if (parse_options((const char *)sqlite3_value_text(argv[3]), &s->o, errmsg)) return 1;
+        const char *opts = sx_arg_name(argv[3], TRAIN_FN, "options text", errmsg);
+        if (!opts && !*errmsg) *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+        if (!opts || parse_options(opts, &s->o, errmsg)) return 1;
     } else if (parse_options(NULL, &s->o, errmsg)) {
         return 1;
     }
@@ -1128,7 +1131,8 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                                  fn);
         goto end;
     }
-    name = (const char *)sqlite3_value_text(argv[0]);
+    name = sx_arg_name(argv[0], fn, "model name", &errmsg);
+    if (!name) goto end;
     if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
         errmsg = sqlite3_mprintf("%s: expected a version number (INTEGER >= 1) as the second "
                                  "argument",
