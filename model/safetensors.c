@@ -22,6 +22,7 @@
 
 #include "errors.h"
 #include "file_read.h"
+#include "parse_error.h"
 
 /* A header larger than this is treated as corrupt (real ones are < 1 MB). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
@@ -349,9 +350,7 @@ static int parse_header(safetensors *st, const char *hdr, size_t hdr_len,
     json_error_t jerr;
     json_t *root = json_loadb(hdr, hdr_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        rc = sm_error(err, SM_ERR_FORMAT,
-                      "safetensors: header is not valid JSON (line %d, "
-                      "column %d): %s", jerr.line, jerr.column, jerr.text);
+        rc = sm_json_parse_error(err, "safetensors: header is not valid JSON", &jerr);
         goto fail;
     }
     if (!json_is_object(root)) {

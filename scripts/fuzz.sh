@@ -26,8 +26,8 @@ mkdir -p "$OUT"
 # The sources each target needs: its parser and the error helper.
 sources() {
     case $1 in
-    safetensors) echo "model/safetensors.c model/errors.c" ;;
-    config) echo "model/config.c model/errors.c" ;;
+    safetensors) echo "model/safetensors.c model/errors.c model/file_read.c model/parse_error.c" ;;
+    config) echo "model/config.c model/errors.c model/parse_error.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config)" >&2; exit 2 ;;
     esac
 }
