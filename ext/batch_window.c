@@ -112,7 +112,13 @@ static void bwStep(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                              "sentiment_models, e.g. 'default'");
                 return;
             }
-            name = (const char *)sqlite3_value_text(argv[1]);
+            name = sx_arg_name(argv[1], k_fn, "model name", &errmsg);
+            if (!name) {
+                if (!errmsg) goto nomem;
+                fail(ctx, p, errmsg);
+                sqlite3_free(errmsg);
+                return;
+            }
         }
         if (sx_model_resolve(c, k_fn, name, &p->m, &errmsg)) {
             fail(ctx, p, errmsg ? errmsg : k_fn);

@@ -495,8 +495,12 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
             if (sqlite3_value_type(argv[a]) == SQLITE_NULL) {
                 arg[bit] = NULL;
             } else {
+                static const char *const what[] = {"source", "column name", "model name"};
                 arg[bit] = (const char *)sqlite3_value_text(cur->args[bit]);
                 if (!arg[bit]) return SQLITE_NOMEM;
+                if (sx_arg_has_nul(cur->args[bit]))
+                    return set_error(cur, sqlite3_mprintf("%s: %s contains a NUL byte", k_fn,
+                                                          what[bit]));
             }
         } else {
             sqlite3_int64 bs = sqlite3_value_int64(argv[a]);

@@ -161,6 +161,10 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     char *errmsg = NULL;
     int64_t n = 0;
 
+    if (sx_arg_has_nul(argv[0])) {
+        errmsg = sqlite3_mprintf("%s: key contains a NUL byte", fn);
+        goto end;
+    }
     if (!key || (strcmp(key, "device") && strcmp(key, "threads") && strcmp(key, "batch_size") &&
                  strcmp(key, "max_length") && strcmp(key, "progress") &&
                  strcmp(key, "precision"))) {
@@ -172,6 +176,10 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     if (argc == 1) goto end;
     shown = (const char *)sqlite3_value_text(argv[1]);
     if (!shown) shown = "NULL";
+    if (sx_arg_has_nul(argv[1])) {
+        errmsg = sqlite3_mprintf("%s: value for '%s' contains a NUL byte", fn, key);
+        goto end;
+    }
 
     if (!strcmp(key, "device")) {
         if (sqlite3_value_type(argv[1]) != SQLITE_TEXT || strlen(shown) >= sizeof c->device) {

@@ -245,8 +245,11 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                                          EVAL_FN);
                 goto fail;
             }
-            name = (const char *)sqlite3_value_text(argv[2]);
-            if (!name) goto nomem;
+            name = sx_arg_name(argv[2], EVAL_FN, "model name", &errmsg);
+            if (!name) {
+                if (errmsg) goto fail;
+                goto nomem;
+            }
         }
         if (sx_model_resolve(s->c, EVAL_FN, name, &s->m, &errmsg)) goto fail;
         s->model_name = sqlite3_mprintf("%s", name ? name : "default");

@@ -116,7 +116,7 @@ static sx_model *model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn,
                                      fn);
             goto end;
         }
-        name = (const char *)sqlite3_value_text(argv[i]);
+        name = sx_arg_name(argv[i], fn, "model name", &errmsg);
         if (!name) goto end;
     }
     sx_model_resolve(c, fn, name, &m, &errmsg);
@@ -284,7 +284,8 @@ static void fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                                                                                 : "a non-text value");
         goto end;
     }
-    name = (const char *)sqlite3_value_text(argv[0]);
+    name = sx_arg_name(argv[0], fn, "model name", &errmsg);
+    if (!name) goto end;
     if (sqlite3_value_type(argv[1]) == SQLITE_NULL) {
         if (sx_model_register(c, fn, name, NULL, &errmsg)) goto end;
         summary = sqlite3_mprintf("%s: unregistered", name);
@@ -296,7 +297,8 @@ static void fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                                  fn);
         goto end;
     }
-    path = (const char *)sqlite3_value_text(argv[1]);
+    path = sx_arg_name(argv[1], fn, "model directory path", &errmsg);
+    if (!path) goto end;
     if (sx_model_register(c, fn, name, path, &errmsg)) goto end;
     for (sx_file_reg *r = c->files; r; r = r->next)
         if (!strcmp(r->name, name)) summary = model_summary(name, r->model->bert, r->path);
@@ -339,7 +341,12 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         errmsg = sqlite3_mprintf("%s: expected a model name (TEXT) as the first argument", fn);
         goto end;
     }
-    name = (const char *)sqlite3_value_text(argv[0]);
+    name = sx_arg_name(argv[0], fn, "model name", &errmsg);
+    if (!name) {
+        if (errmsg) goto end;
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
     if (sx_model_name_check(fn, name, 1, &errmsg)) goto end;
     if (argc == 1) {
         /* what the name means on this connection, never another model */

@@ -36,9 +36,23 @@
 
 /* ---- loaders handed to the registry ---- */
 
+typedef struct dir_ctx {
+    sqlite3 *db;
+    const char *path;
+} dir_ctx;
+
+static int dir_stop(void *user)
+{
+    return sx_db_interrupted(user);
+}
+
+/* The registry calls this under its load lock: the files are regular files
+ * (file_read.h refuses FIFOs and devices before any read), and an interrupt
+ * is honoured between them. */
 static int load_dir(void *ctx, bert_model **out, char *err)
 {
-    return bert_model_load_dir((const char *)ctx, out, err);
+    dir_ctx *d = ctx;
+    return bert_model_load_dir_stoppable(d->path, d->db ? dir_stop : NULL, d->db, out, err);
 }
 
 static int load_builtin(void *ctx, bert_model **out, char *err)
@@ -282,7 +296,7 @@ char *sx_model_dir_key(const char *path)
     return sqlite3_mprintf("file:%s:%lld:%lld", path, mtime_ns, size);
 }
 
-int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
+int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model **out,
                          char **errmsg)
 {
     char err[SM_ERR_MAX], canon[PATH_MAX];
@@ -309,7 +323,13 @@ int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
                                   fn, path);
         goto end;
     }
-    if (sx_registry_acquire(key, NULL, 0, load_dir, canon, out, err) != SM_OK) {
+    dir_ctx dctx = {db, canon};
+    int lrc = sx_registry_acquire(key, NULL, 0, load_dir, &dctx, out, err);
+    if (lrc == SM_ERR_INTERRUPTED) {
+        *errmsg = sqlite3_mprintf("%s: interrupted while loading '%s'", fn, path);
+        goto end;
+    }
+    if (lrc != SM_OK) {
         *errmsg = sqlite3_mprintf("%s: cannot load model from '%s': %s", fn, path, err);
         goto end;
     }
@@ -343,7 +363,7 @@ int sx_model_register(sx_conn *c, const char *fn, const char *name,
         sqlite3_free(r);
         return 0;
     }
-    if (sx_model_acquire_dir(fn, path, &m, errmsg)) return 1;
+    if (sx_model_acquire_dir(c->db, fn, path, &m, errmsg)) return 1;
     if (!realpath(path, canon)) snprintf(canon, sizeof canon, "%s", path);
     if (*pp) { /* replace */
         r = *pp;

@@ -16,6 +16,7 @@
  *   schema_sql.c      SQL stored in a schema, prepared as SQLite treats views
  *   models_vtab.c     the sentiment_models eponymous virtual table
  *   batch_window.c    sentiment_batch(): the window-function form of classify
+ *   args.c            name/path arguments (no NUL bytes), the interrupt check
  *
  * Naming: everything shared is prefixed sx_. Error messages handed between
  * files are sqlite3_mprintf'd strings (the caller frees them with
@@ -262,8 +263,10 @@ int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
  * sentiment_export). */
 int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_t version,
                             sx_model **out, char **errmsg);
-/* A registry acquire for a model directory (used by sentiment_load). */
-int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
+/* A registry acquire for a model directory (used by sentiment_load). A
+ * load stops, with "interrupted", when sqlite3_interrupt(db) is in effect
+ * between its files (db may be NULL). */
+int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model **out,
                          char **errmsg);
 /* Registers / replaces / (path NULL) removes a connection's file model. */
 int sx_model_register(sx_conn *c, const char *fn, const char *name,
@@ -376,6 +379,15 @@ int sx_text_blank(const char *text, size_t len);
 /* A text argument as bytes (*text NULL for NULL or blank input; a BLOB is
  * taken as UTF-8 bytes, numbers as their text). SQLITE_NOMEM on OOM. */
 int sx_value_text(sqlite3_value *v, const char **text, size_t *len);
+/* args.c: the TEXT of a name or path argument; NULL with *errmsg "fn: what
+ * contains a NUL byte" when it holds one (never cut at the NUL), NULL with
+ * *errmsg NULL when out of memory. */
+const char *sx_arg_name(sqlite3_value *v, const char *fn, const char *what, char **errmsg);
+/* 1 when a TEXT (or BLOB) value holds a NUL byte. */
+int sx_arg_has_nul(sqlite3_value *v);
+/* 1 while sqlite3_interrupt(db) is in effect (SQLite 3.40 has no
+ * sqlite3_is_interrupted). */
+int sx_db_interrupted(sqlite3 *db);
 /* Index of the top label (ties -> lowest index). */
 int sx_argmax(const float *probs, int k);
 /* P(positive) for a positive/negative model, else P(top label). */

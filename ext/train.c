@@ -159,6 +159,7 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "file_read.h"
 #include "safetensors.h"
 #include "sentiment_ext.h"
 #include "trainer.h"
@@ -481,41 +482,6 @@ static void state_free(tr_state *s)
     sqlite3_free(s);
 }
 
-static int read_file(const char *path, char **out, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    *out = NULL;
-    if (!f) return errno ? errno : EIO;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            size_t nc = cap ? cap * 2 : 131072;
-            char *p = realloc(buf, nc);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                return ENOMEM;
-            }
-            buf = p;
-            cap = nc;
-        }
-        size_t got = fread(buf + n, 1, 65536, f);
-        n += got;
-        if (got < 65536) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return EIO;
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 /* ---- storing: the write lock ---------------------------------------------
  *
  * train() writes from inside the SELECT that feeds it its rows, and that
@@ -670,7 +636,8 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
                                   TRAIN_FN);
         return 1;
     }
-    name = (const char *)sqlite3_value_text(argv[0]);
+    name = sx_arg_name(argv[0], TRAIN_FN, "model name", errmsg);
+    if (!name && !*errmsg) *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
     if (!name || sx_model_name_check(TRAIN_FN, name, 1, errmsg)) return 1;
     snprintf(s->name, sizeof s->name, "%s", name);
     if (argc > 3 && sqlite3_value_type(argv[3]) != SQLITE_NULL) {
@@ -680,7 +647,9 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
                                       TRAIN_FN);
             return 1;
         }
-        if (parse_options((const char *)sqlite3_value_text(argv[3]), &s->o, errmsg)) return 1;
+        const char *opts = sx_arg_name(argv[3], TRAIN_FN, "options text", errmsg);
+        if (!opts && !*errmsg) *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+        if (!opts || parse_options(opts, &s->o, errmsg)) return 1;
     } else if (parse_options(NULL, &s->o, errmsg)) {
         return 1;
     }
@@ -735,10 +704,9 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
     } else {
         s->max_len = s->o.max_length;
         if (s->o.vocab_path) {
-            int e = read_file(s->o.vocab_path, &s->vocab_file, &s->vocab_file_len);
-            if (e) {
-                *errmsg = sqlite3_mprintf("%s: option 'vocab': cannot read '%s': %s", TRAIN_FN,
-                                          s->o.vocab_path, strerror(e));
+            if (sm_file_read(s->o.vocab_path, SM_FILE_MAX_VOCAB, &s->vocab_file,
+                             &s->vocab_file_len, err) != SM_OK) {
+                *errmsg = sqlite3_mprintf("%s: option 'vocab': %s", TRAIN_FN, err);
                 return 1;
             }
             if (tokenizer_load_buffer(s->vocab_file, s->vocab_file_len, s->o.do_lower_case,
@@ -1606,7 +1574,8 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                                  fn);
         goto end;
     }
-    name = (const char *)sqlite3_value_text(argv[0]);
+    name = sx_arg_name(argv[0], fn, "model name", &errmsg);
+    if (!name) goto end;
     if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
         errmsg = sqlite3_mprintf("%s: expected a version number (INTEGER >= 1) as the second "
                                  "argument",

@@ -93,6 +93,11 @@ typedef struct bert_model {
 /* Loads a Hugging Face model directory (config.json, vocab.txt,
  * model.safetensors). */
 int bert_model_load_dir(const char *dir, bert_model **out, char *err);
+/* The same, calling stop(user) before each file is opened and before the
+ * tensors are parsed: a non-zero answer ends the load with
+ * SM_ERR_INTERRUPTED. stop may be NULL. */
+int bert_model_load_dir_stoppable(const char *dir, int (*stop)(void *user), void *user,
+                                  bert_model **out, char *err);
 /* Loads from memory (a BLOB, an embedded model). Buffers are not retained. */
 int bert_model_load_buffers(const char *config_json, size_t config_len,
                             const char *vocab, size_t vocab_len,

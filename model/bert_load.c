@@ -252,9 +252,16 @@ int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
 
 int bert_model_load_dir(const char *dir, bert_model **out, char *err)
 {
+    return bert_model_load_dir_stoppable(dir, NULL, NULL, out, err);
+}
+
+int bert_model_load_dir_stoppable(const char *dir, int (*stop)(void *user), void *user,
+                                  bert_model **out, char *err)
+{
     model_dir d;
     *out = NULL;
-    int rc = model_dir_open(dir, &d, err);
+    int rc = model_dir_open_stoppable(dir, stop, user, &d, err);
+    if (!rc && stop && stop(user)) rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
     if (!rc)
         rc = bert_model_load_buffers(d.config, d.config_len, d.vocab, d.vocab_len, d.st.base,
                                      d.st.size, out, err);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "parse_error.h"
 
 /* ---- label sets ---------------------------------------------------------- */
 
@@ -483,8 +484,7 @@ int bert_config_parse(const char *json, size_t len, bert_config *cfg,
         goto fail;
     }
     if (!(root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr))) {
-        rc = sm_error(err, SM_ERR_FORMAT, "config.json: invalid JSON (line %d, "
-                      "column %d): %s", jerr.line, jerr.column, jerr.text);
+        rc = sm_json_parse_error(err, "config.json: invalid JSON", &jerr);
         goto fail;
     }
     if (!json_is_object(root)) {

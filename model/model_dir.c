@@ -1,60 +1,39 @@
 /* model_dir.c: reading a model directory's config.json and vocab.txt into
- * memory and opening its model.safetensors. Owns those three until
- * model_dir_close.
+ * memory and opening its model.safetensors, each through file_read.h (regular
+ * files only, size caps). Owns those three until model_dir_close.
  */
 #include "model_dir.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
-
-/* Reads a whole file into a malloc'd buffer. */
-static int read_file(const char *path, char **data, size_t *len, char *err)
-{
-    *data = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return sm_error(err, SM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return sm_error(err, SM_ERR_NOMEM, "out of memory reading '%s'", path);
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return sm_error(err, SM_ERR_IO, "error reading '%s'", path);
-    }
-    *data = buf;
-    *len = n;
-    return SM_OK;
-}
+#include "file_read.h"
 
 int model_dir_open(const char *dir, model_dir *d, char *err)
+{
+    return model_dir_open_stoppable(dir, NULL, NULL, d, err);
+}
+
+#define STOP_POINT()                                                          \
+    do {                                                                      \
+        if (stop && stop(user)) return sm_error(err, SM_ERR_INTERRUPTED, "interrupted"); \
+    } while (0)
+
+int model_dir_open_stoppable(const char *dir, int (*stop)(void *user), void *user,
+                             model_dir *d, char *err)
 {
     char path[4096];
     int rc;
     memset(d, 0, sizeof *d);
+    STOP_POINT();
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = read_file(path, &d->config, &d->config_len, err))) return rc;
+    if ((rc = sm_file_read(path, SM_FILE_MAX_CONFIG, &d->config, &d->config_len, err))) return rc;
+    STOP_POINT();
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    if ((rc = read_file(path, &d->vocab, &d->vocab_len, err))) return rc;
+    if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &d->vocab, &d->vocab_len, err))) return rc;
+    STOP_POINT();
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     return safetensors_open_file(path, &d->st, err);
 }

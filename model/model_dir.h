@@ -21,6 +21,10 @@ typedef struct model_dir {
 /* Reads dir's three files. On failure the error names the file; d is then
  * still closed with model_dir_close. */
 int model_dir_open(const char *dir, model_dir *d, char *err);
+/* The same, asking stop(user) (when not NULL) before each file: a non-zero
+ * answer returns SM_ERR_INTERRUPTED with err "interrupted". */
+int model_dir_open_stoppable(const char *dir, int (*stop)(void *user), void *user,
+                             model_dir *d, char *err);
 void model_dir_close(model_dir *d);
 
 #endif

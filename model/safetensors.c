@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "file_read.h"
+#include "parse_error.h"
 
 /* A header larger than this is treated as corrupt (real ones are < 1 MB). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
@@ -348,9 +350,7 @@ static int parse_header(safetensors *st, const char *hdr, size_t hdr_len,
     json_error_t jerr;
     json_t *root = json_loadb(hdr, hdr_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        rc = sm_error(err, SM_ERR_FORMAT,
-                      "safetensors: header is not valid JSON (line %d, "
-                      "column %d): %s", jerr.line, jerr.column, jerr.text);
+        rc = sm_json_parse_error(err, "safetensors: header is not valid JSON", &jerr);
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -423,28 +423,15 @@ int safetensors_open_file(const char *path, safetensors *st, char *err)
 {
     int rc;
     char sub[SM_ERR_MAX];
-    struct stat sb;
     void *map = NULL;
+    uint64_t size64 = 0;
     size_t size = 0;
     int fd;
 
     memset(st, 0, sizeof *st);
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return sm_error(err, SM_ERR_IO, "safetensors: cannot open '%s': %s",
-                        path, strerror(errno));
-    if (fstat(fd, &sb) != 0) {
-        rc = sm_error(err, SM_ERR_IO, "safetensors: cannot stat '%s': %s",
-                      path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        rc = sm_error(err, SM_ERR_IO, "safetensors: cannot read '%s': %s",
-                      path, S_ISDIR(sb.st_mode) ? strerror(EISDIR)
-                                                : "not a regular file");
-        goto fail;
-    }
-    size = (size_t)sb.st_size;
+    if ((rc = sm_file_open(path, SM_FILE_MAX_WEIGHTS, &fd, &size64, sub)))
+        return sm_error(err, rc, "safetensors: %s", sub);
+    size = (size_t)size64;
     if (size < 8) {
         rc = sm_error(err, SM_ERR_FORMAT,
                       "safetensors: '%s' is %zu bytes, too short for a "

@@ -43,6 +43,7 @@
  */
 #include "tokenizer.h"
 #include "errors.h"
+#include "file_read.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -328,42 +329,17 @@ fail:
 int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
                         char *err)
 {
-    FILE *f;
     char *buf = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0;
     int rc;
 
     if (!path || !out)
         return sm_error(err, SM_ERR_INVALID, "tokenizer_load_file: NULL argument");
     *out = NULL;
-    f = fopen(path, "rb");
-    if (!f)
-        return sm_error(err, SM_ERR_IO, "cannot open vocab '%s': %s", path,
-                        strerror(errno));
-    for (;;) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                rc = sm_error(err, SM_ERR_NOMEM, "vocab '%s': out of memory", path);
-                goto done;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0)
-            break;
-    }
-    if (ferror(f)) {
-        rc = sm_error(err, SM_ERR_IO, "cannot read vocab '%s'", path);
-        goto done;
-    }
+    if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &buf, &n, err)))
+        return rc;
     rc = tokenizer_load_buffer(buf, n, do_lower_case, out, err);
-done:
     free(buf);
-    fclose(f);
     return rc;
 }
 

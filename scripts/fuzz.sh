@@ -26,11 +26,12 @@ mkdir -p "$OUT"
 # The sources each target needs: its parser and the error helper.
 sources() {
     case $1 in
-    safetensors) echo "model/safetensors.c model/errors.c" ;;
-    config) echo "model/config.c model/errors.c" ;;
-    vocab | tokenize) echo "model/tokenizer.c model/errors.c" ;;
+    safetensors) echo "model/safetensors.c model/errors.c model/file_read.c model/parse_error.c" ;;
+    config) echo "model/config.c model/errors.c model/parse_error.c" ;;
+    vocab | tokenize) echo "model/tokenizer.c model/errors.c model/file_read.c" ;;
     stored_model) echo "model/bert_load.c model/bert_params.c model/config.c" \
-        "model/safetensors.c model/tokenizer.c model/model_dir.c model/errors.c" ;;
+        "model/safetensors.c model/tokenizer.c model/model_dir.c model/errors.c" \
+        "model/file_read.c model/parse_error.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, vocab, tokenize," \
         "stored_model)" >&2; exit 2 ;;
     esac

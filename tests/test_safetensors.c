@@ -338,7 +338,7 @@ static void test_open_file_errors(void **state)
 
     assert_int_equal(safetensors_open_file(tmpdir, &st, err), SM_ERR_IO);
     assert_contains(err, tmpdir);
-    assert_contains(err, strerror(EISDIR));
+    assert_contains(err, "it is a directory");
 
     tmp_path(path, sizeof path, "empty.safetensors");
     FILE *f = fopen(path, "wb");
