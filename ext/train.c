@@ -591,6 +591,12 @@ static int store_check(tr_state *s, char **errmsg)
     int timeout = busy_timeout_ms(db), waited = 0, ext, rc;
     const char *why = NULL;
     char *msg = NULL;
+    /* Inside the user's transaction the probe's no-op write is kept (it
+     * changes no byte the user sees): rolling a savepoint back in a
+     * transaction that changed the schema aborts every running statement,
+     * this one included. Outside one, the probe is a transaction of its
+     * own, and rolling it back touches only write cursors. */
+    int in_user_txn = !sqlite3_get_autocommit(db);
     for (int tries = 0;; tries++) {
         if (sqlite3_exec(db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL) != SQLITE_OK) {
             *errmsg = sqlite3_mprintf("%s: cannot store model '%s' from inside a statement "
@@ -602,7 +608,7 @@ static int store_check(tr_state *s, char **errmsg)
         sqlite3_free(msg);
         msg = NULL;
         rc = take_write_lock(db, &ext, &msg);
-        sqlite3_exec(db, "ROLLBACK TO sentiment_train_probe", NULL, NULL, NULL);
+        if (!in_user_txn) sqlite3_exec(db, "ROLLBACK TO sentiment_train_probe", NULL, NULL, NULL);
         sqlite3_exec(db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
         if (rc == SQLITE_OK) return 0;
         if ((rc & 0xff) != SQLITE_BUSY || ext == SQLITE_BUSY_SNAPSHOT ||

@@ -308,6 +308,31 @@ static void test_lock_released_before_training(void **state)
     remove_db(path);
 }
 
+/* Inside the user's transaction, after a schema change in it: the first-row
+ * check must not roll back (that would abort this very statement). */
+static void test_train_in_transaction_after_schema_change(void **state)
+{
+    (void)state;
+    char path[256], *out;
+    db_path(path, sizeof path, "txn");
+    sqlite3 *db = train_conn(path);
+    make_data(db, 40, 0);
+    exec_ok(db, "BEGIN; CREATE TABLE other(x)");
+    int rc = run_sql(db, TRAIN_SQL("m", 1), &out);
+    if (rc != SQLITE_OK) fail_msg("train() failed: %s", out);
+    free(out);
+    assert_int_equal(stored_versions(db), 1);
+    exec_ok(db, "ROLLBACK"); /* the user's choice: the model goes with it */
+    expect_text(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'sentiment_model_store'",
+                "0");
+    /* a failing train() in such a transaction reports its own error */
+    exec_ok(db, "BEGIN; CREATE TABLE other(x)");
+    expect_error(db, "SELECT train('m', t, y) FROM (SELECT * FROM d LIMIT 3)", "need at least 8");
+    exec_ok(db, "ROLLBACK");
+    sqlite3_close(db);
+    remove_db(path);
+}
+
 /* WAL: another connection commits while train() reads; its snapshot can
  * never become the writer, so it does not wait, and keeps the model. */
 static void test_wal_snapshot_keeps_model(void **state)
@@ -571,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_store_lock_no_timeout),
         cmocka_unit_test(test_lock_checked_before_training),
         cmocka_unit_test(test_lock_released_before_training),
+        cmocka_unit_test(test_train_in_transaction_after_schema_change),
         cmocka_unit_test(test_wal_snapshot_keeps_model),
         cmocka_unit_test(test_failed_statement_stores_rows_seen),
         cmocka_unit_test(test_head_lr_groups),
