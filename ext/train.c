@@ -106,7 +106,6 @@
  * while rows are still being read is not visible to it.
  */
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +114,7 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "json_in.h"
 #include "safetensors.h"
 #include "sentiment_ext.h"
 #include "trainer.h"
@@ -181,9 +181,11 @@ static char *known_options(void)
 /* Parses the options JSON (NULL: defaults) into o. 0 or an error. */
 static int parse_options(const char *text, tr_opts *o, char **errmsg)
 {
-    json_error_t jerr;
-    json_t *root = NULL, *v;
+    json_in_error jerr;
+    json_in_doc *doc = NULL;
+    const json_in_value *root = NULL, *v;
     const char *key;
+    char got[64];
     int rc = 1;
 
     memset(o, 0, sizeof *o);
@@ -195,28 +197,33 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
     o->vocab_min_count = 2;
     o->vocab_size = 30000;
     if (!text) return 0;
-    root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root || !json_is_object(root)) {
+    if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
+        *errmsg = sqlite3_mprintf("%s: out of memory parsing the options", TRAIN_FN);
+        goto end;
+    }
+    root = json_in_root(doc);
+    if (!json_in_is(root, JSON_IN_OBJECT)) {
         *errmsg = sqlite3_mprintf("%s: options must be a JSON object, e.g. '{\"epochs\":3}'; "
                                   "got '%.80s'%s%s",
-                                  TRAIN_FN, text, root ? "" : ": ", root ? "" : jerr.text);
+                                  TRAIN_FN, text, root ? "" : ": ", root ? "" : jerr.reason);
         goto end;
     }
     /* base first: the "none"-only options depend on it */
-    v = json_object_get(root, "base");
+    v = json_in_get(root, "base");
     if (v) {
-        if (!json_is_string(v) || !json_string_length(v) ||
-            json_string_length(v) >= sizeof o->base) {
+        if (!json_in_is(v, JSON_IN_STRING) || !v->n || v->n >= sizeof o->base) {
             *errmsg = sqlite3_mprintf("%s: option 'base' must be %s", TRAIN_FN, k_opts[0].expect);
             goto end;
         }
-        snprintf(o->base, sizeof o->base, "%s", json_string_value(v));
+        snprintf(o->base, sizeof o->base, "%s", v->str);
         o->none = !strcmp(o->base, "none");
         if (o->none) o->t.lr = 5e-4f;
     }
-    json_object_foreach(root, key, v) {
+    for (size_t m = 0; m < root->n; m++) {
         int i;
         double x = 0;
+        key = root->members[m].key;
+        v = &root->members[m].value;
         for (i = 0; i < N_OPTS; i++)
             if (!strcmp(k_opts[i].name, key)) break;
         if (i == N_OPTS) {
@@ -235,24 +242,24 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
         }
         switch (k_opts[i].kind) {
         case OK_INT:
-            if (!json_is_integer(v)) goto bad;
-            x = (double)json_integer_value(v);
+            if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int) goto bad;
+            x = (double)v->i;
             if (x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
             break;
         case OK_NUM:
-            if (!json_is_number(v)) goto bad;
-            x = json_number_value(v);
+            if (!json_in_is(v, JSON_IN_NUMBER)) goto bad;
+            x = v->d;
             if (!isfinite(x) || x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
             /* open ends */
             if (!strcmp(key, "lr") && (x <= 0 || x >= 1)) goto bad;
             if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && x >= 1) goto bad;
             break;
         case OK_STR:
-            if (!json_is_string(v) || !json_string_length(v)) goto bad;
+            if (!json_in_is(v, JSON_IN_STRING) || !v->n) goto bad;
             break;
         case OK_BOOL:
-            if (!json_is_boolean(v)) goto bad;
-            x = json_is_true(v);
+            if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE)) goto bad;
+            x = json_in_is(v, JSON_IN_TRUE);
             break;
         }
         if (!strcmp(key, "epochs")) o->t.epochs = (int)x;
@@ -261,7 +268,7 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
         else if (!strcmp(key, "accumulation")) o->t.accumulation = (int)x;
         else if (!strcmp(key, "max_length")) o->max_length = (int)x;
         else if (!strcmp(key, "valid_fraction")) o->t.valid_fraction = (float)x;
-        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)json_integer_value(v);
+        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)v->i;
         else if (!strcmp(key, "weight_decay")) o->t.weight_decay = (float)x;
         else if (!strcmp(key, "warmup_ratio")) o->t.warmup_ratio = (float)x;
         else if (!strcmp(key, "grad_clip")) o->t.grad_clip = (float)x;
@@ -275,20 +282,17 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
         else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
         else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
         else if (!strcmp(key, "vocab")) {
-            o->vocab_path = sqlite3_mprintf("%s", json_string_value(v));
+            o->vocab_path = sqlite3_mprintf("%s", v->str);
             if (!o->vocab_path) {
                 *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
                 goto end;
             }
         }
         continue;
-    bad: {
-            char *got = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %.60s", TRAIN_FN, key,
-                                      k_opts[i].expect, got ? got : "?");
-            free(got);
-            goto end;
-        }
+    bad:
+        *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %s", TRAIN_FN, key,
+                                  k_opts[i].expect, json_in_describe(v, got, sizeof got));
+        goto end;
     }
     if (o->t.accumulation > o->t.batch_size) {
         *errmsg = sqlite3_mprintf("%s: option 'accumulation' (%d) must not exceed batch_size (%d)",
@@ -307,7 +311,7 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
     }
     rc = 0;
 end:
-    json_decref(root);
+    json_in_free(doc);
     return rc;
 }
 
