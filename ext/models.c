@@ -15,6 +15,7 @@
  * registered: call sentiment_load() again after its files change.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,9 +142,13 @@ int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
     struct stat sb;
 
     *out = NULL;
+    errno = 0;
     if (!realpath(path, canon) || stat(canon, &sb) != 0) {
-        *errmsg = sqlite3_mprintf("%s: cannot open model directory '%s': no such directory",
-                                  fn, path);
+        if (errno == ENOMEM)
+            *errmsg = sqlite3_mprintf("%s: out of memory", fn);
+        else
+            *errmsg = sqlite3_mprintf("%s: cannot open model directory '%s': no such directory",
+                                      fn, path);
         goto end;
     }
     if (!S_ISDIR(sb.st_mode)) {
@@ -152,7 +157,12 @@ int sx_model_acquire_dir(const char *fn, const char *path, sx_model **out,
                                   fn, path);
         goto end;
     }
+    errno = 0;
     key = sx_model_dir_key(canon);
+    if (!key && errno == ENOMEM) { /* the files are there; the key's text is not */
+        *errmsg = sqlite3_mprintf("%s: out of memory", fn);
+        goto end;
+    }
     if (!key) {
         *errmsg = sqlite3_mprintf("%s: '%s' is not a model directory; expected config.json, "
                                   "vocab.txt and model.safetensors in it",
