@@ -15,10 +15,8 @@
 static void *(*g_malloc)(size_t) = malloc;
 static void (*g_free)(void *) = free;
 
-void json_in_set_alloc_funcs(void *(*m)(size_t), void *(*r)(void *, size_t),
-                             void (*f)(void *))
+void json_in_set_alloc_funcs(void *(*m)(size_t), void (*f)(void *))
 {
-    (void)r;
     g_malloc = m ? m : malloc;
     g_free = f ? f : free;
 }

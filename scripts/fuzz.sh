@@ -17,18 +17,20 @@ set -eu
 
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-"safetensors config"}
+TARGETS=${*:-"safetensors config json_in"}
 OUT=${FUZZ_OUT:-build/fuzz}
 
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 
-# The sources each target needs: its parser and the error helper.
+# The sources each target needs: its parser, the JSON reader and the error
+# helper. json_in checks the JSON reader against jansson.
 sources() {
     case $1 in
-    safetensors) echo "model/safetensors.c model/errors.c" ;;
-    config) echo "model/config.c model/errors.c" ;;
-    *) echo "fuzz.sh: unknown target '$1' (safetensors, config)" >&2; exit 2 ;;
+    safetensors) echo "model/safetensors.c model/json_in.c model/errors.c" ;;
+    config) echo "model/config.c model/json_in.c model/errors.c" ;;
+    json_in) echo "model/json_in.c model/errors.c" ;;
+    *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in)" >&2; exit 2 ;;
     esac
 }
 
@@ -73,6 +75,13 @@ write_seeds() {
     printf '%s' '{"vocab_size":5,"hidden_size":4,"num_hidden_layers":1,"num_attention_heads":3,"intermediate_size":"4","max_position_embeddings":2,"pad_token_id":5,"id2label":{"0":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","1":""}}' >"$c/errors"
     printf '%s' '[{"model_type":"roberta","pad_token_id":511,"max_position_embeddings":512}]' >"$c/array"
     printf '%s' '{"model_type":"xlm-roberta","vocab_size":9,"hidden_size":8.0,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"max_position_embeddings":16,"id2label":{"1":"正面","0":"负面","2":"x"}}' >"$c/labels"
+    j=$OUT/seeds/json_in
+    mkdir -p "$j"
+    cp "$c"/* "$j"/
+    printf '%s' '{"a\u00e9\n":"\ud83d\ude00 x\t\"\\ \u4e2d\u6587","b":["\/","\b\f\r","中文"],"\ud834\udd1e":null}' >"$j/escapes"
+    printf '%s' '[0,-1,1.5,1e-12,-2.5E+3,9007199254740993,-9223372036854775808,0.1,3.0,-0,1E2,true,false,null,[],{}]' >"$j/numbers"
+    printf '%s' '[[[[[[[[{"k":[[{"k":{"":[1]}}]]}]]]]]]]]' >"$j/nesting"
+    printf '%s' '{"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"__metadata__":{"format":"pt"}}' >"$j/header"
 }
 
 write_dicts() {
@@ -101,6 +110,31 @@ write_dicts() {
 "9223372036854775807"
 "1e3"
 "\"\\u00e9\""
+EOF
+    cat >"$OUT/json_in.dict" <<'EOF'
+"{"
+"}"
+"["
+"]"
+":"
+","
+"\""
+"\\u"
+"\\ud800"
+"\\udc00"
+"\\u0000"
+"true"
+"false"
+"null"
+"-0"
+"1e"
+"E+"
+".5"
+"9223372036854775807"
+"9007199254740993"
+"\xc3\xa9"
+"\xed\xa0\x80"
+"\xf4\x90\x80\x80"
 EOF
     cat >"$OUT/config.dict" <<'EOF'
 "\"model_type\""
@@ -153,7 +187,7 @@ if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
         # shellcheck disable=SC2046
         clang -g -O1 -std=gnu11 -Wall -Wextra -Imodel \
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-            "tests/fuzz/fuzz_$t.c" $(sources "$t") -ljansson -lm -o "$bin"
+            "tests/fuzz/fuzz_$t.c" $(sources "$t") -lcjson -ljansson -lm -o "$bin"
         mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
         echo "== fuzzing $t for ${SECONDS_EACH}s"
         if ! "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
@@ -174,7 +208,7 @@ else
         # shellcheck disable=SC2046
         ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -Imodel -DFUZZ_STANDALONE \
             -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-            "tests/fuzz/fuzz_$t.c" $(sources "$t") -ljansson -lm -o "$bin"
+            "tests/fuzz/fuzz_$t.c" $(sources "$t") -lcjson -ljansson -lm -o "$bin"
         mkdir -p "$OUT/corpus/$t"
         # shellcheck disable=SC2046
         if ! "$bin" $(find "$OUT/seeds/$t" "$OUT/corpus/$t" -type f); then
