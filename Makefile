@@ -17,7 +17,7 @@ OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp
 CPPFLAGS += -Imodel -Iext
-LDLIBS   += -lutf8proc -ljansson -lm -lpthread -ldl
+LDLIBS   += -lutf8proc -lcjson -ljansson -lm -lpthread -ldl
 SAN      ?=
 
 MODEL_SRC := $(sort $(wildcard model/*.c))

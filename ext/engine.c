@@ -159,9 +159,11 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     int rc_params = packing == BERT_FP32 ? sx_registry_params(m, c->gpu, &p, err)
                                          : sx_registry_params_packed(m, packing, &p, err);
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not
-     * finite); a precision the user named reports why */
+     * finite); a precision the user named reports why. Out of memory is an
+     * error, not a fall-back: the same query must not answer differently
+     * because memory was short once. */
     int named = c->precision[0] && strcmp(c->precision, "auto");
-    if (rc_params != SM_OK && packing != BERT_FP32 && !named)
+    if (rc_params != SM_OK && rc_params != SM_ERR_NOMEM && packing != BERT_FP32 && !named)
         rc_params = sx_registry_params(m, c->gpu, &p, err);
     if (rc_params != SM_OK) {
         *errmsg = sqlite3_mprintf("%s: %s", fn, err);

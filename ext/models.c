@@ -25,6 +25,7 @@
  * registered: call sentiment_load() again after its files change.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,9 +306,13 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
     struct stat sb;
 
     *out = NULL;
+    errno = 0;
     if (!realpath(path, canon) || stat(canon, &sb) != 0) {
-        *errmsg = sqlite3_mprintf("%s: cannot open model directory '%s': no such directory",
-                                  fn, path);
+        if (errno == ENOMEM)
+            *errmsg = sqlite3_mprintf("%s: out of memory", fn);
+        else
+            *errmsg = sqlite3_mprintf("%s: cannot open model directory '%s': no such directory",
+                                      fn, path);
         goto end;
     }
     if (!S_ISDIR(sb.st_mode)) {
@@ -316,7 +321,12 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
                                   fn, path);
         goto end;
     }
+    errno = 0;
     key = sx_model_dir_key(canon);
+    if (!key && errno == ENOMEM) { /* the files are there; the key's text is not */
+        *errmsg = sqlite3_mprintf("%s: out of memory", fn);
+        goto end;
+    }
     if (!key) {
         *errmsg = sqlite3_mprintf("%s: '%s' is not a model directory; expected config.json, "
                                   "vocab.txt and model.safetensors in it",

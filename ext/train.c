@@ -150,7 +150,6 @@
  * the stored version's metrics ("rows") say how many.
  */
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +159,7 @@
 
 #include "errors.h"
 #include "file_read.h"
+#include "json_in.h"
 #include "safetensors.h"
 #include "sentiment_ext.h"
 #include "trainer.h"
@@ -234,19 +234,19 @@ static char *known_options(void)
 
 /* Option "labels": {"data label": "model label", ...}, each 1 to
  * BERT_LABEL_MAX - 1 bytes, no model label twice. 0 or an error. */
-static int parse_label_map(json_t *v, tr_opts *o, char **errmsg)
+static int parse_label_map(const json_in_value *v, tr_opts *o, char **errmsg)
 {
-    const char *k;
-    json_t *to;
-    size_t n = json_object_size(v);
+    size_t n = v->n;
     o->map_given = 1;
     if (!n) return 0;
     o->map_from = sqlite3_malloc64(n * sizeof *o->map_from);
     o->map_to = sqlite3_malloc64(n * sizeof *o->map_to);
     if (!o->map_from || !o->map_to) goto nomem;
-    json_object_foreach(v, k, to) {
-        const char *t = json_is_string(to) ? json_string_value(to) : NULL;
-        size_t tl = t ? json_string_length(to) : 0;
+    for (size_t m = 0; m < n; m++) {
+        const char *k = v->members[m].key;
+        const json_in_value *to = &v->members[m].value;
+        const char *t = json_in_is(to, JSON_IN_STRING) ? to->str : NULL;
+        size_t tl = t ? to->n : 0;
         if (!*k || strlen(k) >= BERT_LABEL_MAX || !t || !tl || tl >= BERT_LABEL_MAX ||
             strlen(t) != tl) {
             *errmsg = sqlite3_mprintf("%s: option 'labels': '%.40s' must map to a label of the "
@@ -275,9 +275,11 @@ nomem:
 /* Parses the options JSON (NULL: defaults) into o. 0 or an error. */
 static int parse_options(const char *text, tr_opts *o, char **errmsg)
 {
-    json_error_t jerr;
-    json_t *root = NULL, *v;
+    json_in_error jerr;
+    json_in_doc *doc = NULL;
+    const json_in_value *root = NULL, *v;
     const char *key;
+    char got[64];
     int rc = 1;
 
     memset(o, 0, sizeof *o);
@@ -289,28 +291,33 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
     o->vocab_min_count = 2;
     o->vocab_size = 30000;
     if (!text) return 0;
-    root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root || !json_is_object(root)) {
+    if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
+        *errmsg = sqlite3_mprintf("%s: out of memory parsing the options", TRAIN_FN);
+        goto end;
+    }
+    root = json_in_root(doc);
+    if (!json_in_is(root, JSON_IN_OBJECT)) {
         *errmsg = sqlite3_mprintf("%s: options must be a JSON object, e.g. '{\"epochs\":3}'; "
                                   "got '%.80s'%s%s",
-                                  TRAIN_FN, text, root ? "" : ": ", root ? "" : jerr.text);
+                                  TRAIN_FN, text, root ? "" : ": ", root ? "" : jerr.reason);
         goto end;
     }
     /* base first: the "none"-only options depend on it */
-    v = json_object_get(root, "base");
+    v = json_in_get(root, "base");
     if (v) {
-        if (!json_is_string(v) || !json_string_length(v) ||
-            json_string_length(v) >= sizeof o->base) {
+        if (!json_in_is(v, JSON_IN_STRING) || !v->n || v->n >= sizeof o->base) {
             *errmsg = sqlite3_mprintf("%s: option 'base' must be %s", TRAIN_FN, k_opts[0].expect);
             goto end;
         }
-        snprintf(o->base, sizeof o->base, "%s", json_string_value(v));
+        snprintf(o->base, sizeof o->base, "%s", v->str);
         o->none = !strcmp(o->base, "none");
         if (o->none) o->t.lr = 5e-4f;
     }
-    json_object_foreach(root, key, v) {
+    for (size_t m = 0; m < root->n; m++) {
         int i;
         double x = 0;
+        key = root->members[m].key;
+        v = &root->members[m].value;
         for (i = 0; i < N_OPTS; i++)
             if (!strcmp(k_opts[i].name, key)) break;
         if (i == N_OPTS) {
@@ -329,27 +336,27 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
         }
         switch (k_opts[i].kind) {
         case OK_INT:
-            if (!json_is_integer(v)) goto bad;
-            x = (double)json_integer_value(v);
+            if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int) goto bad;
+            x = (double)v->i;
             if (x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
             break;
         case OK_NUM:
-            if (!json_is_number(v)) goto bad;
-            x = json_number_value(v);
+            if (!json_in_is(v, JSON_IN_NUMBER)) goto bad;
+            x = v->d;
             if (!isfinite(x) || x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
             /* open ends */
             if ((!strcmp(key, "lr") || !strcmp(key, "head_lr")) && (x <= 0 || x >= 1)) goto bad;
             if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && x >= 1) goto bad;
             break;
         case OK_STR:
-            if (!json_is_string(v) || !json_string_length(v)) goto bad;
+            if (!json_in_is(v, JSON_IN_STRING) || !v->n) goto bad;
             break;
         case OK_BOOL:
-            if (!json_is_boolean(v)) goto bad;
-            x = json_is_true(v);
+            if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE)) goto bad;
+            x = json_in_is(v, JSON_IN_TRUE);
             break;
         case OK_OBJ:
-            if (!json_is_object(v)) goto bad;
+            if (!json_in_is(v, JSON_IN_OBJECT)) goto bad;
             break;
         }
         if (!strcmp(key, "epochs")) o->t.epochs = (int)x;
@@ -359,7 +366,7 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
         else if (!strcmp(key, "accumulation")) o->t.accumulation = (int)x;
         else if (!strcmp(key, "max_length")) o->max_length = (int)x;
         else if (!strcmp(key, "valid_fraction")) o->t.valid_fraction = (float)x;
-        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)json_integer_value(v);
+        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)v->i;
         else if (!strcmp(key, "weight_decay")) o->t.weight_decay = (float)x;
         else if (!strcmp(key, "warmup_ratio")) o->t.warmup_ratio = (float)x;
         else if (!strcmp(key, "grad_clip")) o->t.grad_clip = (float)x;
@@ -376,20 +383,17 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
             if (parse_label_map(v, o, errmsg)) goto end;
         }
         else if (!strcmp(key, "vocab")) {
-            o->vocab_path = sqlite3_mprintf("%s", json_string_value(v));
+            o->vocab_path = sqlite3_mprintf("%s", v->str);
             if (!o->vocab_path) {
                 *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
                 goto end;
             }
         }
         continue;
-    bad: {
-            char *got = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %.60s", TRAIN_FN, key,
-                                      k_opts[i].expect, got ? got : "?");
-            free(got);
-            goto end;
-        }
+    bad:
+        *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %s", TRAIN_FN, key,
+                                  k_opts[i].expect, json_in_describe(v, got, sizeof got));
+        goto end;
     }
     if (o->t.accumulation > o->t.batch_size) {
         *errmsg = sqlite3_mprintf("%s: option 'accumulation' (%d) must not exceed batch_size (%d)",
@@ -408,7 +412,7 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
     }
     rc = 0;
 end:
-    json_decref(root);
+    json_in_free(doc);
     return rc;
 }
 

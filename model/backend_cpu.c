@@ -43,6 +43,31 @@ static int threads_of(const backend *be)
 #define PARALLEL_MIN_MACS (1 << 23)      /* multiply-adds of a product */
 #define PARALLEL_MIN_ELEMENTS (1 << 16)  /* elements of an elementwise op */
 
+/* A loop over threads: an OpenMP region only with two or more. libgomp
+ * allocates a new team for every one-thread region (it keeps only larger
+ * teams) and exits the process when that allocation fails; one thread runs
+ * the loop as it is. */
+#define FOR_THREADS_STATIC(nt, ...)                                           \
+    do {                                                                      \
+        int par_nt_ = (nt);                                                   \
+        if (par_nt_ > 1) {                                                    \
+            _Pragma("omp parallel for num_threads(par_nt_) schedule(static)") \
+            __VA_ARGS__                                                       \
+        } else {                                                              \
+            __VA_ARGS__                                                       \
+        }                                                                     \
+    } while (0)
+#define FOR_THREADS_DYNAMIC(nt, ...)                                          \
+    do {                                                                      \
+        int par_nt_ = (nt);                                                   \
+        if (par_nt_ > 1) {                                                    \
+            _Pragma("omp parallel for num_threads(par_nt_) schedule(dynamic)") \
+            __VA_ARGS__                                                       \
+        } else {                                                              \
+            __VA_ARGS__                                                       \
+        }                                                                     \
+    } while (0)
+
 int backend_cpu_threads_for(const backend *be, double macs)
 {
     return macs < PARALLEL_MIN_MACS ? 1 : threads_of(be);
@@ -98,7 +123,7 @@ static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
     int by_rows = M >= 32 * nt || N < 32 * nt;
     if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
     if (bias) beta = 1.0f;
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int i = 0; i < nt; i++) {
         int lo, hi;
         split_range(by_rows ? M : N, nt, i, &lo, &hi);
@@ -114,7 +139,7 @@ static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
         else Bi = transB ? B + (size_t)lo * ldb : B + lo;
         blas_sgemm(transA, transB, rows_hi - rows_lo, cols_hi - cols_lo, K, alpha, Ai, lda,
                    Bi, ldb, beta, C + (size_t)rows_lo * ldc + cols_lo, ldc);
-    }
+    });
     return SM_OK;
 }
 
@@ -133,12 +158,12 @@ static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
                               long long strideC, int batch)
 {
     int nt = backend_cpu_threads_for(be, (double)batch * M * N * K);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int i = 0; i < batch; i++) {
         blas_sgemm(transA, transB, M, N, K, alpha,
                     A + i * strideA, lda, B + i * strideB, ldb, beta,
                     C + i * strideC, ldc);
-    }
+    });
     return SM_OK;
 }
 
@@ -181,14 +206,14 @@ static void packed_split(backend *be, packed_cols_fn cols, float *out, const flo
     int nt = backend_cpu_threads_for(be, (double)R * N * K);
     int by_rows = R >= 32 * nt || panels < 2 * nt;
     if (nt <= 1 || (by_rows ? R : panels) < 2) nt = 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int i = 0; i < nt; i++) {
         int lo, hi;
         split_range(by_rows ? R : panels, nt, i, &lo, &hi);
         if (hi <= lo) continue;
         if (by_rows) cols(out + (size_t)lo * N, in + (size_t)lo * K, W, b, hi - lo, 0, N);
         else cols(out, in, W, b, R, lo * panel, hi * panel);
-    }
+    });
 }
 
 static int cpu_linear_bf16(backend *be, float *out, const float *in,
@@ -240,11 +265,10 @@ static void gelu_span(float *out, const float *in, size_t n)
 #define PARALLEL_SPANS(nt, n, body)                                           \
     do {                                                                      \
         int nt_ = (n) < PARALLEL_MIN_ELEMENTS ? 1 : (nt);                     \
-        _Pragma("omp parallel for num_threads(nt_) schedule(static)")         \
-        for (int t_ = 0; t_ < nt_; t_++) {                                    \
+        FOR_THREADS_STATIC(nt_, for (int t_ = 0; t_ < nt_; t_++) {            \
             size_t lo = (n) * t_ / nt_, hi = (n) * (t_ + 1) / nt_;            \
             body;                                                             \
-        }                                                                     \
+        });                                                                   \
     } while (0)
 
 static int cpu_add(backend *be, float *out, const float *a, const float *b,
@@ -294,10 +318,10 @@ static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd,
                          int C, float eps)
 {
     int nt = threads_for_elements(be, (double)R * C);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int r = 0; r < R; r++)
         layernorm_row(out + (size_t)r * C, mean ? mean + r : NULL,
-                      rstd ? rstd + r : NULL, in + (size_t)r * C, w, b, C, eps);
+                      rstd ? rstd + r : NULL, in + (size_t)r * C, w, b, C, eps););
     return SM_OK;
 }
 
@@ -305,13 +329,13 @@ static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
                               int B, int H, int T, float scale)
 {
     int nt = threads_for_elements(be, (double)B * H * T * T);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int bh = 0; bh < B * H; bh++) {
         int len = lengths[bh / H];
         len = len < 1 ? 1 : (len > T ? T : len);
         float *rows = att + (size_t)bh * T * T;
         for (int t = 0; t < T; t++) cpu_softmax_row(rows + (size_t)t * T, len, T, scale);
-    }
+    });
     return SM_OK;
 }
 
@@ -332,14 +356,14 @@ static int cpu_attention(backend *be, float *out, float *att, const float *qkv,
                          float scale)
 {
     int C = H * d, nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    FOR_THREADS_DYNAMIC(nt,
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         int len = lengths[b] < 1 ? 1 : (lengths[b] > T ? T : lengths[b]);
         attention_head(out + (size_t)b * T * C + (size_t)h * d,
                        att + (size_t)bh * T * T,
                        qkv + (size_t)b * T * 3 * C + (size_t)h * d, len, T, C, d, scale);
-    }
+    });
     return SM_OK;
 }
 
@@ -350,7 +374,7 @@ static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
                      const float *task, int B, int T, int C, int pos_offset)
 {
     int nt = threads_for_elements(be, (double)B * T * C);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
         const float *w = word + (size_t)ids[bt] * C;
@@ -360,7 +384,7 @@ static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
         for (int c = 0; c < C; c++) o[c] = w[c] + p[c] + ty[c];
         if (task)
             for (int c = 0; c < C; c++) o[c] += task[c];
-    }
+    });
     return SM_OK;
 }
 
@@ -369,7 +393,7 @@ static int cpu_attn_split(backend *be, float *q, float *k, float *v,
 {
     int C = H * d;
     int nt = threads_for_elements(be, (double)B * T * C);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int bt = 0; bt < B * T; bt++) {
         int b = bt / T, t = bt % T;
         const float *src = qkv + (size_t)bt * 3 * C;
@@ -379,7 +403,7 @@ static int cpu_attn_split(backend *be, float *q, float *k, float *v,
             memcpy(k + dst, src + C + h * d, (size_t)d * sizeof *k);
             memcpy(v + dst, src + 2 * C + h * d, (size_t)d * sizeof *v);
         }
-    }
+    });
     return SM_OK;
 }
 
@@ -387,14 +411,14 @@ static int cpu_attn_merge(backend *be, float *out, const float *in, int B,
                           int T, int H, int d)
 {
     int nt = threads_for_elements(be, (double)B * T * H * d);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    FOR_THREADS_STATIC(nt,
     for (int bt = 0; bt < B * T; bt++) {
         int b = bt / T, t = bt % T;
         for (int h = 0; h < H; h++)
             memcpy(out + ((size_t)bt * H + h) * d,
                    in + (((size_t)b * H + h) * T + t) * d,
                    (size_t)d * sizeof *out);
-    }
+    });
     return SM_OK;
 }
 

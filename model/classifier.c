@@ -158,11 +158,22 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
         goto end;
     }
     /* Batches are independent: with lanes, each thread takes the next one
-     * and runs it start to finish on its own lane. The first error wins. */
+     * and runs it start to finish on its own lane. The first error wins.
+     * One lane runs outside any OpenMP region: libgomp allocates a team for
+     * every region nested in another (even an inactive one) and exits the
+     * process when that allocation fails. */
     rc = SM_OK;
-#pragma omp parallel for num_threads(lanes) schedule(dynamic, 1) if (lanes > 1)
+    if (lanes == 1) {
+        for (int bi = 0; bi < n_batches && !rc; bi++) {
+            int first = bi * batch_size;
+            int B = n - first < batch_size ? n - first : batch_size;
+            rc = run_batch(m, p, lane_ws[0], &e, first, B, ids, lengths, logits, probs, err);
+        }
+        goto end;
+    }
+#pragma omp parallel for num_threads(lanes) schedule(dynamic, 1)
     for (int bi = 0; bi < n_batches; bi++) {
-        int lane = lanes > 1 ? omp_get_thread_num() : 0, failed;
+        int lane = omp_get_thread_num(), failed;
 #pragma omp atomic read
         failed = rc;
         if (failed) continue;

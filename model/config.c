@@ -1,5 +1,5 @@
 /* config.c: parses and writes a BERT-family config.json (BERT, ERNIE 3.0,
- * RoBERTa) with jansson.
+ * RoBERTa): parsed with json_in, written with jansson.
  *
  * Owns the id2label strings of a bert_config. Every value is checked for type
  * and range and every error names the key and what was expected. Integers are
@@ -17,6 +17,7 @@
 
 #include "errors.h"
 #include "parse_error.h"
+#include "json_in.h"
 
 /* ---- label sets ---------------------------------------------------------- */
 
@@ -54,11 +55,9 @@ static int check_labels(int n, const char *const *labels, int code,
             return sm_error(err, code,
                             "%s: label %d is %zu bytes, at most %d allowed",
                             what, i, strlen(labels[i]), BERT_LABEL_MAX - 1);
-        json_t *s = json_string(labels[i]); /* NULL for invalid UTF-8 */
-        if (!s)
+        if (!json_in_utf8_valid(labels[i], strlen(labels[i])))
             return sm_error(err, code, "%s: label %d is not valid UTF-8", what,
                             i);
-        json_decref(s);
     }
     label_ref *refs = malloc((size_t)n * sizeof *refs);
     if (!refs)
@@ -169,40 +168,28 @@ int bert_config_label_index(const bert_config *cfg, const char *label)
 /* ---- parsing ------------------------------------------------------------- */
 
 /* Renders a JSON value for an error message: "768", 768.5, an array, ... */
-static const char *describe(const json_t *v, char *buf, size_t cap)
+static const char *describe(const json_in_value *v, char *buf, size_t cap)
 {
-    if (json_is_array(v))
-        return "an array";
-    if (json_is_object(v))
-        return "an object";
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!s)
-        return "a value";
-    if (strlen(s) > 60)
-        snprintf(buf, cap, "%.57s...", s);
-    else
-        snprintf(buf, cap, "%s", s);
-    free(s);
-    return buf;
+    return json_in_describe(v, buf, cap < 64 ? cap : 64);
 }
 
 /* The value of key, or NULL when absent or null. */
-static json_t *get(const json_t *root, const char *key)
+static const json_in_value *get(const json_in_value *root, const char *key)
 {
-    json_t *v = json_object_get(root, key);
-    return json_is_null(v) ? NULL : v;
+    const json_in_value *v = json_in_get(root, key);
+    return json_in_is(v, JSON_IN_NULL) ? NULL : v;
 }
 
 /* Reads integer key into *out, in lo..hi. Absent: error when required, else
  * *out is left as is. */
-static int get_int(const json_t *root, const char *key, int required, int lo,
+static int get_int(const json_in_value *root, const char *key, int required, int lo,
                    int hi, int *out, char *err)
 {
     char buf[80];
     const char *what = lo == 1   ? "a positive integer"
                        : lo == 0 ? "a non-negative integer"
                                  : "an integer";
-    json_t *v = get(root, key);
+    const json_in_value *v = get(root, key);
     double d;
     if (!v) {
         if (required)
@@ -211,10 +198,10 @@ static int get_int(const json_t *root, const char *key, int required, int lo,
                             key, what);
         return SM_OK;
     }
-    if (json_is_integer(v))
-        d = (double)json_integer_value(v);
-    else if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v))
-        d = json_real_value(v);
+    if (json_in_is(v, JSON_IN_NUMBER) && v->is_int)
+        d = (double)v->i; /* exact in the int ranges checked below */
+    else if (json_in_is(v, JSON_IN_NUMBER) && floor(v->d) == v->d)
+        d = v->d;
     else
         return sm_error(err, SM_ERR_FORMAT, "config.json: '%s' must be %s, "
                         "got %s", key, what, describe(v, buf, sizeof buf));
@@ -227,17 +214,17 @@ static int get_int(const json_t *root, const char *key, int required, int lo,
 }
 
 /* Reads an optional number key in [lo, hi] (lo excluded when lo_open). */
-static int get_float(const json_t *root, const char *key, double lo,
+static int get_float(const json_in_value *root, const char *key, double lo,
                      int lo_open, double hi, float *out, char *err)
 {
     char buf[80];
-    json_t *v = get(root, key);
+    const json_in_value *v = get(root, key);
     if (!v)
         return SM_OK;
-    if (!json_is_number(v))
+    if (!json_in_is(v, JSON_IN_NUMBER))
         return sm_error(err, SM_ERR_FORMAT, "config.json: '%s' must be a "
                         "number, got %s", key, describe(v, buf, sizeof buf));
-    double d = json_number_value(v);
+    double d = v->d;
     float f = (float)d;
     if (!(lo_open ? d > lo && f > (float)lo : d >= lo) || !(d <= hi))
         return sm_error(err, SM_ERR_FORMAT, "config.json: '%s' must be a "
@@ -247,29 +234,29 @@ static int get_float(const json_t *root, const char *key, double lo,
     return SM_OK;
 }
 
-static int get_bool(const json_t *root, const char *key, int *out, char *err)
+static int get_bool(const json_in_value *root, const char *key, int *out, char *err)
 {
     char buf[80];
-    json_t *v = get(root, key);
+    const json_in_value *v = get(root, key);
     if (!v)
         return SM_OK;
-    if (!json_is_boolean(v))
+    if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE))
         return sm_error(err, SM_ERR_FORMAT, "config.json: '%s' must be true "
                         "or false, got %s", key, describe(v, buf, sizeof buf));
-    *out = json_is_true(v);
+    *out = json_in_is(v, JSON_IN_TRUE);
     return SM_OK;
 }
 
-static int parse_model_type(const json_t *root, bert_config *cfg, char *err)
+static int parse_model_type(const json_in_value *root, bert_config *cfg, char *err)
 {
     char buf[80];
-    json_t *v = get(root, "model_type");
+    const json_in_value *v = get(root, "model_type");
     if (!v)
         return SM_OK; /* stays "bert" */
-    if (!json_is_string(v))
+    if (!json_in_is(v, JSON_IN_STRING))
         return sm_error(err, SM_ERR_FORMAT, "config.json: 'model_type' must be "
                         "a string, got %s", describe(v, buf, sizeof buf));
-    const char *s = json_string_value(v);
+    const char *s = v->str;
     if (strcmp(s, "bert") == 0 || strcmp(s, "ernie") == 0 ||
         strcmp(s, "roberta") == 0)
         snprintf(cfg->model_type, sizeof cfg->model_type, "%s", s);
@@ -282,19 +269,19 @@ static int parse_model_type(const json_t *root, bert_config *cfg, char *err)
     return SM_OK;
 }
 
-static int parse_hidden_act(const json_t *root, char *err)
+static int parse_hidden_act(const json_in_value *root, char *err)
 {
     char buf[80];
-    json_t *v = get(root, "hidden_act");
+    const json_in_value *v = get(root, "hidden_act");
     if (!v)
         return SM_OK;
-    if (!json_is_string(v))
+    if (!json_in_is(v, JSON_IN_STRING))
         return sm_error(err, SM_ERR_FORMAT, "config.json: 'hidden_act' must be "
                         "a string, got %s", describe(v, buf, sizeof buf));
-    if (strcmp(json_string_value(v), "gelu") != 0)
+    if (strcmp(v->str, "gelu") != 0)
         return sm_error(err, SM_ERR_UNSUPPORTED, "config.json: hidden_act "
                         "'%.100s': only 'gelu' (exact erf) is supported",
-                        json_string_value(v));
+                        v->str);
     return SM_OK;
 }
 
@@ -316,37 +303,38 @@ static int label_id(const char *key, int n)
 }
 
 /* id2label: {"0": "negative", "1": "positive"}, ids exactly 0..n-1. */
-static int parse_id2label(const json_t *obj, bert_config *cfg, char *err)
+static int parse_id2label(const json_in_value *obj, bert_config *cfg,
+                          char *err)
 {
     int rc = SM_OK;
     char buf[80];
     const char **names = NULL;
-    if (!json_is_object(obj))
+    if (!json_in_is(obj, JSON_IN_OBJECT))
         return sm_error(err, SM_ERR_FORMAT, "config.json: 'id2label' must be "
                         "an object mapping \"0\", \"1\", ... to label names, "
                         "got %s", describe(obj, buf, sizeof buf));
-    size_t n = json_object_size(obj);
+    size_t n = obj->n;
     if (n < 1 || n > BERT_MAX_LABELS)
         return sm_error(err, SM_ERR_FORMAT, "config.json: 'id2label' has %zu "
                         "labels, expected 1..%d", n, BERT_MAX_LABELS);
     if (!(names = calloc(n, sizeof *names)))
         return sm_error(err, SM_ERR_NOMEM, "config.json: out of memory");
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
+    for (size_t i = 0; i < n; i++) {
+        const char *key = obj->members[i].key;
+        const json_in_value *v = &obj->members[i].value;
         int id = label_id(key, (int)n);
         if (id < 0) {
             rc = sm_error(err, SM_ERR_FORMAT, "config.json: 'id2label' key "
                           "'%.40s' is not a label id 0..%zu", key, n - 1);
             goto fail;
         }
-        if (!json_is_string(v)) {
+        if (!json_in_is(v, JSON_IN_STRING)) {
             rc = sm_error(err, SM_ERR_FORMAT, "config.json: 'id2label' entry "
                           "'%s' must be a string, got %s", key,
                           describe(v, buf, sizeof buf));
             goto fail;
         }
-        names[id] = json_string_value(v); /* keys unique: each id once */
+        names[id] = v->str; /* keys unique: each id once */
     }
     if ((rc = check_labels((int)n, names, SM_ERR_FORMAT,
                            "config.json: 'id2label'", err)))
@@ -362,12 +350,12 @@ fail:
 }
 
 /* id2label if present, else num_labels (default 2) with LABEL_i names. */
-static int parse_labels(const json_t *root, bert_config *cfg, char *err)
+static int parse_labels(const json_in_value *root, bert_config *cfg, char *err)
 {
     int rc, n = 0;
     if ((rc = get_int(root, "num_labels", 0, 1, BERT_MAX_LABELS, &n, err)))
         return rc;
-    json_t *obj = get(root, "id2label");
+    const json_in_value *obj = get(root, "id2label");
     if (obj) {
         if ((rc = parse_id2label(obj, cfg, err)))
             return rc;
@@ -386,7 +374,7 @@ static int parse_labels(const json_t *root, bert_config *cfg, char *err)
 }
 
 /* The encoder's sizes: required integers, in ranges, consistent. */
-static int parse_sizes(const json_t *root, bert_config *c, char *err)
+static int parse_sizes(const json_in_value *root, bert_config *c, char *err)
 {
     int rc;
     if ((rc = get_int(root, "vocab_size", 1, 5, 10000000, &c->vocab_size,
@@ -418,7 +406,7 @@ static int parse_sizes(const json_t *root, bert_config *c, char *err)
 }
 
 /* ERNIE 3.0 task-type embeddings. */
-static int parse_task_type(const json_t *root, bert_config *c, char *err)
+static int parse_task_type(const json_in_value *root, bert_config *c, char *err)
 {
     int rc, n = -1;
     if ((rc = get_bool(root, "use_task_id", &c->use_task_id, err)) ||
@@ -433,7 +421,7 @@ static int parse_task_type(const json_t *root, bert_config *c, char *err)
     return SM_OK;
 }
 
-static int parse_floats(const json_t *root, bert_config *c, char *err)
+static int parse_floats(const json_in_value *root, bert_config *c, char *err)
 {
     int rc;
     if ((rc = get_float(root, "layer_norm_eps", 0, 1, 1, &c->layer_norm_eps,
@@ -448,7 +436,7 @@ static int parse_floats(const json_t *root, bert_config *c, char *err)
     return SM_OK;
 }
 
-static int parse_root(const json_t *root, bert_config *c, char *err)
+static int parse_root(const json_in_value *root, bert_config *c, char *err)
 {
     int rc;
     if ((rc = parse_model_type(root, c, err)) ||
@@ -472,8 +460,8 @@ int bert_config_parse(const char *json, size_t len, bert_config *cfg,
                       char *err)
 {
     int rc;
-    json_error_t jerr;
-    json_t *root = NULL;
+    json_in_error jerr;
+    json_in_doc *doc = NULL;
     bert_config c;
 
     memset(cfg, 0, sizeof *cfg);
@@ -483,11 +471,20 @@ int bert_config_parse(const char *json, size_t len, bert_config *cfg,
         rc = sm_error(err, SM_ERR_INVALID, "config.json: no text");
         goto fail;
     }
-    if (!(root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr))) {
-        rc = sm_json_parse_error(err, "config.json: invalid JSON", &jerr);
+    if ((rc = json_in_parse(json, len, &doc, &jerr))) {
+        if (rc == SM_ERR_NOMEM)
+            rc = sm_error(err, SM_ERR_NOMEM, "config.json: out of memory");
+        else if (jerr.line)
+            rc = sm_error(err, SM_ERR_FORMAT, "config.json: invalid JSON (line "
+                          "%d, column %d): %s", jerr.line, jerr.column,
+                          jerr.reason);
+        else
+            rc = sm_error(err, SM_ERR_FORMAT, "config.json: invalid JSON: %s",
+                          jerr.reason);
         goto fail;
     }
-    if (!json_is_object(root)) {
+    const json_in_value *root = json_in_root(doc);
+    if (!json_in_is(root, JSON_IN_OBJECT)) {
         rc = sm_error(err, SM_ERR_FORMAT, "config.json: expected a JSON object "
                       "at the top level, got an array");
         goto fail;
@@ -495,11 +492,11 @@ int bert_config_parse(const char *json, size_t len, bert_config *cfg,
     if ((rc = parse_root(root, &c, err)))
         goto fail;
     *cfg = c;
-    json_decref(root);
+    json_in_free(doc);
     return SM_OK;
 fail:
     bert_config_free(&c);
-    json_decref(root);
+    json_in_free(doc);
     return rc;
 }
 

@@ -4,7 +4,8 @@
  * struct and, for files, the read-only mapping. Tensor data is never copied on
  * open: st_tensor.data points into the file or the caller's buffer, which may
  * be unaligned, so all element reads go through memcpy. The header JSON is
- * parsed and produced with jansson. Byte order: the format is little-endian
+ * parsed with json_in (strict, exact integers, safe on a failed allocation)
+ * and produced with jansson. Byte order: the format is little-endian
  * and so are the hosts we build for (x86_64, aarch64); F32/F64 data are copied
  * as host floats, so a big-endian host is not supported.
  */
@@ -23,6 +24,7 @@
 #include "errors.h"
 #include "file_read.h"
 #include "parse_error.h"
+#include "json_in.h"
 
 /* A header larger than this is treated as corrupt (real ones are < 1 MB). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
@@ -153,26 +155,24 @@ static const char *shape_str(const int64_t *shape, int ndim, char *buf,
     return buf;
 }
 
-/* Reads a JSON integer (or integral real) that fits int64 and is >= 0. */
-static int json_nonneg_int(const json_t *v, int64_t *out)
+/* Reads a JSON integer (written without fraction or exponent, kept exactly)
+ * that is >= 0. */
+static int json_nonneg_int(const json_in_value *v, int64_t *out)
 {
-    if (!json_is_integer(v))
+    if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int || v->i < 0)
         return 0;
-    json_int_t x = json_integer_value(v);
-    if (x < 0)
-        return 0;
-    *out = (int64_t)x;
+    *out = v->i;
     return 1;
 }
 
-static int parse_shape(const char *name, const json_t *js, st_tensor *t,
+static int parse_shape(const char *name, const json_in_value *js, st_tensor *t,
                        char *err)
 {
-    if (!json_is_array(js))
+    if (!json_in_is(js, JSON_IN_ARRAY))
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': 'shape' must be an array of "
                         "non-negative integers", name);
-    size_t nd = json_array_size(js);
+    size_t nd = js->n;
     if (nd > ST_MAX_DIMS)
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': shape has %zu dimensions, "
@@ -180,7 +180,7 @@ static int parse_shape(const char *name, const json_t *js, st_tensor *t,
     int64_t numel = 1;
     for (size_t i = 0; i < nd; i++) {
         int64_t d;
-        if (!json_nonneg_int(json_array_get(js, i), &d))
+        if (!json_nonneg_int(&js->items[i], &d))
             return sm_error(err, SM_ERR_FORMAT,
                             "safetensors: tensor '%s': shape[%zu] must be a "
                             "non-negative integer", name, i);
@@ -195,13 +195,13 @@ static int parse_shape(const char *name, const json_t *js, st_tensor *t,
     return SM_OK;
 }
 
-static int parse_offsets(const char *name, const json_t *jo, uint64_t *begin,
-                         uint64_t *end, char *err)
+static int parse_offsets(const char *name, const json_in_value *jo,
+                         uint64_t *begin, uint64_t *end, char *err)
 {
     int64_t b, e;
-    if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-        !json_nonneg_int(json_array_get(jo, 0), &b) ||
-        !json_nonneg_int(json_array_get(jo, 1), &e))
+    if (!json_in_is(jo, JSON_IN_ARRAY) || jo->n != 2 ||
+        !json_nonneg_int(&jo->items[0], &b) ||
+        !json_nonneg_int(&jo->items[1], &e))
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': 'data_offsets' must be two "
                         "non-negative integers [begin, end]", name);
@@ -215,35 +215,35 @@ static int parse_offsets(const char *name, const json_t *jo, uint64_t *begin,
 }
 
 /* Validates one header entry and fills t (name still unset). */
-static int parse_tensor(const char *name, const json_t *jt,
+static int parse_tensor(const char *name, const json_in_value *jt,
                         const uint8_t *data, uint64_t data_len, st_tensor *t,
                         char *err)
 {
-    if (!json_is_object(jt))
+    if (!json_in_is(jt, JSON_IN_OBJECT))
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': entry must be an object "
                         "with dtype, shape and data_offsets", name);
-    const json_t *jd = json_object_get(jt, "dtype");
+    const json_in_value *jd = json_in_get(jt, "dtype");
     if (!jd)
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': missing 'dtype'", name);
-    if (!json_is_string(jd))
+    if (!json_in_is(jd, JSON_IN_STRING))
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': 'dtype' must be a string",
                         name);
-    if (!dtype_from_name(json_string_value(jd), &t->dtype))
+    if (!dtype_from_name(jd->str, &t->dtype))
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': unknown dtype '%s'; expected "
                         "F32, F16, BF16, F64, I64, I32, I8, U8 or BOOL", name,
-                        json_string_value(jd));
-    const json_t *js = json_object_get(jt, "shape");
+                        jd->str);
+    const json_in_value *js = json_in_get(jt, "shape");
     if (!js)
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': missing 'shape'", name);
     int rc = parse_shape(name, js, t, err);
     if (rc)
         return rc;
-    const json_t *jo = json_object_get(jt, "data_offsets");
+    const json_in_value *jo = json_in_get(jt, "data_offsets");
     if (!jo)
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: tensor '%s': missing 'data_offsets'", name);
@@ -277,19 +277,17 @@ static int parse_tensor(const char *name, const json_t *jt,
     return SM_OK;
 }
 
-static int check_metadata(const json_t *jm, char *err)
+static int check_metadata(const json_in_value *jm, char *err)
 {
-    const char *k;
-    const json_t *v;
-    if (!json_is_object(jm))
+    if (!json_in_is(jm, JSON_IN_OBJECT))
         return sm_error(err, SM_ERR_FORMAT,
                         "safetensors: '__metadata__' must be an object of "
                         "strings");
-    json_object_foreach((json_t *)jm, k, v) {
-        if (!json_is_string(v))
+    for (size_t i = 0; i < jm->n; i++) {
+        if (!json_in_is(&jm->members[i].value, JSON_IN_STRING))
             return sm_error(err, SM_ERR_FORMAT,
                             "safetensors: '__metadata__' value for '%s' must "
-                            "be a string", k);
+                            "be a string", jm->members[i].key);
     }
     return SM_OK;
 }
@@ -347,26 +345,37 @@ static int parse_header(safetensors *st, const char *hdr, size_t hdr_len,
                         const uint8_t *data, uint64_t data_len, char *err)
 {
     int rc = SM_OK;
-    json_error_t jerr;
-    json_t *root = json_loadb(hdr, hdr_len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        rc = sm_json_parse_error(err, "safetensors: header is not valid JSON", &jerr);
+    json_in_error jerr;
+    json_in_doc *doc = NULL;
+    if ((rc = json_in_parse(hdr, hdr_len, &doc, &jerr))) {
+        if (rc == SM_ERR_NOMEM)
+            rc = sm_error(err, SM_ERR_NOMEM, "safetensors: out of memory "
+                          "parsing the header");
+        else if (jerr.line)
+            rc = sm_error(err, SM_ERR_FORMAT,
+                          "safetensors: header is not valid JSON (line %d, "
+                          "column %d): %s", jerr.line, jerr.column, jerr.reason);
+        else
+            rc = sm_error(err, SM_ERR_FORMAT,
+                          "safetensors: header is not valid JSON: %s",
+                          jerr.reason);
         goto fail;
     }
-    if (!json_is_object(root)) {
+    const json_in_value *root = json_in_root(doc);
+    if (!json_in_is(root, JSON_IN_OBJECT)) {
         rc = sm_error(err, SM_ERR_FORMAT,
                       "safetensors: header must be a JSON object of tensors");
         goto fail;
     }
-    size_t cap = json_object_size(root);
+    size_t cap = root->n;
     st->tensors = calloc(cap ? cap : 1, sizeof *st->tensors);
     if (!st->tensors) {
         rc = sm_error(err, SM_ERR_NOMEM, "safetensors: out of memory");
         goto fail;
     }
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val) {
+    for (size_t i = 0; i < root->n; i++) {
+        const char *key = root->members[i].key;
+        const json_in_value *val = &root->members[i].value;
         if (strcmp(key, "__metadata__") == 0) {
             if ((rc = check_metadata(val, err)))
                 goto fail;
@@ -384,7 +393,7 @@ static int parse_header(safetensors *st, const char *hdr, size_t hdr_len,
     qsort(st->tensors, (size_t)st->n_tensors, sizeof *st->tensors, cmp_by_name);
     rc = check_overlap(st, data, err);
 fail:
-    json_decref(root);
+    json_in_free(doc);
     return rc;
 }
 

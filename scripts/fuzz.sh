@@ -17,29 +17,31 @@ set -eu
 
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-"safetensors config vocab tokenize stored_model"}
+TARGETS=${*:-"safetensors config json_in vocab tokenize stored_model"}
 OUT=${FUZZ_OUT:-build/fuzz}
 
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 
-# The sources each target needs: its parser and the error helper.
+# The sources each target needs: its parser, the JSON reader and the error
+# helper. json_in checks the JSON reader against jansson.
 sources() {
     case $1 in
-    safetensors) echo "model/safetensors.c model/errors.c model/file_read.c model/parse_error.c" ;;
-    config) echo "model/config.c model/errors.c model/parse_error.c" ;;
+    safetensors) echo "model/safetensors.c model/json_in.c model/errors.c model/file_read.c model/parse_error.c" ;;
+    config) echo "model/config.c model/json_in.c model/errors.c model/parse_error.c" ;;
+    json_in) echo "model/json_in.c model/errors.c" ;;
     vocab | tokenize) echo "model/tokenizer.c model/errors.c model/file_read.c" ;;
     stored_model) echo "model/bert_load.c model/bert_params.c model/config.c" \
         "model/safetensors.c model/tokenizer.c model/model_dir.c model/errors.c" \
-        "model/file_read.c model/parse_error.c" ;;
-    *) echo "fuzz.sh: unknown target '$1' (safetensors, config, vocab, tokenize," \
+        "model/file_read.c model/parse_error.c model/json_in.c" ;;
+    *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
         "stored_model)" >&2; exit 2 ;;
     esac
 }
 
 # Libraries the parsers link (utf8proc for the tokenizer; OpenMP pragmas
 # in the model sources).
-LIBS="-lutf8proc -ljansson -lm -lpthread -ldl -fopenmp"
+LIBS="-lutf8proc -lcjson -ljansson -lm -lpthread -ldl -fopenmp"
 
 # Longest input: a stored model seed holds a whole small model.
 max_len() {
@@ -90,6 +92,13 @@ write_seeds() {
     printf '%s' '{"vocab_size":5,"hidden_size":4,"num_hidden_layers":1,"num_attention_heads":3,"intermediate_size":"4","max_position_embeddings":2,"pad_token_id":5,"id2label":{"0":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","1":""}}' >"$c/errors"
     printf '%s' '[{"model_type":"roberta","pad_token_id":511,"max_position_embeddings":512}]' >"$c/array"
     printf '%s' '{"model_type":"xlm-roberta","vocab_size":9,"hidden_size":8.0,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"max_position_embeddings":16,"id2label":{"1":"正面","0":"负面","2":"x"}}' >"$c/labels"
+    j=$OUT/seeds/json_in
+    mkdir -p "$j"
+    cp "$c"/* "$j"/
+    printf '%s' '{"a\u00e9\n":"\ud83d\ude00 x\t\"\\ \u4e2d\u6587","b":["\/","\b\f\r","中文"],"\ud834\udd1e":null}' >"$j/escapes"
+    printf '%s' '[0,-1,1.5,1e-12,-2.5E+3,9007199254740993,-9223372036854775808,0.1,3.0,-0,1E2,true,false,null,[],{}]' >"$j/numbers"
+    printf '%s' '[[[[[[[[{"k":[[{"k":{"":[1]}}]]}]]]]]]]]' >"$j/nesting"
+    printf '%s' '{"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"__metadata__":{"format":"pt"}}' >"$j/header"
 
     v=$OUT/seeds/vocab
     mkdir -p "$v"
@@ -134,6 +143,31 @@ write_dicts() {
 "9223372036854775807"
 "1e3"
 "\"\\u00e9\""
+EOF
+    cat >"$OUT/json_in.dict" <<'EOF'
+"{"
+"}"
+"["
+"]"
+":"
+","
+"\""
+"\\u"
+"\\ud800"
+"\\udc00"
+"\\u0000"
+"true"
+"false"
+"null"
+"-0"
+"1e"
+"E+"
+".5"
+"9223372036854775807"
+"9007199254740993"
+"\xc3\xa9"
+"\xed\xa0\x80"
+"\xf4\x90\x80\x80"
 EOF
     cat >"$OUT/config.dict" <<'EOF'
 "\"model_type\""

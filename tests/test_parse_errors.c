@@ -42,7 +42,7 @@ static void expect_config_error(const char *json, size_t len, const char *want,
 static void test_config_shadow_file_text(void **state)
 {
     (void)state;
-    CONFIG_ERR(SHADOW, "config.json: invalid JSON (line 1, column 1, byte 0): '[' or '{' expected",
+    CONFIG_ERR(SHADOW, "config.json: invalid JSON (line 1, column 1): unexpected character; expected a value",
                "root");
     CONFIG_ERR(SHADOW, "invalid JSON", "Sup3r");
 }
@@ -50,13 +50,13 @@ static void test_config_shadow_file_text(void **state)
 static void test_config_short_word(void **state)
 {
     (void)state;
-    CONFIG_ERR("hunter2", "'[' or '{' expected", "hunter2");
+    CONFIG_ERR("hunter2", "(line 1, column 1): unexpected character; expected a value", "hunter2");
 }
 
 static void test_config_bare_word_value(void **state)
 {
     (void)state;
-    CONFIG_ERR("{\"hidden_size\": hunter2}", "(line 1, column 17, byte 16): invalid token",
+    CONFIG_ERR("{\"hidden_size\": hunter2}", "(line 1, column 17): unexpected character; expected a value",
                "hunter");
 }
 
@@ -69,7 +69,7 @@ static void test_config_word_on_line_3(void **state)
 static void test_config_trailing_text(void **state)
 {
     (void)state;
-    CONFIG_ERR("{} hunter2", "end of file expected", "hunter");
+    CONFIG_ERR("{} hunter2", "(line 1, column 4): unexpected content after the JSON value", "hunter");
 }
 
 static void test_config_bad_escape(void **state)
@@ -82,13 +82,13 @@ static void test_config_bad_unicode_escape(void **state)
 {
     (void)state;
     CONFIG_ERR("{\"a\": \"\\uD800\\uzz hunter2\"}", "invalid JSON", "hunter");
-    CONFIG_ERR("{\"a\": \"\\uDC01\"}", "invalid JSON syntax", "DC01");
+    CONFIG_ERR("{\"a\": \"\\uDC01\"}", "(line 1, column 8): \\u escape of a lone low surrogate", "DC01");
 }
 
 static void test_config_control_character(void **state)
 {
     (void)state;
-    CONFIG_ERR("{\"a\": \"x\x01hunter2\"}", "invalid JSON syntax", "0x1");
+    CONFIG_ERR("{\"a\": \"x\x01hunter2\"}", "(line 1, column 9): control character in a string", "0x1");
     CONFIG_ERR("{\"a\": \"x\x01hunter2\"}", "invalid JSON", "hunter");
 }
 
@@ -102,9 +102,9 @@ static void test_config_duplicate_key(void **state)
 {
     (void)state;
     /* a file that parsed as a JSON object up to it: the key is named */
-    CONFIG_ERR("{\"epochs\": 1, \"epochs\": 2}", "duplicate object key \"epochs\"", "near");
+    CONFIG_ERR("{\"epochs\": 1, \"epochs\": 2}", "duplicate key 'epochs'", "near");
     /* unless it is not short printable ASCII */
-    CONFIG_ERR("{\"a\\u0001\": 1, \"a\\u0001\": 2}", "a duplicate object key", "\\u0001");
+    CONFIG_ERR("{\"a\\u0001\": 1, \"a\\u0001\": 2}", "invalid JSON: duplicate key", "\\u0001");
 }
 
 static void test_config_unterminated_string(void **state)
@@ -146,21 +146,21 @@ static void expect_st_error(const char *hdr, const char *want, const char *secre
 static void test_safetensors_header_shadow(void **state)
 {
     (void)state;
-    expect_st_error(SHADOW, "safetensors: header is not valid JSON (line 1, column 1, byte 0)",
+    expect_st_error(SHADOW, "safetensors: header is not valid JSON (line 1, column 1)",
                     "root");
 }
 
 static void test_safetensors_header_bare_word(void **state)
 {
     (void)state;
-    expect_st_error("{\"w\": hunter2}", "not valid JSON (line 1, column 7, byte 6): invalid token",
+    expect_st_error("{\"w\": hunter2}", "not valid JSON (line 1, column 7): unexpected character; expected a value",
                     "hunter");
 }
 
 static void test_safetensors_header_duplicate_key(void **state)
 {
     (void)state;
-    expect_st_error("{\"w\": {}, \"w\": {}}", "duplicate object key \"w\"", "near");
+    expect_st_error("{\"w\": {}, \"w\": {}}", "duplicate key 'w'", "near");
 }
 
 static void test_vocab_shadow(void **state)
@@ -227,7 +227,7 @@ static void test_sentiment_load_config_shadow(void **state)
     sql = sqlite3_mprintf("SELECT sentiment_load('s', '%q')", dir);
     assert_int_not_equal(sqlite3_exec(db, sql, NULL, NULL, &err), SQLITE_OK);
     assert_non_null(err);
-    assert_non_null(strstr(err, "config.json: invalid JSON (line 1, column 1, byte 0)"));
+    assert_non_null(strstr(err, "config.json: invalid JSON (line 1, column 1)"));
     expect_no_secret(err, "root");
     expect_no_secret(err, "Sup3r");
     sqlite3_free(err);
@@ -257,7 +257,7 @@ static void test_stored_config_blob_bare_word(void **state)
 {
     (void)state;
     expect_stored_error("UPDATE sentiment_model_store SET config = '{\"hidden_size\": hunter2}'",
-                        "config.json: invalid JSON (line 1, column 17, byte 16): invalid token",
+                        "config.json: invalid JSON (line 1, column 17): unexpected character; expected a value",
                         "hunter");
 }
 
@@ -265,7 +265,7 @@ static void test_stored_config_blob_shadow(void **state)
 {
     (void)state;
     expect_stored_error("UPDATE sentiment_model_store SET config = '" SHADOW "'",
-                        "config.json: invalid JSON (line 1, column 1, byte 0)", "root");
+                        "config.json: invalid JSON (line 1, column 1)", "root");
 }
 
 static void test_stored_safetensors_blob_header(void **state)

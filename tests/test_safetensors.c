@@ -576,7 +576,7 @@ static void test_bad_json(void **state)
     expect_format_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_"
                         "offsets\":[0,4]}}\x01", 4, "not valid JSON", NULL);
     expect_format_error("[1, 2]", 0, "must be a JSON object", NULL);
-    expect_format_error("42", 0, "not valid JSON", NULL);
+    expect_format_error("42", 0, "must be a JSON object", NULL); /* JSON, not an object */
     expect_format_error("{\"w\": 5}", 0, "tensor 'w'", "must be an object");
     expect_format_error("{\"w\": [1]}", 0, "tensor 'w'", "must be an object");
     expect_format_error("{\"__metadata__\": [1]}", 0, "__metadata__", NULL);
@@ -700,7 +700,7 @@ static void test_overlap_and_duplicates(void **state)
     expect_format_error("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
                         "\"data_offsets\":[0,1]},\"w\":{\"dtype\":\"U8\","
                         "\"shape\":[1],\"data_offsets\":[1,2]}}", 2,
-                        "duplicate", "\"w\"");
+                        "duplicate", "'w'");
 }
 
 /* Flipping any single header byte never crashes or leaks; most fail. */
