@@ -297,9 +297,16 @@ static int parse_options(const char *text, tr_opts *o, char **errmsg)
     }
     root = json_in_root(doc);
     if (!json_in_is(root, JSON_IN_OBJECT)) {
+        /* the user's own text, shown whole characters only: an error
+         * message is UTF-8 */
+        size_t tl = strlen(text), cut = tl > 80 ? 80 : tl;
+        int valid = json_in_utf8_valid(text, tl);
+        while (valid && cut < tl && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
         *errmsg = sqlite3_mprintf("%s: options must be a JSON object, e.g. '{\"epochs\":3}'; "
-                                  "got '%.80s'%s%s",
-                                  TRAIN_FN, text, root ? "" : ": ", root ? "" : jerr.reason);
+                                  "got %s%.*s%s%s%s",
+                                  TRAIN_FN, valid ? "'" : "text that is not valid UTF-8",
+                                  valid ? (int)cut : 0, text, valid ? (cut < tl ? "...'" : "'") : "",
+                                  root ? "" : ": ", root ? "" : jerr.reason);
         goto end;
     }
     /* base first: the "none"-only options depend on it */
