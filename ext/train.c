@@ -1074,23 +1074,14 @@ static void json_num(sqlite3_str *s, double x)
     else sqlite3_str_appendall(s, "null");
 }
 
+/* sentiment_train_log, with the store's other tables and triggers (one
+ * schema, in storage.c). */
 static int create_log_table(sqlite3 *db)
 {
-    return sqlite3_exec(db,
-                          "CREATE TABLE IF NOT EXISTS main.sentiment_train_log(\n"
-                          "  model TEXT NOT NULL,\n"
-                          "  version INTEGER NOT NULL,\n"
-                          "  kind TEXT NOT NULL,\n"
-                          "  epoch INTEGER NOT NULL,\n"
-                          "  step INTEGER NOT NULL,\n"
-                          "  loss REAL,\n"
-                          "  lr REAL,\n"
-                          "  grad_norm REAL,\n"
-                          "  valid_accuracy REAL,\n"
-                          "  examples_per_sec REAL,\n"
-                          "  seconds REAL\n"
-                          ")",
-                          NULL, NULL, NULL);
+    char *msg = NULL;
+    int rc = sx_store_ensure(db, &msg);
+    sqlite3_free(msg);
+    return rc;
 }
 
 static int write_log(tr_state *s, int64_t version, char **errmsg)
@@ -1252,7 +1243,6 @@ static int store_model(tr_state *s, const char *config, const char *vocab, size_
             /* The table is created and committed on its own: undoing a
              * schema change would abort the statement train() runs in. */
             rc = sx_store_ensure(db, &msg);
-            if (rc == SQLITE_OK) rc = create_log_table(db);
             if (rc == SQLITE_OK) rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
             if (rc == SQLITE_OK) {
                 tries--; /* not a busy try: start again with the tables there */
