@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "errors.h"
-#include "parse_error.h"
 #include "json_in.h"
 
 /* ---- label sets ---------------------------------------------------------- */

@@ -23,7 +23,6 @@
 
 #include "errors.h"
 #include "file_read.h"
-#include "parse_error.h"
 #include "json_in.h"
 
 /* A header larger than this is treated as corrupt (real ones are < 1 MB). */

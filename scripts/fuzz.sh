@@ -27,13 +27,13 @@ mkdir -p "$OUT"
 # helper. json_in checks the JSON reader against jansson.
 sources() {
     case $1 in
-    safetensors) echo "model/safetensors.c model/json_in.c model/errors.c model/file_read.c model/parse_error.c" ;;
-    config) echo "model/config.c model/json_in.c model/errors.c model/parse_error.c" ;;
+    safetensors) echo "model/safetensors.c model/json_in.c model/errors.c model/file_read.c" ;;
+    config) echo "model/config.c model/json_in.c model/errors.c" ;;
     json_in) echo "model/json_in.c model/errors.c" ;;
     vocab | tokenize) echo "model/tokenizer.c model/errors.c model/file_read.c" ;;
     stored_model) echo "model/bert_load.c model/bert_params.c model/config.c" \
         "model/safetensors.c model/tokenizer.c model/model_dir.c model/errors.c" \
-        "model/file_read.c model/parse_error.c model/json_in.c" ;;
+        "model/file_read.c model/json_in.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
         "stored_model)" >&2; exit 2 ;;
     esac

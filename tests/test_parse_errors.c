@@ -1,8 +1,8 @@
 /* test_parse_errors.c: an error about bytes that failed to parse gives the
  * position and what was expected, and never quotes the bytes: config.json,
  * a safetensors header and a vocab file, read from a file or stored as
- * BLOBs in a database (model/parse_error.h). Every input below carries a
- * secret word; no message may contain it.
+ * BLOBs in a database (model/json_in.h gives the position and reason).
+ * Every input below carries a secret word; no message may contain it.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -14,7 +14,6 @@
 #include "bert.h"
 #include "config.h"
 #include "errors.h"
-#include "parse_error.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -185,21 +184,6 @@ static void test_vocab_invalid_utf8_line(void **state)
     expect_no_secret(err, "hunter");
 }
 
-static void test_parse_error_position(void **state)
-{
-    static const char t[] = "ab\ncd\nef";
-    char err[SM_ERR_MAX];
-    (void)state;
-    assert_int_equal(sm_parse_error(err, SM_ERR_FORMAT, "x.json: invalid JSON", t, sizeof t - 1, 4,
-                                    "':' expected"),
-                     SM_ERR_FORMAT);
-    assert_string_equal(err, "x.json: invalid JSON (line 2, column 2, byte 4): ':' expected");
-    sm_parse_error(err, SM_ERR_FORMAT, "x", t, sizeof t - 1, 0, "a value");
-    assert_string_equal(err, "x (line 1, column 1, byte 0): a value");
-    sm_parse_error(err, SM_ERR_FORMAT, "x", t, sizeof t - 1, 999, "a value");
-    assert_string_equal(err, "x (line 3, column 3, byte 8): a value");
-}
-
 /* ---- through SQL: a model directory, a stored model -------------------- */
 
 static void test_sentiment_load_config_shadow(void **state)
@@ -303,7 +287,6 @@ int main(void)
         cmocka_unit_test(test_safetensors_header_duplicate_key),
         cmocka_unit_test(test_vocab_shadow),
         cmocka_unit_test(test_vocab_invalid_utf8_line),
-        cmocka_unit_test(test_parse_error_position),
         cmocka_unit_test(test_sentiment_load_config_shadow),
         cmocka_unit_test(test_stored_config_blob_bare_word),
         cmocka_unit_test(test_stored_config_blob_shadow),
