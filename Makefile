@@ -58,7 +58,7 @@ $(LIB): $(MODEL_OBJ)
 
 # The built-in model is embedded with .incbin: rebuild when its files change.
 $(BUILD)/ext/builtin.o: $(wildcard model/builtin/config.json model/builtin/vocab.txt model/builtin/model.safetensors)
-# sentiment_version() names the commit it was built from.
+# sentiment_debug() names the commit it was built from.
 $(BUILD)/ext/functions.o: CPPFLAGS += -DSENTIMENT_COMMIT='"$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)"'
 
 $(EXT_LIB): $(EXT_OBJ)
