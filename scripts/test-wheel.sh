@@ -55,4 +55,24 @@ fi
 tests=$(cd python/tests && pwd)
 cd "$VENV"
 ./bin/python -m pytest -q -p no:cacheprovider "$tests"
+
+# Again as on a machine with none of the Debian packages: in a private mount
+# namespace (root), every system copy of a library the wheel carries is
+# replaced by an empty file, so only the wheel's copies can load.
+hidden=""
+if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+    pkg=$(./bin/python -c 'import os, sqlite_sentiment; print(os.path.dirname(sqlite_sentiment.__file__))')
+    for lib in "$pkg"/libs/*; do
+        sys=$(/sbin/ldconfig -p | sed -n "s|^[[:space:]]*$(basename "$lib") (.*x86-64.*) => ||p" | head -n 1)
+        [ -n "$sys" ] && hidden="$hidden $(readlink -f "$sys")"
+    done
+fi
+if [ -n "$hidden" ]; then
+    echo "test-wheel: again with the system's copies hidden:$hidden"
+    SENTIMENT_HIDDEN_LIBS=${hidden# } unshare -m sh -c '
+        for f in $SENTIMENT_HIDDEN_LIBS; do mount --bind /dev/null "$f" || exit 1; done
+        exec ./bin/python -m pytest -q -p no:cacheprovider "$0"' "$tests"
+else
+    echo "test-wheel: note: system copies of the libraries not hidden (needs root and unshare -m)"
+fi
 echo "test-wheel: passed ($(basename "$1"))" >"../test-wheel.status"
