@@ -36,8 +36,11 @@ rm -rf "$VENV"
 log=$BUILD/test-wheel.pip.log
 "$VENV/bin/pip" install -q pytest >"$log" 2>&1 ||
     skip "pytest not installable from PyPI ($(tail -n 1 "$log"))"
-# Optional: a second connection type (sqlean.py); its test skips without it.
-"$VENV/bin/pip" install -q sqlean.py >>"$log" 2>&1 || echo "test-wheel: note: sqlean.py not installable; its test skips"
+# Optional: the other connection types (sqlean.py, pysqlite3, each with its
+# own SQLite); their tests skip without them.
+for m in sqlean.py pysqlite3-binary; do
+    "$VENV/bin/pip" install -q "$m" >>"$log" 2>&1 || echo "test-wheel: note: $m not installable; its test skips"
+done
 
 # A real Python whose sqlite3 cannot load extensions, when there is one.
 if [ -z "${SENTIMENT_NOLOAD_PYTHON:-}" ]; then

@@ -120,6 +120,13 @@ def test_sqlean_connection():
     assert c.execute("SELECT sentiment('房间很干净')").fetchone() == ("positive",)
 
 
+def test_pysqlite3_connection():
+    dbapi2 = pytest.importorskip("pysqlite3.dbapi2")
+    c = dbapi2.connect(":memory:")
+    sqlite_sentiment.load(c)
+    assert c.execute("SELECT sentiment('房间很干净')").fetchone() == ("positive",)
+
+
 def _ldd(path):
     out = subprocess.run(["ldd", path], capture_output=True, text=True, check=True).stdout
     return dict(re.findall(r"^\s*(\S+) => (.+?)(?: \(0x[0-9a-f]+\))?$", out, re.M)), out
