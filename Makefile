@@ -4,6 +4,7 @@
 #   make test       build and run every test (exits non-zero on any failure)
 #   make asan       the same suite under AddressSanitizer + UBSan (build-asan/)
 #   make demo       classify example sentences through the sqlite3 shell
+#   make wheel      the Python package: build/wheel/sqlite_sentiment-*.whl (python/)
 #   make bench      benchmarks (not tests)
 #
 # Missing Debian packages are installed by scripts/install-deps.sh when run as
@@ -33,7 +34,7 @@ LIB       := $(BUILD)/libsentiment_model.a
 EXT_LIB   := $(BUILD)/libsentiment_ext.a
 SO        := $(if $(EXT_SRC),$(BUILD)/sentiment.so)
 
-.PHONY: all deps test asan demo bench clean builtin-model
+.PHONY: all deps test asan demo bench clean builtin-model wheel
 all: $(LIB) $(SO) $(BUILD)/train_builtin
 
 # The packages first: under make -j a compile must not start before the
@@ -58,7 +59,7 @@ $(LIB): $(MODEL_OBJ)
 
 # The built-in model is embedded with .incbin: rebuild when its files change.
 $(BUILD)/ext/builtin.o: $(wildcard model/builtin/config.json model/builtin/vocab.txt model/builtin/model.safetensors)
-# sentiment_version() names the commit it was built from.
+# sentiment_debug() names the commit it was built from.
 $(BUILD)/ext/functions.o: CPPFLAGS += -DSENTIMENT_COMMIT='"$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)"'
 
 $(EXT_LIB): $(EXT_OBJ)
@@ -87,7 +88,19 @@ $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
 
 test: all $(TEST_BIN)
-	@BUILD=$(BUILD) ./scripts/run-tests.sh $(TEST_BIN)
+	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN)
+
+# The Python package (python/README.md): sentiment.so, the CUDA plugin when
+# built, and the shared libraries they need that the manylinux base lacks,
+# with RUNPATH $$ORIGIN (patchelf). The version is SX_VERSION, the one the C
+# side reports. scripts/test-wheel.sh installs it into a fresh venv and runs
+# python/tests (part of make test when Debian's python3 can).
+VERSION  := $(shell sed -n 's/^\#define SX_VERSION "\(.*\)"$$/\1/p' ext/sentiment_ext.h)
+PYTHON   ?= python3
+PATCHELF ?= patchelf
+wheel: $(SO) cuda
+	$(PYTHON) python/build_wheel.py --so $(SO) --version $(VERSION) --out $(BUILD)/wheel \
+	    $(if $(CUDA_SO),--cuda $(CUDA_SO)) --patchelf $(PATCHELF)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test

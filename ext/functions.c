@@ -36,8 +36,11 @@
  *                                              "cpu: 2 threads, OpenBLAS 0.3.21,
  *                                              fp32 (AVX-512F kernel)" or
  *                                              "cuda:0 NVIDIA H200, bf16"
- *   sentiment_version()              -> TEXT   "sentiment 0.1.0 (...)"
- *   sentiment_debug()                -> TEXT   JSON: build, device, precision
+ *   sentiment_version()              -> TEXT   the bare version, "0.1.0", as
+ *                                              vec_version() does
+ *   sentiment_debug()                -> TEXT   JSON: build fingerprint (version,
+ *                                              commit, compiler, SQLite, BLAS,
+ *                                              built-in model), device, precision
  *                                              setting, model cache
  *                                              (entries, loads, evictions) and
  *                                              this connection's counters (rows
@@ -421,16 +424,9 @@ static void fn_device(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 
 static void fn_version(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    sx_builtin b;
-    char *v;
     (void)argc;
     (void)argv;
-    v = sqlite3_mprintf("sentiment " SX_VERSION " (commit " SENTIMENT_COMMIT
-                        ", gcc " __VERSION__ ", SQLite %s, %s, built-in model: %s)",
-                        sqlite3_libversion(), sx_device_blas(),
-                        sx_builtin_get(&b) ? "yes" : "none");
-    if (v) sqlite3_result_text(ctx, v, -1, sqlite3_free);
-    else sqlite3_result_error_nomem(ctx);
+    sqlite3_result_text(ctx, SX_VERSION, -1, SQLITE_STATIC);
 }
 
 static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)

@@ -24,7 +24,7 @@ sqlite3 :memory: <<SQL
 .load $so
 .headers off
 $setup
-SELECT 'version: ' || sentiment_version();
+SELECT 'version: ' || sentiment_version() || ' (commit ' || json_extract(sentiment_debug(), '$.commit') || ')';
 SELECT 'device:  ' || sentiment_device();
 .print
 .print -- one text at a time

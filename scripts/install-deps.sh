@@ -4,7 +4,7 @@
 # and fails, so the build never half-works on a machine without them.
 set -eu
 
-PKGS="build-essential pkg-config libsqlite3-dev sqlite3 libutf8proc-dev libcmocka-dev libopenblas-dev libjansson-dev libcjson-dev"
+PKGS="build-essential pkg-config libsqlite3-dev sqlite3 libutf8proc-dev libcmocka-dev libopenblas-dev libjansson-dev libcjson-dev patchelf"
 
 missing=""
 for p in $PKGS; do

@@ -1,6 +1,7 @@
 #!/bin/sh
 # run-tests.sh: runs each test binary given, then the SQL scripts in sql/tests
-# (when sentiment.so exists), and prints one summary line. Exits non-zero when
+# (when sentiment.so exists), the Python wheel's tests (scripts/test-wheel.sh),
+# and prints one summary line. Exits non-zero when
 # anything failed.
 set -u
 passed=0
@@ -22,6 +23,17 @@ if [ -x ./scripts/run-sql-tests.sh ] && [ -f "${BUILD:-build}/sentiment.so" ]; t
     else
         failed=$((failed + 1))
         failed_names="$failed_names sql/tests"
+    fi
+fi
+# The Python wheel, installed into a fresh venv (it skips, passing, when
+# Debian's python3 or PyPI cannot serve; the reason is in the output).
+if [ -x ./scripts/test-wheel.sh ] && [ -f "${BUILD:-build}/sentiment.so" ]; then
+    echo "== python wheel"
+    if ./scripts/test-wheel.sh; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failed_names="$failed_names python-wheel"
     fi
 fi
 echo

@@ -229,7 +229,7 @@ static void test_load_extension_so(void **state)
     expect_error(db, "SELECT sentiment('x')", "no such function: sentiment");
     assert_int_equal(sqlite3_enable_load_extension(db, 1), SQLITE_OK);
     if (sqlite3_load_extension(db, so, NULL, &err) != SQLITE_OK) fail_msg("load_extension(%s): %s", so, err);
-    expect_text(db, "SELECT sentiment_version() LIKE 'sentiment 0.1.0 %'", "1");
+    expect_text(db, "SELECT sentiment_version()", "0.1.0");
     /* the same device for both (auto could pick a GPU for the .so) */
     exec_ok(db, "SELECT sentiment_config('device', 'cpu')");
     load_tiny(db);

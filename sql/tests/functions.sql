@@ -22,5 +22,5 @@ SELECT sentiment(x'fffe41e5be', 'tiny') IN ('negative', 'positive');
 SELECT sentiment(replace(hex(zeroblob(20000)), '00', '好的'), 'tiny') IS NOT NULL, json_extract(sentiment_debug(), '$.connection.truncated');
 SELECT sentiment_config('batch_size'), sentiment_config('batch_size', 16), sentiment_config('max_length'), sentiment_config('progress', 'off');
 SELECT sentiment_device() LIKE 'cpu: %';
-SELECT sentiment_version() LIKE 'sentiment 0.1.0 (%';
+SELECT sentiment_version() = json_extract(sentiment_debug(), '$.version') AND sentiment_version() GLOB '[0-9]*.[0-9]*.[0-9]*';
 SELECT name, version, source, labels, model_type, layers, hidden_size, heads, max_length, loaded FROM sentiment_models;

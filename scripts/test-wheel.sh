@@ -1,0 +1,81 @@
+#!/bin/sh
+# test-wheel.sh: builds the Python wheel (make wheel), installs it with no
+# network into a fresh virtual environment made from Debian's python3
+# ($BUILD/wheel-venv), installs pytest there from PyPI, and runs python/tests
+# against the installed package. Skips, exiting 0 and saying why on a line
+# starting "test-wheel: SKIPPED:" (also written to $BUILD/test-wheel.status),
+# when that Python cannot load SQLite extensions or make a venv, when pytest
+# cannot be installed, or for a sanitizer build.
+set -eu
+BUILD=${BUILD:-build}
+PY=${WHEEL_PYTHON:-/usr/bin/python3}
+VENV=$BUILD/wheel-venv
+STATUS=$BUILD/test-wheel.status
+mkdir -p "$BUILD"
+
+skip() {
+    echo "test-wheel: SKIPPED: $*" | tee "$STATUS"
+    exit 0
+}
+
+[ -z "${SAN:-}" ] || skip "sanitizer build ($SAN): the wheel is built from a plain build"
+[ -x "$PY" ] || skip "$PY not found"
+"$PY" -c 'import sqlite3; sqlite3.connect(":memory:").enable_load_extension' 2>/dev/null ||
+    skip "$PY's sqlite3 cannot load extensions"
+"$PY" -c 'import venv, ensurepip' 2>/dev/null ||
+    skip "$PY has no venv support (apt-get install python3-venv)"
+
+make -s wheel BUILD="$BUILD"
+set -- "$BUILD"/wheel/sqlite_sentiment-*.whl
+[ -f "$1" ] || { echo "test-wheel: make wheel made no wheel" >&2; exit 1; }
+
+rm -rf "$VENV"
+"$PY" -m venv "$VENV" || skip "$PY -m venv failed"
+# The wheel itself installs with no index: no network, no apt package.
+"$VENV/bin/pip" install -q --no-index --no-deps "$1"
+log=$BUILD/test-wheel.pip.log
+"$VENV/bin/pip" install -q pytest >"$log" 2>&1 ||
+    skip "pytest not installable from PyPI ($(tail -n 1 "$log"))"
+# Optional: the other connection types (sqlean.py, pysqlite3, each with its
+# own SQLite); their tests skip without them.
+for m in sqlean.py pysqlite3-binary; do
+    "$VENV/bin/pip" install -q "$m" >>"$log" 2>&1 || echo "test-wheel: note: $m not installable; its test skips"
+done
+
+# A real Python whose sqlite3 cannot load extensions, when there is one.
+if [ -z "${SENTIMENT_NOLOAD_PYTHON:-}" ]; then
+    for p in "$(command -v python3 || true)" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/python3; do
+        if [ -x "$p" ] && ! "$p" -c 'import sqlite3; sqlite3.connect(":memory:").enable_load_extension' 2>/dev/null &&
+           [ "$("$p" -c 'import sys; print(sys.version_info[0])' 2>/dev/null)" = 3 ]; then
+            SENTIMENT_NOLOAD_PYTHON=$p
+            export SENTIMENT_NOLOAD_PYTHON
+            break
+        fi
+    done
+fi
+
+# Run from outside the source tree, so only the installed package is seen.
+tests=$(cd python/tests && pwd)
+cd "$VENV"
+./bin/python -m pytest -q -p no:cacheprovider "$tests"
+
+# Again as on a machine with none of the Debian packages: in a private mount
+# namespace (root), every system copy of a library the wheel carries is
+# replaced by an empty file, so only the wheel's copies can load.
+hidden=""
+if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+    pkg=$(./bin/python -c 'import os, sqlite_sentiment; print(os.path.dirname(sqlite_sentiment.__file__))')
+    for lib in "$pkg"/libs/*; do
+        sys=$(/sbin/ldconfig -p | sed -n "s|^[[:space:]]*$(basename "$lib") (.*x86-64.*) => ||p" | head -n 1)
+        [ -n "$sys" ] && hidden="$hidden $(readlink -f "$sys")"
+    done
+fi
+if [ -n "$hidden" ]; then
+    echo "test-wheel: again with the system's copies hidden:$hidden"
+    SENTIMENT_HIDDEN_LIBS=${hidden# } unshare -m sh -c '
+        for f in $SENTIMENT_HIDDEN_LIBS; do mount --bind /dev/null "$f" || exit 1; done
+        exec ./bin/python -m pytest -q -p no:cacheprovider "$0"' "$tests"
+else
+    echo "test-wheel: note: system copies of the libraries not hidden (needs root and unshare -m)"
+fi
+echo "test-wheel: passed ($(basename "$1"))" >"../test-wheel.status"
