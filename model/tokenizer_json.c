@@ -529,15 +529,57 @@ static int norm_strip(const norm_step *st, const char *s, size_t n, sbuf *out)
     return sb_add(out, s + a, b - a);
 }
 
-/* The normalizer chain over s[0..n) into *out (replaced). */
+/* Whether a step moves the first character off the start of the original
+ * text, as the alignments of tokenizers' NormalizedString do: Strip removing
+ * leading characters, BertNormalizer's clean step dropping them, and a
+ * Replace match at the start that is longer than one character or deletes
+ * (its first new character takes the alignment of the last one it
+ * replaces). Metaspace's prepend_scheme "first" asks for this. */
+static int keeps_lead(const norm_step *st, const char *s, size_t n)
+{
+    cp_t c;
+    size_t k;
+    if (n == 0)
+        return 1;
+    k = dec(s, n, &c);
+    switch (st->kind) {
+    case N_STRIP:
+        return !(st->left && is_ws(c));
+    case N_BERT:
+        return !(st->clean && (c == 0 || c == 0xFFFD || is_other(c)));
+    case N_REPLACE:
+        if (st->rep_char) {
+            size_t rl = k, cnt = 0;
+            if (c != st->rep_char)
+                return 1;
+            for (size_t i = 0; i + rl <= n && memcmp(s + i, s, rl) == 0; i += rl)
+                cnt++;
+            if ((int)cnt < st->rep_min)
+                return 1;
+            return cnt == 1 && st->content[0];
+        } else {
+            size_t pl = strlen(st->pat);
+            if (pl > n || memcmp(s, st->pat, pl))
+                return 1;
+            return pl == k && st->content[0];
+        }
+    default:
+        return 1;
+    }
+}
+
+/* The normalizer chain over s[0..n) into *out (replaced); *lead is cleared
+ * when a step moves the first character off the original start. */
 static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
-                     char *err)
+                     int *lead, char *err)
 {
     sbuf cur = {0}, nxt = {0};
     int rc = sb_add(&cur, s, n) ? SM_ERR_NOMEM : SM_OK;
     for (int k = 0; k < tj->n_norm && !rc; k++) {
         const norm_step *st = &tj->norm[k];
         nxt.n = 0;
+        if (*lead && !keeps_lead(st, cur.p, cur.n))
+            *lead = 0;
         switch (st->kind) {
         case N_PRECOMPILED: rc = norm_precompiled(tj, cur.p, cur.n, &nxt, err); break;
         case N_REPLACE: rc = norm_replace(st, cur.p, cur.n, &nxt); break;
@@ -847,7 +889,7 @@ static int segment(const tj_pipeline *tj, const tokenizer *tok, const char *s,
     int rc;
     if (n == 0)
         return SM_OK;
-    rc = normalize(tj, s, n, &norm, err);
+    rc = normalize(tj, s, n, &norm, &first, err);
     if (rc)
         return rc;
     rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, &pc);
@@ -889,19 +931,30 @@ static int run(const tj_pipeline *tj, const tokenizer *tok, const char *text,
         }
         const added_tok *a = &tj->added[k];
         size_t a0 = i, a1 = i + a->len;
-        if (a->lstrip)
-            while (a0 > seg && is_ws((unsigned char)s.p[a0 - 1]))
-                a0--;
-        if (a->rstrip)
-            while (a1 < s.n && is_ws((unsigned char)s.p[a1]))
-                a1++;
+        while (a->lstrip && a0 > seg) { /* white space before, back to seg */
+            size_t k = 1;
+            cp_t c;
+            while (k < a0 - seg && ((unsigned char)s.p[a0 - k] & 0xC0) == 0x80)
+                k++;
+            dec(s.p + a0 - k, k, &c);
+            if (!is_ws(c))
+                break;
+            a0 -= k;
+        }
+        while (a->rstrip && a1 < s.n) {
+            cp_t c;
+            size_t k = dec(s.p + a1, s.n - a1, &c);
+            if (!is_ws(c))
+                break;
+            a1 += k;
+        }
         rc = segment(tj, tok, s.p + seg, a0 - seg, seg == 0, out, err);
         if (!rc && !full(out))
             put(out, a->id);
         i = seg = a1;
     }
     if (!rc && !full(out))
-        rc = segment(tj, tok, s.p + seg, s.n - seg, seg == 0, out, err);
+        rc = segment(tj, tok, s.p ? s.p + seg : "", s.n - seg, seg == 0, out, err);
     free(s.p);
     return rc;
 }

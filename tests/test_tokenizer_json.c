@@ -172,6 +172,28 @@ static void test_golden_wordpiece(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* The VARIANTS of the generator: the same strings through edited files
+ * (Replace, Strip, Lowercase, Metaspace first / never / no split,
+ * RobertaProcessing, an lstrip added token; byte_fallback and NFKC; NFC and
+ * a cased BertNormalizer, BertProcessing), ids from the tokenizers library. */
+static void test_golden_variants(void **state)
+{
+    static const char *const names[] = {"unigram_steps", "unigram_bytes",
+                                        "wordpiece_cased"};
+    int failed = 0;
+    (void)state;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char json[256], tsv[256];
+        int n = 0, bad;
+        snprintf(json, sizeof json, DIR "%s/tokenizer.json", names[i]);
+        snprintf(tsv, sizeof tsv, DIR "%s_golden.tsv", names[i]);
+        bad = run_golden(json, tsv, &n);
+        fprintf(stderr, "%s golden: %d strings, %d mismatches\n", names[i], n, bad);
+        failed += bad != 0 || n < 1000;
+    }
+    assert_int_equal(failed, 0);
+}
+
 static void test_special_ids(void **state)
 {
     char err[SM_ERR_MAX] = "";
@@ -335,6 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_unigram),
         cmocka_unit_test(test_golden_wordpiece),
+        cmocka_unit_test(test_golden_variants),
         cmocka_unit_test(test_special_ids),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_bad_paths),
