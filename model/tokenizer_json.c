@@ -253,6 +253,7 @@ struct tj_pipeline {
     int byte_ids[256];        /* Unigram byte_fallback: <0xXX> ids or -1 */
     added_tok *added;
     int n_added;
+    uint32_t added_first[8];  /* bit set of the added tokens' first bytes */
     int before[TJ_MAX_TEMPLATE], n_before; /* post-processor ids */
     int after[TJ_MAX_TEMPLATE], n_after;
     /* Precompiled */
@@ -742,6 +743,15 @@ static int wordpiece(const tj_pipeline *tj, const tokenizer *tok, const char *s,
     while (start < n) {
         size_t end = n, pl = start ? tj->prefix_len : 0;
         int id = -1;
+        /* Nothing longer than the longest token can match: start there (on
+         * a character boundary), so a long word costs O(length). */
+        if (maxb < pl + 1)
+            end = start;
+        else if (end - start > maxb - pl) {
+            end = start + maxb - pl;
+            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80)
+                end--;
+        }
         while (end > start) {
             if (pl + end - start <= maxb) {
                 if (start == 0) {
@@ -872,6 +882,9 @@ end:
 static int added_at(const tj_pipeline *tj, const char *s, size_t n, size_t i)
 {
     int best = -1;
+    unsigned char b = (unsigned char)s[i];
+    if (!(tj->added_first[b >> 5] & (1u << (b & 31))))
+        return -1;
     for (int k = 0; k < tj->n_added; k++) {
         const added_tok *a = &tj->added[k];
         if (a->len <= n - i && memcmp(s + i, a->content, a->len) == 0 &&
@@ -1456,6 +1469,7 @@ static int load_added(tj_pipeline *tj, const json_in_value *a, int n_vocab,
         if (!t->content)
             return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
         t->len = c->n;
+        tj->added_first[(unsigned char)c->str[0] >> 5] |= 1u << ((unsigned char)c->str[0] & 31);
         tj->n_added++;
     }
     return SM_OK;

@@ -352,6 +352,52 @@ static void test_minimal_wordpiece(void **state)
     tokenizer_free(tok);
 }
 
+/* A 1 MB word with no length limit, and 1 MB of mixed text through the
+ * Unigram fixture: linear time, every id counted. */
+static void test_long_inputs(void **state)
+{
+    const char *j = "{\"pre_tokenizer\":{\"type\":\"WhitespaceSplit\"},"
+                    "\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\","
+                    "\"max_input_chars_per_word\":100000000,"
+                    "\"vocab\":{\"[UNK]\":0,\"a\":1,\"##a\":2}}}";
+    const size_t n = (size_t)1 << 20;
+    char err[SM_ERR_MAX] = "";
+    tokenizer *tok = NULL;
+    char *text = malloc(n);
+    int total = -1, *ids = malloc(64 * sizeof *ids);
+    (void)state;
+    assert_non_null(text);
+    assert_non_null(ids);
+    memset(text, 'a', n);
+    assert_int_equal(tokenizer_load_json_buffer(j, strlen(j), &tok, err), SM_OK);
+    assert_int_equal(tokenizer_tokenize(tok, text, n, ids, 64, &total, err), SM_OK);
+    assert_int_equal(total, (int)n);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    tokenizer_free(tok);
+
+    static const char *const parts[] = {"这家酒店很干净，", "the room was clean ",
+                                        "👍🏽 ", "ＡＢＣ　", "\t\t"};
+    size_t at = 0;
+    for (int k = 0; at + 32 < n; k++) {
+        size_t l = strlen(parts[k % 5]);
+        memcpy(text + at, parts[k % 5], l);
+        at += l;
+    }
+    assert_int_equal(tokenizer_load_json_file(DIR "unigram/tokenizer.json", &tok, err), SM_OK);
+    assert_int_equal(tokenizer_tokenize(tok, text, at, ids, 64, &total, err), SM_OK);
+    assert_true(total > 100000);
+    int enc[32], ne = 0, tr = 0;
+    assert_int_equal(tokenizer_encode(tok, text, at, 32, enc, &ne, &tr, err), SM_OK);
+    assert_int_equal(ne, 32);
+    assert_int_equal(tr, 1);
+    assert_int_equal(enc[0], 0);
+    assert_int_equal(enc[31], 2);
+    tokenizer_free(tok);
+    free(text);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_bad_paths),
         cmocka_unit_test(test_minimal_wordpiece),
+        cmocka_unit_test(test_long_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
