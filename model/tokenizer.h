@@ -38,6 +38,18 @@ int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
 int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
                                char *err);
 int tokenizer_load_json_file(const char *path, tokenizer **out, char *err);
+/* The same with flags. TOKENIZER_JSON_RUST_SCORES: read Unigram scores as
+ * the Rust tokenizers library does when it parses the file (serde_json's
+ * fast float reading, which can be one unit in the last place off for
+ * 16-17 digit scores) instead of correctly rounded as transformers 5's
+ * XLMRobertaTokenizerFast reads them. The two differ only where two
+ * segmentations tie exactly (a run of one repeated character, say): 7 of
+ * the 1,337 golden strings. */
+#define TOKENIZER_JSON_RUST_SCORES 1
+int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
+                                     tokenizer **out, char *err);
+int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
+                                   char *err);
 void tokenizer_free(tokenizer *tok);
 
 int tokenizer_vocab_size(const tokenizer *tok);

@@ -1302,8 +1302,60 @@ static int get_id(const json_in_value *v, int n_vocab, int *out, const char *wha
     return SM_OK;
 }
 
-static int load_model(tj_pipeline *tj, const json_in_value *m, tokenizer **out,
-                      char *err)
+/* A score as the Rust library holds it when it parses the file itself
+ * (tokenizers' Tokenizer.from_file, transformers before 5; transformers 5's
+ * XLMRobertaTokenizerFast reads the scores in Python, correctly rounded, and
+ * builds the model from them). serde_json, as tokenizers builds it
+ * (without its float_roundtrip feature), reads a decimal literal as a u64
+ * significand s and a power of ten e and computes s as f64, then one
+ * multiplication or division by 10^|e|: when s has more than 53 bits
+ * (17-digit scores are common) that rounds twice and can land one unit in
+ * the last place from the correctly rounded value, which decides ties in
+ * the Viterbi search. The literal is taken to be the shortest decimal that
+ * reads back as d, which is what serde_json (ryu) and Python's json write;
+ * integer literals convert exactly as serde does (i64 as f64). */
+static double serde_f64(const json_in_value *v)
+{
+    char buf[40];
+    double d = v->d, a = d < 0 ? -d : d;
+    int p;
+    if (v->is_int || a == 0 || a != a || a > 1.7976931348623157e308)
+        return d;
+    for (p = 1; p <= 17; p++) {
+        snprintf(buf, sizeof buf, "%.*e", p - 1, a);
+        if (strtod(buf, NULL) == a)
+            break;
+    }
+    /* buf: D[.DDD]e[+-]XX */
+    uint64_t sig = 0;
+    int nd = 0, e10;
+    const char *q = buf;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') {
+            sig = sig * 10 + (uint64_t)(*q - '0');
+            nd++;
+        }
+    e10 = atoi(q + 1) - (nd - 1);
+    double f = (double)sig;
+    for (;;) {
+        int k = e10 < 0 ? -e10 : e10;
+        if (k <= 308) {
+            char pw[16];
+            snprintf(pw, sizeof pw, "1e%d", k);
+            double pow = strtod(pw, NULL);
+            f = e10 >= 0 ? f * pow : f / pow;
+            break;
+        }
+        if (f == 0 || e10 >= 0)
+            break;
+        f /= 1e308;
+        e10 += 308;
+    }
+    return d < 0 ? -f : f;
+}
+
+static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
+                      tokenizer **out, char *err)
 {
     const char *t = type_of(m);
     const json_in_value *vocab = json_in_get(m, "vocab");
@@ -1354,7 +1406,8 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, tokenizer **out,
                 goto end;
             }
             names[i] = e->items[0].str;
-            tj->scores[i] = e->items[1].d;
+            tj->scores[i] = flags & TOKENIZER_JSON_RUST_SCORES
+                                ? serde_f64(&e->items[1]) : e->items[1].d;
             if (tj->scores[i] < tj->min_score)
                 tj->min_score = tj->scores[i];
         }
@@ -1563,6 +1616,12 @@ static int named_id(const tokenizer *tok, const char *a, const char *b)
 int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
                                char *err)
 {
+    return tokenizer_load_json_buffer_flags(json, len, 0, out, err);
+}
+
+int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
+                                     tokenizer **out, char *err)
+{
     json_in_doc *doc = NULL;
     json_in_error je;
     const json_in_value *root;
@@ -1608,7 +1667,7 @@ int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
         rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: no \"model\"");
         goto fail;
     }
-    if ((rc = load_model(tj, json_in_get(root, "model"), &tok, err)))
+    if ((rc = load_model(tj, json_in_get(root, "model"), flags, &tok, err)))
         goto fail;
     const json_in_value *nv = json_in_get(root, "normalizer"),
                         *pv = json_in_get(root, "pre_tokenizer");
@@ -1635,6 +1694,12 @@ fail:
 
 int tokenizer_load_json_file(const char *path, tokenizer **out, char *err)
 {
+    return tokenizer_load_json_file_flags(path, 0, out, err);
+}
+
+int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
+                                   char *err)
+{
     char *buf = NULL;
     size_t n = 0;
     int rc;
@@ -1643,7 +1708,7 @@ int tokenizer_load_json_file(const char *path, tokenizer **out, char *err)
     *out = NULL;
     if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &buf, &n, err)))
         return rc;
-    rc = tokenizer_load_json_buffer(buf, n, out, err);
+    rc = tokenizer_load_json_buffer_flags(buf, n, flags, out, err);
     free(buf);
     return rc;
 }
