@@ -42,6 +42,7 @@
  * last id, as the Python dict does.
  */
 #include "tokenizer.h"
+#include "tokenizer_json.h"
 #include "errors.h"
 #include "file_read.h"
 
@@ -85,6 +86,7 @@ struct tokenizer {
     size_t max_bytes;  /* longest token in bytes: bound for WordPiece */
     int do_lower_case;
     int special[N_SPECIAL]; /* ids of special_names[], -1 if absent */
+    tj_pipeline *json; /* set for a tokenizer.json tokenizer: its pipeline */
 };
 
 /* ------------------------------------------------------------ vocabulary */
@@ -194,6 +196,11 @@ static size_t utf8_next(const unsigned char *s, size_t n, cp_t *out)
     }
     *out = v;
     return need + 1;
+}
+
+size_t tokenizer_utf8_next(const unsigned char *s, size_t n, int32_t *out)
+{
+    return utf8_next(s, n, out);
 }
 
 static int valid_utf8(const unsigned char *s, size_t n)
@@ -343,10 +350,82 @@ int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
     return rc;
 }
 
+int tokenizer_new_from_pieces(const char *const *pieces, int n,
+                              tokenizer **out, char *err)
+{
+    tokenizer *tok;
+    size_t total = 0, cap = 16, at = 0;
+    int rc;
+
+    *out = NULL;
+    if (n < 0 || n > INT_MAX / 4)
+        return sm_error(err, SM_ERR_FORMAT, "vocab: %d tokens is out of range", n);
+    for (int i = 0; i < n; i++) {
+        total += strlen(pieces[i]) + 1;
+        if (total > UINT32_MAX - 1)
+            return sm_error(err, SM_ERR_FORMAT, "vocab: more than 4 GB of tokens");
+    }
+    tok = calloc(1, sizeof *tok);
+    if (!tok)
+        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
+    tok->text = malloc(total + 1);
+    tok->off = malloc((n ? (size_t)n : 1) * sizeof *tok->off);
+    tok->len = malloc((n ? (size_t)n : 1) * sizeof *tok->len);
+    while (cap < (size_t)n * 2)
+        cap *= 2;
+    tok->table = malloc(cap * sizeof *tok->table);
+    if (!tok->text || !tok->off || !tok->len || !tok->table) {
+        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %d tokens", n);
+        goto fail;
+    }
+    for (size_t i = 0; i < cap; i++)
+        tok->table[i].id = -1;
+    tok->mask = (uint32_t)(cap - 1);
+    for (int id = 0; id < n; id++) {
+        size_t l = strlen(pieces[id]);
+        memcpy(tok->text + at, pieces[id], l + 1);
+        tok->off[id] = (uint32_t)at;
+        tok->len[id] = (uint32_t)l;
+        if (l > tok->max_bytes)
+            tok->max_bytes = l;
+        at += l + 1;
+        if (lookup2(tok, "", 0, pieces[id], l) >= 0) {
+            rc = sm_error(err, SM_ERR_FORMAT, "vocab: token %d is a duplicate of "
+                          "token %d", id, lookup2(tok, "", 0, pieces[id], l));
+            goto fail;
+        }
+        table_insert(tok, id);
+        tok->n = id + 1;
+    }
+    tok->text[at] = '\0';
+    tok->n = n;
+    for (int k = 0; k < N_SPECIAL; k++)
+        tok->special[k] = -1;
+    *out = tok;
+    return SM_OK;
+fail:
+    tokenizer_free(tok);
+    return rc;
+}
+
+size_t tokenizer_max_token_bytes(const tokenizer *tok) { return tok->max_bytes; }
+
+void tokenizer_attach_json(tokenizer *tok, tj_pipeline *tj, int cls, int sep,
+                           int pad, int unk, int mask)
+{
+    tok->json = tj;
+    tok->special[SP_CLS] = cls;
+    tok->special[SP_SEP] = sep;
+    tok->special[SP_PAD] = pad;
+    tok->special[SP_UNK] = unk;
+    tok->special[SP_MASK] = mask;
+}
+
 void tokenizer_free(tokenizer *tok)
 {
     if (!tok)
         return;
+    tj_free(tok->json);
     free(tok->text);
     free(tok->off);
     free(tok->len);
@@ -1008,7 +1087,13 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
 int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
                        int *ids, int cap, int *n_total, char *err)
 {
-    int n = 0, rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, &n, err);
+    int n = 0, rc;
+    if (tok && tok->json) {
+        if ((!text && len) || cap < 0 || (!ids && cap > 0))
+            return sm_error(err, SM_ERR_INVALID, "tokenizer: NULL or negative argument");
+        return tj_tokenize(tok->json, tok, text, len, ids, cap, n_total, err);
+    }
+    rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, &n, err);
     if (n_total)
         *n_total = n;
     return rc;
@@ -1020,6 +1105,12 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
 {
     int body = 0, rc;
 
+    if (tok && tok->json) {
+        if (!ids || (!text && len))
+            return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: NULL argument");
+        return tj_encode(tok->json, tok, text, len, max_length, ids, n,
+                         truncated, err);
+    }
     if (!tok || !ids || max_length < 2)
         return sm_error(err, SM_ERR_INVALID,
                         "tokenizer_encode: max_length is %d, expected at least 2 "

@@ -23,6 +23,33 @@ int tokenizer_load_buffer(const char *vocab, size_t len, int do_lower_case,
                           tokenizer **out, char *err);
 int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
                         char *err);
+/* Loads a Hugging Face tokenizer.json (len bytes; copied as needed) into the
+ * same tokenizer type, so tokenizer_tokenize / tokenizer_encode and the id
+ * and token look-ups work unchanged; see tokenizer_json.c for what is
+ * supported. Anything else in the file is an SM_ERR_UNSUPPORTED error that
+ * names the component ("tokenizer.json: normalizer 'Prepend' is not
+ * supported"); a malformed file is SM_ERR_FORMAT. The file is read through
+ * file_read.h (regular file, at most SM_FILE_MAX_VOCAB). For such a
+ * tokenizer tokenizer_cls_id / tokenizer_sep_id are the first ids the
+ * post-processor puts before / after the text (-1 when none),
+ * tokenizer_unk_id is the model's unknown id, tokenizer_pad_id and
+ * tokenizer_mask_id are "<pad>"/"[PAD]" and "<mask>"/"[MASK]" when present
+ * (else -1), and tokenizer_do_lower_case is 0. */
+int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
+                               char *err);
+int tokenizer_load_json_file(const char *path, tokenizer **out, char *err);
+/* The same with flags. TOKENIZER_JSON_RUST_SCORES: read Unigram scores as
+ * the Rust tokenizers library does when it parses the file (serde_json's
+ * fast float reading, which can be one unit in the last place off for
+ * 16-17 digit scores) instead of correctly rounded as transformers 5's
+ * XLMRobertaTokenizerFast reads them. The two differ only where two
+ * segmentations tie exactly (a run of one repeated character, say): 7 of
+ * the 1,337 golden strings. */
+#define TOKENIZER_JSON_RUST_SCORES 1
+int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
+                                     tokenizer **out, char *err);
+int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
+                                   char *err);
 void tokenizer_free(tokenizer *tok);
 
 int tokenizer_vocab_size(const tokenizer *tok);

@@ -17,7 +17,7 @@ set -eu
 
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-"safetensors config json_in vocab tokenize stored_model"}
+TARGETS=${*:-"safetensors config json_in vocab tokenize tokenizer_json stored_model"}
 OUT=${FUZZ_OUT:-build/fuzz}
 
 cd "$(dirname "$0")/.."
@@ -30,12 +30,15 @@ sources() {
     safetensors) echo "model/safetensors.c model/json_in.c model/errors.c model/file_read.c" ;;
     config) echo "model/config.c model/json_in.c model/errors.c" ;;
     json_in) echo "model/json_in.c model/errors.c" ;;
-    vocab | tokenize) echo "model/tokenizer.c model/errors.c model/file_read.c" ;;
+    vocab | tokenize) echo "model/tokenizer.c model/tokenizer_json.c model/json_in.c" \
+        "model/errors.c model/file_read.c" ;;
+    tokenizer_json) echo "model/tokenizer.c model/tokenizer_json.c model/json_in.c" \
+        "model/errors.c model/file_read.c" ;;
     stored_model) echo "model/bert_load.c model/bert_params.c model/config.c" \
-        "model/safetensors.c model/tokenizer.c model/model_dir.c model/errors.c" \
-        "model/file_read.c model/json_in.c" ;;
+        "model/safetensors.c model/tokenizer.c model/tokenizer_json.c model/model_dir.c" \
+        "model/errors.c model/file_read.c model/json_in.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
-        "stored_model)" >&2; exit 2 ;;
+        "tokenizer_json, stored_model)" >&2; exit 2 ;;
     esac
 }
 
@@ -47,6 +50,7 @@ LIBS="-lutf8proc -lcjson -ljansson -lm -lpthread -ldl -fopenmp"
 max_len() {
     case $1 in
     stored_model) echo 1200000 ;;
+    tokenizer_json) echo 400000 ;;
     *) echo 8192 ;;
     esac
 }
@@ -113,6 +117,17 @@ write_seeds() {
     printf 'a\000b\001\002\tc\r\n\342\200\213d\377\376e' >"$t/controls_invalid"
     printf '%s' '😀👍🏽 ＦＵＬＬ　ｗｉｄｔｈ ##sub [UNK] [CLS]' >"$t/emoji_fullwidth"
     head -c 3000 /dev/zero | tr '\000' 'a' >"$t/long_word"
+
+    k=$OUT/seeds/tokenizer_json
+    mkdir -p "$k"
+    cp tests/fixtures/tokenizer_json/wordpiece/tokenizer.json "$k/wordpiece_fixture"
+    # The Unigram fixture with its vocabulary cut to 300 pieces (the
+    # Precompiled charsmap kept whole).
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["model"]["vocab"]=j["model"]["vocab"][:300]; j["added_tokens"]=j["added_tokens"][:4]; print(json.dumps(j,ensure_ascii=False))' \
+        tests/fixtures/tokenizer_json/unigram/tokenizer.json >"$k/unigram_small"
+    printf '%s' '{"normalizer":{"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"Regex":" {2,}"},"content":" "},{"type":"Strip","strip_left":true,"strip_right":true},{"type":"NFKC"},{"type":"Lowercase"}]},"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":false},"post_processor":{"type":"RobertaProcessing","sep":["</s>",2],"cls":["<s>",0]},"added_tokens":[{"id":4,"content":"<mask>","lstrip":true,"rstrip":false,"normalized":false,"special":true}],"model":{"type":"Unigram","unk_id":3,"byte_fallback":true,"vocab":[["<s>",0],["<pad>",0],["</s>",0],["<unk>",0],["<mask>",0],["<0x41>",-5],["▁",-1],["a",-2],["▁ab",-3.5],["b",-2.5],["好",-1.5]]}}' >"$k/unigram_steps"
+    printf '%s' '{"normalizer":{"type":"BertNormalizer","clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":false},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"BertPreTokenizer"},{"type":"WhitespaceSplit"}]},"post_processor":{"type":"BertProcessing","sep":["[SEP]",3],"cls":["[CLS]",2]},"model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##","max_input_chars_per_word":5,"vocab":{"[PAD]":0,"[UNK]":1,"[CLS]":2,"[SEP]":3,"a":4,"##b":5,"好":6}}}' >"$k/wordpiece_small"
+    printf '%s' '{"normalizer":{"type":"Precompiled","precompiled_charsmap":"CAAAAAAEAAAAAQAAYQA="},"model":{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0],["a",-1]]}}' >"$k/tiny_charsmap"
 
     python3 tests/fuzz/make_model_seed.py "$OUT/seeds/stored_model"
 }
@@ -204,6 +219,53 @@ EOF
 "-1"
 "{"
 "}"
+":"
+","
+EOF
+    cat >"$OUT/tokenizer_json.dict" <<'EOF'
+"\"type\""
+"\"Unigram\""
+"\"WordPiece\""
+"\"vocab\""
+"\"unk_id\""
+"\"unk_token\""
+"\"byte_fallback\""
+"\"normalizer\""
+"\"pre_tokenizer\""
+"\"post_processor\""
+"\"added_tokens\""
+"\"Sequence\""
+"\"normalizers\""
+"\"pretokenizers\""
+"\"Precompiled\""
+"\"precompiled_charsmap\""
+"\"Replace\""
+"\"pattern\""
+"\"Regex\""
+"\"String\""
+"\"content\""
+"\"Strip\""
+"\"NFKC\""
+"\"Lowercase\""
+"\"BertNormalizer\""
+"\"Metaspace\""
+"\"replacement\""
+"\"prepend_scheme\""
+"\"first\""
+"\"split\""
+"\"WhitespaceSplit\""
+"\"BertPreTokenizer\""
+"\"TemplateProcessing\""
+"\"single\""
+"\"SpecialToken\""
+"\"special_tokens\""
+"\"ids\""
+"\"lstrip\""
+"\"rstrip\""
+"{"
+"}"
+"["
+"]"
 ":"
 ","
 EOF

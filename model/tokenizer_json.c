@@ -1,0 +1,1714 @@
+/* tokenizer_json.c: the Hugging Face tokenizers pipeline read from a
+ * tokenizer.json, id for id with the Rust `tokenizers` library (what
+ * transformers' XLMRobertaTokenizerFast / BertTokenizerFast run).
+ *
+ * Owns the pipeline (tj_pipeline: the normalizer and pre-tokenizer steps,
+ * the model settings, the added tokens, the post-processor ids, the decoded
+ * Precompiled charsmap). The vocabulary lives in the tokenizer of
+ * tokenizer.c, which this file builds with tokenizer_new_from_pieces and to
+ * which it attaches the pipeline: one opaque type for both formats, so every
+ * caller of tokenizer_encode / tokenizer_token keeps working and a model
+ * never needs to know which file its tokenizer came from. (A second type
+ * would have doubled every call site in bert, ext and the trainers for no
+ * gain; the pipeline is immutable after loading and shared by threads like
+ * the WordPiece tables.)
+ *
+ * Supported, everything else is an error naming the component:
+ *   model          Unigram (Viterbi over the pieces and their scores, the
+ *                  unk id, consecutive unknowns fused, byte_fallback),
+ *                  WordPiece (greedy longest match, continuing prefix,
+ *                  max_input_chars_per_word)
+ *   normalizer     Precompiled (sentencepiece charsmap), Replace (String
+ *                  patterns; Regex patterns of one literal character with
+ *                  + or {n,}), Strip, NFC, NFD, NFKC, NFKD, Lowercase,
+ *                  BertNormalizer, Sequence
+ *   pre_tokenizer  Metaspace (replacement, prepend_scheme always / first /
+ *                  never or the older add_prefix_space, split),
+ *                  WhitespaceSplit, BertPreTokenizer, Sequence
+ *   post_processor TemplateProcessing (single sequence), BertProcessing,
+ *                  RobertaProcessing, none
+ *   added_tokens   matched in the raw text, leftmost longest, with lstrip and
+ *                  rstrip (normalized=false and single_word=false only)
+ * Invalid UTF-8 is repaired first (tokenizer_utf8_next: one U+FFFD per
+ * maximal invalid subpart, as Python's errors="replace"), then the text runs
+ * added-token split -> normalizer -> pre-tokenizer -> model -> template.
+ *
+ * Precompiled, as tokenizers does it (spm_precompiled): the text is cut into
+ * extended grapheme clusters; a cluster shorter than 6 bytes whose bytes
+ * start with a key of the double-array trie is replaced whole by the value
+ * of the first (shortest) such key; otherwise each of its characters is
+ * looked up alone the same way and kept when none matches.
+ */
+#include "tokenizer_json.h"
+#include "errors.h"
+#include "file_read.h"
+#include "json_in.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#define TJ_MAX_STEPS 32       /* normalizer / pre-tokenizer steps, flattened */
+#define TJ_MAX_ADDED 4096     /* added tokens */
+#define TJ_MAX_TEMPLATE 16    /* special ids around the text */
+#define TJ_MAX_TEXT ((size_t)INT_MAX / 8)
+
+typedef int32_t cp_t;
+
+/* ------------------------------------------------------------ buffers */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static int sb_reserve(sbuf *b, size_t more)
+{
+    size_t need = b->n + more + 1, cap = b->cap ? b->cap : 64;
+    char *np;
+    if (need <= b->cap)
+        return SM_OK;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2)
+            return SM_ERR_NOMEM;
+        cap *= 2;
+    }
+    np = realloc(b->p, cap);
+    if (!np)
+        return SM_ERR_NOMEM;
+    b->p = np;
+    b->cap = cap;
+    return SM_OK;
+}
+
+static int sb_add(sbuf *b, const char *s, size_t n)
+{
+    if (sb_reserve(b, n))
+        return SM_ERR_NOMEM;
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return SM_OK;
+}
+
+static int sb_cp(sbuf *b, cp_t c)
+{
+    if (sb_reserve(b, 4))
+        return SM_ERR_NOMEM;
+    b->n += (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)b->p + b->n);
+    b->p[b->n] = '\0';
+    return SM_OK;
+}
+
+/* Decodes one code point of valid UTF-8 s[0..n). */
+static size_t dec(const char *s, size_t n, cp_t *c)
+{
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s,
+                                          (utf8proc_ssize_t)n, c);
+    if (k <= 0) {
+        *c = 0xFFFD;
+        return 1;
+    }
+    return (size_t)k;
+}
+
+/* Pieces: spans of one byte buffer. */
+typedef struct {
+    size_t off, len;
+    int first; /* starts at the start of the original text */
+} span;
+
+typedef struct {
+    sbuf text;
+    span *s;
+    size_t n, cap;
+} pieces;
+
+static int pc_add(pieces *p, const char *s, size_t n, int first)
+{
+    if (n == 0)
+        return SM_OK; /* tokenizers drops empty splits */
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        span *ns = realloc(p->s, cap * sizeof *ns);
+        if (!ns)
+            return SM_ERR_NOMEM;
+        p->s = ns;
+        p->cap = cap;
+    }
+    p->s[p->n].off = p->text.n;
+    p->s[p->n].len = n;
+    p->s[p->n].first = first;
+    if (sb_add(&p->text, s, n))
+        return SM_ERR_NOMEM;
+    p->n++;
+    return SM_OK;
+}
+
+static void pc_free(pieces *p)
+{
+    free(p->text.p);
+    free(p->s);
+    memset(p, 0, sizeof *p);
+}
+
+/* ------------------------------------------------------ character classes */
+
+/* Rust char::is_whitespace (White_Space). */
+static int is_ws(cp_t c)
+{
+    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+static int is_cjk(cp_t c)
+{
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+static int is_punct(cp_t c)
+{
+    if (c < 0x80)
+        return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) ||
+               (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
+    switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_PC: case UTF8PROC_CATEGORY_PD:
+    case UTF8PROC_CATEGORY_PS: case UTF8PROC_CATEGORY_PE:
+    case UTF8PROC_CATEGORY_PI: case UTF8PROC_CATEGORY_PF:
+    case UTF8PROC_CATEGORY_PO:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* BertNormalizer's is_control: Cc, Cf, Cn, Co, Cs except \t \n \r. */
+static int is_other(cp_t c)
+{
+    if (c == '\t' || c == '\n' || c == '\r')
+        return 0;
+    switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------ the pipeline */
+
+enum { N_PRECOMPILED = 1, N_REPLACE, N_STRIP, N_NFC, N_NFD, N_NFKC, N_NFKD,
+       N_LOWER, N_BERT };
+enum { P_METASPACE = 1, P_WHITESPACE, P_BERT };
+enum { M_UNIGRAM = 1, M_WORDPIECE };
+enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
+
+typedef struct {
+    int kind;
+    /* Replace */
+    char *pat, *content;  /* pat: literal; or one char repeated */
+    cp_t rep_char;        /* Regex "c+" / "c{n,}": the char, else 0 */
+    int rep_min;
+    /* Strip */
+    int left, right;
+    /* BertNormalizer */
+    int clean, chinese, strip_accents, lowercase;
+} norm_step;
+
+typedef struct {
+    int kind;
+    char rep[8];          /* Metaspace replacement, UTF-8 */
+    cp_t rep_cp;
+    int prepend, split;
+} pre_step;
+
+typedef struct {
+    char *content;
+    size_t len;
+    int id, lstrip, rstrip;
+} added_tok;
+
+struct tj_pipeline {
+    norm_step norm[TJ_MAX_STEPS];
+    int n_norm;
+    pre_step pre[TJ_MAX_STEPS];
+    int n_pre;
+    int model;
+    int unk_id;               /* -1 when none */
+    int byte_fallback;
+    double *scores;           /* Unigram: score per id */
+    double min_score;
+    char prefix[64];          /* WordPiece continuing_subword_prefix */
+    size_t prefix_len;
+    int max_chars;            /* WordPiece max_input_chars_per_word */
+    int byte_ids[256];        /* Unigram byte_fallback: <0xXX> ids or -1 */
+    added_tok *added;
+    int n_added;
+    uint32_t added_first[8];  /* bit set of the added tokens' first bytes */
+    int before[TJ_MAX_TEMPLATE], n_before; /* post-processor ids */
+    int after[TJ_MAX_TEMPLATE], n_after;
+    /* Precompiled */
+    uint32_t *trie;
+    size_t trie_n;
+    char *pool;
+    size_t pool_n;
+};
+
+static void step_free(norm_step *s)
+{
+    free(s->pat);
+    free(s->content);
+}
+
+void tj_free(tj_pipeline *tj)
+{
+    if (!tj)
+        return;
+    for (int i = 0; i < tj->n_norm; i++)
+        step_free(&tj->norm[i]);
+    for (int i = 0; i < tj->n_added; i++)
+        free(tj->added[i].content);
+    free(tj->added);
+    free(tj->scores);
+    free(tj->trie);
+    free(tj->pool);
+    free(tj);
+}
+
+/* ------------------------------------------------------------ normalizers */
+
+/* The value of the shortest trie key that is a prefix of s[0..n), or -1. */
+static long trie_first(const tj_pipeline *tj, const unsigned char *s, size_t n)
+{
+    size_t pos = 0;
+    uint32_t unit;
+    if (tj->trie_n == 0)
+        return -1;
+    unit = tj->trie[0];
+    pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == 0)
+            break;
+        pos ^= s[i];
+        if (pos >= tj->trie_n)
+            return -1;
+        unit = tj->trie[pos];
+        if ((unit & ((1u << 31) | 0xFF)) != s[i])
+            return -1;
+        pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+        if ((unit >> 8) & 1) {
+            if (pos >= tj->trie_n)
+                return -1;
+            return (long)(tj->trie[pos] & ((1u << 31) - 1));
+        }
+    }
+    return -1;
+}
+
+/* Appends the pool string at value v; SM_ERR_FORMAT when v is outside. */
+static int pool_put(const tj_pipeline *tj, long v, sbuf *out, char *err)
+{
+    size_t e;
+    if (v < 0 || (size_t)v >= tj->pool_n)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Precompiled "
+                        "charsmap value %ld is outside its %zu-byte string pool",
+                        v, tj->pool_n);
+    for (e = (size_t)v; e < tj->pool_n && tj->pool[e]; e++)
+        ;
+    if (!json_in_utf8_valid(tj->pool + v, e - (size_t)v) && e > (size_t)v)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Precompiled "
+                        "charsmap value %ld is not valid UTF-8", v);
+    return sb_add(out, tj->pool + v, e - (size_t)v) ? SM_ERR_NOMEM : SM_OK;
+}
+
+static int norm_precompiled(const tj_pipeline *tj, const char *s, size_t n,
+                            sbuf *out, char *err)
+{
+    size_t i = 0;
+    while (i < n) {
+        /* one extended grapheme cluster s[i..j) */
+        size_t j;
+        cp_t c1, c2;
+        utf8proc_int32_t state = 0;
+        j = i + dec(s + i, n - i, &c1);
+        while (j < n) {
+            size_t k = dec(s + j, n - j, &c2);
+            if (utf8proc_grapheme_break_stateful(c1, c2, &state))
+                break;
+            c1 = c2;
+            j += k;
+        }
+        if (j - i < 6) {
+            long v = trie_first(tj, (const unsigned char *)s + i, j - i);
+            if (v >= 0) {
+                int rc = pool_put(tj, v, out, err);
+                if (rc)
+                    return rc;
+                i = j;
+                continue;
+            }
+        }
+        while (i < j) {
+            cp_t c;
+            size_t k = dec(s + i, j - i, &c);
+            long v = trie_first(tj, (const unsigned char *)s + i, k);
+            int rc = v >= 0 ? pool_put(tj, v, out, err)
+                            : (sb_add(out, s + i, k) ? SM_ERR_NOMEM : SM_OK);
+            if (rc)
+                return rc;
+            i += k;
+        }
+    }
+    return SM_OK;
+}
+
+static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out)
+{
+    size_t i = 0, cl = strlen(st->content);
+    if (st->rep_char) {
+        char rc[4];
+        size_t rl = (size_t)utf8proc_encode_char(st->rep_char, (utf8proc_uint8_t *)rc);
+        while (i < n) {
+            size_t j = i;
+            int cnt = 0;
+            while (j + rl <= n && memcmp(s + j, rc, rl) == 0) {
+                j += rl;
+                cnt++;
+            }
+            if (cnt >= st->rep_min && cnt > 0) {
+                if (sb_add(out, st->content, cl))
+                    return SM_ERR_NOMEM;
+                i = j;
+            } else if (cnt > 0) {
+                if (sb_add(out, s + i, j - i))
+                    return SM_ERR_NOMEM;
+                i = j;
+            } else {
+                cp_t c;
+                size_t k = dec(s + i, n - i, &c);
+                if (sb_add(out, s + i, k))
+                    return SM_ERR_NOMEM;
+                i += k;
+            }
+        }
+        return SM_OK;
+    }
+    size_t pl = strlen(st->pat);
+    while (i < n) {
+        if (i + pl <= n && memcmp(s + i, st->pat, pl) == 0) {
+            if (sb_add(out, st->content, cl))
+                return SM_ERR_NOMEM;
+            i += pl;
+        } else {
+            cp_t c;
+            size_t k = dec(s + i, n - i, &c);
+            if (sb_add(out, s + i, k))
+                return SM_ERR_NOMEM;
+            i += k;
+        }
+    }
+    return SM_OK;
+}
+
+static int norm_utf8proc(int kind, const char *s, size_t n, sbuf *out, char *err)
+{
+    utf8proc_uint8_t *r = NULL;
+    int flags = UTF8PROC_STABLE;
+    utf8proc_ssize_t m;
+    if (kind == N_NFC || kind == N_NFKC)
+        flags |= UTF8PROC_COMPOSE;
+    else
+        flags |= UTF8PROC_DECOMPOSE;
+    if (kind == N_NFKC || kind == N_NFKD)
+        flags |= UTF8PROC_COMPAT;
+    if (n == 0)
+        return SM_OK;
+    m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &r,
+                     (utf8proc_option_t)flags);
+    if (m < 0)
+        return m == UTF8PROC_ERROR_NOMEM
+                   ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
+                   : sm_error(err, SM_ERR_INVALID, "tokenizer: normalisation failed");
+    int rc = sb_add(out, (const char *)r, (size_t)m);
+    free(r);
+    return rc ? SM_ERR_NOMEM : SM_OK;
+}
+
+static int put_lower(sbuf *out, cp_t c)
+{
+    if (c == 0x130)
+        return sb_cp(out, 'i') || sb_cp(out, 0x307);
+    return sb_cp(out, utf8proc_tolower(c));
+}
+
+static int norm_lower(const char *s, size_t n, sbuf *out)
+{
+    for (size_t i = 0; i < n;) {
+        cp_t c;
+        i += dec(s + i, n - i, &c);
+        if (put_lower(out, c))
+            return SM_ERR_NOMEM;
+    }
+    return SM_OK;
+}
+
+static int norm_bert(const norm_step *st, const char *s, size_t n, sbuf *out,
+                     char *err)
+{
+    sbuf a = {0}, b = {0};
+    int rc = SM_OK;
+    for (size_t i = 0; i < n && !rc;) {
+        cp_t c;
+        i += dec(s + i, n - i, &c);
+        if (st->clean && (c == 0 || c == 0xFFFD || is_other(c)))
+            continue;
+        if (st->clean && is_ws(c))
+            c = ' ';
+        if (st->chinese && is_cjk(c))
+            rc = sb_cp(&a, ' ') || sb_cp(&a, c) || sb_cp(&a, ' ');
+        else
+            rc = sb_cp(&a, c);
+    }
+    if (rc)
+        goto end;
+    if (st->strip_accents && a.n) {
+        rc = norm_utf8proc(N_NFD, a.p, a.n, &b, err);
+        if (rc)
+            goto end;
+        a.n = 0;
+        for (size_t i = 0; i < b.n && !rc;) {
+            cp_t c;
+            i += dec(b.p + i, b.n - i, &c);
+            if (utf8proc_category(c) != UTF8PROC_CATEGORY_MN)
+                rc = sb_cp(&a, c);
+        }
+        if (rc)
+            goto end;
+    }
+    if (st->lowercase)
+        rc = norm_lower(a.p ? a.p : "", a.n, out);
+    else
+        rc = sb_add(out, a.p ? a.p : "", a.n);
+end:
+    free(a.p);
+    free(b.p);
+    return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
+                              : rc;
+}
+
+static int norm_strip(const norm_step *st, const char *s, size_t n, sbuf *out)
+{
+    size_t a = 0, b = n;
+    if (st->left)
+        while (a < b) {
+            cp_t c;
+            size_t k = dec(s + a, b - a, &c);
+            if (!is_ws(c))
+                break;
+            a += k;
+        }
+    if (st->right)
+        while (b > a) {
+            size_t k = 1;
+            cp_t c;
+            while (k < b - a && ((unsigned char)s[b - k] & 0xC0) == 0x80)
+                k++;
+            dec(s + b - k, k, &c);
+            if (!is_ws(c))
+                break;
+            b -= k;
+        }
+    return sb_add(out, s + a, b - a);
+}
+
+/* Whether a step moves the first character off the start of the original
+ * text, as the alignments of tokenizers' NormalizedString do: Strip removing
+ * leading characters, BertNormalizer's clean step dropping them, and a
+ * Replace match at the start that is longer than one character or deletes
+ * (its first new character takes the alignment of the last one it
+ * replaces). Metaspace's prepend_scheme "first" asks for this. */
+static int keeps_lead(const norm_step *st, const char *s, size_t n)
+{
+    cp_t c;
+    size_t k;
+    if (n == 0)
+        return 1;
+    k = dec(s, n, &c);
+    switch (st->kind) {
+    case N_STRIP:
+        return !(st->left && is_ws(c));
+    case N_BERT:
+        return !(st->clean && (c == 0 || c == 0xFFFD || is_other(c)));
+    case N_REPLACE:
+        if (st->rep_char) {
+            size_t rl = k, cnt = 0;
+            if (c != st->rep_char)
+                return 1;
+            for (size_t i = 0; i + rl <= n && memcmp(s + i, s, rl) == 0; i += rl)
+                cnt++;
+            if ((int)cnt < st->rep_min)
+                return 1;
+            return cnt == 1 && st->content[0];
+        } else {
+            size_t pl = strlen(st->pat);
+            if (pl > n || memcmp(s, st->pat, pl))
+                return 1;
+            return pl == k && st->content[0];
+        }
+    default:
+        return 1;
+    }
+}
+
+/* The normalizer chain over s[0..n) into *out (replaced); *lead is cleared
+ * when a step moves the first character off the original start. */
+static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
+                     int *lead, char *err)
+{
+    sbuf cur = {0}, nxt = {0};
+    int rc = sb_add(&cur, s, n) ? SM_ERR_NOMEM : SM_OK;
+    for (int k = 0; k < tj->n_norm && !rc; k++) {
+        const norm_step *st = &tj->norm[k];
+        nxt.n = 0;
+        if (*lead && !keeps_lead(st, cur.p, cur.n))
+            *lead = 0;
+        switch (st->kind) {
+        case N_PRECOMPILED: rc = norm_precompiled(tj, cur.p, cur.n, &nxt, err); break;
+        case N_REPLACE: rc = norm_replace(st, cur.p, cur.n, &nxt); break;
+        case N_STRIP: rc = norm_strip(st, cur.p, cur.n, &nxt); break;
+        case N_LOWER: rc = norm_lower(cur.p, cur.n, &nxt); break;
+        case N_BERT: rc = norm_bert(st, cur.p, cur.n, &nxt, err); break;
+        default: rc = norm_utf8proc(st->kind, cur.p, cur.n, &nxt, err); break;
+        }
+        if (!rc && sb_reserve(&nxt, 0))
+            rc = SM_ERR_NOMEM;
+        sbuf t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    free(nxt.p);
+    if (rc) {
+        free(cur.p);
+        return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
+                                  : rc;
+    }
+    *out = cur;
+    return SM_OK;
+}
+
+/* ---------------------------------------------------------- pre-tokenizers */
+
+static int pre_whitespace(const char *s, size_t n, int first, pieces *out)
+{
+    size_t i = 0, start = 0;
+    while (i < n) {
+        cp_t c;
+        size_t k = dec(s + i, n - i, &c);
+        if (is_ws(c)) {
+            if (pc_add(out, s + start, i - start, first && start == 0))
+                return SM_ERR_NOMEM;
+            start = i + k;
+        }
+        i += k;
+    }
+    return pc_add(out, s + start, n - start, first && start == 0);
+}
+
+static int pre_bert(const char *s, size_t n, int first, pieces *out)
+{
+    size_t i = 0, start = 0;
+    while (i < n) {
+        cp_t c;
+        size_t k = dec(s + i, n - i, &c);
+        if (is_ws(c) || is_punct(c)) {
+            if (pc_add(out, s + start, i - start, first && start == 0))
+                return SM_ERR_NOMEM;
+            if (!is_ws(c) && pc_add(out, s + i, k, first && i == 0))
+                return SM_ERR_NOMEM;
+            start = i + k;
+        }
+        i += k;
+    }
+    return pc_add(out, s + start, n - start, first && start == 0);
+}
+
+static int pre_metaspace(const pre_step *st, const char *s, size_t n, int first,
+                         pieces *out)
+{
+    sbuf t = {0};
+    size_t rl = strlen(st->rep), i;
+    int rc = SM_OK;
+    for (i = 0; i < n && !rc; i++)
+        rc = s[i] == ' ' ? sb_add(&t, st->rep, rl) : sb_add(&t, s + i, 1);
+    if (!rc && t.n && !(t.n >= rl && memcmp(t.p, st->rep, rl) == 0) &&
+        (st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && first))) {
+        sbuf u = {0};
+        rc = sb_add(&u, st->rep, rl) || sb_add(&u, t.p, t.n);
+        free(t.p);
+        t = u;
+    }
+    if (!rc && t.n) {
+        if (!st->split) {
+            rc = pc_add(out, t.p, t.n, first);
+        } else { /* MergedWithNext: each replacement starts a piece */
+            size_t start = 0;
+            for (i = 0; i < t.n && !rc; i++) {
+                if (i > start && i + rl <= t.n && memcmp(t.p + i, st->rep, rl) == 0) {
+                    rc = pc_add(out, t.p + start, i - start, first && start == 0);
+                    start = i;
+                }
+            }
+            if (!rc)
+                rc = pc_add(out, t.p + start, t.n - start, first && start == 0);
+        }
+    }
+    free(t.p);
+    return rc;
+}
+
+/* The pre-tokenizer chain over one normalized segment, into *out. */
+static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
+                        int first, pieces *out)
+{
+    pieces cur = {0}, nxt = {0};
+    int rc = pc_add(&cur, s, n, first);
+    for (int k = 0; k < tj->n_pre && !rc; k++) {
+        const pre_step *st = &tj->pre[k];
+        nxt.n = 0;
+        nxt.text.n = 0;
+        for (size_t i = 0; i < cur.n && !rc; i++) {
+            const char *p = cur.text.p + cur.s[i].off;
+            size_t l = cur.s[i].len;
+            int f = cur.s[i].first;
+            rc = st->kind == P_WHITESPACE ? pre_whitespace(p, l, f, &nxt)
+               : st->kind == P_BERT ? pre_bert(p, l, f, &nxt)
+               : pre_metaspace(st, p, l, f, &nxt);
+        }
+        pieces t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    pc_free(&nxt);
+    if (rc) {
+        pc_free(&cur);
+        return SM_ERR_NOMEM;
+    }
+    *out = cur;
+    return SM_OK;
+}
+
+/* ------------------------------------------------------------------ models */
+
+typedef struct {
+    int *ids;
+    int cap, n, limit;
+} sink;
+
+static void put(sink *k, int id)
+{
+    if (k->n < k->cap)
+        k->ids[k->n] = id;
+    k->n++;
+}
+
+static int full(const sink *k) { return k->n > k->limit; }
+
+static int wordpiece(const tj_pipeline *tj, const tokenizer *tok, const char *s,
+                     size_t n, sink *out)
+{
+    size_t nch = 0, start = 0, maxb = tokenizer_max_token_bytes(tok);
+    int first_n = out->n;
+    char *buf;
+    for (size_t i = 0; i < n; nch++) {
+        cp_t c;
+        i += dec(s + i, n - i, &c);
+    }
+    if (nch > (size_t)tj->max_chars) {
+        put(out, tj->unk_id);
+        return SM_OK;
+    }
+    buf = malloc(tj->prefix_len + n + 1);
+    if (!buf)
+        return SM_ERR_NOMEM;
+    memcpy(buf, tj->prefix, tj->prefix_len);
+    while (start < n) {
+        size_t end = n, pl = start ? tj->prefix_len : 0;
+        int id = -1;
+        /* Nothing longer than the longest token can match: start there (on
+         * a character boundary), so a long word costs O(length). */
+        if (maxb < pl + 1)
+            end = start;
+        else if (end - start > maxb - pl) {
+            end = start + maxb - pl;
+            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80)
+                end--;
+        }
+        while (end > start) {
+            if (pl + end - start <= maxb) {
+                if (start == 0) {
+                    id = tokenizer_lookup(tok, s, end);
+                } else {
+                    memcpy(buf + pl, s + start, end - start);
+                    id = tokenizer_lookup(tok, buf, pl + end - start);
+                }
+                if (id >= 0)
+                    break;
+            }
+            end--;
+            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80)
+                end--;
+        }
+        if (id < 0) {
+            out->n = first_n;
+            put(out, tj->unk_id);
+            free(buf);
+            return SM_OK;
+        }
+        put(out, id);
+        start = end;
+    }
+    free(buf);
+    return SM_OK;
+}
+
+typedef struct {
+    double score;
+    size_t start;
+    int id;
+    int set;
+} best_node;
+
+static int unigram(const tj_pipeline *tj, const tokenizer *tok, const char *s,
+                   size_t n, sink *out, char *err)
+{
+    size_t maxb = tokenizer_max_token_bytes(tok);
+    double unk_score = tj->min_score - 10.0;
+    best_node *b = calloc(n + 1, sizeof *b);
+    size_t *stack = NULL, top = 0, e;
+    int rc = SM_OK;
+    if (!b)
+        return SM_ERR_NOMEM;
+    b[0].set = 1;
+    for (size_t at = 0; at < n;) {
+        cp_t c;
+        size_t mb = dec(s + at, n - at, &c), end;
+        int single = 0;
+        double here = b[at].score;
+        for (end = at + 1; end <= n && end - at <= maxb; end++) {
+            if (end < n && ((unsigned char)s[end] & 0xC0) == 0x80)
+                continue;
+            int id = tokenizer_lookup(tok, s + at, end - at);
+            if (id < 0)
+                continue;
+            double cand = tj->scores[id] + here;
+            if (!b[end].set || cand > b[end].score) {
+                b[end].score = cand;
+                b[end].start = at;
+                b[end].id = id;
+                b[end].set = 1;
+            }
+            if (end - at == mb)
+                single = 1;
+        }
+        if (!single) {
+            if (tj->unk_id < 0) {
+                rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: a character "
+                              "has no piece and the Unigram model has no unk_id");
+                goto end;
+            }
+            double cand = unk_score + here;
+            if (!b[at + mb].set || cand > b[at + mb].score) {
+                b[at + mb].score = cand;
+                b[at + mb].start = at;
+                b[at + mb].id = tj->unk_id;
+                b[at + mb].set = 1;
+            }
+        }
+        at += mb;
+    }
+    /* Walk back, then emit forward; runs of unknowns are fused into one
+     * string that is looked up (or byte-fallen-back) as a whole. */
+    stack = malloc((n + 1) * sizeof *stack);
+    if (!stack) {
+        rc = SM_ERR_NOMEM;
+        goto end;
+    }
+    for (e = n; e > 0; e = b[e].start)
+        stack[top++] = e;
+    size_t prev = 0;
+    while (top > 0 && !full(out)) {
+        size_t end = stack[--top], st = prev;
+        if (b[end].id == tj->unk_id) {
+            while (top > 0 && b[stack[top - 1]].id == tj->unk_id)
+                end = stack[--top];
+        }
+        prev = end;
+        int id = b[end].id == tj->unk_id ? tokenizer_lookup(tok, s + st, end - st)
+                                         : b[end].id;
+        if (id >= 0) {
+            put(out, id);
+            continue;
+        }
+        if (tj->byte_fallback) {
+            int ok = 1;
+            for (size_t i = st; i < end; i++)
+                ok &= tj->byte_ids[(unsigned char)s[i]] >= 0;
+            if (ok) {
+                for (size_t i = st; i < end; i++)
+                    put(out, tj->byte_ids[(unsigned char)s[i]]);
+                continue;
+            }
+        }
+        put(out, tj->unk_id);
+    }
+end:
+    free(b);
+    free(stack);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- running */
+
+/* The longest added token at s[i..n), or -1. */
+static int added_at(const tj_pipeline *tj, const char *s, size_t n, size_t i)
+{
+    int best = -1;
+    unsigned char b = (unsigned char)s[i];
+    if (!(tj->added_first[b >> 5] & (1u << (b & 31))))
+        return -1;
+    for (int k = 0; k < tj->n_added; k++) {
+        const added_tok *a = &tj->added[k];
+        if (a->len <= n - i && memcmp(s + i, a->content, a->len) == 0 &&
+            (best < 0 || a->len > tj->added[best].len))
+            best = k;
+    }
+    return best;
+}
+
+static int segment(const tj_pipeline *tj, const tokenizer *tok, const char *s,
+                   size_t n, int first, sink *out, char *err)
+{
+    sbuf norm = {0};
+    pieces pc = {0};
+    int rc;
+    if (n == 0)
+        return SM_OK;
+    rc = normalize(tj, s, n, &norm, &first, err);
+    if (rc)
+        return rc;
+    rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, &pc);
+    for (size_t i = 0; i < pc.n && !rc && !full(out); i++) {
+        const char *p = pc.text.p + pc.s[i].off;
+        rc = tj->model == M_UNIGRAM ? unigram(tj, tok, p, pc.s[i].len, out, err)
+                                    : wordpiece(tj, tok, p, pc.s[i].len, out);
+    }
+    free(norm.p);
+    pc_free(&pc);
+    return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
+                              : rc;
+}
+
+static int run(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+               size_t len, sink *out, char *err)
+{
+    sbuf s = {0};
+    size_t i = 0, seg = 0;
+    int rc = SM_OK;
+
+    if (len > TJ_MAX_TEXT)
+        return sm_error(err, SM_ERR_INVALID, "tokenizer: text of %zu bytes is "
+                        "longer than %zu", len, TJ_MAX_TEXT);
+    while (i < len) { /* repair invalid UTF-8 */
+        cp_t c;
+        size_t k = tokenizer_utf8_next((const unsigned char *)text + i, len - i, &c);
+        if (sb_cp(&s, c)) {
+            free(s.p);
+            return sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory");
+        }
+        i += k;
+    }
+    for (i = 0; i < s.n && !rc && !full(out);) {
+        int k = added_at(tj, s.p, s.n, i);
+        if (k < 0) {
+            i++;
+            continue;
+        }
+        const added_tok *a = &tj->added[k];
+        size_t a0 = i, a1 = i + a->len;
+        while (a->lstrip && a0 > seg) { /* white space before, back to seg */
+            size_t k = 1;
+            cp_t c;
+            while (k < a0 - seg && ((unsigned char)s.p[a0 - k] & 0xC0) == 0x80)
+                k++;
+            dec(s.p + a0 - k, k, &c);
+            if (!is_ws(c))
+                break;
+            a0 -= k;
+        }
+        while (a->rstrip && a1 < s.n) {
+            cp_t c;
+            size_t k = dec(s.p + a1, s.n - a1, &c);
+            if (!is_ws(c))
+                break;
+            a1 += k;
+        }
+        rc = segment(tj, tok, s.p + seg, a0 - seg, seg == 0, out, err);
+        if (!rc && !full(out))
+            put(out, a->id);
+        i = seg = a1;
+    }
+    if (!rc && !full(out))
+        rc = segment(tj, tok, s.p ? s.p + seg : "", s.n - seg, seg == 0, out, err);
+    free(s.p);
+    return rc;
+}
+
+int tj_tokenize(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+                size_t len, int *ids, int cap, int *n_total, char *err)
+{
+    sink k = {ids, cap, 0, INT_MAX - 1};
+    int rc = run(tj, tok, text ? text : "", len, &k, err);
+    if (n_total)
+        *n_total = k.n;
+    return rc;
+}
+
+int tj_encode(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+              size_t len, int max_length, int *ids, int *n, int *truncated,
+              char *err)
+{
+    int room = max_length - tj->n_before - tj->n_after, rc;
+    if (room < 0)
+        return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: max_length is %d, "
+                        "expected at least %d (room for the special tokens)",
+                        max_length, tj->n_before + tj->n_after);
+    sink k = {ids + tj->n_before, room, 0, room};
+    rc = run(tj, tok, text ? text : "", len, &k, err);
+    if (rc)
+        return rc;
+    if (truncated)
+        *truncated = k.n > room;
+    if (k.n > room)
+        k.n = room;
+    for (int i = 0; i < tj->n_before; i++)
+        ids[i] = tj->before[i];
+    for (int i = 0; i < tj->n_after; i++)
+        ids[tj->n_before + k.n + i] = tj->after[i];
+    if (n)
+        *n = tj->n_before + k.n + tj->n_after;
+    return SM_OK;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static const char *type_of(const json_in_value *v)
+{
+    const json_in_value *t = json_in_get(v, "type");
+    return json_in_is(t, JSON_IN_STRING) ? t->str : NULL;
+}
+
+static int get_bool(const json_in_value *obj, const char *key, int dflt,
+                    int *out, const char *where, char *err)
+{
+    const json_in_value *v = json_in_get(obj, key);
+    if (!v || v->type == JSON_IN_NULL) {
+        *out = dflt;
+        return SM_OK;
+    }
+    if (v->type != JSON_IN_TRUE && v->type != JSON_IN_FALSE)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: %s '%s' must be "
+                        "true or false", where, key);
+    *out = v->type == JSON_IN_TRUE;
+    return SM_OK;
+}
+
+static int b64val(int c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+static int load_charsmap(tj_pipeline *tj, const json_in_value *v, char *err)
+{
+    const char *s;
+    size_t n, m = 0;
+    unsigned char *bin;
+    uint32_t tsize;
+
+    if (!json_in_is(v, JSON_IN_STRING))
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Precompiled "
+                        "'precompiled_charsmap' must be a base64 string");
+    s = v->str;
+    n = v->n;
+    if (n % 4)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Precompiled "
+                        "charsmap is not base64 (%zu characters, not a multiple of 4)", n);
+    bin = malloc(n / 4 * 3 + 1);
+    if (!bin)
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+    for (size_t i = 0; i < n; i += 4) {
+        int q[4], pad = 0;
+        for (int j = 0; j < 4; j++) {
+            q[j] = b64val((unsigned char)s[i + j]);
+            if (s[i + j] == '=' && i + 4 == n && j >= 2) {
+                q[j] = 0;
+                pad++;
+            } else if (q[j] < 0 || pad) {
+                free(bin);
+                return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Precompiled "
+                                "charsmap is not base64 (bad character at %zu)", i + j);
+            }
+        }
+        uint32_t w = (uint32_t)(q[0] << 18 | q[1] << 12 | q[2] << 6 | q[3]);
+        bin[m++] = (unsigned char)(w >> 16);
+        if (pad < 2) bin[m++] = (unsigned char)(w >> 8);
+        if (pad < 1) bin[m++] = (unsigned char)w;
+    }
+    if (m < 4) {
+        free(bin);
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Precompiled charsmap "
+                        "of %zu bytes has no trie size", m);
+    }
+    tsize = (uint32_t)bin[0] | (uint32_t)bin[1] << 8 | (uint32_t)bin[2] << 16 |
+            (uint32_t)bin[3] << 24;
+    if (tsize % 4 || tsize > m - 4 || tsize == 0) {
+        free(bin);
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Precompiled charsmap "
+                        "trie of %u bytes does not fit its %zu-byte blob (truncated?)",
+                        tsize, m);
+    }
+    tj->trie_n = tsize / 4;
+    tj->trie = malloc(tsize);
+    tj->pool_n = m - 4 - tsize;
+    tj->pool = malloc(tj->pool_n + 1);
+    if (!tj->trie || !tj->pool) {
+        free(bin);
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+    }
+    for (size_t i = 0; i < tj->trie_n; i++) {
+        const unsigned char *p = bin + 4 + 4 * i;
+        tj->trie[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                      (uint32_t)p[3] << 24;
+    }
+    memcpy(tj->pool, bin + 4 + tsize, tj->pool_n);
+    tj->pool[tj->pool_n] = '\0';
+    free(bin);
+    return SM_OK;
+}
+
+static int unsupported(char *err, const char *what, const json_in_value *v)
+{
+    const char *t = type_of(v);
+    if (!t)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: %s has no \"type\"", what);
+    return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: %s '%.64s' is not "
+                    "supported", what, t);
+}
+
+static int add_norm(tj_pipeline *tj, const json_in_value *v, int depth, char *err)
+{
+    const char *t = type_of(v);
+    norm_step *st;
+    int rc;
+    if (v->type == JSON_IN_NULL)
+        return SM_OK;
+    if (!t)
+        return unsupported(err, "normalizer", v);
+    if (strcmp(t, "Sequence") == 0) {
+        const json_in_value *a = json_in_get(v, "normalizers");
+        if (!json_in_is(a, JSON_IN_ARRAY) || depth > 4)
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: normalizer "
+                            "Sequence needs a 'normalizers' array");
+        for (size_t i = 0; i < a->n; i++)
+            if ((rc = add_norm(tj, &a->items[i], depth + 1, err)))
+                return rc;
+        return SM_OK;
+    }
+    if (tj->n_norm == TJ_MAX_STEPS)
+        return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: more than %d "
+                        "normalizers", TJ_MAX_STEPS);
+    st = &tj->norm[tj->n_norm];
+    memset(st, 0, sizeof *st);
+    if (strcmp(t, "Precompiled") == 0) {
+        if (tj->trie)
+            return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: more than "
+                            "one Precompiled normalizer");
+        st->kind = N_PRECOMPILED;
+        if ((rc = load_charsmap(tj, json_in_get(v, "precompiled_charsmap"), err)))
+            return rc;
+    } else if (strcmp(t, "Replace") == 0) {
+        const json_in_value *p = json_in_get(v, "pattern"), *c = json_in_get(v, "content");
+        const json_in_value *ps = json_in_get(p, "String"), *pr = json_in_get(p, "Regex");
+        st->kind = N_REPLACE;
+        if (!json_in_is(c, JSON_IN_STRING) ||
+            !(json_in_is(ps, JSON_IN_STRING) || json_in_is(pr, JSON_IN_STRING)))
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: normalizer "
+                            "Replace needs a String or Regex pattern and a content");
+        if (ps) {
+            if (ps->n == 0)
+                return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: "
+                                "Replace with an empty pattern is not supported");
+            st->pat = strdup(ps->str);
+        } else {
+            /* One literal character (maybe escaped) then + or {n,}. */
+            const char *r = pr->str;
+            size_t k;
+            cp_t ch;
+            if (r[0] == '\\' && r[1] && strchr(".+*?()[]{}|^$\\ ", r[1]))
+                r++;
+            k = dec(r, strlen(r), &ch);
+            const char *q = r + k;
+            int min = 0;
+            if (ch > 0 && !strchr(".+*?()[]{}|^$\\", (int)(ch < 128 ? ch : 'a')) &&
+                strcmp(q, "+") == 0) {
+                min = 1;
+            } else if (ch > 0 && q[0] == '{') {
+                char *e;
+                long m = strtol(q + 1, &e, 10);
+                if (e != q + 1 && strcmp(e, ",}") == 0 && m >= 1 && m < 1000)
+                    min = (int)m;
+            }
+            if (!min)
+                return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: "
+                                "normalizer Replace regex '%.64s' is not supported "
+                                "(only one character with + or {n,})", pr->str);
+            st->rep_char = ch;
+            st->rep_min = min;
+            st->pat = strdup("");
+        }
+        st->content = strdup(c->str);
+        if (!st->pat || !st->content) {
+            step_free(st);
+            return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+        }
+    } else if (strcmp(t, "Strip") == 0) {
+        st->kind = N_STRIP;
+        if ((rc = get_bool(v, "strip_left", 1, &st->left, "Strip", err)) ||
+            (rc = get_bool(v, "strip_right", 1, &st->right, "Strip", err)))
+            return rc;
+    } else if (strcmp(t, "NFC") == 0) {
+        st->kind = N_NFC;
+    } else if (strcmp(t, "NFD") == 0) {
+        st->kind = N_NFD;
+    } else if (strcmp(t, "NFKC") == 0) {
+        st->kind = N_NFKC;
+    } else if (strcmp(t, "NFKD") == 0) {
+        st->kind = N_NFKD;
+    } else if (strcmp(t, "Lowercase") == 0) {
+        st->kind = N_LOWER;
+    } else if (strcmp(t, "BertNormalizer") == 0) {
+        const json_in_value *sa = json_in_get(v, "strip_accents");
+        st->kind = N_BERT;
+        if ((rc = get_bool(v, "clean_text", 1, &st->clean, "BertNormalizer", err)) ||
+            (rc = get_bool(v, "handle_chinese_chars", 1, &st->chinese, "BertNormalizer", err)) ||
+            (rc = get_bool(v, "lowercase", 1, &st->lowercase, "BertNormalizer", err)) ||
+            (rc = get_bool(v, "strip_accents", st->lowercase, &st->strip_accents,
+                           "BertNormalizer", err)))
+            return rc;
+        (void)sa;
+    } else {
+        return unsupported(err, "normalizer", v);
+    }
+    tj->n_norm++;
+    return SM_OK;
+}
+
+static int add_pre(tj_pipeline *tj, const json_in_value *v, int depth, char *err)
+{
+    const char *t = type_of(v);
+    pre_step *st;
+    int rc;
+    if (v->type == JSON_IN_NULL)
+        return SM_OK;
+    if (!t)
+        return unsupported(err, "pre_tokenizer", v);
+    if (strcmp(t, "Sequence") == 0) {
+        const json_in_value *a = json_in_get(v, "pretokenizers");
+        if (!json_in_is(a, JSON_IN_ARRAY) || depth > 4)
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: pre_tokenizer "
+                            "Sequence needs a 'pretokenizers' array");
+        for (size_t i = 0; i < a->n; i++)
+            if ((rc = add_pre(tj, &a->items[i], depth + 1, err)))
+                return rc;
+        return SM_OK;
+    }
+    if (tj->n_pre == TJ_MAX_STEPS)
+        return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: more than %d "
+                        "pre-tokenizers", TJ_MAX_STEPS);
+    st = &tj->pre[tj->n_pre];
+    memset(st, 0, sizeof *st);
+    if (strcmp(t, "WhitespaceSplit") == 0) {
+        st->kind = P_WHITESPACE;
+    } else if (strcmp(t, "BertPreTokenizer") == 0) {
+        st->kind = P_BERT;
+    } else if (strcmp(t, "Metaspace") == 0) {
+        const json_in_value *r = json_in_get(v, "replacement"),
+                            *ps = json_in_get(v, "prepend_scheme");
+        cp_t c;
+        st->kind = P_METASPACE;
+        if (!json_in_is(r, JSON_IN_STRING) || r->n == 0 ||
+            dec(r->str, r->n, &c) != r->n)
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Metaspace "
+                            "'replacement' must be one character");
+        memcpy(st->rep, r->str, r->n + 1);
+        st->rep_cp = c;
+        if (json_in_is(ps, JSON_IN_STRING)) {
+            if (strcmp(ps->str, "always") == 0)
+                st->prepend = PREPEND_ALWAYS;
+            else if (strcmp(ps->str, "first") == 0)
+                st->prepend = PREPEND_FIRST;
+            else if (strcmp(ps->str, "never") == 0)
+                st->prepend = PREPEND_NEVER;
+            else
+                return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Metaspace "
+                                "prepend_scheme '%.32s'; expected always, first "
+                                "or never", ps->str);
+        } else {
+            int add = 1;
+            if ((rc = get_bool(v, "add_prefix_space", 1, &add, "Metaspace", err)))
+                return rc;
+            st->prepend = add ? PREPEND_ALWAYS : PREPEND_NEVER;
+        }
+        if ((rc = get_bool(v, "split", 1, &st->split, "Metaspace", err)))
+            return rc;
+    } else {
+        return unsupported(err, "pre_tokenizer", v);
+    }
+    tj->n_pre++;
+    return SM_OK;
+}
+
+/* An id from JSON that must name a vocabulary entry. */
+static int get_id(const json_in_value *v, int n_vocab, int *out, const char *what,
+                  char *err)
+{
+    if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int || v->i < 0 || v->i >= n_vocab)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: %s must be an id in "
+                        "[0, %d)", what, n_vocab);
+    *out = (int)v->i;
+    return SM_OK;
+}
+
+/* A score as the Rust library holds it when it parses the file itself
+ * (tokenizers' Tokenizer.from_file, transformers before 5; transformers 5's
+ * XLMRobertaTokenizerFast reads the scores in Python, correctly rounded, and
+ * builds the model from them). serde_json, as tokenizers builds it
+ * (without its float_roundtrip feature), reads a decimal literal as a u64
+ * significand s and a power of ten e and computes s as f64, then one
+ * multiplication or division by 10^|e|: when s has more than 53 bits
+ * (17-digit scores are common) that rounds twice and can land one unit in
+ * the last place from the correctly rounded value, which decides ties in
+ * the Viterbi search. The literal is taken to be the shortest decimal that
+ * reads back as d, which is what serde_json (ryu) and Python's json write;
+ * integer literals convert exactly as serde does (i64 as f64). */
+static double serde_f64(const json_in_value *v)
+{
+    char buf[40];
+    double d = v->d, a = d < 0 ? -d : d;
+    int p;
+    if (v->is_int || a == 0 || a != a || a > 1.7976931348623157e308)
+        return d;
+    for (p = 1; p <= 17; p++) {
+        snprintf(buf, sizeof buf, "%.*e", p - 1, a);
+        if (strtod(buf, NULL) == a)
+            break;
+    }
+    /* buf: D[.DDD]e[+-]XX */
+    uint64_t sig = 0;
+    int nd = 0, e10;
+    const char *q = buf;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') {
+            sig = sig * 10 + (uint64_t)(*q - '0');
+            nd++;
+        }
+    e10 = atoi(q + 1) - (nd - 1);
+    double f = (double)sig;
+    for (;;) {
+        int k = e10 < 0 ? -e10 : e10;
+        if (k <= 308) {
+            char pw[16];
+            snprintf(pw, sizeof pw, "1e%d", k);
+            double pow = strtod(pw, NULL);
+            f = e10 >= 0 ? f * pow : f / pow;
+            break;
+        }
+        if (f == 0 || e10 >= 0)
+            break;
+        f /= 1e308;
+        e10 += 308;
+    }
+    return d < 0 ? -f : f;
+}
+
+static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
+                      tokenizer **out, char *err)
+{
+    const char *t = type_of(m);
+    const json_in_value *vocab = json_in_get(m, "vocab");
+    const char **names = NULL;
+    int rc, n;
+
+    if (!m)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: no \"model\"");
+    if (!t)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: model has no \"type\"");
+    if (strcmp(t, "Unigram") == 0) {
+        tj->model = M_UNIGRAM;
+        if (!json_in_is(vocab, JSON_IN_ARRAY))
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Unigram 'vocab' "
+                            "must be an array of [piece, score]");
+    } else if (strcmp(t, "WordPiece") == 0) {
+        tj->model = M_WORDPIECE;
+        if (!json_in_is(vocab, JSON_IN_OBJECT))
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece 'vocab' "
+                            "must be an object of token: id");
+    } else {
+        return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: model '%.64s' is "
+                        "not supported; supported: WordPiece, Unigram", t);
+    }
+    if (vocab->n == 0)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: the %s vocab is empty", t);
+    if (vocab->n > (size_t)INT_MAX / 8)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: %zu vocab entries is "
+                        "too many", vocab->n);
+    n = (int)vocab->n;
+    names = calloc((size_t)n, sizeof *names);
+    if (!names)
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+    if (tj->model == M_UNIGRAM) {
+        tj->scores = malloc((size_t)n * sizeof *tj->scores);
+        if (!tj->scores) {
+            rc = sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+            goto end;
+        }
+        tj->min_score = 1e300;
+        for (int i = 0; i < n; i++) {
+            const json_in_value *e = &vocab->items[i];
+            if (!json_in_is(e, JSON_IN_ARRAY) || e->n != 2 ||
+                !json_in_is(&e->items[0], JSON_IN_STRING) ||
+                !json_in_is(&e->items[1], JSON_IN_NUMBER)) {
+                rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Unigram vocab "
+                              "entry %d is not [piece, score]", i);
+                goto end;
+            }
+            names[i] = e->items[0].str;
+            tj->scores[i] = flags & TOKENIZER_JSON_RUST_SCORES
+                                ? serde_f64(&e->items[1]) : e->items[1].d;
+            if (tj->scores[i] < tj->min_score)
+                tj->min_score = tj->scores[i];
+        }
+        const json_in_value *u = json_in_get(m, "unk_id");
+        tj->unk_id = -1;
+        if (u && u->type != JSON_IN_NULL &&
+            (rc = get_id(u, n, &tj->unk_id, "Unigram 'unk_id'", err)))
+            goto end;
+        if ((rc = get_bool(m, "byte_fallback", 0, &tj->byte_fallback, "Unigram", err)))
+            goto end;
+    } else {
+        for (size_t i = 0; i < vocab->n; i++) {
+            const json_in_member *e = &vocab->members[i];
+            int id = -1;
+            if ((rc = get_id(&e->value, n, &id, "a WordPiece vocab id", err)))
+                goto end;
+            if (names[id]) {
+                rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece id %d "
+                              "is given to two tokens", id);
+                goto end;
+            }
+            names[id] = e->key;
+        }
+        const json_in_value *u = json_in_get(m, "unk_token"),
+                            *p = json_in_get(m, "continuing_subword_prefix"),
+                            *mx = json_in_get(m, "max_input_chars_per_word");
+        if (!json_in_is(u, JSON_IN_STRING)) {
+            rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece needs an "
+                          "'unk_token'");
+            goto end;
+        }
+        const json_in_value *uid = json_in_get(vocab, u->str);
+        if (!uid) {
+            rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece unk_token "
+                          "'%.64s' is not in the vocab", u->str);
+            goto end;
+        }
+        tj->unk_id = (int)uid->i;
+        if (p && p->type != JSON_IN_NULL) {
+            if (!json_in_is(p, JSON_IN_STRING) || p->n >= sizeof tj->prefix) {
+                rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece "
+                              "'continuing_subword_prefix' must be a short string");
+                goto end;
+            }
+            memcpy(tj->prefix, p->str, p->n + 1);
+            tj->prefix_len = p->n;
+        } else {
+            memcpy(tj->prefix, "##", 3);
+            tj->prefix_len = 2;
+        }
+        tj->max_chars = 100;
+        if (mx && mx->type != JSON_IN_NULL) {
+            if (!json_in_is(mx, JSON_IN_NUMBER) || !mx->is_int || mx->i < 0 ||
+                mx->i > INT_MAX) {
+                rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece "
+                              "'max_input_chars_per_word' must be a count");
+                goto end;
+            }
+            tj->max_chars = (int)mx->i;
+        }
+    }
+    rc = tokenizer_new_from_pieces(names, n, out, err);
+    if (rc == SM_ERR_FORMAT) {
+        char tmp[SM_ERR_MAX];
+        snprintf(tmp, sizeof tmp, "tokenizer.json: %s", err ? err : "");
+        if (err)
+            snprintf(err, SM_ERR_MAX, "%s", tmp);
+    }
+    if (!rc && tj->byte_fallback) {
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            tj->byte_ids[b] = tokenizer_lookup(*out, name, 6);
+        }
+    }
+end:
+    free(names);
+    return rc;
+}
+
+static int load_added(tj_pipeline *tj, const json_in_value *a, int n_vocab,
+                      char *err)
+{
+    int rc;
+    if (!a || a->type == JSON_IN_NULL)
+        return SM_OK;
+    if (!json_in_is(a, JSON_IN_ARRAY) || a->n > TJ_MAX_ADDED)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: 'added_tokens' must be "
+                        "an array of at most %d tokens", TJ_MAX_ADDED);
+    tj->added = calloc(a->n ? a->n : 1, sizeof *tj->added);
+    if (!tj->added)
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+    for (size_t i = 0; i < a->n; i++) {
+        const json_in_value *e = &a->items[i], *c = json_in_get(e, "content");
+        added_tok *t = &tj->added[tj->n_added];
+        int norm = 0, single = 0;
+        if (!json_in_is(c, JSON_IN_STRING) || c->n == 0)
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: added token %zu "
+                            "has no 'content'", i);
+        if ((rc = get_id(json_in_get(e, "id"), n_vocab, &t->id, "an added token's "
+                         "'id'", err)) ||
+            (rc = get_bool(e, "lstrip", 0, &t->lstrip, "added token", err)) ||
+            (rc = get_bool(e, "rstrip", 0, &t->rstrip, "added token", err)) ||
+            (rc = get_bool(e, "normalized", 0, &norm, "added token", err)) ||
+            (rc = get_bool(e, "single_word", 0, &single, "added token", err)))
+            return rc;
+        if (norm || single)
+            return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: added token "
+                            "'%.64s' with %s=true is not supported", c->str,
+                            norm ? "normalized" : "single_word");
+        t->content = strdup(c->str);
+        if (!t->content)
+            return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+        t->len = c->n;
+        tj->added_first[(unsigned char)c->str[0] >> 5] |= 1u << ((unsigned char)c->str[0] & 31);
+        tj->n_added++;
+    }
+    return SM_OK;
+}
+
+/* The ids of a special token named in the post-processor. */
+static int template_ids(const json_in_value *specials, const char *name,
+                        int n_vocab, int *dst, int *nd, char *err)
+{
+    const json_in_value *s = json_in_get(specials, name), *ids = json_in_get(s, "ids");
+    int rc;
+    if (!json_in_is(ids, JSON_IN_ARRAY))
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: TemplateProcessing "
+                        "special token '%.64s' has no ids", name);
+    for (size_t i = 0; i < ids->n; i++) {
+        if (*nd == TJ_MAX_TEMPLATE)
+            return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: more than %d "
+                            "special tokens around the text", TJ_MAX_TEMPLATE);
+        if ((rc = get_id(&ids->items[i], n_vocab, &dst[*nd], "a special token id",
+                         err)))
+            return rc;
+        (*nd)++;
+    }
+    return SM_OK;
+}
+
+static int load_post(tj_pipeline *tj, const json_in_value *p, int n_vocab, char *err)
+{
+    const char *t;
+    int rc;
+    if (!p || p->type == JSON_IN_NULL)
+        return SM_OK;
+    t = type_of(p);
+    if (!t)
+        return unsupported(err, "post_processor", p);
+    if (strcmp(t, "TemplateProcessing") == 0) {
+        const json_in_value *single = json_in_get(p, "single"),
+                            *specials = json_in_get(p, "special_tokens");
+        int seen_a = 0;
+        if (!json_in_is(single, JSON_IN_ARRAY))
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: TemplateProcessing "
+                            "needs a 'single' array");
+        for (size_t i = 0; i < single->n; i++) {
+            const json_in_value *e = &single->items[i],
+                                *sp = json_in_get(e, "SpecialToken"),
+                                *sq = json_in_get(e, "Sequence");
+            if (sq) {
+                const json_in_value *id = json_in_get(sq, "id");
+                if (seen_a || !json_in_is(id, JSON_IN_STRING) || strcmp(id->str, "A"))
+                    return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: "
+                                    "TemplateProcessing 'single' must hold $A once");
+                seen_a = 1;
+            } else if (sp && json_in_is(json_in_get(sp, "id"), JSON_IN_STRING)) {
+                rc = template_ids(specials, json_in_get(sp, "id")->str, n_vocab,
+                                  seen_a ? tj->after : tj->before,
+                                  seen_a ? &tj->n_after : &tj->n_before, err);
+                if (rc)
+                    return rc;
+            } else {
+                return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: "
+                                "TemplateProcessing item %zu is neither a "
+                                "SpecialToken nor a Sequence", i);
+            }
+        }
+        if (!seen_a)
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: TemplateProcessing "
+                            "'single' has no $A");
+        return SM_OK;
+    }
+    if (strcmp(t, "BertProcessing") == 0 || strcmp(t, "RobertaProcessing") == 0) {
+        const json_in_value *cls = json_in_get(p, "cls"), *sep = json_in_get(p, "sep");
+        if (!json_in_is(cls, JSON_IN_ARRAY) || cls->n != 2 ||
+            !json_in_is(sep, JSON_IN_ARRAY) || sep->n != 2)
+            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: %s needs 'cls' and "
+                            "'sep' as [token, id]", t);
+        if ((rc = get_id(&cls->items[1], n_vocab, &tj->before[0], "the cls id", err)) ||
+            (rc = get_id(&sep->items[1], n_vocab, &tj->after[0], "the sep id", err)))
+            return rc;
+        tj->n_before = tj->n_after = 1;
+        return SM_OK;
+    }
+    return unsupported(err, "post_processor", p);
+}
+
+static int named_id(const tokenizer *tok, const char *a, const char *b)
+{
+    int id = tokenizer_lookup(tok, a, strlen(a));
+    return id >= 0 ? id : tokenizer_lookup(tok, b, strlen(b));
+}
+
+int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
+                               char *err)
+{
+    return tokenizer_load_json_buffer_flags(json, len, 0, out, err);
+}
+
+int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
+                                     tokenizer **out, char *err)
+{
+    json_in_doc *doc = NULL;
+    json_in_error je;
+    const json_in_value *root;
+    tj_pipeline *tj = NULL;
+    tokenizer *tok = NULL;
+    int rc;
+    static const char *const known[] = {
+        "version", "truncation", "padding", "added_tokens", "normalizer",
+        "pre_tokenizer", "model", "post_processor", "decoder"
+    };
+
+    if (!out || (!json && len))
+        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_json_buffer: NULL argument");
+    *out = NULL;
+    rc = json_in_parse(json ? json : "", len, &doc, &je);
+    if (rc == SM_ERR_NOMEM)
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+    if (rc)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: not valid JSON: line %d "
+                        "column %d: %s", je.line, je.column, je.reason);
+    root = json_in_root(doc);
+    if (!json_in_is(root, JSON_IN_OBJECT)) {
+        rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: the top level must be an object");
+        goto fail;
+    }
+    for (size_t i = 0; i < root->n; i++) {
+        size_t k;
+        for (k = 0; k < sizeof known / sizeof *known; k++)
+            if (strcmp(root->members[i].key, known[k]) == 0)
+                break;
+        if (k == sizeof known / sizeof *known) {
+            rc = sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: top-level key "
+                          "'%.64s' is not supported", root->members[i].key);
+            goto fail;
+        }
+    }
+    tj = calloc(1, sizeof *tj);
+    if (!tj) {
+        rc = sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+        goto fail;
+    }
+    if (!json_in_get(root, "model")) {
+        rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: no \"model\"");
+        goto fail;
+    }
+    if ((rc = load_model(tj, json_in_get(root, "model"), flags, &tok, err)))
+        goto fail;
+    const json_in_value *nv = json_in_get(root, "normalizer"),
+                        *pv = json_in_get(root, "pre_tokenizer");
+    if ((nv && (rc = add_norm(tj, nv, 0, err))) ||
+        (pv && (rc = add_pre(tj, pv, 0, err))) ||
+        (rc = load_added(tj, json_in_get(root, "added_tokens"),
+                         tokenizer_vocab_size(tok), err)) ||
+        (rc = load_post(tj, json_in_get(root, "post_processor"),
+                        tokenizer_vocab_size(tok), err)))
+        goto fail;
+    tokenizer_attach_json(tok, tj, tj->n_before ? tj->before[0] : -1,
+                          tj->n_after ? tj->after[0] : -1,
+                          named_id(tok, "<pad>", "[PAD]"), tj->unk_id,
+                          named_id(tok, "<mask>", "[MASK]"));
+    json_in_free(doc);
+    *out = tok;
+    return SM_OK;
+fail:
+    json_in_free(doc);
+    tj_free(tj);
+    tokenizer_free(tok);
+    return rc;
+}
+
+int tokenizer_load_json_file(const char *path, tokenizer **out, char *err)
+{
+    return tokenizer_load_json_file_flags(path, 0, out, err);
+}
+
+int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
+                                   char *err)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    int rc;
+    if (!path || !out)
+        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_json_file: NULL argument");
+    *out = NULL;
+    if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &buf, &n, err)))
+        return rc;
+    rc = tokenizer_load_json_buffer_flags(buf, n, flags, out, err);
+    free(buf);
+    return rc;
+}
