@@ -67,6 +67,10 @@ static void fn_drop(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int64_t version = 0, removed = 0;
     int rc;
 
+    if (sqlite3_value_type(argv[0]) == SQLITE_TEXT && sx_arg_has_nul(argv[0])) {
+        errmsg = sqlite3_mprintf("%s: model name contains a NUL byte", fn);
+        goto end;
+    }
     if (!name || !*name) {
         errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
                                  fn);
@@ -203,6 +207,12 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     (void)argc;
 
     memset(&row, 0, sizeof row);
+    for (int i = 0; i < 2; i++)
+        if (sqlite3_value_type(argv[i]) == SQLITE_TEXT && sx_arg_has_nul(argv[i])) {
+            errmsg = sqlite3_mprintf("%s: %s contains a NUL byte", fn,
+                                     i ? "directory path" : "model name");
+            goto end;
+        }
     if (!spec || !*spec || strlen(spec) >= sizeof base) {
         errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
                                  fn);
