@@ -263,7 +263,7 @@ static void test_drop_bad_input(void **state)
     expect_error(db, "SELECT sentiment_drop(NULL)", "sentiment_drop(): expected a stored model name (TEXT)");
     expect_error(db, "SELECT sentiment_drop(42)", "sentiment_drop(): expected a stored model name (TEXT)");
     expect_error(db, "SELECT sentiment_drop('')", "sentiment_drop(): expected a stored model name (TEXT)");
-    expect_error(db, "SELECT sentiment_drop(CAST(x'6d006d' AS TEXT))", "sentiment_drop(): expected a stored model name (TEXT)");
+    expect_error(db, "SELECT sentiment_drop(CAST(x'6d006d' AS TEXT))", "sentiment_drop(): model name contains a NUL byte");
     expect_error(db, "SELECT sentiment_drop('m', 0)", "sentiment_drop(): expected a version number (INTEGER >= 1)");
     expect_error(db, "SELECT sentiment_drop('m', '1')", "sentiment_drop(): expected a version number (INTEGER >= 1)");
     expect_error(db, "SELECT sentiment_drop('m', 1.5)", "sentiment_drop(): expected a version number (INTEGER >= 1)");
@@ -411,7 +411,7 @@ static void test_export_bad_input(void **state)
     expect_error(db, "SELECT sentiment_export('m', NULL)", "sentiment_export(): expected a directory path (TEXT)");
     expect_error(db, "SELECT sentiment_export('m', '')", "sentiment_export(): expected a directory path (TEXT)");
     expect_error(db, "SELECT sentiment_export('m', CAST(x'2f746d70002f78' AS TEXT))",
-                 "sentiment_export(): expected a directory path (TEXT)");
+                 "sentiment_export(): directory path contains a NUL byte");
     expect_error(db, "SELECT sentiment_export(NULL, '/tmp/x')", "sentiment_export(): expected a stored model name (TEXT)");
     expect_error(db, "SELECT sentiment_export(1, '/tmp/x')", "sentiment_export(): expected a stored model name (TEXT)");
     /* a corrupt stored model writes nothing */
