@@ -312,10 +312,6 @@ int sx_builtin_get(sx_builtin *b);
 int sx_store_exists(sqlite3 *db);
 /* Creates the table if missing. */
 int sx_store_ensure(sqlite3 *db, char **errmsg);
-/* Finds name at version (0 = latest): uid (sqlite3_malloc'd) and version.
- * Returns SQLITE_OK, SQLITE_NOTFOUND, or an error with *errmsg. */
-int sx_store_find(sqlite3 *db, const char *name, int64_t version, char **uid,
-                  int64_t *found_version, char **errmsg);
 
 /* Where a stored version is, and the database's change stamp read inside
  * the same read transaction (see models.c for how the stamp is used). */

@@ -120,40 +120,6 @@ int sx_store_ensure(sqlite3 *db, char **errmsg)
     return SQLITE_OK;
 }
 
-int sx_store_find(sqlite3 *db, const char *name, int64_t version, char **uid,
-                  int64_t *found_version, char **errmsg)
-{
-    sqlite3_stmt *st = NULL;
-    int rc;
-
-    *uid = NULL;
-    if (!sx_store_exists(db)) return SQLITE_NOTFOUND;
-    rc = sqlite3_prepare_v2(db,
-                            version > 0
-                                ? "SELECT uid, version FROM main." SX_STORE_TABLE
-                                  " WHERE name = ?1 AND version = ?2"
-                                : "SELECT uid, version FROM main." SX_STORE_TABLE
-                                  " WHERE name = ?1 ORDER BY version DESC LIMIT 1",
-                            -1, &st, NULL);
-    if (rc != SQLITE_OK) goto end;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    if (version > 0) sqlite3_bind_int64(st, 2, version);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *u = (const char *)sqlite3_column_text(st, 0);
-        *found_version = sqlite3_column_int64(st, 1);
-        *uid = sqlite3_mprintf("%s", u ? u : "");
-        rc = *uid ? SQLITE_OK : SQLITE_NOMEM;
-    } else if (rc == SQLITE_DONE) {
-        rc = SQLITE_NOTFOUND;
-    }
-end:
-    if (rc != SQLITE_OK && rc != SQLITE_NOTFOUND)
-        *errmsg = sqlite3_mprintf("cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return rc;
-}
-
 /* The change stamp of main, read while a statement on it is open (so the
  * pager has checked the file for other connections' commits). */
 static void stamp(sqlite3 *db, sx_store_ref *ref)

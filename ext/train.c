@@ -1570,9 +1570,10 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sx_conn *c = sqlite3_user_data(ctx);
     const char *fn = "sentiment_use()";
     sqlite3_stmt *st = NULL;
-    char *errmsg = NULL, *uid = NULL;
+    char *errmsg = NULL;
     const char *name;
-    int64_t want, found = 0, latest = 0, version = 0;
+    sx_store_ref ref;
+    int64_t want, version = 0;
     int rc;
     (void)argc;
 
@@ -1590,16 +1591,16 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         goto end;
     }
     want = sqlite3_value_int64(argv[1]);
-    rc = sx_store_find(c->db, name, want, &uid, &found, &errmsg);
+    rc = sx_store_find_row(c->db, name, want, &ref, &errmsg);
     if (rc == SQLITE_NOTFOUND) {
-        sqlite3_free(uid);
-        uid = NULL;
-        if (sx_store_find(c->db, name, 0, &uid, &latest, &errmsg) == SQLITE_OK)
+        if (sx_store_find_row(c->db, name, 0, &ref, &errmsg) == SQLITE_OK)
             errmsg = sqlite3_mprintf("%s: no version %lld of model '%s'; the latest is %lld", fn,
-                                     (long long)want, name, (long long)latest);
-        else
+                                     (long long)want, name, (long long)ref.version);
+        else {
+            sqlite3_free(errmsg); /* a read error here says less than this */
             errmsg = sqlite3_mprintf("%s: no model named '%s' is stored in this database", fn,
                                      name);
+        }
         goto end;
     }
     if (rc != SQLITE_OK) goto end;
@@ -1637,7 +1638,6 @@ end:
     else if (version) sqlite3_result_int64(ctx, version);
     else sqlite3_result_error_nomem(ctx);
     sqlite3_free(errmsg);
-    sqlite3_free(uid);
 }
 
 int sx_register_training(sqlite3 *db, sx_conn *c)
