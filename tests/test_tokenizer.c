@@ -23,6 +23,8 @@
 #include "errors.h"
 #include "tokenizer.h"
 
+#include "golden_ids_util.h"
+
 #define VOCAB_PATH "tests/fixtures/vocab.txt"
 #define GOLDEN_PATH "tests/fixtures/tokenizer_golden.tsv"
 #define UNICODE_VOCAB_PATH "tests/fixtures/vocab_unicode.txt"
@@ -68,61 +70,6 @@ static int *tokenize_all(const tokenizer *tok, const char *s, size_t len, int *n
 }
 
 /* ------------------------------------------------------------- golden file */
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
-}
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Parses "1 2 3" or "-" into ids; returns count, -1 on a bad field. */
-static int parse_ids(const char *f, int *ids, int cap)
-{
-    int n = 0;
-    if (strcmp(f, "-") == 0)
-        return 0;
-    while (*f) {
-        char *end;
-        long v = strtol(f, &end, 10);
-        if (end == f || n >= cap)
-            return -1;
-        ids[n++] = (int)v;
-        f = end;
-        while (*f == ' ')
-            f++;
-    }
-    return n;
-}
-
-static void print_ids(const char *label, const int *ids, int n)
-{
-    fprintf(stderr, "    %s (%d):", label, n);
-    for (int i = 0; i < n; i++)
-        fprintf(stderr, " %d", ids[i]);
-    fprintf(stderr, "\n");
-}
 
 /* Compares one list; prints both on mismatch. Returns 1 when equal. */
 static int same_ids(int index, const char *what, const char *hex,

@@ -23,64 +23,11 @@
 #include "errors.h"
 #include "tokenizer.h"
 
+#include "golden_ids_util.h"
+
 #define DIR "tests/fixtures/tokenizer_json/"
 #define MAX_LENGTH 24
 #define MAX_IDS 8192
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
-}
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
-static int parse_ids(const char *f, int *ids, int cap)
-{
-    int n = 0;
-    if (strcmp(f, "-") == 0)
-        return 0;
-    while (*f) {
-        char *end;
-        long v = strtol(f, &end, 10);
-        if (end == f || n >= cap)
-            return -1;
-        ids[n++] = (int)v;
-        f = end;
-        while (*f == ' ')
-            f++;
-    }
-    return n;
-}
-
-static void print_ids(const char *label, const int *ids, int n)
-{
-    fprintf(stderr, "    %s (%d):", label, n);
-    for (int i = 0; i < n && i < 64; i++)
-        fprintf(stderr, " %d", ids[i]);
-    fprintf(stderr, "%s\n", n > 64 ? " ..." : "");
-}
 
 static int same(int index, const char *what, const char *hex, const int *want,
                 int nw, const int *got, int ng)
@@ -102,7 +49,7 @@ static int run_golden(const char *json_path, const char *tsv_path, int flags,
     char err[SM_ERR_MAX] = "";
     tokenizer *tok = NULL;
     size_t len;
-    char *tsv = read_all(tsv_path, &len), *line, *save = NULL;
+    char *tsv = read_file(tsv_path, &len), *line, *save = NULL;
     static int want[MAX_IDS], got[MAX_IDS], wenc[MAX_LENGTH + 1], genc[MAX_LENGTH];
     int bad = 0;
 
