@@ -121,7 +121,8 @@ enum {
  *   0x20  the embedding column is used: pool embeddings
  *   0x40  label, score and probs are unused and embedding is used: run
  *         no head (so an encoder without one serves embedding)
- *   0x80  a constraint on embedding (a fifth argument): an error */
+ *   0x80  embedding = a constant that is not a BLOB (a fifth argument):
+ *         an error */
 #define IDX_SOURCE 0x01
 #define IDX_COLUMN 0x02
 #define IDX_MODEL 0x04
@@ -520,9 +521,9 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
 
     cursor_reset(cur);
     if (idxNum & IDX_EMBED_ARG)
-        return set_error(cur, sqlite3_mprintf("%s: expected at most four arguments (source, "
-                                              "column, model, batch_size); embedding is a "
-                                              "result column, not an argument",
+        return set_error(cur, sqlite3_mprintf("%s: too many arguments on classify() - max 4 "
+                                              "(source, column, model, batch_size); embedding "
+                                              "is a result column, not an argument",
                                               k_fn));
     cur->embed = (idxNum & IDX_EMBED) != 0;
     cur->labels = !(idxNum & IDX_NO_LABELS);
@@ -793,7 +794,16 @@ static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
         const struct sqlite3_index_constraint *c = &info->aConstraint[i];
         int bit;
         if (c->iColumn == COL_EMBEDDING) {
-            flags |= IDX_EMBED_ARG;
+            /* a constant that is not a BLOB: a fifth argument (classify(s,
+             * c, m, 16, 'x')), never an embedding; other constraints on
+             * embedding are SQLite's to check */
+#if SQLITE_VERSION_NUMBER >= 3038000
+            sqlite3_value *rhs = NULL;
+            if (c->op == SQLITE_INDEX_CONSTRAINT_EQ &&
+                sqlite3_vtab_rhs_value(info, i, &rhs) == SQLITE_OK && rhs &&
+                sqlite3_value_type(rhs) != SQLITE_BLOB)
+                flags |= IDX_EMBED_ARG;
+#endif
             continue;
         }
         if (c->iColumn >= COL_SOURCE) bit = c->iColumn - COL_SOURCE;

@@ -93,8 +93,8 @@ static int prompt_arg(sqlite3_context *ctx, sqlite3_value *v, const char **promp
         return -1;
     }
     if (*len > EMBED_PROMPT_MAX) {
-        char *msg = sqlite3_mprintf("%s: prompt is %zu bytes; at most %d are accepted", k_fn,
-                                    *len, EMBED_PROMPT_MAX);
+        char *msg = sqlite3_mprintf("%s: prompt is %lld bytes; at most %d are accepted", k_fn,
+                                    (long long)*len, EMBED_PROMPT_MAX);
         sqlite3_result_error(ctx, msg ? msg : k_fn, -1);
         sqlite3_free(msg);
         return -1;
