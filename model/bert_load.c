@@ -7,7 +7,9 @@
  * non-finite weight is an error there too). Accepts the "bert.", "ernie." and "roberta." prefixes (or none),
  * the old LayerNorm gamma/beta names, and ignores only the position_ids
  * buffer and pre-training heads ("cls."); any other unknown tensor is an
- * error. Owns nothing beyond the bert_model it returns.
+ * error. A directory's sentence-transformers modules.json and Pooling
+ * config (pooling.h) give the model its pooling setting. Owns nothing
+ * beyond the bert_model it returns.
  */
 #include "bert.h"
 
