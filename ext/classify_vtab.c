@@ -30,9 +30,20 @@
  * Columns: id (the source's id value, unchanged, so it joins back), label
  * TEXT, score REAL and probs TEXT (as sentiment(), sentiment_score() and
  * sentiment_probs() would give), truncated INTEGER (1 when the text was cut
- * to max_length). Exactly one output row per source row, in source order;
+ * to max_length), and the hidden column embedding: the text's pooled
+ * sentence embedding as sentiment_embed() gives it (a little-endian
+ * float32 BLOB, embed.c), computed only when a query names it:
+ *
+ *   SELECT id, embedding FROM classify('docs', 'body', 'e5');
+ *   INSERT INTO vec_docs(rowid, embedding)             -- sqlite-vec
+ *       SELECT id, embedding FROM classify('docs', 'body', 'e5');
+ *
+ * A query that reads embedding and none of label, score and probs runs no
+ * classification head, so an encoder without one (a sentence-embedding
+ * model) serves it; one that reads both runs the encoder twice per batch.
+ * Exactly one output row per source row, in source order;
  * a row whose text is NULL, empty or white space has NULL label, score,
- * probs and truncated. Texts are converted as sentiment() does (numbers as
+ * probs, truncated and embedding. Texts are converted as sentiment() does (numbers as
  * text, blobs as UTF-8 bytes).
  *
  * How it runs: rows are read 4 x batch_size x (CPU threads) at a time and go
@@ -94,7 +105,8 @@ enum {
     COL_SOURCE, /* hidden columns: the arguments */
     COL_COLUMN,
     COL_MODEL,
-    COL_BATCH_SIZE
+    COL_BATCH_SIZE,
+    COL_EMBEDDING /* hidden, but a result: the pooled embedding (embed.c) */
 };
 #define N_ARGS 4
 
@@ -104,12 +116,21 @@ enum {
  *   0x04  model = ?       (hidden column model)
  *   0x08  batch_size = ?  (hidden column batch_size)
  *   0x10  id = ?          (classify only the matching source row)
- * argv holds the values of the bits that are set, in this order. */
+ * argv holds the values of the bits that are set, in this order. Bits
+ * that take no argument:
+ *   0x20  the embedding column is used: pool embeddings
+ *   0x40  label, score and probs are unused and embedding is used: run
+ *         no head (so an encoder without one serves embedding)
+ *   0x80  embedding = a constant that is not a BLOB (a fifth argument):
+ *         an error */
 #define IDX_SOURCE 0x01
 #define IDX_COLUMN 0x02
 #define IDX_MODEL 0x04
 #define IDX_BATCH 0x08
 #define IDX_ID 0x10
+#define IDX_EMBED 0x20
+#define IDX_NO_LABELS 0x40
+#define IDX_EMBED_ARG 0x80
 
 static const char *const k_fn = "classify()";
 
@@ -137,6 +158,8 @@ typedef struct cl_cursor {
     char **texts;            /* NULL for NULL / blank text */
     size_t *lens;
     float *probs;            /* (n, K) */
+    float *emb;              /* (n, C) when embed */
+    int labels, embed;       /* what the query uses (IDX_NO_LABELS, IDX_EMBED) */
     int *trunc;
     sx_progress progress;
     int64_t done;
@@ -195,7 +218,7 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
     }
     rc = sqlite3_declare_vtab(db, "CREATE TABLE x(id, label TEXT, score REAL, probs TEXT, "
                                   "truncated INTEGER, source HIDDEN, \"column\" HIDDEN, "
-                                  "model HIDDEN, batch_size HIDDEN)");
+                                  "model HIDDEN, batch_size HIDDEN, embedding HIDDEN)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
@@ -268,7 +291,9 @@ static void cursor_reset(cl_cursor *cur)
     sqlite3_free(cur->texts);
     sqlite3_free(cur->lens);
     sqlite3_free(cur->probs);
+    sqlite3_free(cur->emb);
     sqlite3_free(cur->trunc);
+    cur->emb = NULL;
     cur->ids = NULL;
     cur->texts = NULL;
     cur->lens = NULL;
@@ -331,9 +356,10 @@ static int fill_batch(cl_cursor *cur)
     cl_vtab *v = (cl_vtab *)cur->base.pVtab;
     const char **texts = NULL;
     size_t *lens = NULL;
-    float *probs = NULL;
+    float *probs = NULL, *emb = NULL;
     int *trunc = NULL, *where = NULL;
     int n_text = 0, rc = SQLITE_OK, K = cur->m->bert->cfg.num_labels, compacted = 0;
+    int C = cur->m->bert->cfg.hidden_size;
     char *errmsg = NULL;
 
     batch_clear(cur);
@@ -378,15 +404,17 @@ static int fill_batch(cl_cursor *cur)
         texts = (const char **)cur->texts;
         lens = cur->lens;
         probs = cur->probs;
+        emb = cur->emb;
         trunc = cur->trunc;
     } else { /* compact the non-NULL rows, classify, scatter back */
         compacted = 1;
         texts = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *texts);
         lens = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *lens);
         probs = sqlite3_malloc64((sqlite3_uint64)n_text * K * sizeof *probs);
+        if (cur->embed) emb = sqlite3_malloc64((sqlite3_uint64)n_text * C * sizeof *emb);
         trunc = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *trunc);
         where = sqlite3_malloc64((sqlite3_uint64)n_text * sizeof *where);
-        if (!texts || !lens || !probs || !trunc || !where) {
+        if (!texts || !lens || !probs || (cur->embed && !emb) || !trunc || !where) {
             rc = SQLITE_NOMEM;
             goto end;
         }
@@ -397,8 +425,10 @@ static int fill_batch(cl_cursor *cur)
             where[j++] = i;
         }
     }
-    if (sx_engine_classify(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size, probs,
-                           trunc, &errmsg)) {
+    if ((cur->labels && sx_engine_classify(v->c, k_fn, cur->m, texts, lens, n_text,
+                                           cur->batch_size, probs, trunc, &errmsg)) ||
+        (cur->embed && sx_engine_embed(v->c, k_fn, cur->m, texts, lens, n_text,
+                                       cur->batch_size, emb, trunc, &errmsg))) {
         rc = set_error(cur, errmsg);
         errmsg = NULL;
         goto end;
@@ -406,6 +436,9 @@ static int fill_batch(cl_cursor *cur)
     if (where) {
         for (int j = 0; j < n_text; j++) {
             memcpy(cur->probs + (size_t)where[j] * K, probs + (size_t)j * K, (size_t)K * sizeof *probs);
+            if (cur->embed)
+                memcpy(cur->emb + (size_t)where[j] * C, emb + (size_t)j * C,
+                       (size_t)C * sizeof *emb);
             cur->trunc[where[j]] = trunc[j];
         }
     }
@@ -416,6 +449,7 @@ end:
         sqlite3_free(texts);
         sqlite3_free(lens);
         sqlite3_free(probs);
+        sqlite3_free(emb);
         sqlite3_free(trunc);
         sqlite3_free(where);
     }
@@ -486,6 +520,13 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     (void)argc;
 
     cursor_reset(cur);
+    if (idxNum & IDX_EMBED_ARG)
+        return set_error(cur, sqlite3_mprintf("%s: too many arguments on classify() - max 4 "
+                                              "(source, column, model, batch_size); embedding "
+                                              "is a result column, not an argument",
+                                              k_fn));
+    cur->embed = (idxNum & IDX_EMBED) != 0;
+    cur->labels = !(idxNum & IDX_NO_LABELS);
     cur->batch_size = v->c->batch_size;
     for (int bit = 0; bit < N_ARGS; bit++) {
         if (!(idxNum & (1 << bit))) continue;
@@ -631,8 +672,13 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     cur->texts = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->texts);
     cur->lens = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->lens);
     cur->probs = sqlite3_malloc64((sqlite3_uint64)cur->cap * K * sizeof *cur->probs);
+    if (cur->embed)
+        cur->emb = sqlite3_malloc64((sqlite3_uint64)cur->cap *
+                                    cur->m->bert->cfg.hidden_size * sizeof *cur->emb);
     cur->trunc = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->trunc);
-    if (!cur->ids || !cur->texts || !cur->lens || !cur->probs || !cur->trunc) return SQLITE_NOMEM;
+    if (!cur->ids || !cur->texts || !cur->lens || !cur->probs || !cur->trunc ||
+        (cur->embed && !cur->emb))
+        return SQLITE_NOMEM;
     memset(cur->ids, 0, (size_t)cur->cap * sizeof *cur->ids);
     memset(cur->texts, 0, (size_t)cur->cap * sizeof *cur->texts);
 
@@ -682,6 +728,13 @@ static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     const bert_config *cfg = cur->m ? &cur->m->bert->cfg : NULL;
     const float *probs;
 
+    if (i == COL_EMBEDDING) {
+        if (cur->texts[p] && cur->emb) {
+            int C = cur->m->bert->cfg.hidden_size;
+            sx_embedding_blob(ctx, cur->emb + (size_t)p * C, C);
+        }
+        return SQLITE_OK;
+    }
     if (i >= COL_SOURCE) {
         if (cur->args[i - COL_SOURCE]) sqlite3_result_value(ctx, cur->args[i - COL_SOURCE]);
         return SQLITE_OK;
@@ -691,6 +744,7 @@ static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
         return SQLITE_OK;
     }
     if (!cur->texts[p] || !cfg) return SQLITE_OK; /* NULL */
+    if (!cur->labels && i != COL_TRUNCATED) return SQLITE_OK; /* not asked for */
     probs = cur->probs + (size_t)p * cfg->num_labels;
     switch (i) {
     case COL_LABEL:
@@ -727,12 +781,31 @@ static int clRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
 static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 {
     int col_of[N_ARGS + 1] = {-1, -1, -1, -1, -1};
-    int mask = 0, n = 0;
+    int mask = 0, n = 0, flags = 0;
     (void)pVtab;
 
+    /* which results the query reads (colUsed: bit i = column i) */
+    sqlite3_uint64 labels = (1ull << COL_LABEL) | (1ull << COL_SCORE) | (1ull << COL_PROBS);
+    if (info->colUsed & (1ull << COL_EMBEDDING)) {
+        flags |= IDX_EMBED;
+        if (!(info->colUsed & labels)) flags |= IDX_NO_LABELS;
+    }
     for (int i = 0; i < info->nConstraint; i++) {
         const struct sqlite3_index_constraint *c = &info->aConstraint[i];
         int bit;
+        if (c->iColumn == COL_EMBEDDING) {
+            /* a constant that is not a BLOB: a fifth argument (classify(s,
+             * c, m, 16, 'x')), never an embedding; other constraints on
+             * embedding are SQLite's to check */
+#if SQLITE_VERSION_NUMBER >= 3038000
+            sqlite3_value *rhs = NULL;
+            if (c->op == SQLITE_INDEX_CONSTRAINT_EQ &&
+                sqlite3_vtab_rhs_value(info, i, &rhs) == SQLITE_OK && rhs &&
+                sqlite3_value_type(rhs) != SQLITE_BLOB)
+                flags |= IDX_EMBED_ARG;
+#endif
+            continue;
+        }
         if (c->iColumn >= COL_SOURCE) bit = c->iColumn - COL_SOURCE;
         else if (c->iColumn == COL_ID) bit = 4;
         else continue;
@@ -754,7 +827,7 @@ static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
         info->aConstraintUsage[col_of[bit]].argvIndex = ++n;
         info->aConstraintUsage[col_of[bit]].omit = bit < 4;
     }
-    info->idxNum = mask;
+    info->idxNum = mask | flags;
     if (mask & IDX_ID) {
         info->estimatedCost = 10;
         info->estimatedRows = 1;

@@ -15,9 +15,9 @@
  * fits (the setting is unchanged; classify just runs more batches), and
  * when even one row does not, the error says how much was needed and how
  * much is free. Failures on a GPU carry the plugin's last error, which says
- * what CUDA reported. sx_engine_classify() is the one place SQL-facing code
- * calls the encoder: texts in, probabilities out, rows and truncations
- * counted.
+ * what CUDA reported. sx_engine_classify() and sx_engine_embed() are the
+ * one place SQL-facing code calls the encoder: texts in, probabilities or
+ * pooled embeddings out, rows and truncations counted.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,10 +197,11 @@ int sx_engine_parallel_batches(const sx_conn *c)
     return backend_cpu_threads(c->be);
 }
 
-int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
-                       const char *const *texts, const size_t *lens, int n,
-                       int batch_size, float *probs, int *truncated,
-                       char **errmsg)
+/* sx_engine_classify (embed 0: out is probs) and sx_engine_embed (embed 1:
+ * out is emb). */
+static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+                      const size_t *lens, int n, int batch_size, int embed, float *out,
+                      int *truncated, char **errmsg)
 {
     char err[SM_ERR_MAX];
     bert_workspace *ws;
@@ -220,8 +221,9 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
     if (bs > n) bs = n;
     if (sx_engine_backend(c, fn, errmsg)) goto end;
     if (workspace_for(c, fn, m, &bs, seq, &ws, &params, errmsg)) goto end;
-    if (bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs,
-                            probs, trunc, err) != SM_OK) {
+    if ((embed ? bert_embed_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc, err)
+               : bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
+                                     err)) != SM_OK) {
         char *why = gpu_reason(c);
         *errmsg = sqlite3_mprintf("%s: %s%s", fn, err, why ? why : "");
         sqlite3_free(why);
@@ -233,4 +235,19 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
 end:
     if (trunc != truncated && trunc != &one) sqlite3_free(trunc);
     return rc;
+}
+
+int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
+                       const char *const *texts, const size_t *lens, int n,
+                       int batch_size, float *probs, int *truncated,
+                       char **errmsg)
+{
+    return run_engine(c, fn, m, texts, lens, n, batch_size, 0, probs, truncated, errmsg);
+}
+
+int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+                    const size_t *lens, int n, int batch_size, float *emb, int *truncated,
+                    char **errmsg)
+{
+    return run_engine(c, fn, m, texts, lens, n, batch_size, 1, emb, truncated, errmsg);
 }

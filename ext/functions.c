@@ -144,6 +144,18 @@ static void model_done(sqlite3_context *ctx, sx_model *m, int argc, int i,
         sx_registry_release(m);
 }
 
+sx_model *sx_model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
+                       sqlite3_value **argv, int i, int *cached)
+{
+    return model_arg(ctx, c, fn, argc, argv, i, cached);
+}
+
+void sx_model_arg_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int cached)
+{
+    if (i < argc) model_done(ctx, m, argc, i, cached);
+    else sx_registry_release(m);
+}
+
 static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
                           const char *text, size_t len)
 {

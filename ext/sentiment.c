@@ -10,6 +10,7 @@
  *   sentiment_score(text [, model])    P(positive) (binary) / P(top label)
  *   sentiment_probs(text [, model])    JSON {label: probability}
  *   sentiment_tokens(text [, model])   JSON array of WordPiece tokens
+ *   sentiment_embed(text [, model [, prompt]])  pooled embedding, float32 BLOB
  *   sentiment_batch(text [, model]) OVER (ROWS BETWEEN CURRENT ROW AND
  *                                  255 FOLLOWING)  window form, batched
  *   classify(source, column [, model]) batched table-valued function
@@ -22,7 +23,7 @@
  *   sentiment_device(), sentiment_version(), sentiment_debug()
  *
  * Each file of ext/ documents its part in its header comment:
- * functions.c (scalars), classify_vtab.c, batch_window.c, models_vtab.c,
+ * functions.c (scalars), embed.c, classify_vtab.c, batch_window.c, models_vtab.c,
  * config.c, models.c (name lookup), storage.c (the model table).
  *
  * Loading the extension writes nothing to the database. State kept per
@@ -86,6 +87,7 @@ static const struct {
     sx_register_fn reg;
 } aRegister[] = {
     {"scalar functions", sx_register_functions},
+    {"sentiment_embed", sx_register_embed},
     {"sentiment_config", sx_register_config},
     {"sentiment_batch", sx_register_batch_window},
     {"classify", sx_register_classify},

@@ -4,6 +4,7 @@
  *
  *   sentiment.c       entry point, registration tables, per-connection state
  *   functions.c       the scalar functions (sentiment, sentiment_score, ...)
+ *   embed.c           sentiment_embed(): pooled sentence embeddings as BLOBs
  *   config.c          sentiment_config(key [, value]) and its validation
  *   device.c          backend selection: cpu now, the CUDA plugin seam
  *   engine.c          one connection's backend + workspaces, batched classify
@@ -192,6 +193,12 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
                        const char *const *texts, const size_t *lens, int n,
                        int batch_size, float *probs, int *truncated,
                        char **errmsg);
+/* The same batching for sentence embeddings: emb gets n x hidden_size
+ * floats, each text pooled as the model's pooling setting says
+ * (model/pooling.h). Needs no classification head. */
+int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+                    const size_t *lens, int n, int batch_size, float *emb, int *truncated,
+                    char **errmsg);
 /* How many batches one sx_engine_classify call runs at once: one per
  * thread on the CPU backend (each on its own lane, see bert.h), else 1.
  * Callers that read rows in batches read this many batches per call. */
@@ -407,6 +414,18 @@ void sx_json_string(sqlite3_str *s, const char *text);
 /* Sets json (a sqlite3_malloc'd string, handed over; NULL: out of memory)
  * as the result, with the JSON subtype. */
 void sx_result_json(sqlite3_context *ctx, char *json);
+
+/* embed.c: sentiment_embed(). sx_embedding_blob sets C floats as the
+ * result, a little-endian float32 BLOB of 4 x C bytes (what sqlite-vec
+ * reads). */
+int sx_register_embed(sqlite3 *db, sx_conn *c);
+void sx_embedding_blob(sqlite3_context *ctx, const float *v, int C);
+/* functions.c: the model argument argv[i] of a scalar function (the
+ * default model when i >= argc), resolved once per statement (auxdata);
+ * NULL after setting an error result. sx_model_arg_done hands it back. */
+sx_model *sx_model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
+                       sqlite3_value **argv, int i, int *cached);
+void sx_model_arg_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int cached);
 
 /* Progress line on stderr (classify, sentiment_batch). */
 typedef struct sx_progress {

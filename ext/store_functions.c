@@ -10,7 +10,12 @@
  *                                                `name` (the latest version,
  *                                                or `name@N`) as a Hugging
  *                                                Face directory: config.json,
- *                                                vocab.txt, model.safetensors;
+ *                                                vocab.txt, model.safetensors
+ *                                                (and, for a model with a
+ *                                                pooling setting, the
+ *                                                sentence-transformers
+ *                                                modules.json and
+ *                                                1_Pooling/config.json);
  *                                                returns dir
  *
  *   SELECT sentiment_drop('hotel', 1);            -- 1
@@ -150,6 +155,10 @@ static int write_file(const char *dir, const char *file, const void *p, size_t n
 
 static const char *const k_files[] = {"config.json", "vocab.txt", "model.safetensors"};
 
+/* The sentence-transformers files of a model with a pooling setting. */
+static const char *const k_pooling_files[] = {"modules.json", SM_POOLING_DIR "/config.json"};
+static const char *const k_pooling_dirs[] = {SM_POOLING_DIR, SM_NORMALIZE_DIR};
+
 static void remove_tmp(const char *tmp)
 {
     char path[4300];
@@ -157,7 +166,35 @@ static void remove_tmp(const char *tmp)
         snprintf(path, sizeof path, "%s/%s", tmp, k_files[i]);
         unlink(path);
     }
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, k_pooling_files[i]);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/%s", tmp, k_pooling_dirs[i]);
+        rmdir(path);
+    }
     rmdir(tmp);
+}
+
+/* modules.json, 1_Pooling/config.json and (normalising) an empty
+ * 2_Normalize/ in tmp, as sentence-transformers saves a model, when the
+ * model has a pooling setting (model/pooling.h); nothing otherwise. */
+static int write_pooling(const char *tmp, const bert_config *cfg, char *err)
+{
+    char *modules = NULL, *pooling = NULL, path[4300];
+    int rc;
+    if (!cfg->pooling.set) return SM_OK;
+    if ((rc = sm_pooling_files(&cfg->pooling, cfg->hidden_size, &modules, &pooling, err)))
+        return rc;
+    for (int i = 0; i < 1 + cfg->pooling.normalize && !rc; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, k_pooling_dirs[i]);
+        if (mkdir(path, 0777) != 0)
+            rc = sm_error(err, SM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    }
+    if (!rc) rc = write_file(tmp, k_pooling_files[0], modules, strlen(modules), err);
+    if (!rc) rc = write_file(tmp, k_pooling_files[1], pooling, strlen(pooling), err);
+    free(modules);
+    free(pooling);
+    return rc;
 }
 
 /* 0 when dir can be the export's target (absent with an existing parent,
@@ -264,7 +301,8 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     have_tmp = 1;
     if (write_file(tmp, k_files[0], row.config, row.config_len, err) != SM_OK ||
         write_file(tmp, k_files[1], row.vocab, row.vocab_len, err) != SM_OK ||
-        write_file(tmp, k_files[2], row.weights, row.weights_len, err) != SM_OK) {
+        write_file(tmp, k_files[2], row.weights, row.weights_len, err) != SM_OK ||
+        write_pooling(tmp, &m->bert->cfg, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: %s", fn, err);
         goto end;
     }

@@ -231,10 +231,14 @@ static int forward_lanes(const bert_workspace *ws, int B)
     return t > 1 && B >= 2 * t ? t : 1;
 }
 
+static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                   const int *ids, const int *lengths, int B, int T, float *logits,
+                   float *pooled_out, float *hidden_out, char *err);
+
 static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
                             bert_workspace *ws, int lanes, const int *ids,
                             const int *lengths, int B, int T, float *logits,
-                            float *pooled_out, char *err)
+                            float *pooled_out, float *hidden_out, char *err)
 {
     bert_workspace **lane_ws;
     int rc = bert_workspace_lanes(ws, cfg, lanes, &lane_ws, err);
@@ -244,9 +248,10 @@ static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
     for (int i = 0; i < lanes; i++) {
         int lo = (int)((long)B * i / lanes), hi = (int)((long)B * (i + 1) / lanes), lrc;
         char lane_err[SM_ERR_MAX];
-        lrc = bert_forward(cfg, p, lane_ws[i], ids + (size_t)lo * T, lengths + lo, hi - lo, T,
-                           logits ? logits + (size_t)lo * K : NULL,
-                           pooled_out ? pooled_out + (size_t)lo * C : NULL, lane_err);
+        lrc = forward(cfg, p, lane_ws[i], ids + (size_t)lo * T, lengths + lo, hi - lo, T,
+                      logits ? logits + (size_t)lo * K : NULL,
+                      pooled_out ? pooled_out + (size_t)lo * C : NULL,
+                      hidden_out ? hidden_out + (size_t)lo * T * C : NULL, lane_err);
         if (lrc) {
 #pragma omp critical(forward_lane_error)
             if (!rc) {
@@ -261,6 +266,22 @@ static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
 int bert_forward(const bert_config *cfg, const bert_params *p,
                  bert_workspace *ws, const int *ids, const int *lengths, int B,
                  int T, float *logits, float *pooled_out, char *err)
+{
+    return forward(cfg, p, ws, ids, lengths, B, T, logits, pooled_out, NULL, err);
+}
+
+int bert_forward_hidden(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                        const int *ids, const int *lengths, int B, int T, float *hidden_out,
+                        char *err)
+{
+    return forward(cfg, p, ws, ids, lengths, B, T, NULL, NULL, hidden_out, err);
+}
+
+/* The pass behind both: logits (B,K), pooled_out (B,C) and hidden_out
+ * (B,T,C), each written when not NULL. */
+static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                   const int *ids, const int *lengths, int B, int T, float *logits,
+                   float *pooled_out, float *hidden_out, char *err)
 {
     backend *be = ws->be;
     int C = ws->C, K = ws->K, N = B * T;
@@ -288,7 +309,7 @@ int bert_forward(const bert_config *cfg, const bert_params *p,
 
     int lanes = forward_lanes(ws, B);
     if (lanes > 1) return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits,
-                                           pooled_out, err);
+                                           pooled_out, hidden_out, err);
 
     TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
@@ -301,6 +322,13 @@ int bert_forward(const bert_config *cfg, const bert_params *p,
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
         int rc = layer_forward(cfg, &p->layers[l], ws, B, T, err);
         if (rc) return rc;
+    }
+    /* hidden_out(B,T,C) = x, the last hidden state */
+    if (hidden_out)
+        TRY(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));
+    if (!logits && !pooled_out) {
+        TRY(be->synchronize(be));
+        return SM_OK;
     }
     /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); logits(B,K) = pooled · Wcᵀ + bc */
     TRY(be->gather_cls(be, ws->cls, ws->x, B, T, C));

@@ -91,7 +91,8 @@ typedef struct bert_model {
 } bert_model;
 
 /* Loads a Hugging Face model directory (config.json, vocab.txt,
- * model.safetensors). */
+ * model.safetensors, and a sentence-transformers modules.json with its
+ * Pooling config when present: pooling.h). */
 int bert_model_load_dir(const char *dir, bert_model **out, char *err);
 /* The same, calling stop(user) before each file is opened and before the
  * tensors are parsed: a non-zero answer ends the load with
@@ -113,6 +114,9 @@ int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
                                 const void *safetensors, size_t st_len,
                                 uint64_t seed, bert_model **out, char *err);
 void bert_model_free(bert_model *m);
+/* Gives m a sentence-embedding setting (pooling.h; set becomes 1): an
+ * error when its word_embedding_dimension is not the hidden size. */
+int bert_model_set_pooling(bert_model *m, const sm_pooling *pooling, char *err);
 /* Serialises the parameters as safetensors (HF names with the "bert." prefix
  * and the head); *out malloc'd. A non-finite weight (training that
  * diverged) is an error (bert_check_finite), nothing is written. */
@@ -152,6 +156,13 @@ int bert_forward(const bert_config *cfg, const bert_params *p,
                  bert_workspace *ws, const int *ids, const int *lengths, int B,
                  int T, float *logits, float *pooled_out, char *err);
 
+/* The same pass up to the last encoder layer: writes the last hidden
+ * state hidden_out(B,T,C) to host memory (padding rows included); no
+ * pooler, no head needed. */
+int bert_forward_hidden(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                        const int *ids, const int *lengths, int B, int T, float *hidden_out,
+                        char *err);
+
 /* Text in, probabilities out (model/classifier.c): tokenizes each text,
  * orders the batch by token length to cut padding, runs the encoder in
  * batches of at most batch_size, softmaxes and writes probs(n,K) in input
@@ -162,6 +173,13 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
                         const size_t *lens, int n, int max_length,
                         int batch_size, float *probs, int *truncated,
                         char *err);
+/* Text in, sentence embeddings out (model/classifier.c): the same batching
+ * as bert_classify_texts, each text's last hidden state pooled as
+ * m->cfg.pooling says (pooling.h) into emb(n, hidden_size), in input
+ * order. Needs no head. */
+int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                     const char *const *texts, const size_t *lens, int n, int max_length,
+                     int batch_size, float *emb, int *truncated, char *err);
 /* Longest input the model takes (positions minus the RoBERTa offset). */
 int bert_max_length(const bert_config *cfg);
 

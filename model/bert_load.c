@@ -7,7 +7,9 @@
  * non-finite weight is an error there too). Accepts the "bert.", "ernie." and "roberta." prefixes (or none),
  * the old LayerNorm gamma/beta names, and ignores only the position_ids
  * buffer and pre-training heads ("cls."); any other unknown tensor is an
- * error. Owns nothing beyond the bert_model it returns.
+ * error. A directory's sentence-transformers modules.json and Pooling
+ * config (pooling.h) give the model its pooling setting. Owns nothing
+ * beyond the bert_model it returns.
  */
 #include "bert.h"
 
@@ -259,14 +261,36 @@ int bert_model_load_dir_stoppable(const char *dir, int (*stop)(void *user), void
                                   bert_model **out, char *err)
 {
     model_dir d;
+    sm_pooling pooling;
+    int has_pooling = 0;
     *out = NULL;
     int rc = model_dir_open_stoppable(dir, stop, user, &d, err);
+    if (!rc && stop && stop(user)) rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
+    if (!rc) rc = sm_pooling_read_dir(dir, &pooling, &has_pooling, err);
     if (!rc && stop && stop(user)) rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
     if (!rc)
         rc = bert_model_load_buffers(d.config, d.config_len, d.vocab, d.vocab_len, d.st.base,
                                      d.st.size, out, err);
     model_dir_close(&d);
+    /* modules.json, when there is one, says how the model pools */
+    if (!rc && has_pooling) rc = bert_model_set_pooling(*out, &pooling, err);
+    if (rc) {
+        bert_model_free(*out);
+        *out = NULL;
+    }
     return rc;
+}
+
+int bert_model_set_pooling(bert_model *m, const sm_pooling *pooling, char *err)
+{
+    if (pooling->dim && pooling->dim != m->cfg.hidden_size)
+        return sm_error(err, SM_ERR_FORMAT,
+                        "%s/config.json: word_embedding_dimension %d, but the encoder's "
+                        "hidden_size is %d",
+                        SM_POOLING_DIR, pooling->dim, m->cfg.hidden_size);
+    m->cfg.pooling = *pooling;
+    m->cfg.pooling.set = 1;
+    return SM_OK;
 }
 
 void bert_model_free(bert_model *m)

@@ -1,12 +1,13 @@
-/* classifier.c: texts in, class probabilities out.
+/* classifier.c: texts in, class probabilities or sentence embeddings out.
  *
  * bert_classify_texts() tokenizes a set of texts into one compact id arena,
  * orders them by token count so each batch pads little, runs the encoder once
  * per batch of at most batch_size, and writes softmax probabilities back in
  * the caller's order. On a CPU backend with several threads, whole batches
  * run concurrently on the workspace's lanes (one single-threaded forward per
- * thread, no waiting inside a pass). It owns only temporary buffers freed
- * before return.
+ * thread, no waiting inside a pass). bert_embed_texts() batches the same
+ * way and pools each text's last hidden state (pooling.h) instead of
+ * running the head. It owns only temporary buffers freed before return.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "bert.h"
@@ -86,13 +87,15 @@ static void softmax(float *x, int K)
 }
 
 /* Pads batch [first, first + B) of the length order into ids(B,T), runs the
- * encoder on ws and writes the softmaxed rows of probs. ids/lengths/logits
- * are scratch for one batch. */
+ * encoder on ws and writes the rows of out: softmaxed probabilities (K
+ * wide), or with embed the pooled embeddings (C wide). ids/lengths/scratch
+ * are for one batch: scratch holds logits(B,K), or with embed the hidden
+ * state (B,T,C). */
 static int run_batch(const bert_model *m, const bert_params *p, bert_workspace *ws,
-                     const encoded *e, int first, int B, int *ids, int *lengths,
-                     float *logits, float *probs, char *err)
+                     const encoded *e, int first, int B, int embed, int *ids, int *lengths,
+                     float *scratch, float *out, char *err)
 {
-    int K = m->cfg.num_labels, pad = tokenizer_pad_id(m->tok);
+    int K = m->cfg.num_labels, C = m->cfg.hidden_size, pad = tokenizer_pad_id(m->tok);
     const int *batch = e->order + first;
     int T = e->len[batch[B - 1]]; /* sorted: the last is the longest */
     for (int b = 0; b < B; b++) {
@@ -102,12 +105,18 @@ static int run_batch(const bert_model *m, const bert_params *p, bert_workspace *
         for (int t = e->len[i]; t < T; t++) row[t] = pad;
         lengths[b] = e->len[i];
     }
-    int rc = bert_forward(&m->cfg, p, ws, ids, lengths, B, T, logits, NULL, err);
+    int rc = embed ? bert_forward_hidden(&m->cfg, p, ws, ids, lengths, B, T, scratch, err)
+                   : bert_forward(&m->cfg, p, ws, ids, lengths, B, T, scratch, NULL, err);
     if (rc) return rc;
     for (int b = 0; b < B; b++) {
-        float *out = probs + (size_t)batch[b] * K;
-        memcpy(out, logits + (size_t)b * K, (size_t)K * sizeof *out);
-        softmax(out, K);
+        if (embed) {
+            sm_pool_sequence(&m->cfg.pooling, scratch + (size_t)b * T * C, lengths[b], C,
+                             out + (size_t)batch[b] * C);
+            continue;
+        }
+        float *row = out + (size_t)batch[b] * K;
+        memcpy(row, scratch + (size_t)b * K, (size_t)K * sizeof *row);
+        softmax(row, K);
     }
     return SM_OK;
 }
@@ -122,17 +131,17 @@ static int lane_count(const bert_workspace *ws, int n_batches)
     return t < n_batches ? t : n_batches;
 }
 
-int bert_classify_texts(const bert_model *m, const bert_params *p,
-                        bert_workspace *ws, const char *const *texts,
-                        const size_t *lens, int n, int max_length,
-                        int batch_size, float *probs, int *truncated,
-                        char *err)
+/* bert_classify_texts (embed 0: out is probs) and bert_embed_texts (embed
+ * 1: out is emb). */
+static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                     const char *const *texts, const size_t *lens, int n, int max_length,
+                     int batch_size, int embed, float *out, int *truncated, char *err)
 {
     encoded e = {0};
     int *ids = NULL, *lengths = NULL;
-    float *logits = NULL;
+    float *scratch = NULL;
     bert_workspace **lane_ws = &ws;
-    int K = m->cfg.num_labels, rc;
+    int rc;
     int limit = bert_max_length(&m->cfg);
 
     if (n <= 0) return SM_OK;
@@ -150,10 +159,13 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
         lane_ws = &ws;
     }
     size_t per_lane = (size_t)batch_size * max_length;
+    /* per lane: logits(batch, K), or the hidden state (batch, T, C) */
+    size_t per_scratch = embed ? per_lane * (size_t)m->cfg.hidden_size
+                               : (size_t)batch_size * m->cfg.num_labels;
     ids = malloc((size_t)lanes * per_lane * sizeof *ids);
     lengths = malloc((size_t)lanes * batch_size * sizeof *lengths);
-    logits = malloc((size_t)lanes * batch_size * K * sizeof *logits);
-    if (!ids || !lengths || !logits) {
+    scratch = malloc((size_t)lanes * per_scratch * sizeof *scratch);
+    if (!ids || !lengths || !scratch) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory for a batch of %d", batch_size);
         goto end;
     }
@@ -167,7 +179,8 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
         for (int bi = 0; bi < n_batches && !rc; bi++) {
             int first = bi * batch_size;
             int B = n - first < batch_size ? n - first : batch_size;
-            rc = run_batch(m, p, lane_ws[0], &e, first, B, ids, lengths, logits, probs, err);
+            rc = run_batch(m, p, lane_ws[0], &e, first, B, embed, ids, lengths, scratch, out,
+                           err);
         }
         goto end;
     }
@@ -180,9 +193,9 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
         char lane_err[SM_ERR_MAX];
         int first = bi * batch_size;
         int B = n - first < batch_size ? n - first : batch_size;
-        int lrc = run_batch(m, p, lane_ws[lane], &e, first, B, ids + lane * per_lane,
-                            lengths + (size_t)lane * batch_size,
-                            logits + (size_t)lane * batch_size * K, probs, lane_err);
+        int lrc = run_batch(m, p, lane_ws[lane], &e, first, B, embed, ids + lane * per_lane,
+                            lengths + (size_t)lane * batch_size, scratch + lane * per_scratch,
+                            out, lane_err);
         if (lrc) {
 #pragma omp critical(classify_error)
             if (!rc) {
@@ -192,9 +205,27 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
         }
     }
 end:
-    free(logits);
+    free(scratch);
     free(lengths);
     free(ids);
     encoded_free(&e);
     return rc;
+}
+
+int bert_classify_texts(const bert_model *m, const bert_params *p,
+                        bert_workspace *ws, const char *const *texts,
+                        const size_t *lens, int n, int max_length,
+                        int batch_size, float *probs, int *truncated,
+                        char *err)
+{
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 0, probs, truncated,
+                     err);
+}
+
+int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                     const char *const *texts, const size_t *lens, int n, int max_length,
+                     int batch_size, float *emb, int *truncated, char *err)
+{
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 1, emb, truncated,
+                     err);
 }

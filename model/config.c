@@ -443,7 +443,9 @@ static int parse_root(const json_in_value *root, bert_config *c, char *err)
         (rc = parse_hidden_act(root, err)) ||
         (rc = parse_task_type(root, c, err)) ||
         (rc = parse_floats(root, c, err)) ||
-        (rc = get_bool(root, "do_lower_case", &c->do_lower_case, err)))
+        (rc = get_bool(root, "do_lower_case", &c->do_lower_case, err)) ||
+        (get(root, "embedding_pooling") &&
+         (rc = sm_pooling_from_json(get(root, "embedding_pooling"), &c->pooling, err))))
         return rc;
     c->position_offset =
         strcmp(c->model_type, "roberta") == 0 ? c->pad_token_id + 1 : 0;
@@ -576,6 +578,13 @@ static json_t *build_json(const bert_config *c)
         return NULL;
     }
     if (add_label_maps(root, c)) {
+        json_decref(root);
+        return NULL;
+    }
+    if (c->pooling.set &&
+        json_object_set_new(root, "embedding_pooling",
+                            json_pack("{sssb}", "mode", sm_pool_mode_name(c->pooling.mode),
+                                      "normalize", c->pooling.normalize))) {
         json_decref(root);
         return NULL;
     }

@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "pooling.h"
+
 #define BERT_MAX_LABELS 1024
 #define BERT_LABEL_MAX 128 /* bytes, including the NUL */
 
@@ -32,6 +34,8 @@ typedef struct bert_config {
     int do_lower_case;          /* from config.json if present, else 1 */
     int num_labels;             /* from id2label, else num_labels, else 2 */
     char **id2label;            /* num_labels strings, owned */
+    sm_pooling pooling;         /* sentence embedding (pooling.h): the
+                                   "embedding_pooling" key, or modules.json */
 } bert_config;
 
 /* Parses config.json text. On failure *cfg is left empty (safe to free). */

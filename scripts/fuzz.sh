@@ -17,7 +17,7 @@ set -eu
 
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-"safetensors config json_in vocab tokenize tokenizer_json stored_model"}
+TARGETS=${*:-"safetensors config json_in vocab tokenize tokenizer_json stored_model pooling"}
 OUT=${FUZZ_OUT:-build/fuzz}
 
 cd "$(dirname "$0")/.."
@@ -28,17 +28,18 @@ mkdir -p "$OUT"
 sources() {
     case $1 in
     safetensors) echo "model/safetensors.c model/json_in.c model/errors.c model/file_read.c" ;;
-    config) echo "model/config.c model/json_in.c model/errors.c" ;;
+    config) echo "model/config.c model/pooling.c model/json_in.c model/errors.c model/file_read.c" ;;
+    pooling) echo "model/pooling.c model/json_in.c model/errors.c model/file_read.c" ;;
     json_in) echo "model/json_in.c model/errors.c" ;;
     vocab | tokenize) echo "model/tokenizer.c model/tokenizer_json.c model/json_in.c" \
         "model/errors.c model/file_read.c" ;;
     tokenizer_json) echo "model/tokenizer.c model/tokenizer_json.c model/json_in.c" \
         "model/errors.c model/file_read.c" ;;
-    stored_model) echo "model/bert_load.c model/bert_params.c model/config.c" \
+    stored_model) echo "model/bert_load.c model/bert_params.c model/config.c model/pooling.c" \
         "model/safetensors.c model/tokenizer.c model/tokenizer_json.c model/model_dir.c" \
         "model/errors.c model/file_read.c model/json_in.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
-        "tokenizer_json, stored_model)" >&2; exit 2 ;;
+        "tokenizer_json, stored_model, pooling)" >&2; exit 2 ;;
     esac
 }
 
@@ -130,6 +131,17 @@ write_seeds() {
     printf '%s' '{"normalizer":{"type":"Precompiled","precompiled_charsmap":"CAAAAAAEAAAAAQAAYQA="},"model":{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0],["a",-1]]}}' >"$k/tiny_charsmap"
 
     python3 tests/fuzz/make_model_seed.py "$OUT/seeds/stored_model"
+
+    p=$OUT/seeds/pooling
+    mkdir -p "$p"
+    for v in tests/fixtures/pooling/*/; do
+        n=$(basename "$v")
+        cp "$v/modules.json" "$p/${n}_modules"
+        cp "$v/1_Pooling/config.json" "$p/${n}_pooling"
+    done
+    printf '%s' '[{"type":"sentence_transformers.models.Transformer","path":""},{"type":"sentence_transformers.models.Pooling","path":"../x"},{"type":"sentence_transformers.models.Dense"}]' >"$p/bad_modules"
+    printf '%s' '{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":true,"pooling_mode_max_tokens":1,"include_prompt":false,"word_embedding_dimension":"384"}' >"$p/bad_pooling"
+    printf '%s' '{"mode":"cls","normalize":true}' >"$p/config_key"
 }
 
 write_dicts() {
@@ -221,6 +233,30 @@ EOF
 "}"
 ":"
 ","
+EOF
+    cat >"$OUT/pooling.dict" <<'EOF'
+"\"type\""
+"\"path\""
+"\"sentence_transformers.models.Transformer\""
+"\"sentence_transformers.models.Pooling\""
+"\"sentence_transformers.models.Normalize\""
+"\"1_Pooling\""
+"\"word_embedding_dimension\""
+"\"pooling_mode_cls_token\""
+"\"pooling_mode_mean_tokens\""
+"\"pooling_mode_max_tokens\""
+"\"pooling_mode_lasttoken\""
+"\"include_prompt\""
+"\"mode\""
+"\"normalize\""
+"\"mean\""
+"\"cls\""
+"true"
+"false"
+"{"
+"}"
+"["
+"]"
 EOF
     cat >"$OUT/tokenizer_json.dict" <<'EOF'
 "\"type\""

@@ -37,8 +37,9 @@ log=$BUILD/test-wheel.pip.log
 "$VENV/bin/pip" install -q pytest >"$log" 2>&1 ||
     skip "pytest not installable from PyPI ($(tail -n 1 "$log"))"
 # Optional: the other connection types (sqlean.py, pysqlite3, each with its
-# own SQLite); their tests skip without them.
-for m in sqlean.py pysqlite3-binary; do
+# own SQLite) and sqlite-vec (sentiment_embed's BLOBs); their tests skip,
+# saying why (pytest -rs), without them.
+for m in sqlean.py pysqlite3-binary sqlite-vec; do
     "$VENV/bin/pip" install -q "$m" >>"$log" 2>&1 || echo "test-wheel: note: $m not installable; its test skips"
 done
 
@@ -57,7 +58,7 @@ fi
 # Run from outside the source tree, so only the installed package is seen.
 tests=$(cd python/tests && pwd)
 cd "$VENV"
-./bin/python -m pytest -q -p no:cacheprovider "$tests"
+./bin/python -m pytest -q -rs -p no:cacheprovider "$tests"
 
 # Again as on a machine with none of the Debian packages: in a private mount
 # namespace (root), every system copy of a library the wheel carries is
@@ -74,7 +75,7 @@ if [ -n "$hidden" ]; then
     echo "test-wheel: again with the system's copies hidden:$hidden"
     SENTIMENT_HIDDEN_LIBS=${hidden# } unshare -m sh -c '
         for f in $SENTIMENT_HIDDEN_LIBS; do mount --bind /dev/null "$f" || exit 1; done
-        exec ./bin/python -m pytest -q -p no:cacheprovider "$0"' "$tests"
+        exec ./bin/python -m pytest -q -rs -p no:cacheprovider "$0"' "$tests"
 else
     echo "test-wheel: note: system copies of the libraries not hidden (needs root and unshare -m)"
 fi

@@ -483,6 +483,7 @@ static const struct {
     {"function", "sentiment_score", "test_basic, test_multilabel_score"},
     {"function", "sentiment_probs", "test_basic, test_numbers_and_blobs"},
     {"function", "sentiment_tokens", "test_tokens, test_invalid_utf8"},
+    {"function", "sentiment_embed", "test_ext_embed, test_pooling"},
     {"function", "sentiment_load", "test_load_errors, test_directonly"},
     {"function", "sentiment_save", "test_save_errors, test_ext_storage"},
     {"function", "sentiment_config", "test_config, test_config_precision"},

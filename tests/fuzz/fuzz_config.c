@@ -31,7 +31,8 @@ static int same(const bert_config *a, const bert_config *b)
         a->attention_probs_dropout_prob != b->attention_probs_dropout_prob ||
         a->classifier_dropout != b->classifier_dropout ||
         a->do_lower_case != b->do_lower_case ||
-        a->num_labels != b->num_labels)
+        a->num_labels != b->num_labels || a->pooling.set != b->pooling.set ||
+        a->pooling.mode != b->pooling.mode || a->pooling.normalize != b->pooling.normalize)
         return 0;
     for (int i = 0; i < a->num_labels; i++)
         if (strcmp(a->id2label[i], b->id2label[i]))
