@@ -607,6 +607,19 @@ int bert_config_to_json(const bert_config *cfg, char **out, char *err)
     }
     text = nl;
     strcat(text, "\n");
+    /* jansson 2.14's json_dumps can return truncated text instead of NULL
+     * when an allocation fails inside it: text that is not JSON at all is
+     * that, not an invalid config */
+    {
+        json_in_doc *doc = NULL;
+        json_in_error jerr;
+        int prc = json_in_parse(text, strlen(text), &doc, &jerr);
+        json_in_free(doc);
+        if (prc != SM_OK) {
+            rc = sm_error(err, SM_ERR_NOMEM, "bert_config_to_json: out of memory");
+            goto fail;
+        }
+    }
     /* What we write must read back: check it the way a loader will. */
     if ((rc = bert_config_parse(text, strlen(text), &back, sub))) {
         rc = sm_error(err, SM_ERR_INVALID, "bert_config_to_json: the config "
