@@ -12,7 +12,9 @@
  *                                              truncated)
  *   sentiment_load(name, dir)        -> TEXT   registers the Hugging Face
  *                                              model directory dir (config.json,
- *                                              vocab.txt, model.safetensors)
+ *                                              model.safetensors, tokenizer.json
+ *                                              or vocab.txt; tokenizer.json is
+ *                                              used when both are there)
  *                                              as `name` on this connection and
  *                                              loads it; returns a summary.
  *                                              dir NULL unregisters `name`.
@@ -325,28 +327,16 @@ end:
     sqlite3_free(summary);
 }
 
-/* vocab.txt text rebuilt from the tokenizer (one token a line). */
-static char *vocab_text(const tokenizer *tok, size_t *len)
-{
-    sqlite3_str *s = sqlite3_str_new(NULL);
-    int n = tokenizer_vocab_size(tok);
-    for (int i = 0; i < n; i++) {
-        const char *t = tokenizer_token(tok, i);
-        sqlite3_str_appendf(s, "%s\n", t ? t : "");
-    }
-    *len = (size_t)sqlite3_str_length(s);
-    return sqlite3_str_finish(s);
-}
-
 /* sentiment_save(name [, model]) */
 static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     sx_conn *c = sqlite3_user_data(ctx);
     const char *fn = "sentiment_save()";
     char err[SM_ERR_MAX];
-    char *errmsg = NULL, *config = NULL, *vocab = NULL, *labels = NULL;
+    char *errmsg = NULL, *config = NULL, *tok_text = NULL, *labels = NULL;
+    const char *tok_name = NULL;
     void *weights = NULL;
-    size_t weights_len = 0, vocab_len = 0;
+    size_t weights_len = 0, tok_len = 0;
     sx_model *m = NULL;
     int cached = 0;
     int64_t version = 0;
@@ -382,11 +372,11 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         if (!m) return; /* error already set */
     }
     if (bert_config_to_json(&m->bert->cfg, &config, err) != SM_OK ||
-        bert_model_save_safetensors(m->bert, ST_F32, &weights, &weights_len, err) != SM_OK) {
+        bert_model_save_safetensors(m->bert, ST_F32, &weights, &weights_len, err) != SM_OK ||
+        bert_model_tokenizer_file(m->bert, &tok_name, &tok_text, &tok_len, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", fn, err);
         goto end;
     }
-    vocab = vocab_text(m->bert->tok, &vocab_len);
     {
         sqlite3_str *s = sqlite3_str_new(NULL);
         sqlite3_str_appendchar(s, 1, '[');
@@ -397,12 +387,14 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         sqlite3_str_appendchar(s, 1, ']');
         labels = sqlite3_str_finish(s);
     }
-    if (!vocab || !labels) {
+    if (!labels) {
         errmsg = sqlite3_mprintf("%s: out of memory", fn);
         goto end;
     }
-    if (sx_store_put(c->db, name, config, strlen(config), vocab, vocab_len, labels, NULL, weights,
-                     weights_len, &version, &errmsg) != SQLITE_OK) {
+    int is_json = !strcmp(tok_name, "tokenizer.json");
+    if (sx_store_put(c->db, name, config, strlen(config), is_json ? NULL : tok_text, tok_len,
+                     is_json ? tok_text : NULL, tok_len, labels, NULL, weights, weights_len,
+                     &version, &errmsg) != SQLITE_OK) {
         char *inner = errmsg;
         errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot store the model");
         sqlite3_free(inner);
@@ -415,7 +407,7 @@ end:
     sqlite3_free(errmsg);
     free(config);
     free(weights);
-    sqlite3_free(vocab);
+    free(tok_text);
     sqlite3_free(labels);
     model_done(ctx, m, argc, 1, cached);
 }

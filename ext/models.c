@@ -14,7 +14,8 @@
  * Every model is loaded through the process-wide cache (registry.c) under a
  * key that says what the bytes are: "builtin", "file:<dir>:<mtime>:<size>"
  * or, for a stored model, "sha256:<hex>", the SHA-256 of the row's config,
- * vocab, labels and safetensors, computed from the bytes as they are read.
+ * vocab, labels, safetensors and tokenizer, computed from the bytes as they
+ * are read.
  * So connections share one copy, two databases share a cache entry only
  * when they hold the same bytes (no value a database stores can make it
  * answer with another database's model), and a changed file, a new stored
@@ -281,15 +282,21 @@ static void split_version(const char *name, char *base, size_t cap, int64_t *ver
     snprintf(base, cap, "%s", name);
 }
 
+/* The key stamps every file a directory's model may be read from; only
+ * config.json must exist (a missing tokenizer or model.safetensors is the
+ * loader's error, which says what to do about it). */
 char *sx_model_dir_key(const char *path)
 {
-    const char *files[] = {"config.json", "vocab.txt", "model.safetensors"};
+    const char *files[] = {"config.json", "tokenizer.json", "vocab.txt", "model.safetensors"};
     char buf[PATH_MAX + 32];
     long long mtime_ns = 0, size = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         struct stat sb;
         snprintf(buf, sizeof buf, "%s/%s", path, files[i]);
-        if (stat(buf, &sb) != 0) return NULL;
+        if (stat(buf, &sb) != 0) {
+            if (i == 0 || errno != ENOENT) return NULL;
+            continue;
+        }
         long long t = (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
         if (t > mtime_ns) mtime_ns = t;
         size += (long long)sb.st_size;
@@ -317,7 +324,8 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
     }
     if (!S_ISDIR(sb.st_mode)) {
         *errmsg = sqlite3_mprintf("%s: '%s' is not a directory; expected a Hugging Face model "
-                                  "directory (config.json, vocab.txt, model.safetensors)",
+                                  "directory (config.json, vocab.txt or tokenizer.json, "
+                                  "model.safetensors)",
                                   fn, path);
         goto end;
     }
@@ -329,7 +337,7 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
     }
     if (!key) {
         *errmsg = sqlite3_mprintf("%s: '%s' is not a model directory; expected config.json, "
-                                  "vocab.txt and model.safetensors in it",
+                                  "vocab.txt or tokenizer.json, and model.safetensors in it",
                                   fn, path);
         goto end;
     }

@@ -14,7 +14,7 @@
  *   version      1 for builtin and file models; 1, 2, ... in the database
  *   source       'builtin', 'file', 'memory' or 'database'
  *   labels       JSON array of the labels in class-id order
- *   model_type   'bert', 'ernie' or 'roberta'
+ *   model_type   'bert', 'ernie', 'roberta' or 'xlm-roberta', as config.json says
  *   layers, hidden_size, heads
  *   max_length   tokens per text (with [CLS]/[SEP]) the model runs with on
  *                this connection: its position table's size, or

@@ -339,6 +339,8 @@ typedef struct sx_store_row {
     sqlite3_stmt *st;
     const char *config, *vocab, *labels;
     size_t config_len, vocab_len, labels_len;
+    const char *tokenizer;      /* tokenizer.json, or NULL (vocab.txt model) */
+    size_t tokenizer_len;
     const void *weights;
     size_t weights_len;
     char key[SX_STORE_KEY_MAX];
@@ -347,8 +349,8 @@ typedef struct sx_store_row {
 /* Reads row rowid of the store and hashes it; SM_OK or an error in err. */
 int sx_store_row_open(sqlite3 *db, int64_t rowid, sx_store_row *row, char *err);
 void sx_store_row_close(sx_store_row *row);
-/* Parses a read row into a model (config + vocab + safetensors, the checks
- * of every load). */
+/* Parses a read row into a model (config + tokenizer.json or vocab +
+ * safetensors, the checks of every load). */
 int sx_store_row_load(const sx_store_row *row, bert_model **out, char *err);
 /* Copies version `from` of name as its new latest version (metrics get
  * "restored_from"); the new number in *version. */
@@ -359,11 +361,17 @@ int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version,
 int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed,
                   char **errmsg);
 /* Stores a new version of name; returns its number in *version. labels and
- * metrics are JSON text (metrics may be NULL). */
+ * metrics are JSON text (metrics may be NULL). The tokenizer is
+ * tokenizer_json (a BLOB in the tokenizer column, vocab then '') when it is
+ * not NULL, else vocab (tokenizer NULL). */
 int sx_store_put(sqlite3 *db, const char *name, const char *config,
                  size_t config_len, const char *vocab, size_t vocab_len,
+                 const void *tokenizer_json, size_t tokenizer_json_len,
                  const char *labels, const char *metrics, const void *weights,
                  size_t weights_len, int64_t *version, char **errmsg);
+/* 1 when the store table, the log table, the triggers and the tokenizer
+ * column all exist (sx_store_ensure has nothing to do). */
+int sx_store_current(sqlite3 *db);
 /* Appends the distinct stored names, ", "-separated, to s. */
 void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count);
 /* "db:<file>:<name>" ("db:#<n>:<name>" for an in-memory database, n

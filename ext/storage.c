@@ -7,7 +7,10 @@
  * stored, never because the extension was loaded or a model was looked up;
  * a database made by an earlier release gets the log table and the
  * triggers the next time a model is stored, copied or dropped
- * (sx_store_ensure creates whatever is missing). Only the main database is
+ * (sx_store_ensure creates whatever is missing, and adds the tokenizer
+ * column, which holds a model's tokenizer.json, to a store table made
+ * before there was one; rows without it are vocab.txt models). Only the
+ * main database is
  * searched. Reads go through prepared statements on the caller's
  * connection; sx_store_put(), sx_store_copy() and sx_store_drop() write
  * inside a savepoint, so a failed write leaves the database as it was.
@@ -35,8 +38,13 @@ static const char k_schema_store[] =
     "  metrics TEXT,\n"
     "  created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),\n"
     "  safetensors BLOB NOT NULL,\n"
+    "  tokenizer BLOB,\n"
     "  PRIMARY KEY (name, version)\n"
     ")";
+
+/* What a database made by an earlier release lacks in the store table. */
+static const char k_add_tokenizer[] =
+    "ALTER TABLE main." SX_STORE_TABLE " ADD COLUMN tokenizer BLOB";
 
 static const char k_schema_log[] =
     "CREATE TABLE IF NOT EXISTS sentiment_train_log(\n"
@@ -105,6 +113,30 @@ int sx_store_exists(sqlite3 *db)
     return found;
 }
 
+/* 1 when the store table has the tokenizer column, 0 when it has not, -1
+ * when that cannot be read (out of memory, a locked schema). */
+static int has_tokenizer_column(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int found = -1;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT 1 FROM pragma_table_info('" SX_STORE_TABLE "', 'main') "
+                           "WHERE name = 'tokenizer'",
+                           -1, &st, NULL) == SQLITE_OK) {
+        int rc = sqlite3_step(st);
+        found = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
+int sx_store_current(sqlite3 *db)
+{
+    for (size_t i = 0; i < sizeof k_objects / sizeof k_objects[0]; i++)
+        if (!object_exists(db, k_objects[i].type, k_objects[i].name)) return 0;
+    return has_tokenizer_column(db) == 1;
+}
+
 int sx_store_ensure(sqlite3 *db, char **errmsg)
 {
     for (size_t i = 0; i < sizeof k_objects / sizeof k_objects[0]; i++) {
@@ -114,6 +146,21 @@ int sx_store_ensure(sqlite3 *db, char **errmsg)
         if (rc != SQLITE_OK) {
             *errmsg = sqlite3_mprintf("cannot create %s %s: %s", k_objects[i].type,
                                       k_objects[i].name, sqlite3_errmsg(db));
+            return rc;
+        }
+    }
+    int has = has_tokenizer_column(db);
+    if (has < 0) {
+        int rc = sqlite3_errcode(db) == SQLITE_OK ? SQLITE_ERROR : sqlite3_errcode(db);
+        *errmsg = sqlite3_mprintf("cannot read the columns of " SX_STORE_TABLE ": %s",
+                                  sqlite3_errmsg(db));
+        return rc;
+    }
+    if (!has) {
+        int rc = sqlite3_exec(db, k_add_tokenizer, NULL, NULL, NULL);
+        if (rc != SQLITE_OK) {
+            *errmsg = sqlite3_mprintf("cannot add the tokenizer column to " SX_STORE_TABLE
+                                      ": %s", sqlite3_errmsg(db));
             return rc;
         }
     }
@@ -182,9 +229,19 @@ int sx_store_row_open(sqlite3 *db, int64_t rowid, sx_store_row *row, char *err)
     int rc;
 
     memset(row, 0, sizeof *row);
+    /* a table from an earlier release has no tokenizer column: NULL */
+    int has = has_tokenizer_column(db);
+    if (has < 0)
+        return sm_error(err, sqlite3_errcode(db) == SQLITE_NOMEM ? SM_ERR_NOMEM : SM_ERR_IO,
+                        "cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
     if (sqlite3_prepare_v2(db,
-                           "SELECT config, vocab, labels, safetensors, version, "
-                           "length(safetensors) FROM main." SX_STORE_TABLE " WHERE rowid = ?1",
+                           has
+                               ? "SELECT config, vocab, labels, safetensors, version, "
+                                 "length(safetensors), tokenizer FROM main." SX_STORE_TABLE
+                                 " WHERE rowid = ?1"
+                               : "SELECT config, vocab, labels, safetensors, version, "
+                                 "length(safetensors), NULL FROM main." SX_STORE_TABLE
+                                 " WHERE rowid = ?1",
                            -1, &row->st, NULL) != SQLITE_OK)
         return sm_error(err, SM_ERR_IO, "cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
     sqlite3_bind_int64(row->st, 1, rowid);
@@ -207,6 +264,11 @@ int sx_store_row_open(sqlite3 *db, int64_t rowid, sx_store_row *row, char *err)
     row->labels_len = (size_t)sqlite3_column_bytes(row->st, 2);
     row->weights = sqlite3_column_blob(row->st, 3);
     row->weights_len = (size_t)sqlite3_column_bytes(row->st, 3);
+    if (sqlite3_column_type(row->st, 6) != SQLITE_NULL) {
+        row->tokenizer = sqlite3_column_blob(row->st, 6);
+        row->tokenizer_len = (size_t)sqlite3_column_bytes(row->st, 6);
+        if (!row->tokenizer) row->tokenizer = ""; /* an empty BLOB: refused below */
+    }
     row->ref.rowid = rowid;
     row->ref.version = sqlite3_column_int64(row->st, 4);
     row->ref.bytes = sqlite3_column_int64(row->st, 5);
@@ -223,6 +285,9 @@ int sx_store_row_open(sqlite3 *db, int64_t rowid, sx_store_row *row, char *err)
     hash_field(&h, row->vocab ? row->vocab : "", row->vocab ? row->vocab_len : 0);
     hash_field(&h, row->labels ? row->labels : "", row->labels ? row->labels_len : 0);
     hash_field(&h, row->weights ? row->weights : "", row->weights ? row->weights_len : 0);
+    /* NULL and an empty BLOB hash differently (only one loads) */
+    hash_field(&h, row->tokenizer ? "T" : "", row->tokenizer ? 1 : 0);
+    hash_field(&h, row->tokenizer ? row->tokenizer : "", row->tokenizer_len);
     sha256_final(&h, d);
     sha256_hex(d, hex);
     snprintf(row->key, sizeof row->key, "sha256:%s", hex);
@@ -238,11 +303,15 @@ void sx_store_row_close(sx_store_row *row)
 int sx_store_row_load(const sx_store_row *row, bert_model **out, char *err)
 {
     *out = NULL;
-    if (!row->config || !row->vocab || !row->weights || !row->config_len || !row->vocab_len ||
-        !row->weights_len)
+    if (row->tokenizer && !row->tokenizer_len)
+        return sm_error(err, SM_ERR_FORMAT, "the tokenizer column is an empty BLOB; expected "
+                        "tokenizer.json or NULL");
+    if (!row->config || !row->weights || !row->config_len || !row->weights_len ||
+        (!row->tokenizer && (!row->vocab || !row->vocab_len)))
         return sm_error(err, SM_ERR_FORMAT, "config, vocab or safetensors is empty");
-    return bert_model_load_buffers(row->config, row->config_len, row->vocab, row->vocab_len,
-                                   row->weights, row->weights_len, out, err);
+    bert_files f = {row->config, row->config_len, row->vocab, row->vocab_len, row->tokenizer,
+                    row->tokenizer_len, row->weights, row->weights_len};
+    return bert_model_load_files(&f, out, err);
 }
 
 int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version, char **errmsg)
@@ -258,12 +327,13 @@ int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version,
     if (rc != SQLITE_OK) goto end;
     rc = sqlite3_prepare_v2(db,
                             "INSERT INTO main." SX_STORE_TABLE
-                            "(name, version, config, vocab, labels, metrics, safetensors) "
+                            "(name, version, config, vocab, labels, metrics, safetensors, "
+                            "tokenizer) "
                             "SELECT name, (SELECT max(version) FROM main." SX_STORE_TABLE
                             " WHERE name = ?1) + 1, config, vocab, labels, "
                             "CASE WHEN json_valid(metrics) AND json_type(metrics) = 'object' "
                             "THEN json_set(metrics, '$.restored_from', ?2) "
-                            "ELSE json_object('restored_from', ?2) END, safetensors "
+                            "ELSE json_object('restored_from', ?2) END, safetensors, tokenizer "
                             "FROM main." SX_STORE_TABLE " WHERE name = ?1 AND version = ?2 "
                             "RETURNING version",
                             -1, &st, NULL);
@@ -359,6 +429,7 @@ end:
 
 int sx_store_put(sqlite3 *db, const char *name, const char *config,
                  size_t config_len, const char *vocab, size_t vocab_len,
+                 const void *tokenizer_json, size_t tokenizer_json_len,
                  const char *labels, const char *metrics, const void *weights,
                  size_t weights_len, int64_t *version, char **errmsg)
 {
@@ -372,15 +443,21 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
     if (rc != SQLITE_OK) goto end;
     rc = sqlite3_prepare_v2(db,
                             "INSERT INTO main." SX_STORE_TABLE
-                            "(name, version, config, vocab, labels, metrics, safetensors) "
-                            "SELECT ?1, coalesce(max(version), 0) + 1, ?2, ?3, ?4, ?5, ?6 "
+                            "(name, version, config, vocab, labels, metrics, safetensors, "
+                            "tokenizer) "
+                            "SELECT ?1, coalesce(max(version), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7 "
                             "FROM main." SX_STORE_TABLE " WHERE name = ?1 "
                             "RETURNING version",
                             -1, &st, NULL);
     if (rc != SQLITE_OK) goto end;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text64(st, 2, config, config_len, SQLITE_STATIC, SQLITE_UTF8);
-    sqlite3_bind_text64(st, 3, vocab, vocab_len, SQLITE_STATIC, SQLITE_UTF8);
+    if (tokenizer_json) {
+        sqlite3_bind_text(st, 3, "", 0, SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 7, tokenizer_json, tokenizer_json_len, SQLITE_STATIC);
+    } else {
+        sqlite3_bind_text64(st, 3, vocab, vocab_len, SQLITE_STATIC, SQLITE_UTF8);
+    }
     sqlite3_bind_text(st, 4, labels, -1, SQLITE_STATIC);
     if (metrics) sqlite3_bind_text(st, 5, metrics, -1, SQLITE_STATIC);
     sqlite3_bind_blob64(st, 6, weights, weights_len, SQLITE_STATIC);

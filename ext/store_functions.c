@@ -10,10 +10,10 @@
  *                                                `name` (the latest version,
  *                                                or `name@N`) as a Hugging
  *                                                Face directory: config.json,
- *                                                vocab.txt, model.safetensors
- *                                                (and, for a model with a
- *                                                pooling setting, the
- *                                                sentence-transformers
+ *                                                vocab.txt or tokenizer.json,
+ *                                                model.safetensors (and, for a
+ *                                                model with a pooling setting,
+ *                                                the sentence-transformers
  *                                                modules.json and
  *                                                1_Pooling/config.json);
  *                                                returns dir
@@ -153,7 +153,8 @@ static int write_file(const char *dir, const char *file, const void *p, size_t n
     return SM_OK;
 }
 
-static const char *const k_files[] = {"config.json", "vocab.txt", "model.safetensors"};
+static const char *const k_files[] = {"config.json", "vocab.txt", "model.safetensors",
+                                      "tokenizer.json"};
 
 /* The sentence-transformers files of a model with a pooling setting. */
 static const char *const k_pooling_files[] = {"modules.json", SM_POOLING_DIR "/config.json"};
@@ -162,7 +163,7 @@ static const char *const k_pooling_dirs[] = {SM_POOLING_DIR, SM_NORMALIZE_DIR};
 static void remove_tmp(const char *tmp)
 {
     char path[4300];
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", tmp, k_files[i]);
         unlink(path);
     }
@@ -299,8 +300,13 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         }
     }
     have_tmp = 1;
+    /* a tokenizer.json model has vocab '' (no vocab.txt is written); the
+     * loader takes tokenizer.json first, as the stored row did */
     if (write_file(tmp, k_files[0], row.config, row.config_len, err) != SM_OK ||
-        write_file(tmp, k_files[1], row.vocab, row.vocab_len, err) != SM_OK ||
+        ((!row.tokenizer || row.vocab_len) &&
+         write_file(tmp, k_files[1], row.vocab, row.vocab_len, err) != SM_OK) ||
+        (row.tokenizer &&
+         write_file(tmp, k_files[3], row.tokenizer, row.tokenizer_len, err) != SM_OK) ||
         write_file(tmp, k_files[2], row.weights, row.weights_len, err) != SM_OK ||
         write_pooling(tmp, &m->bert->cfg, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: %s", fn, err);

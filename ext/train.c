@@ -993,48 +993,26 @@ end:
     return rc;
 }
 
-/* vocab.txt text of a tokenizer (malloc'd). */
-static char *vocab_text(const tokenizer *tok, size_t *len)
-{
-    int n = tokenizer_vocab_size(tok);
-    size_t cap = 1;
-    for (int i = 0; i < n; i++) {
-        const char *t = tokenizer_token(tok, i);
-        cap += (t ? strlen(t) : 0) + 1;
-    }
-    char *out = malloc(cap), *p = out;
-    if (!out) return NULL;
-    for (int i = 0; i < n; i++) {
-        const char *t = tokenizer_token(tok, i);
-        size_t l = t ? strlen(t) : 0;
-        memcpy(p, t ? t : "", l);
-        p += l;
-        *p++ = '\n';
-    }
-    *p = 0;
-    *len = (size_t)(p - out);
-    return out;
-}
-
 /* A private copy of a cached model (the cache's copy is shared and
  * read-only). */
 static int clone_model(const bert_model *src, bert_model **out, char *err)
 {
-    char *config = NULL, *vocab = NULL;
+    char *config = NULL, *tok = NULL;
+    const char *tok_name;
     void *w = NULL;
-    size_t w_len = 0, vocab_len = 0;
+    size_t w_len = 0, tok_len = 0;
     int rc;
     *out = NULL;
     if ((rc = bert_config_to_json(&src->cfg, &config, err)) != SM_OK) goto end;
     if ((rc = bert_model_save_safetensors(src, ST_F32, &w, &w_len, err)) != SM_OK) goto end;
-    if (!(vocab = vocab_text(src->tok, &vocab_len))) {
-        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
-        goto end;
-    }
-    rc = bert_model_load_buffers(config, strlen(config), vocab, vocab_len, w, w_len, out, err);
+    if ((rc = bert_model_tokenizer_file(src, &tok_name, &tok, &tok_len, err)) != SM_OK) goto end;
+    int is_json = !strcmp(tok_name, "tokenizer.json");
+    bert_files f = {config, strlen(config), is_json ? NULL : tok, tok_len, is_json ? tok : NULL,
+                    tok_len, w, w_len};
+    rc = bert_model_load_files(&f, out, err);
 end:
     free(config);
-    free(vocab);
+    free(tok);
     free(w);
     return rc;
 }
@@ -1220,8 +1198,8 @@ static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
 static char *report_json(const tr_state *s, int64_t version, int kept,
                          const bert_config *cfg, const trainer_result *r);
 
-static int store_model(tr_state *s, const char *config, const char *vocab, size_t vocab_len,
-                       const char *labels_js, const char *metrics, const void *weights,
+static int store_model(tr_state *s, const char *config, const char *tok_name, const char *tok,
+                       size_t tok_len, const char *labels_js, const char *metrics, const void *weights,
                        size_t weights_len, int kept, const bert_config *cfg,
                        const trainer_result *res, int64_t *version, char **report,
                        char **errmsg)
@@ -1239,8 +1217,9 @@ static int store_model(tr_state *s, const char *config, const char *vocab, size_
             break;
         }
         rc = take_write_lock(db, &ext, &msg);
-        if (rc == SQLITE_OK && !sx_store_exists(db)) {
-            /* The table is created and committed on its own: undoing a
+        if (rc == SQLITE_OK && !sx_store_current(db)) {
+            /* The tables (or the column a table of an earlier release
+             * lacks) are created and committed on their own: undoing a
              * schema change would abort the statement train() runs in. */
             rc = sx_store_ensure(db, &msg);
             if (rc == SQLITE_OK) rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
@@ -1250,7 +1229,9 @@ static int store_model(tr_state *s, const char *config, const char *vocab, size_
             }
         }
         if (rc == SQLITE_OK)
-            rc = sx_store_put(db, s->name, config, strlen(config), vocab, vocab_len, labels_js,
+            rc = sx_store_put(db, s->name, config, strlen(config),
+                              strcmp(tok_name, "tokenizer.json") ? tok : NULL, tok_len,
+                              strcmp(tok_name, "tokenizer.json") ? NULL : tok, tok_len, labels_js,
                               metrics, weights, weights_len, version, &msg);
         if (rc == SQLITE_OK) {
             rc = write_log(s, *version, &msg);
@@ -1350,11 +1331,12 @@ static void train_final(sqlite3_context *ctx)
     tr_state *s = pp ? *pp : NULL;
     sqlite3 *db;
     char err[SM_ERR_MAX];
-    char *errmsg = NULL, *config = NULL, *vocab = NULL, *labels_js = NULL, *metrics = NULL,
+    char *errmsg = NULL, *config = NULL, *tok = NULL, *labels_js = NULL, *metrics = NULL,
          *report = NULL;
     char **order = NULL;
     void *weights = NULL;
-    size_t weights_len = 0, vocab_len = 0;
+    size_t weights_len = 0, tok_len = 0;
+    const char *tok_name = NULL;
     bert_model *m = NULL;
     trainer_result res;
     int kept = 0, rc;
@@ -1490,11 +1472,11 @@ static void train_final(sqlite3_context *ctx)
 
     /* Store: the model and its log in one savepoint. */
     if (bert_config_to_json(&m->cfg, &config, err) != SM_OK ||
-        bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err) != SM_OK) {
+        bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err) != SM_OK ||
+        bert_model_tokenizer_file(m, &tok_name, &tok, &tok_len, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", TRAIN_FN, err);
         goto end;
     }
-    vocab = vocab_text(m->tok, &vocab_len);
     {
         sqlite3_str *j = sqlite3_str_new(NULL);
         sqlite3_str_appendchar(j, 1, '[');
@@ -1506,12 +1488,12 @@ static void train_final(sqlite3_context *ctx)
         labels_js = sqlite3_str_finish(j);
     }
     metrics = report_json(s, 0, kept, &m->cfg, &res);
-    if (!vocab || !labels_js || !metrics) goto nomem;
+    if (!labels_js || !metrics) goto nomem;
     if (on_interrupt(s)) {
         errmsg = sqlite3_mprintf("%s: interrupted; nothing was stored", TRAIN_FN);
         goto end;
     }
-    if (store_model(s, config, vocab, vocab_len, labels_js, metrics, weights, weights_len, kept,
+    if (store_model(s, config, tok_name, tok, tok_len, labels_js, metrics, weights, weights_len, kept,
                     &m->cfg, &res, &version, &report, &errmsg)) {
         /* Trained but not stored: keep the model on this connection. */
         char *reason = errmsg, *inner = NULL;
@@ -1555,7 +1537,7 @@ end:
     sqlite3_free(metrics);
     sqlite3_free(report);
     free(config);
-    free(vocab);
+    free(tok);
     free(weights);
     trainer_result_free(&res);
     bert_model_free(m);

@@ -61,7 +61,9 @@ typedef struct bert_params {
 
 /* One row of the size table. `name` is the Hugging Face name without the
  * model prefix ("embeddings.word_embeddings.weight", ...), except the head,
- * which is "classifier.weight"/"classifier.bias" as in transformers. */
+ * which is "classifier.weight"/"classifier.bias" as in transformers
+ * ("classifier.dense.*" and "classifier.out_proj.*" for RoBERTa and
+ * XLM-RoBERTa; see bert_params.c). */
 typedef struct bert_param_spec {
     char name[96];
     int ndim;
@@ -84,15 +86,22 @@ void bert_params_release(bert_params *p);
 typedef struct bert_model {
     bert_config cfg;
     tokenizer *tok;
-    int has_head;        /* the checkpoint had classifier.weight/bias */
+    /* The tokenizer.json tok was read from (tokenizer_json_len bytes,
+     * malloc'd), kept so that the model is stored and exported with it;
+     * NULL when tok came from a vocab.txt. */
+    char *tokenizer_json;
+    size_t tokenizer_json_len;
+    int has_head;        /* the checkpoint had a classification head */
     float *arena;        /* all parameters, host F32, n_floats long */
     size_t n_floats;
     bert_params p;       /* views into arena */
 } bert_model;
 
-/* Loads a Hugging Face model directory (config.json, vocab.txt,
- * model.safetensors, and a sentence-transformers modules.json with its
- * Pooling config when present: pooling.h). */
+/* Loads a Hugging Face model directory: config.json, model.safetensors, the
+ * tokenizer (tokenizer.json when there is one, else vocab.txt; see
+ * model_dir.c for why and for the errors that name a missing file), and a
+ * sentence-transformers modules.json with its Pooling config when present
+ * (pooling.h). */
 int bert_model_load_dir(const char *dir, bert_model **out, char *err);
 /* The same, calling stop(user) before each file is opened and before the
  * tensors are parsed: a non-zero answer ends the load with
@@ -104,6 +113,25 @@ int bert_model_load_buffers(const char *config_json, size_t config_len,
                             const char *vocab, size_t vocab_len,
                             const void *safetensors, size_t st_len,
                             bert_model **out, char *err);
+/* A model's files in memory: the tokenizer is tokenizer_json when it is not
+ * NULL (vocab is then ignored and may be NULL), else vocab. */
+typedef struct bert_files {
+    const char *config;          /* config.json */
+    size_t config_len;
+    const char *vocab;           /* vocab.txt, or NULL */
+    size_t vocab_len;
+    const char *tokenizer_json;  /* tokenizer.json, or NULL */
+    size_t tokenizer_json_len;
+    const void *safetensors;     /* model.safetensors */
+    size_t safetensors_len;
+} bert_files;
+int bert_model_load_files(const bert_files *f, bert_model **out, char *err);
+/* The tokenizer file m is stored and exported with: the tokenizer.json it
+ * was loaded from (*name "tokenizer.json"), else its vocabulary as a
+ * vocab.txt, one token a line (*name "vocab.txt"). *text is malloc'd,
+ * *len bytes plus a NUL. */
+int bert_model_tokenizer_file(const bert_model *m, const char **name, char **text,
+                              size_t *len, char *err);
 /* The same for a checkpoint written for masked-language modelling: the
  * pooler may be absent (transformers' BertForMaskedLM has none); it is then
  * initialised as transformers initialises a missing one, normal(0, 0.02)
@@ -117,11 +145,19 @@ void bert_model_free(bert_model *m);
 /* Gives m a sentence-embedding setting (pooling.h; set becomes 1): an
  * error when its word_embedding_dimension is not the hidden size. */
 int bert_model_set_pooling(bert_model *m, const sm_pooling *pooling, char *err);
-/* Serialises the parameters as safetensors (HF names with the "bert." prefix
- * and the head); *out malloc'd. A non-finite weight (training that
- * diverged) is an error (bert_check_finite), nothing is written. */
+/* Serialises the parameters as safetensors with transformers' names (the
+ * "bert.", "ernie." or "roberta." prefix, the head unprefixed; for RoBERTa
+ * and XLM-RoBERTa classifier.dense and classifier.out_proj, so the file
+ * loads into *ForSequenceClassification); *out malloc'd. A non-finite
+ * weight (training that diverged) is an error (bert_check_finite), nothing
+ * is written. */
 int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
                                 size_t *out_len, char *err);
+/* The checkpoint name bert_model_save_safetensors writes for the table row
+ * named spec_name ("roberta.encoder.layer.0.output.dense.weight",
+ * "classifier.out_proj.bias", ...). */
+void bert_checkpoint_name(const bert_config *cfg, const char *spec_name, char *out,
+                          size_t cap);
 /* SM_OK when x[0..n) are all finite, else SM_ERR_FORMAT with "tensor
  * 'name' has a NaN at element 17" (or "an infinite value", the first one,
  * counted from 0 in row-major order) in err. Loading and saving a model

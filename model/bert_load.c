@@ -1,15 +1,27 @@
 /* bert_load.c: Hugging Face checkpoint <-> bert_model.
  *
- * Loads config.json + vocab.txt + model.safetensors (from a directory or from
- * memory) into one F32 arena laid out by bert_param_table, checking every
- * tensor's dtype, shape and finiteness (a NaN or infinite weight is an
- * error), and saves a model back as safetensors with the same names (a
- * non-finite weight is an error there too). Accepts the "bert.", "ernie." and "roberta." prefixes (or none),
+ * Loads config.json + the tokenizer (vocab.txt or tokenizer.json) +
+ * model.safetensors (from a directory or from memory) into one F32 arena
+ * laid out by bert_param_table, checking every tensor's dtype, shape and
+ * finiteness (a NaN or infinite weight is an error), and saves a model back
+ * as safetensors with the same names (a non-finite weight is an error there
+ * too). Accepts the "bert.", "ernie." and "roberta." prefixes (or none),
  * the old LayerNorm gamma/beta names, and ignores only the position_ids
- * buffer and pre-training heads ("cls."); any other unknown tensor is an
- * error. A directory's sentence-transformers modules.json and Pooling
- * config (pooling.h) give the model its pooling setting. Owns nothing
- * beyond the bert_model it returns.
+ * buffer and pre-training heads ("cls.", "lm_head."); any other unknown
+ * tensor is an error.
+ *
+ * RoBERTa and XLM-RoBERTa (bert_config_is_roberta): the head is
+ * RobertaClassificationHead, classifier.dense + classifier.out_proj with no
+ * pooler (a "roberta.pooler" next to it is ignored, as transformers does);
+ * the head this project wrote before, the pooler + "classifier.weight",
+ * loads into the same slots. An encoder without a head (XLMRobertaModel,
+ * such as multilingual-e5) may lack the pooler: it is then initialised as
+ * transformers initialises a missing one, and train() replaces it with a
+ * new classifier.dense anyway (trainer_prepare_head).
+ *
+ * A directory's sentence-transformers modules.json and Pooling config
+ * (pooling.h) give the model its pooling setting. Owns nothing beyond the
+ * bert_model it returns.
  */
 #include "bert.h"
 
@@ -29,7 +41,7 @@ static const char *const k_prefixes[] = {"bert.", "ernie.", "roberta.", ""};
 static const char *save_prefix(const bert_config *cfg)
 {
     if (!strcmp(cfg->model_type, "ernie")) return "ernie.";
-    if (!strcmp(cfg->model_type, "roberta")) return "roberta.";
+    if (bert_config_is_roberta(cfg)) return "roberta.";
     return "bert.";
 }
 
@@ -41,6 +53,12 @@ static void checkpoint_name(char *out, size_t cap, const char *prefix,
         snprintf(out, cap, "%s", name);
     else
         snprintf(out, cap, "%s%s", prefix, name);
+}
+
+void bert_checkpoint_name(const bert_config *cfg, const char *spec_name, char *out,
+                          size_t cap)
+{
+    checkpoint_name(out, cap, save_prefix(cfg), spec_name);
 }
 
 /* Finds a tensor by name, also under the legacy LayerNorm.gamma/beta names. */
@@ -58,12 +76,37 @@ static const st_tensor *find_tensor(const safetensors *st, const char *name)
     return safetensors_find(st, alt);
 }
 
-static int ignorable(const char *name, const char *prefix)
+/* A table entry's tensor in st: its checkpoint name, else (RoBERTa's head)
+ * the name this project saved it under before it wrote transformers'
+ * RobertaClassificationHead names: the pooler and "classifier.weight". */
+static const st_tensor *find_entry(const safetensors *st, const char *prefix,
+                                   const char *spec_name)
+{
+    char name[160];
+    checkpoint_name(name, sizeof name, prefix, spec_name);
+    const st_tensor *t = find_tensor(st, name);
+    if (t || strncmp(spec_name, "classifier.", 11)) return t;
+    if (!strncmp(spec_name, "classifier.dense.", 17))
+        snprintf(name, sizeof name, "%spooler.dense.%s", prefix, spec_name + 17);
+    else if (!strncmp(spec_name, "classifier.out_proj.", 20))
+        snprintf(name, sizeof name, "classifier.%s", spec_name + 20);
+    else
+        return NULL;
+    return find_tensor(st, name);
+}
+
+/* Tensors a checkpoint may hold that the model does not use. */
+static int ignorable(const char *name, const char *prefix, int roberta_head)
 {
     char buf[160];
-    if (!strncmp(name, "cls.", 4)) return 1; /* MLM / NSP pre-training heads */
+    if (!strncmp(name, "cls.", 4)) return 1;     /* BERT MLM / NSP pre-training heads */
+    if (!strncmp(name, "lm_head.", 8)) return 1; /* RoBERTa's MLM head */
     snprintf(buf, sizeof buf, "%sembeddings.position_ids", prefix);
-    return !strcmp(name, buf);
+    if (!strcmp(name, buf)) return 1;
+    /* RobertaForSequenceClassification has no pooler; transformers drops
+     * one found next to its head */
+    snprintf(buf, sizeof buf, "%spooler.dense.", prefix);
+    return roberta_head && !strncmp(name, buf, strlen(buf));
 }
 
 static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape)
@@ -131,7 +174,12 @@ static int load_tensors(bert_model *m, const safetensors *st, int pooler_optiona
                         "model.safetensors: no tensor 'bert.embeddings.word_embeddings.weight' "
                         "(nor with an 'ernie.', 'roberta.' or no prefix)");
 
-    m->has_head = safetensors_find(st, "classifier.weight") != NULL;
+    int roberta = bert_config_is_roberta(&m->cfg);
+    m->has_head = safetensors_find(st, "classifier.weight") != NULL ||
+                  (roberta && safetensors_find(st, "classifier.out_proj.weight") != NULL);
+    /* an encoder without a head may lack the pooler: RobertaModel built
+     * with add_pooling_layer=False, multilingual-e5 converted without it */
+    if (roberta && !m->has_head) pooler_optional = 1;
     bert_param_spec *specs = NULL;
     int n = 0, rc;
     size_t total;
@@ -147,7 +195,7 @@ static int load_tensors(bert_model *m, const safetensors *st, int pooler_optiona
     for (int i = 0; i < n; i++) {
         char name[160], want[64], got[64];
         checkpoint_name(name, sizeof name, prefix, specs[i].name);
-        const st_tensor *t = find_tensor(st, name);
+        const st_tensor *t = find_entry(st, prefix, specs[i].name);
         if (!t && pooler_optional && !strncmp(specs[i].name, "pooler.", 7)) {
             float *x = m->arena + specs[i].offset;
             if (specs[i].ndim == 2) init_normal(x, specs[i].numel, 0.02, seed);
@@ -182,15 +230,13 @@ static int load_tensors(bert_model *m, const safetensors *st, int pooler_optiona
 
     /* Everything in the file must have been used or be known to be ignorable. */
     if (matched != st->n_tensors) {
+        int roberta_head = roberta && m->has_head;
         for (int j = 0; j < st->n_tensors; j++) {
             const char *tn = st->tensors[j].name;
-            if (ignorable(tn, prefix)) continue;
             int used = 0;
-            for (int i = 0; i < n && !used; i++) {
-                char name[160];
-                checkpoint_name(name, sizeof name, prefix, specs[i].name);
-                used = find_tensor(st, name) == &st->tensors[j];
-            }
+            for (int i = 0; i < n && !used; i++)
+                used = find_entry(st, prefix, specs[i].name) == &st->tensors[j];
+            if (!used && ignorable(tn, prefix, roberta_head)) continue;
             if (!used) {
                 rc = sm_error(err, SM_ERR_FORMAT,
                               "model.safetensors: unexpected tensor '%s' for a %d-layer %s model",
@@ -205,25 +251,43 @@ end:
     return rc;
 }
 
-static int load_buffers(const char *config_json, size_t config_len, const char *vocab,
-                        size_t vocab_len, const void *st_bytes, size_t st_len,
-                        int pooler_optional, uint64_t seed, bert_model **out, char *err)
+/* The tokenizer of f: tokenizer.json when given, else vocab.txt. A model
+ * keeps its tokenizer.json to be stored and exported with. */
+static int load_tokenizer(bert_model *m, const bert_files *f, char *err)
+{
+    int rc;
+    const char *what = f->tokenizer_json ? "tokenizer.json" : "vocab.txt";
+    if (f->tokenizer_json) {
+        if ((rc = tokenizer_load_json_buffer(f->tokenizer_json, f->tokenizer_json_len, &m->tok,
+                                             err)))
+            return rc;
+        m->tokenizer_json = malloc(f->tokenizer_json_len + 1);
+        if (!m->tokenizer_json)
+            return sm_error(err, SM_ERR_NOMEM, "out of memory keeping tokenizer.json");
+        memcpy(m->tokenizer_json, f->tokenizer_json, f->tokenizer_json_len);
+        m->tokenizer_json[f->tokenizer_json_len] = 0;
+        m->tokenizer_json_len = f->tokenizer_json_len;
+    } else if ((rc = tokenizer_load_buffer(f->vocab, f->vocab_len, m->cfg.do_lower_case, &m->tok,
+                                           err))) {
+        return rc;
+    }
+    if (tokenizer_vocab_size(m->tok) > m->cfg.vocab_size)
+        return sm_error(err, SM_ERR_FORMAT, "%s has %d tokens but config.json says vocab_size %d",
+                        what, tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
+    return SM_OK;
+}
+
+static int load_files(const bert_files *f, int pooler_optional, uint64_t seed, bert_model **out,
+                      char *err)
 {
     safetensors st = {0};
     int rc;
     *out = NULL;
     bert_model *m = calloc(1, sizeof *m);
     if (!m) return sm_error(err, SM_ERR_NOMEM, "out of memory loading a model");
-    if ((rc = bert_config_parse(config_json, config_len, &m->cfg, err))) goto fail;
-    if ((rc = tokenizer_load_buffer(vocab, vocab_len, m->cfg.do_lower_case, &m->tok, err)))
-        goto fail;
-    if (tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
-        rc = sm_error(err, SM_ERR_FORMAT,
-                      "vocab.txt has %d tokens but config.json says vocab_size %d",
-                      tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
-        goto fail;
-    }
-    if ((rc = safetensors_open_buffer(st_bytes, st_len, &st, err))) goto fail;
+    if ((rc = bert_config_parse(f->config, f->config_len, &m->cfg, err))) goto fail;
+    if ((rc = load_tokenizer(m, f, err))) goto fail;
+    if ((rc = safetensors_open_buffer(f->safetensors, f->safetensors_len, &st, err))) goto fail;
     if ((rc = load_tensors(m, &st, pooler_optional, seed, err))) goto fail;
     safetensors_close(&st);
     *out = m;
@@ -234,13 +298,18 @@ fail:
     return rc;
 }
 
+int bert_model_load_files(const bert_files *f, bert_model **out, char *err)
+{
+    return load_files(f, 0, 0, out, err);
+}
+
 int bert_model_load_buffers(const char *config_json, size_t config_len,
                             const char *vocab, size_t vocab_len,
                             const void *st_bytes, size_t st_len,
                             bert_model **out, char *err)
 {
-    return load_buffers(config_json, config_len, vocab, vocab_len, st_bytes, st_len, 0, 0, out,
-                        err);
+    bert_files f = {config_json, config_len, vocab, vocab_len, NULL, 0, st_bytes, st_len};
+    return load_files(&f, 0, 0, out, err);
 }
 
 int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
@@ -248,8 +317,8 @@ int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
                                 const void *st_bytes, size_t st_len, uint64_t seed,
                                 bert_model **out, char *err)
 {
-    return load_buffers(config_json, config_len, vocab, vocab_len, st_bytes, st_len, 1, seed,
-                        out, err);
+    bert_files f = {config_json, config_len, vocab, vocab_len, NULL, 0, st_bytes, st_len};
+    return load_files(&f, 1, seed, out, err);
 }
 
 int bert_model_load_dir(const char *dir, bert_model **out, char *err)
@@ -268,9 +337,11 @@ int bert_model_load_dir_stoppable(const char *dir, int (*stop)(void *user), void
     if (!rc && stop && stop(user)) rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
     if (!rc) rc = sm_pooling_read_dir(dir, &pooling, &has_pooling, err);
     if (!rc && stop && stop(user)) rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
-    if (!rc)
-        rc = bert_model_load_buffers(d.config, d.config_len, d.vocab, d.vocab_len, d.st.base,
-                                     d.st.size, out, err);
+    if (!rc) {
+        bert_files f = {d.config, d.config_len, d.vocab, d.vocab_len, d.tokenizer_json,
+                        d.tokenizer_json_len, d.st.base, d.st.size};
+        rc = bert_model_load_files(&f, out, err);
+    }
     model_dir_close(&d);
     /* modules.json, when there is one, says how the model pools */
     if (!rc && has_pooling) rc = bert_model_set_pooling(*out, &pooling, err);
@@ -293,12 +364,48 @@ int bert_model_set_pooling(bert_model *m, const sm_pooling *pooling, char *err)
     return SM_OK;
 }
 
+int bert_model_tokenizer_file(const bert_model *m, const char **name, char **text,
+                              size_t *len, char *err)
+{
+    *text = NULL;
+    *len = 0;
+    if (m->tokenizer_json) {
+        *name = "tokenizer.json";
+        if (!(*text = malloc(m->tokenizer_json_len + 1)))
+            return sm_error(err, SM_ERR_NOMEM, "out of memory copying tokenizer.json");
+        memcpy(*text, m->tokenizer_json, m->tokenizer_json_len);
+        (*text)[m->tokenizer_json_len] = 0;
+        *len = m->tokenizer_json_len;
+        return SM_OK;
+    }
+    *name = "vocab.txt";
+    int n = tokenizer_vocab_size(m->tok);
+    size_t cap = 1;
+    for (int i = 0; i < n; i++) {
+        const char *t = tokenizer_token(m->tok, i);
+        cap += (t ? strlen(t) : 0) + 1;
+    }
+    char *p = *text = malloc(cap);
+    if (!p) return sm_error(err, SM_ERR_NOMEM, "out of memory writing vocab.txt");
+    for (int i = 0; i < n; i++) {
+        const char *t = tokenizer_token(m->tok, i);
+        size_t l = t ? strlen(t) : 0;
+        memcpy(p, t ? t : "", l);
+        p += l;
+        *p++ = '\n';
+    }
+    *p = 0;
+    *len = (size_t)(p - *text);
+    return SM_OK;
+}
+
 void bert_model_free(bert_model *m)
 {
     if (!m) return;
     bert_params_release(&m->p);
     free(m->arena);
     tokenizer_free(m->tok);
+    free(m->tokenizer_json);
     bert_config_free(&m->cfg);
     free(m);
 }

@@ -183,7 +183,7 @@ int bert_mlm_load_dir(const char *dir, uint64_t seed, bert_model **model, bert_m
     model_dir d;
     *model = NULL;
     *head = NULL;
-    int rc = model_dir_open(dir, &d, err);
+    int rc = model_dir_open_vocab_stoppable(dir, NULL, NULL, &d, err);
     if (!rc)
         rc = bert_mlm_load_buffers(d.config, d.config_len, d.vocab, d.vocab_len, d.st.base,
                                    d.st.size, seed, model, head, err);

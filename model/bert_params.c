@@ -5,6 +5,14 @@
  * training) the gradient and optimizer arenas all walk this one table.
  * Within a layer, query/key/value weights and then their biases are adjacent
  * so they act as one (3C, C) matrix and one (3C) bias.
+ *
+ * The head is the table's last rows. BERT and ERNIE: pooler.dense (C, C),
+ * then classifier (K, C). RoBERTa and XLM-RoBERTa with a head:
+ * classifier.dense (C, C) and classifier.out_proj (K, C), transformers'
+ * RobertaClassificationHead, which has no pooler: out_proj(tanh(dense(h of
+ * <s>))) is exactly classifier(pooler(h of [CLS])), so the two share the
+ * pool_w/cls_w slots and the forward pass; only training's dropout differs
+ * (bert_train.c). A RoBERTa encoder without a head keeps "pooler.dense".
  */
 #include "bert.h"
 
@@ -92,11 +100,20 @@ int bert_param_table(const bert_config *cfg, int with_head,
             ADD(name, rows, cols);
         }
     }
-    ADD("pooler.dense.weight", C, C);
-    ADD("pooler.dense.bias", C, 0);
-    if (with_head) {
-        ADD("classifier.weight", cfg->num_labels, C);
-        ADD("classifier.bias", cfg->num_labels, 0);
+    if (with_head && bert_config_is_roberta(cfg)) {
+        /* RobertaClassificationHead: the same two matrices in the same
+         * slots (pool_w/b, cls_w/b), under the head's names */
+        ADD("classifier.dense.weight", C, C);
+        ADD("classifier.dense.bias", C, 0);
+        ADD("classifier.out_proj.weight", cfg->num_labels, C);
+        ADD("classifier.out_proj.bias", cfg->num_labels, 0);
+    } else {
+        ADD("pooler.dense.weight", C, C);
+        ADD("pooler.dense.bias", C, 0);
+        if (with_head) {
+            ADD("classifier.weight", cfg->num_labels, C);
+            ADD("classifier.bias", cfg->num_labels, 0);
+        }
     }
 #undef ADD
     *specs = tb.specs;

@@ -19,11 +19,12 @@
 #include "ws_arena.h"
 
 /* Dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l layer l, the last the
- * classifier input. */
+ * classifier input, the one before it the dense input of a RoBERTa head. */
 #define SITE_EMB 0u
 #define SITE_ATTN(l) (1u + 3u * (unsigned)(l))
 #define SITE_HID1(l) (2u + 3u * (unsigned)(l))
 #define SITE_HID2(l) (3u + 3u * (unsigned)(l))
+#define SITE_CLS_IN 4094u
 #define SITE_CLS 4095u
 
 void bert_dropout_from_config(const bert_config *cfg, float override,
@@ -84,6 +85,7 @@ static void plan_buffers(void *ctx, ws_carver *c)
     }
     ws->x_out = ws_carve(c, N * C);
     ws->cls = ws_carve(c, B * C);
+    ws->cls_drop = ws_carve(c, B * C);
     ws->pooled = ws_carve(c, B * C);
     ws->pooled_drop = ws_carve(c, B * C);
     ws->logits = ws_carve(c, B * K);
@@ -348,9 +350,17 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
     const bert_dropout *dr = &ws->drop;
     TRY(be->upload(be, ws->labels, labels, (size_t)B * sizeof(int)));
 
-    /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp) */
+    /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); a RoBERTa head
+     * (RobertaClassificationHead) drops out x[:,0,:] first:
+     * pooled = tanh(dropout(x[:,0,:]) · Wdᵀ + bd) */
     TRY(be->gather_cls(be, ws->cls, ws->x_out, B, T, C));
-    TRY(be->linear(be, ws->pooled, ws->cls, p->pool_w, p->pool_b, B, C, C));
+    const float *head_in = ws->cls;
+    if (bert_config_is_roberta(cfg)) {
+        TRY(be->dropout(be, ws->cls_drop, ws->cls, (size_t)B * C, dr->classifier,
+                        key_of(ws, SITE_CLS_IN, (size_t)C)));
+        head_in = ws->cls_drop;
+    }
+    TRY(be->linear(be, ws->pooled, head_in, p->pool_w, p->pool_b, B, C, C));
     TRY(be->tanh(be, ws->pooled, ws->pooled, (size_t)B * C));
     /* logits(B,K) = dropout(pooled) · Wcᵀ + bc; losses(B) = cross-entropy */
     TRY(be->dropout(be, ws->pooled_drop, ws->pooled, (size_t)B * C, dr->classifier,
@@ -435,10 +445,14 @@ static int head_and_encoder_backward(const bert_config *cfg, const bert_params *
                             ws->pooled_drop, p->cls_w, B, C, K, 0));
     TRY(be->dropout(be, ws->dpooled, ws->dpooled, (size_t)B * C, dr->classifier,
                     key_of(ws, SITE_CLS, (size_t)C)));
-    /* pooled = tanh(cls · Wpᵀ + bp) */
+    /* pooled = tanh(cls · Wpᵀ + bp), cls dropped out first for RoBERTa */
+    int roberta = bert_config_is_roberta(cfg);
     TRY(be->tanh_backward(be, ws->dpooled, ws->dpooled, ws->pooled, (size_t)B * C));
-    TRY(be->linear_backward(be, ws->dcls, g->pool_w, g->pool_b, ws->dpooled, ws->cls,
-                            p->pool_w, B, C, C, 0));
+    TRY(be->linear_backward(be, ws->dcls, g->pool_w, g->pool_b, ws->dpooled,
+                            roberta ? ws->cls_drop : ws->cls, p->pool_w, B, C, C, 0));
+    if (roberta)
+        TRY(be->dropout(be, ws->dcls, ws->dcls, (size_t)B * C, dr->classifier,
+                        key_of(ws, SITE_CLS_IN, (size_t)C)));
     /* cls = x_out[:,0,:] */
     TRY(be->scatter_cls(be, ws->dx, ws->dcls, B, T, C));
     return encoder_backward(cfg, p, g, ws, err);

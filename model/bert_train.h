@@ -22,7 +22,9 @@
 typedef struct bert_dropout {
     float hidden;     /* embeddings, attention output, FFN output */
     float attention;  /* attention probabilities */
-    float classifier; /* pooled vector before the classifier */
+    float classifier; /* pooled vector before the classifier; for a RoBERTa
+                         head also the <s> vector before classifier.dense,
+                         as RobertaClassificationHead drops out both */
     uint64_t seed;
     uint64_t step;    /* distinct per micro-batch */
 } bert_dropout;

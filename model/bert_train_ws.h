@@ -36,6 +36,7 @@ struct bert_train_ws {
     layer_acts *layers;   /* L entries; layer l's output is layer l+1's x_in */
     float *x_out;         /* (N,C) last layer output */
     float *cls;           /* (B,C) [CLS] rows */
+    float *cls_drop;      /* (B,C) dropout(cls), the dense input of a RoBERTa head */
     float *pooled;        /* (B,C) tanh(dense(cls)) */
     float *pooled_drop;   /* (B,C) classifier input */
     float *logits;        /* (B,K) */

@@ -1,5 +1,5 @@
 /* config.c: parses and writes a BERT-family config.json (BERT, ERNIE 3.0,
- * RoBERTa): parsed with json_in, written with jansson.
+ * RoBERTa, XLM-RoBERTa): parsed with json_in, written with jansson.
  *
  * Owns the id2label strings of a bert_config. Every value is checked for type
  * and range and every error names the key and what was expected. Integers are
@@ -154,6 +154,12 @@ int bert_config_set_labels(bert_config *cfg, int n, const char *const *labels,
     return SM_OK;
 }
 
+int bert_config_is_roberta(const bert_config *cfg)
+{
+    return strcmp(cfg->model_type, "roberta") == 0 ||
+           strcmp(cfg->model_type, "xlm-roberta") == 0;
+}
+
 int bert_config_label_index(const bert_config *cfg, const char *label)
 {
     if (!cfg || !label || !cfg->id2label)
@@ -257,10 +263,8 @@ static int parse_model_type(const json_in_value *root, bert_config *cfg, char *e
                         "a string, got %s", describe(v, buf, sizeof buf));
     const char *s = v->str;
     if (strcmp(s, "bert") == 0 || strcmp(s, "ernie") == 0 ||
-        strcmp(s, "roberta") == 0)
+        strcmp(s, "roberta") == 0 || strcmp(s, "xlm-roberta") == 0)
         snprintf(cfg->model_type, sizeof cfg->model_type, "%s", s);
-    else if (strcmp(s, "xlm-roberta") == 0)
-        strcpy(cfg->model_type, "roberta");
     else
         return sm_error(err, SM_ERR_UNSUPPORTED, "config.json: model_type "
                         "'%.100s' is not supported; expected bert, ernie, "
@@ -447,8 +451,7 @@ static int parse_root(const json_in_value *root, bert_config *c, char *err)
         (get(root, "embedding_pooling") &&
          (rc = sm_pooling_from_json(get(root, "embedding_pooling"), &c->pooling, err))))
         return rc;
-    c->position_offset =
-        strcmp(c->model_type, "roberta") == 0 ? c->pad_token_id + 1 : 0;
+    c->position_offset = bert_config_is_roberta(c) ? c->pad_token_id + 1 : 0;
     if (c->max_position_embeddings - c->position_offset < 2)
         return sm_error(err, SM_ERR_FORMAT, "config.json: "
                         "'max_position_embeddings' %d leaves no room for "
@@ -519,6 +522,8 @@ static double short_double(float f)
 
 static const char *architecture(const char *model_type)
 {
+    if (strcmp(model_type, "xlm-roberta") == 0)
+        return "XLMRobertaForSequenceClassification";
     if (strcmp(model_type, "roberta") == 0)
         return "RobertaForSequenceClassification";
     if (strcmp(model_type, "ernie") == 0)
@@ -616,6 +621,19 @@ int bert_config_to_json(const bert_config *cfg, char **out, char *err)
     }
     text = nl;
     strcat(text, "\n");
+    /* jansson 2.14's json_dumps can return truncated text instead of NULL
+     * when an allocation fails inside it: text that is not JSON at all is
+     * that, not an invalid config */
+    {
+        json_in_doc *doc = NULL;
+        json_in_error jerr;
+        int prc = json_in_parse(text, strlen(text), &doc, &jerr);
+        json_in_free(doc);
+        if (prc != SM_OK) {
+            rc = sm_error(err, SM_ERR_NOMEM, "bert_config_to_json: out of memory");
+            goto fail;
+        }
+    }
     /* What we write must read back: check it the way a loader will. */
     if ((rc = bert_config_parse(text, strlen(text), &back, sub))) {
         rc = sm_error(err, SM_ERR_INVALID, "bert_config_to_json: the config "

@@ -1,4 +1,5 @@
-/* config.h: a BERT-family config.json (BERT, ERNIE 3.0, RoBERTa-wwm-zh) in C.
+/* config.h: a BERT-family config.json (BERT, ERNIE 3.0, RoBERTa-wwm-zh,
+ * RoBERTa, XLM-RoBERTa) in C.
  *
  * Parses the keys the encoder needs, checks every value's type and range, and
  * writes a config back out (for saving fine-tuned models). Owns the id2label
@@ -15,7 +16,8 @@
 #define BERT_LABEL_MAX 128 /* bytes, including the NUL */
 
 typedef struct bert_config {
-    char model_type[32];        /* "bert", "ernie", "roberta" (default "bert") */
+    char model_type[32];        /* "bert", "ernie", "roberta", "xlm-roberta"
+                                   (default "bert"), as config.json says */
     int vocab_size;
     int hidden_size;            /* C */
     int num_hidden_layers;      /* L */
@@ -48,6 +50,11 @@ int bert_config_set_labels(bert_config *cfg, int n, const char *const *labels,
                            char *err);
 /* Serialises to config.json text; *out is malloc'd, NUL-terminated. */
 int bert_config_to_json(const bert_config *cfg, char **out, char *err);
+/* 1 for "roberta" and "xlm-roberta": positions offset by pad_token_id + 1,
+ * tensors under "roberta.", and transformers' RobertaClassificationHead
+ * (classifier.dense, tanh, classifier.out_proj on <s>, no pooler) as the
+ * classification head (see bert.h). */
+int bert_config_is_roberta(const bert_config *cfg);
 /* Index of a label name, or -1. */
 int bert_config_label_index(const bert_config *cfg, const char *label);
 void bert_config_free(bert_config *cfg);

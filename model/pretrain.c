@@ -423,9 +423,6 @@ int pretrain_save_safetensors(const bert_model *m, const bert_mlm_head *head, in
     size_t total, htotal;
     *out = NULL;
     *out_len = 0;
-    const char *prefix = !strcmp(m->cfg.model_type, "ernie")     ? "ernie."
-                         : !strcmp(m->cfg.model_type, "roberta") ? "roberta."
-                                                                 : "bert.";
     if ((rc = bert_param_table(&m->cfg, m->has_head, &specs, &n, &total, err))) return rc;
     if (head && (rc = bert_mlm_param_table(&m->cfg, &hspecs, &nh, &htotal, err))) goto end;
     entries = calloc((size_t)(n + nh), sizeof *entries);
@@ -436,10 +433,10 @@ int pretrain_save_safetensors(const bert_model *m, const bert_mlm_head *head, in
     }
     for (int i = 0; i < n + nh; i++) {
         const bert_param_spec *s = i < n ? &specs[i] : &hspecs[i - n];
-        if (i >= n || !strncmp(s->name, "classifier.", 11))
+        if (i >= n)
             snprintf(names[i], sizeof names[i], "%s", s->name);
         else
-            snprintf(names[i], sizeof names[i], "%s%s", prefix, s->name);
+            bert_checkpoint_name(&m->cfg, s->name, names[i], sizeof names[i]);
         entries[i].name = names[i];
         entries[i].data = (i < n ? m->arena : head->arena) + s->offset;
         entries[i].ndim = s->ndim;

@@ -664,8 +664,22 @@ static int build_header(const write_item *items, int n, st_dtype dtype,
             goto fail;
         }
     }
-    if (!(*out = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS)))
+    if (!(*out = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS))) {
         rc = sm_error(err, SM_ERR_NOMEM, "safetensors_serialize: out of memory");
+        goto fail;
+    }
+    /* jansson 2.14's json_dumps can return truncated text instead of NULL
+     * when an allocation fails inside it (seen with every allocation made
+     * to fail in turn); the header is ours and valid, so text that does not
+     * parse back is that, never a file to write */
+    json_in_doc *doc = NULL;
+    json_in_error jerr;
+    if (json_in_parse(*out, strlen(*out), &doc, &jerr) != SM_OK) {
+        free(*out);
+        *out = NULL;
+        rc = sm_error(err, SM_ERR_NOMEM, "safetensors_serialize: out of memory");
+    }
+    json_in_free(doc);
 fail:
     json_decref(meta);
     json_decref(root);

@@ -134,11 +134,22 @@ int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64
         return sm_error(err, SM_ERR_NOMEM, "out of memory for a new head (%zu parameters)", total);
     }
     memcpy(arena, m->arena, base_total * sizeof *arena);
-    /* The head is the table's last two rows: classifier.weight (K,C), bias (K). */
+    /* The head is the table's last two rows: classifier.weight (K,C), bias
+     * (K) (classifier.out_proj for RoBERTa). */
     uint64_t s = dropout_mix64(seed ^ 0x4EAD5EEDull);
     const bert_param_spec *w = &specs[n_specs - 2], *b = &specs[n_specs - 1];
     init_normal(arena + w->offset, w->numel, 0.02, &s);
     memset(arena + b->offset, 0, b->numel * sizeof *arena);
+    if (bert_config_is_roberta(&m->cfg) && !m->has_head) {
+        /* RobertaClassificationHead on an encoder: classifier.dense is new
+         * too (transformers initialises it; an encoder's pooler, if it had
+         * one, is not part of the classifier), normal(0, 0.02), bias 0. A
+         * head with other labels keeps its dense layer, as transformers
+         * keeps every tensor whose shape still fits. */
+        const bert_param_spec *dw = &specs[n_specs - 4], *db = &specs[n_specs - 3];
+        init_normal(arena + dw->offset, dw->numel, 0.02, &s);
+        memset(arena + db->offset, 0, db->numel * sizeof *arena);
+    }
     free(specs);
 
     bert_params p;

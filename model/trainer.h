@@ -46,7 +46,9 @@ int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap,
  * head with exactly this set of labels (in any order) it is kept and
  * *kept = 1; the caller then maps names with bert_config_label_index.
  * Otherwise a fresh head replaces it (weights normal(0, 0.02), seeded; bias
- * 0; labels in the order given), *kept = 0. */
+ * 0; labels in the order given), *kept = 0: the classifier (K, C), and for
+ * a RoBERTa / XLM-RoBERTa encoder without a head also classifier.dense,
+ * as transformers builds RobertaForSequenceClassification on an encoder. */
 int trainer_prepare_head(bert_model *m, int n, const char *const *labels,
                          uint64_t seed, int *kept, char *err);
 

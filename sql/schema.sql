@@ -8,17 +8,21 @@
 -- One row per model version. Store a new version rather than updating one;
 -- an updated row is seen by the next statement that uses it (the
 -- process-wide model cache knows a stored model by the SHA-256 of its
--- config, vocab, labels and safetensors, never by anything stored here).
+-- config, vocab, labels, safetensors and tokenizer, never by anything
+-- stored here).
 -- `name@N` in SQL picks version N; a bare name the latest.
 --   name         model name used in SQL (never 'default', no '@')
 --   version      1, 2, ... per name
 --   uid          random identity of the row (informational)
 --   config       config.json text (BERT / ERNIE / RoBERTa keys, id2label)
---   vocab        vocab.txt text (WordPiece)
+--   vocab        vocab.txt text (WordPiece); '' when tokenizer is set
 --   labels       JSON array of the labels, in class-id order
 --   metrics      JSON report of training / evaluation, or NULL
 --   created      UTC time the row was stored (ISO 8601)
 --   safetensors  the weights, safetensors format (F32, F16 or BF16)
+--   tokenizer    tokenizer.json (WordPiece or Unigram) as a BLOB, or NULL
+--                for a model whose tokenizer is vocab; a table made before
+--                this column existed gets it the next time a model is stored
 CREATE TABLE IF NOT EXISTS sentiment_model_store(
   name TEXT NOT NULL,
   version INTEGER NOT NULL,
@@ -29,6 +33,7 @@ CREATE TABLE IF NOT EXISTS sentiment_model_store(
   metrics TEXT,
   created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
   safetensors BLOB NOT NULL,
+  tokenizer BLOB,
   PRIMARY KEY (name, version)
 );
 

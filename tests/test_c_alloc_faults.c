@@ -199,6 +199,21 @@ static void op_fixture_dir(char *out, size_t cap)
     sqlite3_close(db);
 }
 
+/* An XLM-RoBERTa directory with a tokenizer.json, stored in the database
+ * and read back from it. */
+static void op_xlmr_dir(char *out, size_t cap)
+{
+    sqlite3 *db = open_conn(out, cap);
+    if (!db) return;
+    sql_result(db, "SELECT sentiment_load('x', 'tests/fixtures/models/xlmr_tiny')", out, cap);
+    if (strncmp(out, "error", 5)) sql_result(db, "SELECT sentiment_save('s', 'x')", out, cap);
+    if (strncmp(out, "error", 5))
+        sql_result(db, "SELECT sentiment_probs('The room was clean', 's'), "
+                       "sentiment_tokens('très satisfait', 'x')",
+                   out, cap);
+    sqlite3_close(db);
+}
+
 /* classify over a table, with the built-in model. */
 static void op_classify(char *out, size_t cap)
 {
@@ -253,6 +268,7 @@ static const struct {
 } k_ops[] = {
     {"safetensors file + config.json", op_files},
     {"model directory via sentiment_load", op_fixture_dir},
+    {"tokenizer.json model: load, save, read back", op_xlmr_dir},
     {"built-in model via sentiment()", op_builtin},
     {"classify() over a table", op_classify},
 };

@@ -268,10 +268,17 @@ static void test_roberta(void **state)
     assert_roundtrip(&cfg);
     bert_config_free(&cfg);
 
+    /* kept as written, so a saved config says XLMRoberta* again */
     expect_ok("model_type", "\"xlm-roberta\"", &cfg);
-    assert_string_equal(cfg.model_type, "roberta");
+    assert_string_equal(cfg.model_type, "xlm-roberta");
+    assert_true(bert_config_is_roberta(&cfg));
     assert_int_equal(cfg.position_offset, 1); /* pad_token_id 0 + 1 */
     assert_roundtrip(&cfg);
+    char *text = NULL;
+    assert_int_equal(bert_config_to_json(&cfg, &text, err), SM_OK);
+    assert_non_null(strstr(text, "\"XLMRobertaForSequenceClassification\""));
+    assert_non_null(strstr(text, "\"model_type\": \"xlm-roberta\""));
+    free(text);
     bert_config_free(&cfg);
 
     /* a RoBERTa-wwm-ext checkpoint is a BERT: no offset */

@@ -1,11 +1,15 @@
-/* fuzz_stored_model.c: libFuzzer target for a stored model, the three values
- * of a sentiment_model_store row (config, vocab, safetensors BLOB) that a
- * database from outside can hold, loaded as sentiment() loads them.
+/* fuzz_stored_model.c: libFuzzer target for a stored model, the values of a
+ * sentiment_model_store row (config, the tokenizer: vocab text or the
+ * tokenizer BLOB, safetensors BLOB) that a database from outside can hold,
+ * loaded as sentiment() loads them.
  *
- * Input: config length and vocab length as little-endian uint32, then the
- * config, the vocab and the safetensors bytes. When it loads, the model must
- * have labels and a maximum length, and tokenize. Built by scripts/fuzz.sh;
- * seeds come from tests/fuzz/make_model_seed.py.
+ * Input: config length and tokenizer length as little-endian uint32, then
+ * the config, the tokenizer and the safetensors bytes. The tokenizer length's
+ * top bit set means the tokenizer bytes are a tokenizer.json (the tokenizer
+ * column), else a vocab.txt (the vocab column); the other 31 bits are the
+ * length. When it loads, the model must have labels and a maximum length,
+ * and tokenize. Built by scripts/fuzz.sh; seeds come from
+ * tests/fuzz/make_model_seed.py.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,12 +29,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bert_model *m = NULL;
     char err[SM_ERR_MAX];
     if (size < 8) return 0;
-    size_t nc = le32(data), nv = le32(data + 4);
+    uint32_t tok_field = le32(data + 4);
+    int is_json = (tok_field >> 31) != 0;
+    size_t nc = le32(data), nv = tok_field & 0x7FFFFFFFu;
     if (nc > size - 8 || nv > size - 8 - nc) return 0;
     const char *config = (const char *)data + 8, *vocab = config + nc;
     const void *st = vocab + nv;
     size_t ns = size - 8 - nc - nv;
-    if (bert_model_load_buffers(config, nc, vocab, nv, st, ns, &m, err) != SM_OK) {
+    bert_files f = {config, nc, is_json ? NULL : vocab, is_json ? 0 : nv,
+                    is_json ? vocab : NULL, is_json ? nv : 0, st, ns};
+    if (bert_model_load_files(&f, &m, err) != SM_OK) {
         if (m || !err[0]) __builtin_trap(); /* a failure returns nothing, with a message */
         return 0;
     }

@@ -2,10 +2,13 @@
 """make_model_seed.py OUT_DIR: writes seed inputs for fuzz_stored_model.c.
 
 Each seed is a whole stored model, framed as the target reads it: config
-length and vocab length (little-endian uint32), config.json, vocab.txt,
-model.safetensors. The models are the smallest BERT shapes (hidden 4, one
-layer, vocabulary of 8) in F32, F16 and BF16, one with three labels, and the
-repository's bert_tiny fixture. Standard library only.
+length and tokenizer length (little-endian uint32; the tokenizer length's top
+bit set when the tokenizer is a tokenizer.json, the tokenizer column, else it
+is a vocab.txt), config.json, the tokenizer, model.safetensors. The models are
+the smallest BERT shapes (hidden 4, one layer, vocabulary of 8) in F32, F16
+and BF16, one with three labels, the same shape as an XLM-RoBERTa classifier
+with a small Unigram tokenizer.json, and the repository's bert_tiny and
+xlmr_tiny fixtures. Standard library only.
 """
 import json
 import os
@@ -15,20 +18,24 @@ import sys
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "好", "差", "很"]
 
 
-def tensors(hidden, inter, layers, vocab, positions, labels):
+def tensors(hidden, inter, layers, vocab, positions, labels, roberta=False):
+    pre = "roberta." if roberta else "bert."
     t = {
-        "bert.embeddings.word_embeddings.weight": [vocab, hidden],
-        "bert.embeddings.position_embeddings.weight": [positions, hidden],
-        "bert.embeddings.token_type_embeddings.weight": [2, hidden],
-        "bert.embeddings.LayerNorm.weight": [hidden],
-        "bert.embeddings.LayerNorm.bias": [hidden],
-        "bert.pooler.dense.weight": [hidden, hidden],
-        "bert.pooler.dense.bias": [hidden],
-        "classifier.weight": [labels, hidden],
-        "classifier.bias": [labels],
+        pre + "embeddings.word_embeddings.weight": [vocab, hidden],
+        pre + "embeddings.position_embeddings.weight": [positions, hidden],
+        pre + "embeddings.token_type_embeddings.weight": [1 if roberta else 2, hidden],
+        pre + "embeddings.LayerNorm.weight": [hidden],
+        pre + "embeddings.LayerNorm.bias": [hidden],
     }
+    if roberta:  # RobertaClassificationHead
+        t.update({"classifier.dense.weight": [hidden, hidden], "classifier.dense.bias": [hidden],
+                  "classifier.out_proj.weight": [labels, hidden],
+                  "classifier.out_proj.bias": [labels]})
+    else:
+        t.update({"bert.pooler.dense.weight": [hidden, hidden], "bert.pooler.dense.bias": [hidden],
+                  "classifier.weight": [labels, hidden], "classifier.bias": [labels]})
     for i in range(layers):
-        p = "bert.encoder.layer.%d." % i
+        p = pre + "encoder.layer.%d." % i
         for n in ("attention.self.query", "attention.self.key", "attention.self.value",
                   "attention.output.dense"):
             t[p + n + ".weight"] = [hidden, hidden]
@@ -59,8 +66,44 @@ def safetensors(shapes, dtype):
     return struct.pack("<Q", len(h)) + h + data
 
 
-def frame(config, vocab, st):
-    return struct.pack("<II", len(config), len(vocab)) + config + vocab + st
+def frame(config, vocab, st, tokenizer_json=False):
+    n = len(vocab) | (0x80000000 if tokenizer_json else 0)
+    return struct.pack("<II", len(config), n) + config + vocab + st
+
+
+# A Unigram tokenizer.json as transformers writes XLM-RoBERTa's, without the
+# Precompiled charsmap (the xlmr_tiny seed has one).
+PIECES = [["<s>", 0.0], ["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["\u2581", -2.0],
+          ["好", -3.0], ["差", -3.5], ["很", -3.2], ["\u2581ok", -4.0], ["<mask>", 0.0]]
+
+
+def unigram_json():
+    added = [{"id": i, "content": PIECES[i][0], "single_word": False, "lstrip": i == 9,
+              "rstrip": False, "normalized": False, "special": True} for i in (0, 1, 2, 3, 9)]
+    j = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+         "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}]},
+         "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                           "prepend_scheme": "always", "split": True},
+         "post_processor": {"type": "TemplateProcessing",
+                            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                       {"Sequence": {"id": "A", "type_id": 0}},
+                                       {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                            "pair": [], "special_tokens": {
+                                "<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]},
+                                "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}},
+         "decoder": None,
+         "model": {"type": "Unigram", "unk_id": 3, "vocab": PIECES, "byte_fallback": False}}
+    return json.dumps(j, ensure_ascii=False).encode()
+
+
+def micro_xlmr(dtype):
+    cfg = {"model_type": "xlm-roberta", "vocab_size": len(PIECES), "hidden_size": 4,
+           "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 8,
+           "max_position_embeddings": 10, "type_vocab_size": 1, "pad_token_id": 1,
+           "id2label": {"0": "negative", "1": "positive"}}
+    shapes = tensors(4, 8, 1, len(PIECES), 10, 2, roberta=True)
+    return frame(json.dumps(cfg).encode(), unigram_json(), safetensors(shapes, dtype),
+                 tokenizer_json=True)
 
 
 def micro(labels, dtype):
@@ -85,6 +128,11 @@ def main():
     parts = [open(os.path.join(tiny, f), "rb").read()
              for f in ("config.json", "vocab.txt", "model.safetensors")]
     seeds["bert_tiny"] = frame(*parts)
+    seeds["micro_xlmr_f32"] = micro_xlmr("F32")
+    xlmr = os.path.join(os.path.dirname(__file__), "..", "fixtures", "models", "xlmr_tiny")
+    parts = [open(os.path.join(xlmr, f), "rb").read()
+             for f in ("config.json", "tokenizer.json", "model.safetensors")]
+    seeds["xlmr_tiny"] = frame(*parts, tokenizer_json=True)
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
