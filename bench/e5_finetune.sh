@@ -25,7 +25,9 @@ SQL
 if [ "$(sqlite3 "$db" 'SELECT count(*) FROM train_rows')" = 0 ]; then
     tail -n +2 "$data/train.tsv" > "$db.train.tmp"
     tail -n +2 "$data/dev.tsv" > "$db.dev.tmp"
-    sqlite3 "$db" ".mode tabs" ".import $db.train.tmp train_rows" ".import $db.dev.tmp dev_rows"
+    # ascii mode: no CSV quote handling (the reviews contain '"')
+    sqlite3 "$db" ".mode ascii" ".separator \"\t\" \"\n\"" \
+        ".import $db.train.tmp train_rows" ".import $db.dev.tmp dev_rows"
     rm -f "$db.train.tmp" "$db.dev.tmp"
 fi
 sqlite3 "$db" <<SQL
