@@ -430,6 +430,8 @@ def _load_rows(conn, args, progress_on):
 def cmd_train(args):
     if not args.db:
         raise Failure("train needs --db DB: the trained model is stored in that database", 2)
+    if not args.name and args.file == "-":
+        raise Failure("train from stdin needs --name NAME for the model", 2)
     name = args.name or os.path.splitext(os.path.basename(args.file))[0]
     options = {}
     if args.options:
