@@ -350,7 +350,14 @@ def _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on
     bad = BadRows(args.skip_bad_rows, progress)
     conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {CHUNK_TABLE}(text TEXT)")
     insert = f"INSERT INTO temp.{CHUNK_TABLE}(text) VALUES (?)"
-    query = f"SELECT label, score, probs FROM classify('{CHUNK_TABLE}', 'text', ?)"
+    # Each label's probability is taken out of probs in SQL (json_extract),
+    # not parsed row by row in Python; a label JSON paths cannot name
+    # (holding a quote or backslash) is read in Python instead.
+    labels = added.labels
+    plain = all('"' not in l and "\\" not in l for l in labels)
+    extract = "".join(f", json_extract(probs, ?)" for _ in labels) if plain else ""
+    query = f"SELECT label, score, probs{extract} FROM classify('{CHUNK_TABLE}', 'text', ?)"
+    params = tuple(f'$."{l}"' for l in labels) + (model,) if plain else (model,)
     clear = f"DELETE FROM temp.{CHUNK_TABLE}"
     done = 0
     checked = reader.columns is not None
@@ -361,7 +368,11 @@ def _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on
         conn.execute("BEGIN")
         conn.executemany(insert, ((t,) for t in texts))
         try:
-            results = conn.execute(query, (model,)).fetchall()
+            results = conn.execute(query, params).fetchall()
+            if not plain:
+                results = [(l, sc, p, *([None] * len(labels) if p is None else
+                                       [json.loads(p).get(x) for x in labels]))
+                           for l, sc, p in results]
         except Exception as e:
             conn.execute("ROLLBACK")
             raise Failure(f"rows {done + 1}-{done + len(texts)}: {e}")

@@ -400,54 +400,49 @@ def _cell(v):
     return str(v)          # dates, times, decimals, bytes from Parquet
 
 
-class _TsvWriter:
-    """TSV has no quoting: fields joined by tabs (checked by the caller to
-    hold no tab or line break), written as csv.writer would write them."""
-
-    def __init__(self, stream):
-        self.stream = stream
-
-    def writerow(self, row):
-        self.stream.write("\t".join("" if v is None else str(v) for v in row) + "\n")
-
-    def writerows(self, rows):
-        self.stream.write("".join("\t".join("" if v is None else str(v) for v in row) + "\n"
-                                  for row in rows))
+def _text(v):
+    return "" if v is None else v if isinstance(v, str) else str(v)
 
 
 class DelimitedWriter:
     """CSV or TSV out. Rows: lists aligned with in_columns, or dicts (their
-    keys become the header; every row must have the same keys)."""
+    keys become the header; every row must have the same keys). Results:
+    (label, score, probs JSON, one probability per label)."""
 
     def __init__(self, fmt, stream, in_columns, added):
-        self.fmt, self.added = fmt, added
-        if fmt == "tsv":
-            self._w = _TsvWriter(stream)
-        else:
-            self._w = csv.writer(stream, lineterminator="\n")
+        self.fmt, self.added, self.stream = fmt, added, stream
+        self._csv = None if fmt == "tsv" else csv.writer(stream, lineterminator="\n")
         self._header = None
         if in_columns is not None:
             self._write_header(in_columns)
 
     def _write_header(self, columns):
         self._header = list(columns)
-        row = [*columns, *self.added.names(self.fmt)]
-        self._check(row, "the header")
-        self._w.writerow(row)
+        row = [*map(str, columns), *self.added.names(self.fmt)]
+        self._tabs = len(row) - 1
+        self._write([row], lambda k: "the header")
 
-    def _check(self, row, where):
-        for v in row:
-            if isinstance(v, str) and ("\t" in v or "\n" in v or "\r" in v):
-                raise OutputError(f"{where}: a value holds a tab or line break, which "
+    def _write(self, rows, where):
+        if self._csv is not None:
+            self._csv.writerows(rows)
+            return
+        # TSV has no quoting: a value holding a tab or a line break cannot
+        # be written. One check per line, on the joined text.
+        lines = []
+        for k, row in enumerate(rows):
+            line = "\t".join(row)           # every value a str (write())
+            if line.count("\t") != self._tabs or "\n" in line or "\r" in line:
+                raise OutputError(f"{where(k)}: a value holds a tab or line break, which "
                                   "TSV cannot carry; write CSV or JSON Lines instead")
+            lines.append(line)
+        self.stream.write("\n".join(lines) + "\n")
 
     def write(self, rows, results, where):
         if not isinstance(rows, list):
             rows = rows.to_pylist()      # a Parquet record batch
-        labels = self.added.labels
-        tsv = self.fmt == "tsv"
+        tsv = self._csv is None
         out = []
-        for k, (row, (label, score, probs)) in enumerate(zip(rows, results)):
+        for k, (row, res) in enumerate(zip(rows, results)):
             if isinstance(row, dict):
                 if self._header is None:
                     self._write_header(list(row))
@@ -457,38 +452,38 @@ class DelimitedWriter:
                         + ", ".join(self._header) + f"); {self.fmt.upper()} needs the "
                         "same columns in every row")
                 row = [_cell(v) for v in row.values()]
-            if probs is None:
-                extra = ["" if label is None else label, "", *([""] * len(labels))]
-            else:
-                p = json.loads(probs)
-                extra = [label, score, *[p.get(l, "") for l in labels]]
-            line = [*row, *extra]
             if tsv:
-                self._check(line, where(k))
-            out.append(line)
-        self._w.writerows(out)
+                out.append([*row, *map(_text, res[:2]), *map(_text, res[3:])])
+            else:
+                out.append([*row, res[0], res[1], *res[3:]])
+        if out:
+            self._write(out, where)
 
     def close(self):
         pass
 
 
 class JsonLinesWriter:
-    """JSON Lines out: each row's object with label, score and probs added."""
+    """JSON Lines out: each row's object with label, score and probs added
+    (the extension's JSON object, copied as it is)."""
 
     def __init__(self, stream, in_columns, added):
         self.stream, self.in_columns, self.added = stream, in_columns, added
+        a = added
+        self._keys = [json.dumps(k, ensure_ascii=False) for k in (a.label, a.score, a.probs)]
 
     def write(self, rows, results, where):
         if not isinstance(rows, list):
             rows = rows.to_pylist()      # a Parquet record batch
-        a = self.added
+        kl, ks, kp = self._keys
+        dumps = json.dumps
         out = []
-        for row, (label, score, probs) in zip(rows, results):
-            obj = dict(zip(self.in_columns, row)) if isinstance(row, list) else dict(row)
-            obj[a.label] = label
-            obj[a.score] = score
-            obj[a.probs] = None if probs is None else json.loads(probs)
-            out.append(json.dumps(obj, ensure_ascii=False, default=str))
+        for row, (label, score, probs, *_) in zip(rows, results):
+            obj = dict(zip(self.in_columns, row)) if isinstance(row, list) else row
+            head = dumps(obj, ensure_ascii=False, default=str)[:-1]
+            sep = ", " if len(head) > 1 else ""
+            out.append(f"{head}{sep}{kl}: {dumps(label, ensure_ascii=False)}, "
+                       f"{ks}: {dumps(score)}, {kp}: {'null' if probs is None else probs}}}")
         if out:
             self.stream.write("\n".join(out) + "\n")
 
@@ -511,10 +506,8 @@ class ParquetWriter:
         pa = self.pa
         arrays = [pa.array([r[0] for r in results], pa.string()),
                   pa.array([r[1] for r in results], pa.float64())]
-        probs = [None if r[2] is None else json.loads(r[2]) for r in results]
-        for l in self.added.labels:
-            arrays.append(pa.array([None if p is None else p.get(l) for p in probs],
-                                   pa.float64()))
+        for j in range(len(self.added.labels)):
+            arrays.append(pa.array([r[3 + j] for r in results], pa.float64()))
         return arrays
 
     def write(self, rows, results, where):
