@@ -370,8 +370,11 @@ static int fill_batch(cl_cursor *cur)
             break;
         }
         if (step != SQLITE_ROW) {
-            if (step == SQLITE_INTERRUPT)
-                return set_error(cur, sqlite3_mprintf("%s: interrupted", k_fn));
+            /* An interrupt (sqlite3_interrupt, or a progress handler's, as
+             * Datasette's time limit) ends the statement as it ends any
+             * other: SQLITE_INTERRUPT, SQLite's own "interrupted", which is
+             * what applications test for. */
+            if (step == SQLITE_INTERRUPT) return SQLITE_INTERRUPT;
             return set_error(cur, sqlite3_mprintf("%s: reading the source failed: %s", k_fn,
                                                   sqlite3_errmsg(v->db)));
         }

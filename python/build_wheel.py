@@ -4,13 +4,14 @@
     python3 python/build_wheel.py --so build/sentiment.so --version 0.1.0 \
         --out build/wheel [--cuda build/sentiment_cuda.so] [--patchelf PATH]
 
-The wheel holds sqlite_sentiment/ (the Python module, sentiment.so and, when
-given, the CUDA plugin) and sqlite_sentiment/libs/ (every shared library
-sentiment.so needs that is not part of the manylinux base: what ldd resolves
-for it, OpenBLAS, which blas.c dlopens by soname at run time, and their own
+The wheel holds sqlite_sentiment/ (the Python modules: load(), the
+sqlite-sentiment command, the sqlite-utils and Datasette plugins, whose
+entry points are in entry_points.txt; sentiment.so and, when given, the
+CUDA plugin) and sqlite_sentiment/libs/ (every shared library sentiment.so
+needs that is not part of the manylinux base: what ldd resolves for it,
+OpenBLAS, which blas.c dlopens by soname at run time, and their own
 dependencies, each copied under its soname; sentiment.so without its debug
-sections). patchelf sets the RUNPATH of
-sentiment.so to $ORIGIN/libs and that of each copied library to $ORIGIN, so
+sections). patchelf sets the RUNPATH of sentiment.so to $ORIGIN/libs and that of each copied library to $ORIGIN, so
 both the loader and blas.c's dlopen find the copies first. The platform tag
 is manylinux_2_N_x86_64 where 2.N is the newest GLIBC symbol version any
 ELF file in the wheel needs. See python/README.md for why.
@@ -43,6 +44,28 @@ DLOPENED = ["libopenblas.so.0"]
 # The CUDA plugin's own libraries (cuBLAS, the driver) are the CUDA
 # installation's: hundreds of MB, tied to the driver; not copied.
 CUDA_LIBS = re.compile(r"^lib(cuda|cublas|cublasLt|cudart|nvrtc|nvJitLink)\b")
+
+
+# The command line and the plugins: one wheel, so that installing it (pip,
+# `sqlite-utils install`, `datasette install`) gives all three; each entry
+# point is read only by its host, so none of them needs the others.
+ENTRY_POINTS = """\
+[console_scripts]
+sqlite-sentiment = sqlite_sentiment.cli:main
+
+[sqlite_utils]
+sqlite_sentiment = sqlite_sentiment.sqlite_utils_plugin
+
+[datasette]
+sqlite_sentiment = sqlite_sentiment.datasette_plugin
+"""
+
+# Optional dependencies (pip install 'sqlite-sentiment[datasette]').
+EXTRAS = {
+    "parquet": ["pyarrow"],
+    "sqlite-utils": ["sqlite-utils"],
+    "datasette": ["datasette", "datasette-enrichments"],
+}
 
 
 def run(*cmd):
@@ -97,7 +120,10 @@ def main():
     pkg = os.path.join(stage, "sqlite_sentiment")
     libs = os.path.join(pkg, "libs")
     os.makedirs(libs)
-    shutil.copy(os.path.join(HERE, "sqlite_sentiment", "__init__.py"), pkg)
+    src_pkg = os.path.join(HERE, "sqlite_sentiment")
+    for fn in sorted(os.listdir(src_pkg)):
+        if fn.endswith(".py") and fn != "_version.py":
+            shutil.copy(os.path.join(src_pkg, fn), pkg)
     with open(os.path.join(pkg, "_version.py"), "w") as f:
         f.write("# Written by python/build_wheel.py from SX_VERSION in ext/sentiment_ext.h.\n")
         f.write(f'__version__ = "{a.version}"\n')
@@ -148,7 +174,10 @@ def main():
         "Classifier: Operating System :: POSIX :: Linux\n"
         "Classifier: Topic :: Database\n"
         "Description-Content-Type: text/markdown\n"
-        "\n" + readme)
+        + "".join(f"Provides-Extra: {extra}\n"
+                  + "".join(f"Requires-Dist: {req}; extra == \"{extra}\"\n" for req in reqs)
+                  for extra, reqs in EXTRAS.items())
+        + "\n" + readme)
     wheel_meta = (
         "Wheel-Version: 1.0\n"
         "Generator: sentiment python/build_wheel.py\n"
@@ -176,6 +205,7 @@ def main():
                     add(arc, f.read(), 0o755 if ".so" in fn else 0o644)
         add(f"{distinfo}/METADATA", metadata.encode(), 0o644)
         add(f"{distinfo}/WHEEL", wheel_meta.encode(), 0o644)
+        add(f"{distinfo}/entry_points.txt", ENTRY_POINTS.encode(), 0o644)
         records.append(f"{distinfo}/RECORD,,")
         z.writestr(f"{distinfo}/RECORD", "\n".join(records) + "\n")
     size = os.path.getsize(whl)

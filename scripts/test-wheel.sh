@@ -1,11 +1,16 @@
 #!/bin/sh
 # test-wheel.sh: builds the Python wheel (make wheel), installs it with no
 # network into a fresh virtual environment made from Debian's python3
-# ($BUILD/wheel-venv), installs pytest there from PyPI, and runs python/tests
-# against the installed package. Skips, exiting 0 and saying why on a line
-# starting "test-wheel: SKIPPED:" (also written to $BUILD/test-wheel.status),
-# when that Python cannot load SQLite extensions or make a venv, when pytest
-# cannot be installed, or for a sanitizer build.
+# ($BUILD/wheel-venv), installs pytest and the test tooling there from PyPI,
+# and runs python/tests against the installed package. Skips, exiting 0 and
+# saying why on a line starting "test-wheel: SKIPPED:" (also written to
+# $BUILD/test-wheel.status), when that Python cannot load SQLite extensions
+# or make a venv, when pytest cannot be installed, or for a sanitizer build.
+# Each optional tool (sqlite-utils, datasette, datasette-enrichments,
+# pytest-asyncio, pyarrow, selenium, sqlean.py, pysqlite3-binary) that PyPI
+# cannot give is named in a "test-wheel: note:" line and its tests skip with
+# that reason (pytest -rs prints every skip). The browser test also needs
+# Debian's chromium and chromium-driver.
 set -eu
 BUILD=${BUILD:-build}
 PY=${WHEEL_PYTHON:-/usr/bin/python3}
@@ -31,17 +36,52 @@ set -- "$BUILD"/wheel/sqlite_sentiment-*.whl
 
 rm -rf "$VENV"
 "$PY" -m venv "$VENV" || skip "$PY -m venv failed"
-# The wheel itself installs with no index: no network, no apt package.
-"$VENV/bin/pip" install -q --no-index --no-deps "$1"
 log=$BUILD/test-wheel.pip.log
-"$VENV/bin/pip" install -q pytest >"$log" 2>&1 ||
+: >"$log"
+# The test tooling comes from PyPI once, into a wheelhouse kept in $BUILD
+# (rm -rf $BUILD/wheel-tools to refresh it), and is installed from there
+# with no index on every run: a fresh venv in seconds, not a resolve over
+# the network each time. Optional, each with tests that skip without it:
+# the other connection types (sqlean.py, pysqlite3, each with its own
+# SQLite), sqlite-vec (sentiment_embed's BLOBs), the hosts of the plugins, the async test client, Parquet, the
+# browser driver.
+TOOLS="sqlean.py pysqlite3-binary sqlite-vec sqlite-utils datasette datasette-enrichments pytest-asyncio pyarrow selenium"
+HOUSE=$BUILD/wheel-tools
+if [ "$(cat "$HOUSE/.list" 2>/dev/null)" != "pytest $TOOLS" ]; then
+    rm -rf "$HOUSE"
+    mkdir -p "$HOUSE"
+    "$VENV/bin/pip" download -q -d "$HOUSE" pytest >>"$log" 2>&1 ||
+        skip "pytest not installable from PyPI ($(tail -n 1 "$log"))"
+    # Complete: kept. Not: what came is used, and the next run asks again.
+    if "$VENV/bin/pip" download -q -d "$HOUSE" $TOOLS >>"$log" 2>&1; then
+        echo "pytest $TOOLS" >"$HOUSE/.list"
+    else
+        for m in $TOOLS; do "$VENV/bin/pip" download -q -d "$HOUSE" "$m" >>"$log" 2>&1 || true; done
+    fi
+fi
+"$VENV/bin/pip" install -q --no-index --find-links "$HOUSE" pytest >>"$log" 2>&1 ||
     skip "pytest not installable from PyPI ($(tail -n 1 "$log"))"
-# Optional: the other connection types (sqlean.py, pysqlite3, each with its
-# own SQLite) and sqlite-vec (sentiment_embed's BLOBs); their tests skip,
-# saying why (pytest -rs), without them.
-for m in sqlean.py pysqlite3-binary sqlite-vec; do
-    "$VENV/bin/pip" install -q "$m" >>"$log" 2>&1 || echo "test-wheel: note: $m not installable; its test skips"
-done
+if ! "$VENV/bin/pip" install -q --no-index --find-links "$HOUSE" $TOOLS >>"$log" 2>&1; then
+    for m in $TOOLS; do
+        "$VENV/bin/pip" install -q --no-index --find-links "$HOUSE" "$m" >>"$log" 2>&1 ||
+            echo "test-wheel: note: $m not installable from PyPI; its tests skip"
+    done
+fi
+# The wheel itself installs with no index: no network, no apt package. With
+# sqlite-utils present, through `sqlite-utils install`, as its users would.
+if [ -x "$VENV/bin/sqlite-utils" ]; then
+    PIP_NO_INDEX=1 "$VENV/bin/sqlite-utils" install "$1" >>"$log" 2>&1 ||
+        { echo "test-wheel: sqlite-utils install $1 failed:" >&2; tail -n 5 "$log" >&2; exit 1; }
+else
+    "$VENV/bin/pip" install -q --no-index --no-deps "$1"
+fi
+"$VENV/bin/python" -c 'import sqlite_sentiment' ||
+    { echo "test-wheel: the wheel did not install" >&2; exit 1; }
+[ -x "$VENV/bin/sqlite-sentiment" ] ||
+    { echo "test-wheel: no sqlite-sentiment command after installing the wheel" >&2; exit 1; }
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; else
+    echo "test-wheel: note: no chromium/chromedriver (apt-get install chromium chromium-driver); the browser test skips"
+fi
 
 # A real Python whose sqlite3 cannot load extensions, when there is one.
 if [ -z "${SENTIMENT_NOLOAD_PYTHON:-}" ]; then
@@ -62,7 +102,9 @@ cd "$VENV"
 
 # Again as on a machine with none of the Debian packages: in a private mount
 # namespace (root), every system copy of a library the wheel carries is
-# replaced by an empty file, so only the wheel's copies can load.
+# replaced by an empty file, so only the wheel's copies can load. The
+# package's tests and the command line's run there (the plugins load the
+# same library the same way).
 hidden=""
 if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
     pkg=$(./bin/python -c 'import os, sqlite_sentiment; print(os.path.dirname(sqlite_sentiment.__file__))')
@@ -75,7 +117,7 @@ if [ -n "$hidden" ]; then
     echo "test-wheel: again with the system's copies hidden:$hidden"
     SENTIMENT_HIDDEN_LIBS=${hidden# } unshare -m sh -c '
         for f in $SENTIMENT_HIDDEN_LIBS; do mount --bind /dev/null "$f" || exit 1; done
-        exec ./bin/python -m pytest -q -rs -p no:cacheprovider "$0"' "$tests"
+        exec ./bin/python -m pytest -q -rs -p no:cacheprovider "$0/test_package.py" "$0/test_cli.py::test_label_csv"' "$tests"
 else
     echo "test-wheel: note: system copies of the libraries not hidden (needs root and unshare -m)"
 fi

@@ -256,6 +256,9 @@ static void test_interrupt(void **state)
     expect_error(db, "CREATE TABLE out AS SELECT * FROM classify("
                      "'SELECT interrupt_at(id, 300), body FROM big', 'tiny', NULL, 64)",
                  "interrupt");
+    /* the statement ends as any interrupted one does */
+    assert_int_equal(sqlite3_errcode(db), SQLITE_INTERRUPT);
+    assert_string_equal(sqlite3_errmsg(db), "interrupted");
     int64_t done = debug_int(db, "$.connection.rows") - before;
     /* stopped between batches: at most the batches read before row 300 */
     assert_true(done >= 256 && done <= 320);

@@ -1,0 +1,601 @@
+"""sqlite-sentiment: label, train on and evaluate with files, from the shell.
+
+    sqlite-sentiment label reviews.csv --column comment -o labeled.csv
+    sqlite-sentiment label reviews.jsonl --column text > labeled.jsonl
+    sqlite-sentiment label big.parquet --column body -o out.parquet --model hotel --db models.db
+    sqlite-sentiment train labeled.tsv --text-column text --label-column label \\
+        --name hotel --db models.db
+    sqlite-sentiment evaluate test.csv --text-column text --label-column label \\
+        --model hotel --db models.db
+
+label streams its input: it reads CHUNK rows (--chunk-size), puts them in a
+temporary table, classifies them with the extension's classify table
+(batched, each batch sorted by length), writes them out and clears the
+table, so memory does not grow with the number of rows. Every input column
+is kept; added are label, score and one prob_<label> column per label of the
+model (in JSON Lines a probs object), with --prefix before each name. A
+progress bar (rows, rows/s, ETA) is drawn on stderr when it is a terminal.
+
+A malformed row (a CSV row with the wrong number of fields or a stray
+quote, a JSON line that is not an object or lacks the column, ...) stops
+the run with a message naming the row and what was wrong, and exit status
+1; with --skip-bad-rows such rows are left out of the output and each is
+reported on stderr. When --output names a file, it is written under a
+temporary name and renamed when complete, so a failed run leaves no
+half-written output.
+
+train loads the rows into a temporary table of the database given by --db
+and runs the train() aggregate over it, which stores the fine-tuned model
+in that database (use it with --model NAME --db DB). evaluate runs
+sentiment_evaluate() and prints its JSON report. Labels that are whole
+numbers are read as integers, so 0/1 mean negative/positive on the built-in
+model, as in SQL.
+
+Exit status: 0 done, 1 the data or the model failed (the message says
+which row or what), 2 the command line is wrong (an unknown option, a
+column or file that is not there), 130 interrupted (Ctrl-C).
+
+Only the standard library is needed; Parquet needs pyarrow.
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+
+from . import ExtensionLoadingUnavailable, load
+from .tabular import (FORMATS, AddedColumns, BadRow, InputError, OutputError, column_values,
+                      format_of, open_reader, open_writer)
+
+PROG = "sqlite-sentiment"
+CHUNK_TABLE = "sentiment_cli_chunk"
+ROWS_TABLE = "sentiment_cli_rows"
+# Rows per chunk: bench/bench_cli.sh measures the rate against classify
+# over the same rows in one table; from 1,024 rows on the CLI is within a
+# few percent of it, and a chunk's memory is small.
+DEFAULT_CHUNK = 4096
+MAX_REPORTED_BAD_ROWS = 20
+
+
+class Failure(Exception):
+    """Ends the command with a message and an exit status."""
+
+    def __init__(self, msg, status=1):
+        super().__init__(msg)
+        self.status = status
+
+
+# ---- the database connection ---------------------------------------------
+
+def _sqlite_modules():
+    import sqlite3
+    yield sqlite3
+    for name in ("sqlean", "pysqlite3.dbapi2"):
+        try:
+            yield __import__(name, fromlist=["connect"])
+        except ImportError:
+            pass
+
+
+def connect(db=None, readonly=False):
+    """A connection with the extension loaded: Python's sqlite3, or sqlean.py
+    or pysqlite3 when this Python's sqlite3 cannot load extensions."""
+    if db and readonly and not os.path.exists(db):
+        raise Failure(f"--db {db}: no such file", 2)
+    last = None
+    for mod in _sqlite_modules():
+        if not hasattr(mod.Connection, "enable_load_extension"):
+            continue
+        try:
+            if db is None:
+                conn = mod.connect(":memory:", check_same_thread=False)
+            elif readonly:
+                uri = "file:" + urllib.request.pathname2url(os.path.abspath(db)) + "?mode=ro"
+                conn = mod.connect(uri, uri=True, check_same_thread=False)
+            else:
+                conn = mod.connect(db, check_same_thread=False)
+            conn.isolation_level = None          # autocommit; train() stores itself
+            load(conn)
+            return conn
+        except ExtensionLoadingUnavailable as e:
+            last = e
+        except mod.Error as e:
+            raise Failure(f"--db {db}: {e}" if db else str(e))
+    if last is None:
+        try:
+            import sqlite3
+            load(sqlite3.connect(":memory:"))
+        except ExtensionLoadingUnavailable as e:
+            last = e
+    raise Failure(str(last))
+
+
+def configure(conn, args, progress):
+    conn.execute("SELECT sentiment_config('progress', ?)", (progress,)).fetchall()
+    for key in ("threads", "device", "batch_size"):
+        v = getattr(args, key, None)
+        if v is not None:
+            try:
+                conn.execute("SELECT sentiment_config(?, ?)", (key, str(v))).fetchall()
+            except Exception as e:
+                raise Failure(str(e), 2)
+
+
+def resolve_model(conn, model):
+    """The model name to pass to the extension and its labels, in class
+    order. A directory is registered with sentiment_load() first."""
+    if model is None:
+        model = "default"
+    if os.path.isdir(model):
+        name = os.path.basename(os.path.normpath(model)) or "model"
+        try:
+            conn.execute("SELECT sentiment_load(?, ?)", (name, model)).fetchall()
+        except Exception as e:
+            raise Failure(str(e))
+        model = name
+    try:
+        probs = conn.execute("SELECT sentiment_probs('x', ?)", (model,)).fetchall()[0][0]
+    except Exception as e:
+        raise Failure(str(e).replace("sentiment_probs()", "--model"), 2)
+    return model, list(json.loads(probs))
+
+
+def run_interruptibly(conn, sql, params=()):
+    """Runs one long statement in a worker thread, so that Ctrl-C can call
+    conn.interrupt() (SQLite then stops it; train() stores nothing)."""
+    out = {}
+
+    def work():
+        try:
+            out["rows"] = conn.execute(sql, params).fetchall()
+        except BaseException as e:       # handed to the main thread
+            out["error"] = e
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(0.2)
+    except KeyboardInterrupt:
+        conn.interrupt()
+        t.join()
+        raise
+    if "error" in out:
+        raise Failure(str(out["error"]))
+    return out["rows"]
+
+
+# ---- progress ------------------------------------------------------------
+
+class Progress:
+    """A one-line progress bar on stderr: rows, rows/s and, when the size of
+    the input is known, percent and ETA. At most four updates a second."""
+
+    WIDTH = 24
+
+    def __init__(self, enabled, what, total=None):
+        self.enabled, self.what, self.total = enabled, what, total
+        self.start = self.last = time.monotonic()
+        self.shown = False
+
+    def update(self, rows, done=None, force=False):
+        if not self.enabled:
+            return
+        t = time.monotonic()
+        if not force and t - self.last < 0.25:
+            return
+        self.last = t
+        elapsed = max(t - self.start, 1e-9)
+        rate = rows / elapsed
+        line = f"{self.what}: {rows:,} rows, {rate:,.0f} rows/s"
+        if self.total and done is not None:
+            frac = min(done / self.total, 1.0)
+            fill = int(frac * self.WIDTH)
+            eta = elapsed * (1 - frac) / frac if frac > 0 else 0
+            bar = "#" * fill + "-" * (self.WIDTH - fill)
+            line = f"{self.what} [{bar}] {frac * 100:3.0f}% {rows:,} rows, {rate:,.0f} rows/s, ETA {_hms(eta)}"
+        sys.stderr.write("\r" + line + "\x1b[K")
+        sys.stderr.flush()
+        self.shown = True
+
+    def end(self):
+        if self.enabled and self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _hms(s):
+    s = int(s + 0.5)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _progress_wanted(args):
+    if args.progress == "auto":
+        return sys.stderr.isatty()
+    return args.progress == "on"
+
+
+# ---- bad rows ------------------------------------------------------------
+
+class BadRows:
+    """What to do with a malformed row: stop, or skip and report it."""
+
+    def __init__(self, skip, progress):
+        self.skip, self.progress, self.count = skip, progress, 0
+
+    def __call__(self, bad):
+        if not self.skip:
+            raise Failure(f"{bad} (--skip-bad-rows leaves such rows out)")
+        self.count += 1
+        if self.count <= MAX_REPORTED_BAD_ROWS:
+            self.progress.end()
+            print(f"{PROG}: skipped {bad}", file=sys.stderr)
+        elif self.count == MAX_REPORTED_BAD_ROWS + 1:
+            print(f"{PROG}: more bad rows skipped; counted at the end", file=sys.stderr)
+
+
+# ---- output files --------------------------------------------------------
+
+class Output:
+    """stdout, or a file written under a temporary name and renamed into
+    place on success (removed on failure)."""
+
+    def __init__(self, path, binary_format):
+        self.path = path
+        if path in (None, "-"):
+            if binary_format:
+                raise Failure("Parquet cannot be written to stdout; give --output FILE", 2)
+            self.tmp = None
+            self.target = _stdout()
+        else:
+            d = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(d):
+                raise Failure(f"--output {path}: directory {d} does not exist", 2)
+            self.tmp = os.path.join(d, f".{os.path.basename(path)}.part-{os.getpid()}")
+            self.target = self.tmp if binary_format else open(
+                self.tmp, "w", encoding="utf-8", newline="")
+
+    def commit(self):
+        if self.tmp is None:
+            self.target.flush()
+            return
+        if not isinstance(self.target, str):
+            self.target.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self):
+        if self.tmp is None:
+            return
+        if not isinstance(self.target, str):
+            self.target.close()
+        try:
+            os.remove(self.tmp)
+        except FileNotFoundError:
+            pass
+
+
+_STDOUT = []
+
+
+def _stdout():
+    """stdout as UTF-8 text with no newline translation (CSV writes its own
+    line ends), whatever the locale."""
+    if not _STDOUT:
+        import io
+        _STDOUT.append(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="",
+                                        write_through=False))
+    return _STDOUT[0]
+
+
+# ---- label ---------------------------------------------------------------
+
+def cmd_label(args):
+    fmt_in = format_of(args.input, args.format)
+    if args.output_format:
+        fmt_out = args.output_format
+    elif args.output and args.output != "-":
+        try:
+            fmt_out = format_of(args.output)
+        except InputError:
+            fmt_out = fmt_in
+    else:
+        fmt_out = fmt_in
+    if args.chunk_size < 1:
+        raise Failure("--chunk-size must be at least 1", 2)
+
+    progress_on = _progress_wanted(args)
+    conn = connect(args.db, readonly=True)
+    configure(conn, args, "off")
+    model, labels = resolve_model(conn, args.model)
+    added = AddedColumns(args.prefix, labels)
+
+    out = Output(args.output, fmt_out == "parquet")
+    try:
+        if args.input != "-" and os.path.isfile(args.input) and os.path.getsize(args.input) == 0:
+            # An empty file: no header, no rows; the output is empty too.
+            if fmt_out == "parquet":
+                open(out.target, "wb").close()
+            out.commit()
+            print(f"{PROG}: {args.input} is empty: 0 rows", file=sys.stderr)
+            return 0
+        try:
+            reader = open_reader(args.input, fmt_in, args.column)
+        except InputError as e:
+            raise Failure(str(e), 2 if e.usage else 1)
+        _check_collisions(reader.columns, added.names(fmt_out))
+        writer = open_writer(fmt_out, out.target, reader, added)
+        rows = _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on)
+        writer.close()
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return rows
+
+
+def _check_collisions(columns, names):
+    if not columns:
+        return
+    for n in names:
+        if n in columns:
+            raise Failure(f"the input already has a column {n!r}; name the added columns "
+                          "with --prefix, e.g. --prefix predicted_", 2)
+
+
+def _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on):
+    progress = Progress(progress_on, "label", getattr(reader, "size", None))
+    bad = BadRows(args.skip_bad_rows, progress)
+    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {CHUNK_TABLE}(text TEXT)")
+    insert = f"INSERT INTO temp.{CHUNK_TABLE}(text) VALUES (?)"
+    # Each label's probability is taken out of probs in SQL (json_extract),
+    # not parsed row by row in Python; a label JSON paths cannot name
+    # (holding a quote or backslash) is read in Python instead.
+    labels = added.labels
+    plain = all('"' not in l and "\\" not in l for l in labels)
+    extract = "".join(f", json_extract(probs, ?)" for _ in labels) if plain else ""
+    query = f"SELECT label, score, probs{extract} FROM classify('{CHUNK_TABLE}', 'text', ?)"
+    params = tuple(f'$."{l}"' for l in labels) + (model,) if plain else (model,)
+    clear = f"DELETE FROM temp.{CHUNK_TABLE}"
+    done = 0
+    checked = reader.columns is not None
+    for texts, rows in reader.chunks(args.chunk_size, bad):
+        if not checked and isinstance(rows, list) and rows and isinstance(rows[0], dict):
+            _check_collisions(list(rows[0]), added.names(fmt_out))
+            checked = True
+        conn.execute("BEGIN")
+        conn.executemany(insert, ((t,) for t in texts))
+        try:
+            results = conn.execute(query, params).fetchall()
+            if not plain:
+                results = [(l, sc, p, *([None] * len(labels) if p is None else
+                                       [json.loads(p).get(x) for x in labels]))
+                           for l, sc, p in results]
+        except Exception as e:
+            conn.execute("ROLLBACK")
+            raise Failure(f"rows {done + 1}-{done + len(texts)}: {e}")
+        conn.execute(clear)
+        conn.execute("COMMIT")
+        if len(results) != len(texts):
+            raise Failure(f"classify returned {len(results)} rows for {len(texts)}")
+        base = done
+
+        def where(k, base=base):
+            return f"output row {base + k + 1}"
+
+        try:
+            writer.write(rows, results, where)
+        except OutputError as e:
+            raise Failure(str(e))
+        done += len(texts)
+        progress.update(done, reader.bytes_read())
+    progress.update(done, reader.size, force=True)
+    progress.end()
+    if bad.count or reader.replaced_bytes or progress_on:
+        notes = [f"{done:,} rows labeled"]
+        if bad.count:
+            notes.append(f"{bad.count:,} bad rows skipped")
+        if reader.replaced_bytes:
+            notes.append(f"{reader.replaced_bytes:,} invalid UTF-8 bytes replaced by U+FFFD")
+        elapsed = time.monotonic() - progress.start
+        notes.append(f"{elapsed:.1f} s")
+        print(f"{PROG}: " + ", ".join(notes), file=sys.stderr)
+    reader.close()
+    return done
+
+
+# ---- train and evaluate --------------------------------------------------
+
+def _load_rows(conn, args, progress_on):
+    """Reads FILE's text and label columns into a temporary table; returns
+    its row count. Labels that are whole numbers become INTEGERs (the
+    column's INTEGER affinity), as train() and sentiment_evaluate() expect
+    for the 0/1 convention."""
+    fmt = format_of(args.file, args.format)
+    try:
+        reader = open_reader(args.file, fmt, args.text_column, also=(args.label_column,))
+    except InputError as e:
+        raise Failure(str(e), 2 if e.usage else 1)
+    progress = Progress(progress_on, "reading", getattr(reader, "size", None))
+    bad = BadRows(args.skip_bad_rows, progress)
+    conn.execute(f"DROP TABLE IF EXISTS temp.{ROWS_TABLE}")
+    conn.execute(f"CREATE TEMP TABLE {ROWS_TABLE}(text TEXT, label INTEGER)")
+    n = 0
+    conn.execute("BEGIN")
+    for texts, rows in reader.chunks(DEFAULT_CHUNK, bad):
+        labels = column_values(reader, rows, args.label_column)
+        labels = [None if l == "" else l for l in labels]
+        conn.executemany(f"INSERT INTO temp.{ROWS_TABLE} VALUES (?, ?)", zip(texts, labels))
+        n += len(texts)
+        progress.update(n, reader.bytes_read())
+    conn.execute("COMMIT")
+    progress.end()
+    reader.close()
+    if bad.count:
+        print(f"{PROG}: {bad.count:,} bad rows skipped", file=sys.stderr)
+    return n
+
+
+def cmd_train(args):
+    if not args.db:
+        raise Failure("train needs --db DB: the trained model is stored in that database", 2)
+    if not args.name and args.file == "-":
+        raise Failure("train from stdin needs --name NAME for the model", 2)
+    name = args.name or os.path.splitext(os.path.basename(args.file))[0]
+    options = {}
+    if args.options:
+        try:
+            options = json.loads(args.options)
+        except ValueError as e:
+            raise Failure(f"--options is not JSON: {e}", 2)
+        if not isinstance(options, dict):
+            raise Failure("--options must be a JSON object", 2)
+    for key in ("base", "epochs", "lr", "batch_size", "max_length", "seed"):
+        v = getattr(args, "train_" + key, None)
+        if v is not None:
+            options[key] = v
+    conn = connect(args.db)
+    configure(conn, args, args.progress)      # train()'s own progress line
+    n = _load_rows(conn, args, _progress_wanted(args))
+    if n == 0:
+        raise Failure(f"{args.file}: no rows to train on")
+    row = run_interruptibly(conn, f"SELECT train(?, text, label, ?) FROM temp.{ROWS_TABLE}",
+                            (name, json.dumps(options)))
+    report = json.loads(row[0][0])
+    _stdout().write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    line = f"{PROG}: stored model {name!r} version {report.get('version')} in {args.db}"
+    acc = report.get("best_accuracy")
+    if isinstance(acc, (int, float)):
+        line += f" (best validation accuracy {acc:.4f}, {report.get('valid_rows')} rows)"
+    print(line + f"; use it with --model {name} --db {args.db}", file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args):
+    conn = connect(args.db, readonly=True)
+    configure(conn, args, "off")
+    model, _ = resolve_model(conn, args.model)
+    if args.labels is not None:
+        try:
+            json.loads(args.labels)
+        except ValueError as e:
+            raise Failure(f"--labels is not JSON: {e}", 2)
+    _load_rows(conn, args, _progress_wanted(args))
+    if args.labels is None:
+        sql, params = f"SELECT sentiment_evaluate(text, label, ?) FROM temp.{ROWS_TABLE}", (model,)
+    else:
+        sql = f"SELECT sentiment_evaluate(text, label, ?, ?) FROM temp.{ROWS_TABLE}"
+        params = (model, args.labels)
+    row = run_interruptibly(conn, sql, params)
+    report = json.loads(row[0][0])
+    _stdout().write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    if report.get("accuracy") is not None:
+        print(f"{PROG}: {model}: accuracy {report['accuracy']:.4f}, macro-F1 "
+              f"{report['macro_f1']:.4f} on {report['rows']:,} rows", file=sys.stderr)
+    if report.get("warning"):
+        print(f"{PROG}: warning: {report['warning']}", file=sys.stderr)
+    return 0
+
+
+# ---- the command line ----------------------------------------------------
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Label, train on and evaluate with CSV, TSV, JSON Lines and "
+        "Parquet files, using the sentiment SQLite extension.")
+    from . import __version__
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def common(sp):
+        sp.add_argument("--format", choices=FORMATS,
+                        help="input format (default: from the file name's extension)")
+        sp.add_argument("--db", help="SQLite database holding trained models (train: where "
+                        "the model is stored)")
+        sp.add_argument("--skip-bad-rows", action="store_true",
+                        help="leave malformed rows out (each reported on stderr) "
+                        "instead of stopping")
+        sp.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                        help="progress bar on stderr (auto: when it is a terminal)")
+        sp.add_argument("--threads", type=int, help="CPU threads (sentiment_config)")
+        sp.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+
+    lp = sub.add_parser("label", help="label every row of a file",
+                        description="Adds label, score and probabilities to every row of "
+                        "INPUT, keeping its columns.")
+    lp.add_argument("input", metavar="INPUT", help="input file, '-' for stdin")
+    lp.add_argument("--column", default="text", help="the text column (default: text)")
+    lp.add_argument("--model", help="model name (default: the built-in model), or a "
+                    "Hugging Face model directory")
+    lp.add_argument("--output", "-o", help="output file (default: stdout); its extension "
+                    "picks the format, else the input's")
+    lp.add_argument("--output-format", choices=FORMATS)
+    lp.add_argument("--prefix", default="", help="prefix of the added column names")
+    lp.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK,
+                    help=f"rows per classify call (default {DEFAULT_CHUNK})")
+    lp.add_argument("--batch-size", dest="batch_size", type=int,
+                    help="rows per encoder call (sentiment_config batch_size)")
+    common(lp)
+    lp.set_defaults(func=cmd_label)
+
+    for name, func, helptext in (
+            ("train", cmd_train, "fine-tune a model on a labeled file, stored in --db"),
+            ("evaluate", cmd_evaluate, "score a model on a labeled file")):
+        sp = sub.add_parser(name, help=helptext, description=helptext)
+        sp.add_argument("file", metavar="FILE", help="labeled input file, '-' for stdin")
+        sp.add_argument("--text-column", default="text", help="default: text")
+        sp.add_argument("--label-column", default="label", help="default: label")
+        common(sp)
+        if name == "train":
+            sp.add_argument("--name", help="name of the trained model (default: FILE's name "
+                            "without extension)")
+            sp.add_argument("--base", dest="train_base",
+                            help="model to start from (default: the built-in model)")
+            sp.add_argument("--epochs", dest="train_epochs", type=int)
+            sp.add_argument("--lr", dest="train_lr", type=float)
+            sp.add_argument("--batch-size", dest="train_batch_size", type=int)
+            sp.add_argument("--max-length", dest="train_max_length", type=int)
+            sp.add_argument("--seed", dest="train_seed", type=int)
+            sp.add_argument("--options", help="train() options as a JSON object")
+        else:
+            sp.add_argument("--model", help="model name (default: the built-in model), or a "
+                            "model directory")
+            sp.add_argument("--labels", help="JSON object mapping the file's labels to the "
+                            "model's, e.g. '{\"0\":\"negative\",\"1\":\"positive\"}'")
+        sp.set_defaults(func=func)
+    return p
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        args.func(args)
+        if _STDOUT:
+            _STDOUT[0].flush()
+        return 0
+    except Failure as e:
+        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        return e.status
+    except InputError as e:
+        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        return 2 if e.usage else 1
+    except BadRow as e:
+        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\n{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (| head): not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
