@@ -146,8 +146,12 @@ struct tp_team {
     tp_worker *workers[TP_MAX_WORKERS];
 };
 
-/* 1 on a worker, and on a caller while it holds a team: calls run inline. */
-static _Thread_local int t_in_pool;
+/* 1 on a worker, and on a caller while it holds a team: calls run inline.
+ * Initial-exec, as libgomp's: a few bytes of the static TLS that glibc
+ * keeps for libraries loaded later, so no access goes through
+ * __tls_get_addr (whose blocks LeakSanitizer misreads at exit, in threads
+ * of a dlopened library). */
+static _Thread_local int t_in_pool __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* guards g_free */
 static tp_team *g_free;                                   /* idle teams */
