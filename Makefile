@@ -13,13 +13,15 @@
 # Missing Debian packages are installed by scripts/install-deps.sh when run as
 # root, once per build directory and before anything compiles (every object
 # waits for the $(BUILD)/.deps-ok stamp; `make deps` checks again). Shipped
-# flags: -O2, no -march=native, no fast-math.
+# flags: -O2, no -march=native, no fast-math. Threads are our own
+# (model/thread_pool.c, pthreads); -fopenmp-simd honours the `omp simd`
+# loop directives only and links no OpenMP runtime.
 
 BUILD    ?= build
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp
+CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp-simd
 CPPFLAGS += -Imodel -Iext
 LDLIBS   += -lutf8proc -lcjson -ljansson -lm -lpthread -ldl
 SAN      ?=

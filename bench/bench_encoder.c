@@ -22,13 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <omp.h>
 
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"
 #include "gemm_bf16.h"
 #include "gemm_int8.h"
+#include "thread_pool.h"
 
 /* by bert_precision */
 static const char *const k_precision[] = {"fp32-sgemm", "bf16", "int8", "fp32-packed"};
@@ -50,6 +50,29 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The timed batches: batch bi on lane `lane` (one batch at a time each). */
+typedef struct batches_job {
+    const bert_config *cfg;
+    const bert_params *p;
+    bert_workspace **lane_ws;
+    const int *ids, *lens;
+    int n_seq, batch;
+    float *lane_logits;
+    int failed; /* set by a failing batch, never cleared */
+} batches_job;
+
+static void run_batch(void *ctx, int bi, int lane)
+{
+    batches_job *j = ctx;
+    int first = bi * j->batch;
+    int B = j->n_seq - first < j->batch ? j->n_seq - first : j->batch;
+    if (bert_forward(j->cfg, j->p, j->lane_ws[lane], j->ids, j->lens + first, B,
+                     j->lens[first + B - 1],
+                     j->lane_logits + (size_t)lane * j->batch * j->cfg->num_labels, NULL,
+                     NULL) != SM_OK)
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
 static double median(double *v, int n)
@@ -247,19 +270,11 @@ int main(int argc, char **argv)
     bert_workspace **lane_ws = &ws;
     if (lanes > 1 && bert_workspace_lanes(ws, &cfg, lanes, &lane_ws, err)) goto fail;
     float *lane_logits = malloc((size_t)lanes * o.batch * cfg.num_labels * sizeof *lane_logits);
+    batches_job job = {&cfg, run_p, lane_ws, ids, lens, n_seq, o.batch, lane_logits, 0};
     for (int r = 0; r < o.runs; r++) {
         double t0 = now();
-        int failed = 0;
-#pragma omp parallel for num_threads(lanes) schedule(dynamic, 1) reduction(| : failed)
-        for (int bi = 0; bi < n_batches; bi++) {
-            int first = bi * o.batch, lane = lanes > 1 ? omp_get_thread_num() : 0;
-            int B = n_seq - first < o.batch ? n_seq - first : o.batch;
-            failed |= bert_forward(&cfg, run_p, lane_ws[lane], ids, lens + first, B,
-                                   lens[first + B - 1],
-                                   lane_logits + (size_t)lane * o.batch * cfg.num_labels, NULL,
-                                   NULL) != SM_OK;
-        }
-        if (failed) goto fail;
+        tp_for_dynamic(lanes, n_batches, run_batch, &job);
+        if (job.failed) goto fail;
         times[r] = now() - t0;
     }
     free(lane_logits);

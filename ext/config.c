@@ -8,7 +8,11 @@
  *               when the CUDA plugin finds one, else the CPU; cuda without
  *               a GPU is an error, never a silent fall-back. sentiment_device()
  *               says what is in use.
- *   threads     CPU threads, 0 (default) = all cores.
+ *   threads     CPU threads, 0 (default) = all cores this process may run
+ *               on (its CPU affinity; tp_default_threads in
+ *               model/thread_pool.h). The engine's own worker threads,
+ *               created on first use and kept; when one cannot be
+ *               created the work runs on fewer, with the same results.
  *   batch_size  rows per encoder call in classify and sentiment_batch,
  *               1..4096, default 32.
  *   max_length  tokens per text including [CLS] and [SEP], 0 (default) =

@@ -219,7 +219,8 @@ struct backend {
                       int R, int K, int N);
 };
 
-/* The CPU backend; threads <= 0 means "all cores". */
+/* The CPU backend; threads <= 0 means all the cores this process may run on
+ * (tp_default_threads). Its ops split their work across thread_pool.h. */
 int backend_cpu_create(int threads, backend **out, char *err);
 int backend_cpu_threads(const backend *be);
 /* Threads worth using on a CPU backend for a product of `macs`

@@ -1,20 +1,22 @@
 /* backend_cpu.c: the reference backend: OpenBLAS for matrix products, plain C
  * loops for everything else.
  *
- * Threading: we own the parallelism. OpenBLAS (loaded by blas.c) runs single-threaded and each
- * op splits its work across `threads` OpenMP threads (rows of a linear layer,
- * (batch, head) pairs of attention), so there is one pool of threads, not
- * two fighting over the cores. Hot elementwise loops are compiled for several
+ * Threading: we own the parallelism. OpenBLAS (loaded by blas.c) runs
+ * single-threaded and each op splits its work into `threads` pieces (rows of
+ * a linear layer, (batch, head) pairs of attention) that thread_pool.h's
+ * workers run, so there is one pool of threads, not two fighting over the
+ * cores. What a piece computes depends only on the split, never on the
+ * thread that runs it. Hot elementwise loops are compiled for several
  * instruction sets with target_clones and picked at run time by the CPU, so
  * the shipped build needs no -march flag. Sums and maxima over a row are
- * vectorised with `omp simd reduction`, which allows the reordering that
+ * vectorised with `omp simd reduction` (built with -fopenmp-simd: the
+ * directive alone, no OpenMP runtime), which allows the reordering that
  * plain C forbids; results then differ from a sequential sum only in the
  * last bits, well inside the tolerances the tests check.
  */
 #include "backend.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,7 @@
 #include "gemm_bf16.h"
 #include "gemm_f32.h"
 #include "gemm_int8.h"
+#include "thread_pool.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -37,36 +40,11 @@ static int threads_of(const backend *be)
     return ((const cpu_ctx *)be->ctx)->threads;
 }
 
-/* Below these sizes an op runs on one thread: starting and joining a team
+/* Below these sizes an op runs on one thread: waking and joining workers
  * costs more than it saves, and on a busy machine each join can wait a
  * whole scheduler time slice for a descheduled thread. */
 #define PARALLEL_MIN_MACS (1 << 23)      /* multiply-adds of a product */
 #define PARALLEL_MIN_ELEMENTS (1 << 16)  /* elements of an elementwise op */
-
-/* A loop over threads: an OpenMP region only with two or more. libgomp
- * allocates a new team for every one-thread region (it keeps only larger
- * teams) and exits the process when that allocation fails; one thread runs
- * the loop as it is. */
-#define FOR_THREADS_STATIC(nt, ...)                                           \
-    do {                                                                      \
-        int par_nt_ = (nt);                                                   \
-        if (par_nt_ > 1) {                                                    \
-            _Pragma("omp parallel for num_threads(par_nt_) schedule(static)") \
-            __VA_ARGS__                                                       \
-        } else {                                                              \
-            __VA_ARGS__                                                       \
-        }                                                                     \
-    } while (0)
-#define FOR_THREADS_DYNAMIC(nt, ...)                                          \
-    do {                                                                      \
-        int par_nt_ = (nt);                                                   \
-        if (par_nt_ > 1) {                                                    \
-            _Pragma("omp parallel for num_threads(par_nt_) schedule(dynamic)") \
-            __VA_ARGS__                                                       \
-        } else {                                                              \
-            __VA_ARGS__                                                       \
-        }                                                                     \
-    } while (0)
 
 int backend_cpu_threads_for(const backend *be, double macs)
 {
@@ -102,19 +80,39 @@ static int cpu_copy(backend *be, void *dst, const void *src, size_t bytes)
 
 /* ---- matrix products ---------------------------------------------------- */
 
-/* Splits [0, n) into `parts` nearly equal chunks; chunk i is [*lo, *hi). */
-static void split_range(int n, int parts, int i, int *lo, int *hi)
-{
-    int base = n / parts, extra = n % parts;
-    *lo = i * base + (i < extra ? i : extra);
-    *hi = *lo + base + (i < extra ? 1 : 0);
-}
-
 /* C = alpha op(A) op(B) + beta C, split across threads by rows of C (or by
  * columns when there are few rows). With `bias` (N floats), each thread
  * first sets its part of C to the bias broadcast and the product is added
  * to it (beta is then ignored): the fill happens in parallel, next to the
  * product that reads it. */
+typedef struct gemm_job {
+    int transA, transB, M, N, K, lda, ldb, ldc, by_rows;
+    float alpha, beta;
+    const float *A, *B, *bias;
+    float *C;
+} gemm_job;
+
+/* Piece i of nt of a gemm_split: rows (or columns) tp_split gives it. */
+static void gemm_piece(void *ctx, int i, int nt)
+{
+    const gemm_job *j = ctx;
+    int lo, hi;
+    tp_split(j->by_rows ? j->M : j->N, nt, i, &lo, &hi);
+    if (hi <= lo) return;
+    int rows_lo = j->by_rows ? lo : 0, rows_hi = j->by_rows ? hi : j->M;
+    int cols_lo = j->by_rows ? 0 : lo, cols_hi = j->by_rows ? j->N : hi;
+    float *C = j->C;
+    if (j->bias)
+        for (int r = rows_lo; r < rows_hi; r++)
+            memcpy(C + (size_t)r * j->ldc + cols_lo, j->bias + cols_lo,
+                   (size_t)(cols_hi - cols_lo) * sizeof *C);
+    const float *Ai = j->A, *Bi = j->B;
+    if (j->by_rows) Ai = j->transA ? j->A + lo : j->A + (size_t)lo * j->lda;
+    else Bi = j->transB ? j->B + (size_t)lo * j->ldb : j->B + lo;
+    blas_sgemm(j->transA, j->transB, rows_hi - rows_lo, cols_hi - cols_lo, j->K, j->alpha, Ai,
+               j->lda, Bi, j->ldb, j->beta, C + (size_t)rows_lo * j->ldc + cols_lo, j->ldc);
+}
+
 static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B,
                       int ldb, float beta, float *C, int ldc, const float *bias)
@@ -122,24 +120,9 @@ static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
     int nt = backend_cpu_threads_for(be, (double)M * N * K);
     int by_rows = M >= 32 * nt || N < 32 * nt;
     if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
-    if (bias) beta = 1.0f;
-    FOR_THREADS_STATIC(nt,
-    for (int i = 0; i < nt; i++) {
-        int lo, hi;
-        split_range(by_rows ? M : N, nt, i, &lo, &hi);
-        if (hi <= lo) continue;
-        int rows_lo = by_rows ? lo : 0, rows_hi = by_rows ? hi : M;
-        int cols_lo = by_rows ? 0 : lo, cols_hi = by_rows ? N : hi;
-        if (bias)
-            for (int r = rows_lo; r < rows_hi; r++)
-                memcpy(C + (size_t)r * ldc + cols_lo, bias + cols_lo,
-                       (size_t)(cols_hi - cols_lo) * sizeof *C);
-        const float *Ai = A, *Bi = B;
-        if (by_rows) Ai = transA ? A + lo : A + (size_t)lo * lda;
-        else Bi = transB ? B + (size_t)lo * ldb : B + lo;
-        blas_sgemm(transA, transB, rows_hi - rows_lo, cols_hi - cols_lo, K, alpha, Ai, lda,
-                   Bi, ldb, beta, C + (size_t)rows_lo * ldc + cols_lo, ldc);
-    });
+    gemm_job j = {transA, transB, M, N, K, lda, ldb, ldc, by_rows,
+                  alpha, bias ? 1.0f : beta, A, B, bias, C};
+    tp_run(nt, gemm_piece, &j);
     return SM_OK;
 }
 
@@ -151,6 +134,23 @@ static int cpu_matmul(backend *be, int transA, int transB, int M, int N, int K,
                       ldc, NULL);
 }
 
+typedef struct batched_job {
+    int transA, transB, M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    long long strideA, strideB, strideC;
+} batched_job;
+
+static void batched_range(void *ctx, int lo, int hi)
+{
+    const batched_job *j = ctx;
+    for (int i = lo; i < hi; i++)
+        blas_sgemm(j->transA, j->transB, j->M, j->N, j->K, j->alpha, j->A + i * j->strideA,
+                   j->lda, j->B + i * j->strideB, j->ldb, j->beta, j->C + i * j->strideC,
+                   j->ldc);
+}
+
 static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
                               int K, float alpha, const float *A, int lda,
                               long long strideA, const float *B, int ldb,
@@ -158,12 +158,9 @@ static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
                               long long strideC, int batch)
 {
     int nt = backend_cpu_threads_for(be, (double)batch * M * N * K);
-    FOR_THREADS_STATIC(nt,
-    for (int i = 0; i < batch; i++) {
-        blas_sgemm(transA, transB, M, N, K, alpha,
-                    A + i * strideA, lda, B + i * strideB, ldb, beta,
-                    C + i * strideC, ldc);
-    });
+    batched_job j = {transA, transB, M, N, K, lda, ldb, ldc, alpha, beta,
+                     A, B, C, strideA, strideB, strideC};
+    tp_for_static(nt, batch, batched_range, &j);
     return SM_OK;
 }
 
@@ -199,6 +196,27 @@ static void f32_cols(float *out, const float *in, const void *W, const float *b,
 
 /* A packed weight's product split across threads as gemm_split does: by
  * rows of out, or by panels of `panel` columns when there are few rows. */
+typedef struct packed_job {
+    packed_cols_fn cols;
+    float *out;
+    const float *in, *b;
+    const void *W;
+    int R, K, N, panels, panel, by_rows;
+} packed_job;
+
+static void packed_piece(void *ctx, int i, int nt)
+{
+    const packed_job *j = ctx;
+    int lo, hi;
+    tp_split(j->by_rows ? j->R : j->panels, nt, i, &lo, &hi);
+    if (hi <= lo) return;
+    if (j->by_rows)
+        j->cols(j->out + (size_t)lo * j->N, j->in + (size_t)lo * j->K, j->W, j->b, hi - lo, 0,
+                j->N);
+    else
+        j->cols(j->out, j->in, j->W, j->b, j->R, lo * j->panel, hi * j->panel);
+}
+
 static void packed_split(backend *be, packed_cols_fn cols, float *out, const float *in,
                          const void *W, const float *b, int R, int K, int N, int panels,
                          int panel)
@@ -206,14 +224,8 @@ static void packed_split(backend *be, packed_cols_fn cols, float *out, const flo
     int nt = backend_cpu_threads_for(be, (double)R * N * K);
     int by_rows = R >= 32 * nt || panels < 2 * nt;
     if (nt <= 1 || (by_rows ? R : panels) < 2) nt = 1;
-    FOR_THREADS_STATIC(nt,
-    for (int i = 0; i < nt; i++) {
-        int lo, hi;
-        split_range(by_rows ? R : panels, nt, i, &lo, &hi);
-        if (hi <= lo) continue;
-        if (by_rows) cols(out + (size_t)lo * N, in + (size_t)lo * K, W, b, hi - lo, 0, N);
-        else cols(out, in, W, b, R, lo * panel, hi * panel);
-    });
+    packed_job j = {cols, out, in, b, W, R, K, N, panels, panel, by_rows};
+    tp_run(nt, packed_piece, &j);
 }
 
 static int cpu_linear_bf16(backend *be, float *out, const float *in,
@@ -261,26 +273,39 @@ static void gelu_span(float *out, const float *in, size_t n)
     }
 }
 
-/* Runs span(out + lo, a + lo, b + lo, hi - lo) over [0, n) in parallel. */
-#define PARALLEL_SPANS(nt, n, body)                                           \
-    do {                                                                      \
-        int nt_ = (n) < PARALLEL_MIN_ELEMENTS ? 1 : (nt);                     \
-        FOR_THREADS_STATIC(nt_, for (int t_ = 0; t_ < nt_; t_++) {            \
-            size_t lo = (n) * t_ / nt_, hi = (n) * (t_ + 1) / nt_;            \
-            body;                                                             \
-        });                                                                   \
-    } while (0)
+/* An elementwise op over [0, n): piece t of nt is [n t / nt, n (t+1) / nt). */
+typedef struct span_job {
+    float *out;
+    const float *a, *b;
+    size_t n;
+} span_job;
+
+static void add_piece(void *ctx, int t, int nt)
+{
+    const span_job *j = ctx;
+    size_t lo = j->n * t / nt, hi = j->n * (t + 1) / nt;
+    add_span(j->out + lo, j->a + lo, j->b + lo, hi - lo);
+}
+
+static void gelu_piece(void *ctx, int t, int nt)
+{
+    const span_job *j = ctx;
+    size_t lo = j->n * t / nt, hi = j->n * (t + 1) / nt;
+    gelu_span(j->out + lo, j->a + lo, hi - lo);
+}
 
 static int cpu_add(backend *be, float *out, const float *a, const float *b,
                    size_t n)
 {
-    PARALLEL_SPANS(threads_of(be), n, add_span(out + lo, a + lo, b + lo, hi - lo));
+    span_job j = {out, a, b, n};
+    tp_run(threads_for_elements(be, (double)n), add_piece, &j);
     return SM_OK;
 }
 
 static int cpu_gelu(backend *be, float *out, const float *in, size_t n)
 {
-    PARALLEL_SPANS(threads_of(be), n, gelu_span(out + lo, in + lo, hi - lo));
+    span_job j = {out, in, NULL, n};
+    tp_run(threads_for_elements(be, (double)n), gelu_piece, &j);
     return SM_OK;
 }
 
@@ -313,29 +338,56 @@ static void layernorm_row(float *out, float *mean_out, float *rstd_out,
     if (rstd_out) *rstd_out = rstd;
 }
 
+typedef struct layernorm_job {
+    float *out, *mean, *rstd;
+    const float *in, *w, *b;
+    int C;
+    float eps;
+} layernorm_job;
+
+static void layernorm_rows(void *ctx, int lo, int hi)
+{
+    const layernorm_job *j = ctx;
+    int C = j->C;
+    for (int r = lo; r < hi; r++)
+        layernorm_row(j->out + (size_t)r * C, j->mean ? j->mean + r : NULL,
+                      j->rstd ? j->rstd + r : NULL, j->in + (size_t)r * C, j->w, j->b, C,
+                      j->eps);
+}
+
 static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd,
                          const float *in, const float *w, const float *b, int R,
                          int C, float eps)
 {
-    int nt = threads_for_elements(be, (double)R * C);
-    FOR_THREADS_STATIC(nt,
-    for (int r = 0; r < R; r++)
-        layernorm_row(out + (size_t)r * C, mean ? mean + r : NULL,
-                      rstd ? rstd + r : NULL, in + (size_t)r * C, w, b, C, eps););
+    layernorm_job j = {out, mean, rstd, in, w, b, C, eps};
+    tp_for_static(threads_for_elements(be, (double)R * C), R, layernorm_rows, &j);
     return SM_OK;
+}
+
+typedef struct softmax_job {
+    float *att;
+    const int *lengths;
+    int H, T;
+    float scale;
+} softmax_job;
+
+static void softmax_heads(void *ctx, int lo, int hi)
+{
+    const softmax_job *j = ctx;
+    int H = j->H, T = j->T;
+    for (int bh = lo; bh < hi; bh++) {
+        int len = j->lengths[bh / H];
+        len = len < 1 ? 1 : (len > T ? T : len);
+        float *rows = j->att + (size_t)bh * T * T;
+        for (int t = 0; t < T; t++) cpu_softmax_row(rows + (size_t)t * T, len, T, j->scale);
+    }
 }
 
 static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
                               int B, int H, int T, float scale)
 {
-    int nt = threads_for_elements(be, (double)B * H * T * T);
-    FOR_THREADS_STATIC(nt,
-    for (int bh = 0; bh < B * H; bh++) {
-        int len = lengths[bh / H];
-        len = len < 1 ? 1 : (len > T ? T : len);
-        float *rows = att + (size_t)bh * T * T;
-        for (int t = 0; t < T; t++) cpu_softmax_row(rows + (size_t)t * T, len, T, scale);
-    });
+    softmax_job j = {att, lengths, H, T, scale};
+    tp_for_static(threads_for_elements(be, (double)B * H * T * T), B * H, softmax_heads, &j);
     return SM_OK;
 }
 
@@ -351,74 +403,117 @@ static void attention_head(float *out, float *att, const float *qkv, int len,
     for (int t = len; t < T; t++) memset(out + (size_t)t * C, 0, (size_t)d * sizeof *out);
 }
 
+typedef struct attention_job {
+    float *out, *att;
+    const float *qkv;
+    const int *lengths;
+    int T, H, d;
+    float scale;
+} attention_job;
+
+static void attention_item(void *ctx, int bh, int lane)
+{
+    const attention_job *j = ctx;
+    int T = j->T, H = j->H, d = j->d, C = H * d;
+    int b = bh / H, h = bh % H;
+    int len = j->lengths[b] < 1 ? 1 : (j->lengths[b] > T ? T : j->lengths[b]);
+    (void)lane;
+    attention_head(j->out + (size_t)b * T * C + (size_t)h * d, j->att + (size_t)bh * T * T,
+                   j->qkv + (size_t)b * T * 3 * C + (size_t)h * d, len, T, C, d, j->scale);
+}
+
 static int cpu_attention(backend *be, float *out, float *att, const float *qkv,
                          const int *lengths, int B, int T, int H, int d,
                          float scale)
 {
-    int C = H * d, nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
-    FOR_THREADS_DYNAMIC(nt,
-    for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H;
-        int len = lengths[b] < 1 ? 1 : (lengths[b] > T ? T : lengths[b]);
-        attention_head(out + (size_t)b * T * C + (size_t)h * d,
-                       att + (size_t)bh * T * T,
-                       qkv + (size_t)b * T * 3 * C + (size_t)h * d, len, T, C, d, scale);
-    });
+    int nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
+    attention_job j = {out, att, qkv, lengths, T, H, d, scale};
+    tp_for_dynamic(nt, B * H, attention_item, &j);
     return SM_OK;
 }
 
 /* ---- gathers and layout changes --------------------------------------- */
 
+typedef struct embed_job {
+    float *out;
+    const int *ids, *types;
+    const float *word, *pos, *type, *task;
+    int T, C, pos_offset;
+} embed_job;
+
+static void embed_rows(void *ctx, int lo, int hi)
+{
+    const embed_job *j = ctx;
+    int T = j->T, C = j->C;
+    for (int bt = lo; bt < hi; bt++) {
+        int t = bt % T;
+        const float *w = j->word + (size_t)j->ids[bt] * C;
+        const float *p = j->pos + (size_t)(t + j->pos_offset) * C;
+        const float *ty = j->type + (size_t)(j->types ? j->types[bt] : 0) * C;
+        float *o = j->out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = w[c] + p[c] + ty[c];
+        if (j->task)
+            for (int c = 0; c < C; c++) o[c] += j->task[c];
+    }
+}
+
 static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
                      const float *word, const float *pos, const float *type,
                      const float *task, int B, int T, int C, int pos_offset)
 {
-    int nt = threads_for_elements(be, (double)B * T * C);
-    FOR_THREADS_STATIC(nt,
-    for (int bt = 0; bt < B * T; bt++) {
-        int t = bt % T;
-        const float *w = word + (size_t)ids[bt] * C;
-        const float *p = pos + (size_t)(t + pos_offset) * C;
-        const float *ty = type + (size_t)(types ? types[bt] : 0) * C;
-        float *o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = w[c] + p[c] + ty[c];
-        if (task)
-            for (int c = 0; c < C; c++) o[c] += task[c];
-    });
+    embed_job j = {out, ids, types, word, pos, type, task, T, C, pos_offset};
+    tp_for_static(threads_for_elements(be, (double)B * T * C), B * T, embed_rows, &j);
     return SM_OK;
+}
+
+/* The heads of attention laid out apart, (B,T,H,d) <-> (B,H,T,d). */
+typedef struct heads_job {
+    float *q, *k, *v;     /* split: out; merge: q is out */
+    const float *in;      /* split: qkv (B,T,3C); merge: (B,H,T,d) */
+    int T, H, d;
+} heads_job;
+
+static void split_rows(void *ctx, int lo, int hi)
+{
+    const heads_job *j = ctx;
+    int T = j->T, H = j->H, d = j->d, C = H * d;
+    for (int bt = lo; bt < hi; bt++) {
+        int b = bt / T, t = bt % T;
+        const float *src = j->in + (size_t)bt * 3 * C;
+        for (int h = 0; h < H; h++) {
+            size_t dst = (((size_t)b * H + h) * T + t) * d;
+            memcpy(j->q + dst, src + h * d, (size_t)d * sizeof *j->q);
+            memcpy(j->k + dst, src + C + h * d, (size_t)d * sizeof *j->k);
+            memcpy(j->v + dst, src + 2 * C + h * d, (size_t)d * sizeof *j->v);
+        }
+    }
 }
 
 static int cpu_attn_split(backend *be, float *q, float *k, float *v,
                           const float *qkv, int B, int T, int H, int d)
 {
-    int C = H * d;
-    int nt = threads_for_elements(be, (double)B * T * C);
-    FOR_THREADS_STATIC(nt,
-    for (int bt = 0; bt < B * T; bt++) {
-        int b = bt / T, t = bt % T;
-        const float *src = qkv + (size_t)bt * 3 * C;
-        for (int h = 0; h < H; h++) {
-            size_t dst = (((size_t)b * H + h) * T + t) * d;
-            memcpy(q + dst, src + h * d, (size_t)d * sizeof *q);
-            memcpy(k + dst, src + C + h * d, (size_t)d * sizeof *k);
-            memcpy(v + dst, src + 2 * C + h * d, (size_t)d * sizeof *v);
-        }
-    });
+    heads_job j = {q, k, v, qkv, T, H, d};
+    tp_for_static(threads_for_elements(be, (double)B * T * H * d), B * T, split_rows, &j);
     return SM_OK;
+}
+
+static void merge_rows(void *ctx, int lo, int hi)
+{
+    const heads_job *j = ctx;
+    int T = j->T, H = j->H, d = j->d;
+    for (int bt = lo; bt < hi; bt++) {
+        int b = bt / T, t = bt % T;
+        for (int h = 0; h < H; h++)
+            memcpy(j->q + ((size_t)bt * H + h) * d, j->in + (((size_t)b * H + h) * T + t) * d,
+                   (size_t)d * sizeof *j->q);
+    }
 }
 
 static int cpu_attn_merge(backend *be, float *out, const float *in, int B,
                           int T, int H, int d)
 {
-    int nt = threads_for_elements(be, (double)B * T * H * d);
-    FOR_THREADS_STATIC(nt,
-    for (int bt = 0; bt < B * T; bt++) {
-        int b = bt / T, t = bt % T;
-        for (int h = 0; h < H; h++)
-            memcpy(out + ((size_t)bt * H + h) * d,
-                   in + (((size_t)b * H + h) * T + t) * d,
-                   (size_t)d * sizeof *out);
-    });
+    heads_job j = {out, NULL, NULL, in, T, H, d};
+    tp_for_static(threads_for_elements(be, (double)B * T * H * d), B * T, merge_rows, &j);
     return SM_OK;
 }
 
@@ -452,7 +547,7 @@ int backend_cpu_threads(const backend *be)
 int backend_cpu_create(int threads, backend **out, char *err)
 {
     *out = NULL;
-    if (threads <= 0) threads = omp_get_num_procs();
+    if (threads <= 0) threads = tp_default_threads();
     if (threads > 256) return sm_error(err, SM_ERR_INVALID, "threads: %d is more than 256", threads);
     int rc = blas_load(err);
     if (rc) return rc;

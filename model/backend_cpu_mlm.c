@@ -6,23 +6,36 @@
  */
 #include "backend.h"
 
-#include <omp.h>
 #include <string.h>
 
 #include "errors.h"
+#include "thread_pool.h"
 
 static int nthreads(const backend *be, size_t work)
 {
     return work < 32768 ? 1 : backend_cpu_threads(be);
 }
 
+typedef struct gather_job {
+    float *out;
+    const float *x;
+    const int *rows;
+    int C;
+} gather_job;
+
+static void gather_range(void *ctx, int lo, int hi)
+{
+    const gather_job *j = ctx;
+    for (int i = lo; i < hi; i++)
+        memcpy(j->out + (size_t)i * j->C, j->x + (size_t)j->rows[i] * j->C,
+               (size_t)j->C * sizeof *j->out);
+}
+
 static int cpu_gather_rows(backend *be, float *out, const float *x,
                            const int *rows, int M, int C)
 {
-    int nt = nthreads(be, (size_t)M * C);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < M; i++)
-        memcpy(out + (size_t)i * C, x + (size_t)rows[i] * C, (size_t)C * sizeof *out);
+    gather_job j = {out, x, rows, C};
+    tp_for_static(nthreads(be, (size_t)M * C), M, gather_range, &j);
     return SM_OK;
 }
 

@@ -11,7 +11,6 @@
 #include "backend.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -19,6 +18,7 @@
 #include "dropout_rng.h"
 #include "errors.h"
 #include "fastmath.h"
+#include "thread_pool.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -35,28 +35,61 @@ static int cpu_zero(backend *be, void *p, size_t bytes)
     return SM_OK;
 }
 
+/* Piece t of nt of an elementwise op over n elements: [*lo, *hi). */
+static void span_of(size_t n, int t, int nt, size_t *lo, size_t *hi)
+{
+    *lo = n * t / nt;
+    *hi = n * (t + 1) / nt;
+}
+
+typedef struct scale_job {
+    float *x;
+    size_t n;
+    float s;
+} scale_job;
+
+static void scale_piece(void *ctx, int t, int nt)
+{
+    const scale_job *j = ctx;
+    size_t lo, hi;
+    span_of(j->n, t, nt, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) j->x[i] *= j->s;
+}
+
 static int cpu_scale(backend *be, float *x, size_t n, float s)
 {
-    int nt = nthreads(be, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+    scale_job j = {x, n, s};
+    tp_run(nthreads(be, n), scale_piece, &j);
     return SM_OK;
+}
+
+enum { SUMSQ_CHUNKS = 64 };
+
+typedef struct sumsq_job {
+    const float *x;
+    size_t n;
+    double *part; /* (SUMSQ_CHUNKS) */
+} sumsq_job;
+
+static void sumsq_chunks(void *ctx, int c0, int c1)
+{
+    const sumsq_job *j = ctx;
+    for (int c = c0; c < c1; c++) {
+        size_t lo = j->n * (size_t)c / SUMSQ_CHUNKS, hi = j->n * (size_t)(c + 1) / SUMSQ_CHUNKS;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)j->x[i] * j->x[i];
+        j->part[c] = s;
+    }
 }
 
 /* 64 fixed chunks summed in double, then added in chunk order: the result
  * does not depend on the thread count. */
 static int cpu_sumsq(backend *be, float *out, const float *x, size_t n)
 {
-    enum { CHUNKS = 64 };
+    enum { CHUNKS = SUMSQ_CHUNKS };
     double part[CHUNKS];
-    int nt = nthreads(be, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int c = 0; c < CHUNKS; c++) {
-        size_t lo = n * (size_t)c / CHUNKS, hi = n * (size_t)(c + 1) / CHUNKS;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
-        part[c] = s;
-    }
+    sumsq_job j = {x, n, part};
+    tp_for_static(nthreads(be, n), CHUNKS, sumsq_chunks, &j);
     double total = 0.0;
     for (int c = 0; c < CHUNKS; c++) total += part[c];
     out[0] = (float)total;
@@ -74,22 +107,33 @@ static void sum_rows_span(float *acc, const float *rows, int R, size_t ld, int n
     }
 }
 
+enum { COLUMN_BLOCK = 256 };
+
+typedef struct column_sums_job {
+    float *db;
+    const float *dout;
+    int R, N;
+} column_sums_job;
+
+static void column_sums_blocks(void *ctx, int blk0, int blk1)
+{
+    const column_sums_job *j = ctx;
+    for (int blk = blk0; blk < blk1; blk++) {
+        int c0 = blk * COLUMN_BLOCK, c1 = c0 + COLUMN_BLOCK < j->N ? c0 + COLUMN_BLOCK : j->N;
+        float acc[COLUMN_BLOCK] = {0};
+        sum_rows_span(acc, j->dout + c0, j->R, (size_t)j->N, c1 - c0);
+        for (int c = c0; c < c1; c++) j->db[c] += acc[c - c0];
+    }
+}
+
 /* db(N) += column sums of dout(R,N): columns split across threads, rows
  * summed in order. */
 static void column_sums_add(const backend *be, float *db, const float *dout,
                             int R, int N)
 {
-    enum { BLOCK = 256 };
-    int blocks = (N + BLOCK - 1) / BLOCK;
-    int nt = nthreads(be, (size_t)R * N);
-    if (nt > blocks) nt = blocks;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-        int c0 = blk * BLOCK, c1 = c0 + BLOCK < N ? c0 + BLOCK : N;
-        float acc[BLOCK] = {0};
-        sum_rows_span(acc, dout + c0, R, (size_t)N, c1 - c0);
-        for (int c = c0; c < c1; c++) db[c] += acc[c - c0];
-    }
+    int blocks = (N + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+    column_sums_job j = {db, dout, R, N};
+    tp_for_static(nthreads(be, (size_t)R * N), blocks, column_sums_blocks, &j);
 }
 
 static int cpu_linear_backward(backend *be, float *din, float *dW, float *db,
@@ -141,12 +185,48 @@ static void ln_input_grad_row(float *dx, const float *dy, const float *x, const 
     }
 }
 
+enum { LN_BLOCK = 64 };
+
+typedef struct ln_backward_job {
+    float *din, *dw, *db;
+    const float *dout, *in, *mean, *rstd, *w;
+    int R, C;
+} ln_backward_job;
+
+/* Pass 1, channel blocks [blk0, blk1): dw += Σ_r dout * xhat, db += Σ_r dout. */
+static void ln_param_blocks(void *ctx, int blk0, int blk1)
+{
+    const ln_backward_job *j = ctx;
+    int C = j->C;
+    for (int blk = blk0; blk < blk1; blk++) {
+        int c0 = blk * LN_BLOCK, c1 = c0 + LN_BLOCK < C ? c0 + LN_BLOCK : C;
+        float aw[LN_BLOCK] = {0}, ab[LN_BLOCK] = {0};
+        for (int r = 0; r < j->R; r++)
+            ln_param_grads_row(aw, ab, j->dout + (size_t)r * C + c0, j->in + (size_t)r * C + c0,
+                               j->mean[r], j->rstd[r], c1 - c0);
+        for (int c = c0; c < c1; c++) {
+            j->dw[c] += aw[c - c0];
+            j->db[c] += ab[c - c0];
+        }
+    }
+}
+
+/* Pass 2, rows [lo, hi): din. */
+static void ln_input_rows(void *ctx, int lo, int hi)
+{
+    const ln_backward_job *j = ctx;
+    int C = j->C;
+    for (int r = lo; r < hi; r++)
+        ln_input_grad_row(j->din + (size_t)r * C, j->dout + (size_t)r * C, j->in + (size_t)r * C,
+                          j->w, j->mean[r], j->rstd[r], C);
+}
+
 static int cpu_layernorm_backward(backend *be, float *din, float *dw, float *db,
                                   const float *dout, const float *in,
                                   const float *mean, const float *rstd,
                                   const float *w, int R, int C)
 {
-    enum { BLOCK = 64, ONE_PASS_MAX = 2048 };
+    enum { ONE_PASS_MAX = 2048 };
     int nt = nthreads(be, (size_t)R * C);
     if (nt == 1 && C <= ONE_PASS_MAX) {
         /* One pass by rows, the parameter sums in the same order as below
@@ -167,25 +247,10 @@ static int cpu_layernorm_backward(backend *be, float *din, float *dw, float *db,
     }
     /* Pass 1, by channel blocks: dw += Σ_r dout * xhat, db += Σ_r dout.
      * It reads dout before pass 2 may overwrite it (din aliasing dout). */
-    int blocks = (C + BLOCK - 1) / BLOCK;
-    int nt1 = nt > blocks ? blocks : nt;
-#pragma omp parallel for num_threads(nt1) schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-        int c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-        float aw[BLOCK] = {0}, ab[BLOCK] = {0};
-        for (int r = 0; r < R; r++)
-            ln_param_grads_row(aw, ab, dout + (size_t)r * C + c0, in + (size_t)r * C + c0,
-                               mean[r], rstd[r], c1 - c0);
-        for (int c = c0; c < c1; c++) {
-            dw[c] += aw[c - c0];
-            db[c] += ab[c - c0];
-        }
-    }
+    ln_backward_job j = {din, dw, db, dout, in, mean, rstd, w, R, C};
+    tp_for_static(nt, (C + LN_BLOCK - 1) / LN_BLOCK, ln_param_blocks, &j);
     /* Pass 2, by rows. */
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int r = 0; r < R; r++)
-        ln_input_grad_row(din + (size_t)r * C, dout + (size_t)r * C, in + (size_t)r * C, w,
-                          mean[r], rstd[r], C);
+    tp_for_static(nt, R, ln_input_rows, &j);
     return SM_OK;
 }
 
@@ -202,15 +267,25 @@ static void gelu_backward_span(float *din, const float *dout, const float *in,
     }
 }
 
+typedef struct gelu_backward_job {
+    float *din;
+    const float *dout, *in;
+    size_t n;
+} gelu_backward_job;
+
+static void gelu_backward_piece(void *ctx, int t, int nt)
+{
+    const gelu_backward_job *j = ctx;
+    size_t lo, hi;
+    span_of(j->n, t, nt, &lo, &hi);
+    gelu_backward_span(j->din + lo, j->dout + lo, j->in + lo, hi - lo);
+}
+
 static int cpu_gelu_backward(backend *be, float *din, const float *dout,
                              const float *in, size_t n)
 {
-    int nt = nthreads(be, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        size_t lo = n * t / nt, hi = n * (t + 1) / nt;
-        gelu_backward_span(din + lo, dout + lo, in + lo, hi - lo);
-    }
+    gelu_backward_job j = {din, dout, in, n};
+    tp_run(nthreads(be, n), gelu_backward_piece, &j);
     return SM_OK;
 }
 
@@ -222,6 +297,23 @@ static int cpu_tanh_backward(backend *be, float *din, const float *dout,
     return SM_OK;
 }
 
+typedef struct dropout_job {
+    float *out;
+    const float *in;
+    size_t n;
+    unsigned long long key;
+    uint32_t thr;
+    float inv;
+} dropout_job;
+
+static void dropout_piece(void *ctx, int t, int nt)
+{
+    const dropout_job *j = ctx;
+    size_t lo, hi;
+    span_of(j->n, t, nt, &lo, &hi);
+    cpu_dropout_span(j->out + lo, j->in + lo, hi - lo, j->key, lo, j->thr, j->inv);
+}
+
 static int cpu_dropout(backend *be, float *out, const float *in, size_t n,
                        float p, unsigned long long key)
 {
@@ -229,15 +321,41 @@ static int cpu_dropout(backend *be, float *out, const float *in, size_t n,
         if (out != in) memcpy(out, in, n * sizeof *out);
         return SM_OK;
     }
-    uint32_t thr = dropout_threshold(p);
-    float inv = 1.0f / (1.0f - p);
-    int nt = nthreads(be, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        size_t lo = n * t / nt, hi = n * (t + 1) / nt;
-        cpu_dropout_span(out + lo, in + lo, hi - lo, key, lo, thr, inv);
-    }
+    dropout_job j = {out, in, n, key, dropout_threshold(p), 1.0f / (1.0f - p)};
+    tp_run(nthreads(be, n), dropout_piece, &j);
     return SM_OK;
+}
+
+enum { EMBED_BLOCK = 32 };
+
+typedef struct embed_backward_job {
+    float *dword, *dpos, *dtype, *dtask;
+    const float *dout;
+    const int *ids, *types;
+    int BT, T, C, pos_offset;
+} embed_backward_job;
+
+static void embed_backward_blocks(void *ctx, int blk0, int blk1)
+{
+    const embed_backward_job *j = ctx;
+    int T = j->T, C = j->C;
+    for (int blk = blk0; blk < blk1; blk++) {
+        int c0 = blk * EMBED_BLOCK, c1 = c0 + EMBED_BLOCK < C ? c0 + EMBED_BLOCK : C;
+        for (int bt = 0; bt < j->BT; bt++) {
+            int t = bt % T;
+            const float *g = j->dout + (size_t)bt * C;
+            float *w = j->dword + (size_t)j->ids[bt] * C;
+            float *ps = j->dpos + (size_t)(t + j->pos_offset) * C;
+            float *ty = j->dtype + (size_t)(j->types ? j->types[bt] : 0) * C;
+            for (int c = c0; c < c1; c++) {
+                w[c] += g[c];
+                ps[c] += g[c];
+                ty[c] += g[c];
+            }
+            if (j->dtask)
+                for (int c = c0; c < c1; c++) j->dtask[c] += g[c];
+        }
+    }
 }
 
 /* Channels split across threads; tokens added in order. */
@@ -246,28 +364,10 @@ static int cpu_embed_backward(backend *be, float *dword, float *dpos,
                               const int *ids, const int *types, int B, int T,
                               int C, int pos_offset)
 {
-    enum { BLOCK = 32 };
-    int blocks = (C + BLOCK - 1) / BLOCK;
-    int nt = nthreads(be, (size_t)B * T * C);
-    if (nt > blocks) nt = blocks;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-        int c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-        for (int bt = 0; bt < B * T; bt++) {
-            int t = bt % T;
-            const float *g = dout + (size_t)bt * C;
-            float *w = dword + (size_t)ids[bt] * C;
-            float *ps = dpos + (size_t)(t + pos_offset) * C;
-            float *ty = dtype + (size_t)(types ? types[bt] : 0) * C;
-            for (int c = c0; c < c1; c++) {
-                w[c] += g[c];
-                ps[c] += g[c];
-                ty[c] += g[c];
-            }
-            if (dtask)
-                for (int c = c0; c < c1; c++) dtask[c] += g[c];
-        }
-    }
+    embed_backward_job j = {dword, dpos, dtype, dtask, dout, ids, types, B * T, T, C,
+                            pos_offset};
+    tp_for_static(nthreads(be, (size_t)B * T * C), (C + EMBED_BLOCK - 1) / EMBED_BLOCK,
+                  embed_backward_blocks, &j);
     return SM_OK;
 }
 
@@ -328,6 +428,22 @@ static void adamw_span(float *p, const float *g, float *m, float *v, size_t n,
     }
 }
 
+typedef struct adamw_job {
+    float *p, *m, *v;
+    const float *g;
+    size_t n;
+    float decay, step, bc2_sqrt, a1, beta2, a2, eps;
+} adamw_job;
+
+static void adamw_piece(void *ctx, int c, int nt)
+{
+    const adamw_job *j = ctx;
+    size_t lo, hi;
+    span_of(j->n, c, nt, &lo, &hi);
+    adamw_span(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->decay, j->step,
+               j->bc2_sqrt, j->a1, j->beta2, j->a2, j->eps);
+}
+
 static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
                      size_t n, float lr, float beta1, float beta2, float eps,
                      float weight_decay, int t)
@@ -337,13 +453,8 @@ static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
     float decay = weight_decay != 0.0f ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
     float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    int nt = nthreads(be, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int c = 0; c < nt; c++) {
-        size_t lo = n * c / nt, hi = n * (c + 1) / nt;
-        adamw_span(p + lo, g + lo, m + lo, v + lo, hi - lo, decay, step, bc2_sqrt, a1, beta2,
-                   a2, eps);
-    }
+    adamw_job j = {p, m, v, g, n, decay, step, bc2_sqrt, a1, beta2, a2, eps};
+    tp_run(nthreads(be, n), adamw_piece, &j);
     return SM_OK;
 }
 

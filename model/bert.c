@@ -13,10 +13,12 @@
 #include "bert.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
+#include "thread_pool.h"
 
 struct bert_workspace {
     backend *be;
@@ -235,6 +237,32 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
                    const int *ids, const int *lengths, int B, int T, float *logits,
                    float *pooled_out, float *hidden_out, char *err);
 
+typedef struct forward_lanes_job {
+    const bert_config *cfg;
+    const bert_params *p;
+    bert_workspace **lane_ws;
+    const int *ids, *lengths;
+    int B, T, K, C;
+    float *logits, *pooled_out, *hidden_out;
+    atomic_int rc; /* the first failing lane's code; its message in err */
+    char *err;
+} forward_lanes_job;
+
+/* Lane i of `lanes`: rows [B i / lanes, B (i+1) / lanes) of the batch. */
+static void forward_lane(void *ctx, int i, int lanes)
+{
+    forward_lanes_job *j = ctx;
+    int lo = (int)((long)j->B * i / lanes), hi = (int)((long)j->B * (i + 1) / lanes);
+    char lane_err[SM_ERR_MAX];
+    int rc = forward(j->cfg, j->p, j->lane_ws[i], j->ids + (size_t)lo * j->T, j->lengths + lo,
+                     hi - lo, j->T, j->logits ? j->logits + (size_t)lo * j->K : NULL,
+                     j->pooled_out ? j->pooled_out + (size_t)lo * j->C : NULL,
+                     j->hidden_out ? j->hidden_out + (size_t)lo * j->T * j->C : NULL, lane_err);
+    int none = SM_OK;
+    if (rc && atomic_compare_exchange_strong(&j->rc, &none, rc) && j->err)
+        memcpy(j->err, lane_err, SM_ERR_MAX);
+}
+
 static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
                             bert_workspace *ws, int lanes, const int *ids,
                             const int *lengths, int B, int T, float *logits,
@@ -243,24 +271,10 @@ static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
     bert_workspace **lane_ws;
     int rc = bert_workspace_lanes(ws, cfg, lanes, &lane_ws, err);
     if (rc) return rc;
-    int K = ws->K, C = ws->C;
-#pragma omp parallel for num_threads(lanes) schedule(static)
-    for (int i = 0; i < lanes; i++) {
-        int lo = (int)((long)B * i / lanes), hi = (int)((long)B * (i + 1) / lanes), lrc;
-        char lane_err[SM_ERR_MAX];
-        lrc = forward(cfg, p, lane_ws[i], ids + (size_t)lo * T, lengths + lo, hi - lo, T,
-                      logits ? logits + (size_t)lo * K : NULL,
-                      pooled_out ? pooled_out + (size_t)lo * C : NULL,
-                      hidden_out ? hidden_out + (size_t)lo * T * C : NULL, lane_err);
-        if (lrc) {
-#pragma omp critical(forward_lane_error)
-            if (!rc) {
-                rc = lrc;
-                if (err) memcpy(err, lane_err, SM_ERR_MAX);
-            }
-        }
-    }
-    return rc;
+    forward_lanes_job j = {cfg, p, lane_ws, ids, lengths, B, T, ws->K, ws->C,
+                           logits, pooled_out, hidden_out, SM_OK, err};
+    tp_run(lanes, forward_lane, &j);
+    return atomic_load(&j.rc);
 }
 
 int bert_forward(const bert_config *cfg, const bert_params *p,

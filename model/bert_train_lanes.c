@@ -12,13 +12,13 @@
  * the caller's backend, in the token order a single lane would use. The
  * same thread count therefore gives the same bits on every run.
  */
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bert_train_ws.h"
 #include "cpu_train_kernels.h"
 #include "errors.h"
+#include "thread_pool.h"
 
 static int lane_count(const bert_train_ws *ws, const bert_config *cfg)
 {
@@ -101,26 +101,46 @@ static int first_error(const int *rc, char (*lane_err)[SM_ERR_MAX], int n, char 
     return SM_OK;
 }
 
+/* One pass of every lane: the arguments, and each lane's code and message. */
+typedef struct lanes_pass {
+    const bert_config *cfg;
+    const bert_params *p, *g;
+    bert_train_ws *ws;
+    const int *ids, *lengths, *labels;
+    int B, T;
+    const bert_dropout *drop;
+    float *logits, loss_scale;
+    int *rc;
+    char (*lane_err)[SM_ERR_MAX];
+} lanes_pass;
+
+/* Lane i of n: rows [B i / n, B (i+1) / n) forward. */
+static void forward_lane(void *ctx, int i, int n)
+{
+    const lanes_pass *j = ctx;
+    int B = j->B, T = j->T, r0 = B * i / n, r1 = B * (i + 1) / n;
+    bert_train_ws *lw = j->ws->lane_ws[i];
+    double lane_loss;
+    j->lane_err[i][0] = 0;
+    lw->row0 = r0;
+    j->rc[i] = bert_train_forward(j->cfg, j->p, lw, j->ids + (size_t)r0 * T, j->lengths + r0,
+                                  j->labels + r0, r1 - r0, T, j->drop, &lane_loss,
+                                  j->logits ? j->logits + (size_t)r0 * j->ws->K : NULL,
+                                  j->lane_err[i]);
+}
+
 int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
                              const int *ids, const int *lengths, const int *labels, int B,
                              int T, const bert_dropout *drop, double *loss_sum, float *logits,
                              char *err)
 {
-    int n = ws->n_lanes < B ? ws->n_lanes : B, K = ws->K;
+    int n = ws->n_lanes < B ? ws->n_lanes : B;
     int rc[n];
     char lane_err[n][SM_ERR_MAX];
     ws->ready = 0;
-#pragma omp parallel for num_threads(n) schedule(static)
-    for (int i = 0; i < n; i++) {
-        int r0 = B * i / n, r1 = B * (i + 1) / n;
-        bert_train_ws *lw = ws->lane_ws[i];
-        double lane_loss;
-        lane_err[i][0] = 0;
-        lw->row0 = r0;
-        rc[i] = bert_train_forward(cfg, p, lw, ids + (size_t)r0 * T, lengths + r0, labels + r0,
-                                   r1 - r0, T, drop, &lane_loss, logits ? logits + (size_t)r0 * K : NULL,
-                                   lane_err[i]);
-    }
+    lanes_pass j = {cfg, p, NULL, ws, ids, lengths, labels, B, T, drop, logits, 0.0f,
+                    rc, lane_err};
+    tp_run(n, forward_lane, &j);
     int first = first_error(rc, lane_err, n, err);
     if (first) return first;
     /* The loss summed over the rows in order, as one lane would. */
@@ -137,21 +157,40 @@ int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_
     return SM_OK;
 }
 
+typedef struct reduce_job {
+    bert_train_ws *ws;
+    float *dst;
+    size_t len;
+    int n;
+} reduce_job;
+
+static void reduce_piece(void *ctx, int t, int nt)
+{
+    const reduce_job *j = ctx;
+    int n = j->n;
+    size_t lo = j->len * t / nt, hi = j->len * (t + 1) / nt;
+    float *src[n > 1 ? n - 1 : 1];
+    for (int i = 1; i < n; i++) src[i - 1] = j->ws->lane_g[i].emb_ln_w + lo;
+    cpu_reduce_clear_span(j->dst + lo, src, n - 1, hi - lo);
+}
+
 /* g[reduce_from, grad_floats) += each lane's, in lane order; the lanes'
  * cleared. Split by fixed element ranges: the order of every element's sum
  * does not depend on the threads. */
 static void reduce_lanes(bert_train_ws *ws, const bert_params *g, int n)
 {
-    size_t len = ws->grad_floats - ws->reduce_from;
-    float *dst = g->emb_ln_w;
-    int nt = backend_cpu_threads(ws->be);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        size_t lo = len * t / nt, hi = len * (t + 1) / nt;
-        float *src[n > 1 ? n - 1 : 1];
-        for (int i = 1; i < n; i++) src[i - 1] = ws->lane_g[i].emb_ln_w + lo;
-        cpu_reduce_clear_span(dst + lo, src, n - 1, hi - lo);
-    }
+    reduce_job j = {ws, g->emb_ln_w, ws->grad_floats - ws->reduce_from, n};
+    tp_run(backend_cpu_threads(ws->be), reduce_piece, &j);
+}
+
+/* Lane i: its rows backward, into the caller's gradients (lane 0) or its own. */
+static void backward_lane(void *ctx, int i, int n)
+{
+    const lanes_pass *j = ctx;
+    (void)n;
+    j->lane_err[i][0] = 0;
+    j->rc[i] = bert_train_backward_lane(j->cfg, j->p, i ? &j->ws->lane_g[i] : j->g,
+                                        j->ws->lane_ws[i], j->loss_scale, j->lane_err[i]);
 }
 
 int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
@@ -164,12 +203,9 @@ int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
     int n = ws->lanes_used;
     int rc[n];
     char lane_err[n][SM_ERR_MAX];
-#pragma omp parallel for num_threads(n) schedule(static)
-    for (int i = 0; i < n; i++) {
-        lane_err[i][0] = 0;
-        rc[i] = bert_train_backward_lane(cfg, p, i ? &ws->lane_g[i] : g, ws->lane_ws[i],
-                                         loss_scale, lane_err[i]);
-    }
+    lanes_pass j = {cfg, p, g, ws, NULL, NULL, NULL, 0, 0, NULL, NULL, loss_scale,
+                    rc, lane_err};
+    tp_run(n, backward_lane, &j);
     int first = first_error(rc, lane_err, n, err);
     if (first) return first;
     for (int i = 0; i < n; i++) {

@@ -5,19 +5,21 @@
  * per batch of at most batch_size, and writes softmax probabilities back in
  * the caller's order. On a CPU backend with several threads, whole batches
  * run concurrently on the workspace's lanes (one single-threaded forward per
- * thread, no waiting inside a pass). bert_embed_texts() batches the same
- * way and pools each text's last hidden state (pooling.h) instead of
- * running the head. It owns only temporary buffers freed before return.
+ * thread of thread_pool.h, no waiting inside a pass). bert_embed_texts()
+ * batches the same way and pools each text's last hidden state (pooling.h)
+ * instead of running the head. It owns only temporary buffers freed before
+ * return.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "bert.h"
 
 #include <math.h>
-#include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
+#include "thread_pool.h"
 
 typedef struct encoded {
     int *ids;        /* all sequences back to back */
@@ -121,6 +123,36 @@ static int run_batch(const bert_model *m, const bert_params *p, bert_workspace *
     return SM_OK;
 }
 
+/* The batches of a bert_classify_texts on lanes: lane k's scratch is
+ * ids + k * per_lane, lengths + k * batch_size, logits + k * batch_size * K. */
+typedef struct lanes_job {
+    const bert_model *m;
+    const bert_params *p;
+    bert_workspace **lane_ws;
+    const encoded *e;
+    int n, batch_size, embed;
+    size_t per_lane, per_scratch;
+    int *ids, *lengths;
+    float *scratch, *out;
+    atomic_int rc; /* the first failing batch's code; its message in err */
+    char *err;
+} lanes_job;
+
+static void lane_batch(void *ctx, int bi, int lane)
+{
+    lanes_job *j = ctx;
+    if (atomic_load_explicit(&j->rc, memory_order_relaxed)) return;
+    char lane_err[SM_ERR_MAX];
+    int first = bi * j->batch_size;
+    int B = j->n - first < j->batch_size ? j->n - first : j->batch_size;
+    int rc = run_batch(j->m, j->p, j->lane_ws[lane], j->e, first, B, j->embed,
+                       j->ids + lane * j->per_lane, j->lengths + (size_t)lane * j->batch_size,
+                       j->scratch + lane * j->per_scratch, j->out, lane_err);
+    int none = SM_OK;
+    if (rc && atomic_compare_exchange_strong(&j->rc, &none, rc) && j->err)
+        memcpy(j->err, lane_err, SM_ERR_MAX);
+}
+
 /* How many batches to run at once: one per thread of a CPU backend (each on
  * its own single-threaded lane), else one. */
 static int lane_count(const bert_workspace *ws, int n_batches)
@@ -171,9 +203,7 @@ static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *
     }
     /* Batches are independent: with lanes, each thread takes the next one
      * and runs it start to finish on its own lane. The first error wins.
-     * One lane runs outside any OpenMP region: libgomp allocates a team for
-     * every region nested in another (even an inactive one) and exits the
-     * process when that allocation fails. */
+     * One lane runs the batches in order and stops at the first error. */
     rc = SM_OK;
     if (lanes == 1) {
         for (int bi = 0; bi < n_batches && !rc; bi++) {
@@ -184,26 +214,10 @@ static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *
         }
         goto end;
     }
-#pragma omp parallel for num_threads(lanes) schedule(dynamic, 1)
-    for (int bi = 0; bi < n_batches; bi++) {
-        int lane = omp_get_thread_num(), failed;
-#pragma omp atomic read
-        failed = rc;
-        if (failed) continue;
-        char lane_err[SM_ERR_MAX];
-        int first = bi * batch_size;
-        int B = n - first < batch_size ? n - first : batch_size;
-        int lrc = run_batch(m, p, lane_ws[lane], &e, first, B, embed, ids + lane * per_lane,
-                            lengths + (size_t)lane * batch_size, scratch + lane * per_scratch,
-                            out, lane_err);
-        if (lrc) {
-#pragma omp critical(classify_error)
-            if (!rc) {
-                rc = lrc;
-                if (err) memcpy(err, lane_err, SM_ERR_MAX);
-            }
-        }
-    }
+    lanes_job j = {m, p, lane_ws, &e, n, batch_size, embed, per_lane, per_scratch, ids,
+                   lengths, scratch, out, SM_OK, err};
+    tp_for_dynamic(lanes, n_batches, lane_batch, &j);
+    rc = atomic_load(&j.rc);
 end:
     free(scratch);
     free(lengths);

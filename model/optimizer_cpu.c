@@ -7,7 +7,8 @@
 #include "optimizer_cpu.h"
 
 #include <math.h>
-#include <omp.h>
+
+#include "thread_pool.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -30,6 +31,32 @@ static void adamw_span(float *p, float *g, float *m, float *v, size_t n, float c
     }
 }
 
+typedef struct fused_job {
+    float *params, *grads, *m, *v;
+    const adamw_cpu_run *runs;
+    int n_runs;
+    size_t total;
+    float coef, bc2_sqrt, a1, beta2, a2, eps;
+    const float *with_decay, *step; /* (2): the encoder's group, the head's */
+} fused_job;
+
+/* Piece c of nt: elements [total c / nt, total (c+1) / nt) of every run. */
+static void fused_piece(void *ctx, int c, int nt)
+{
+    const fused_job *j = ctx;
+    size_t lo = j->total * c / nt, hi = j->total * (c + 1) / nt;
+    for (int r = 0; r < j->n_runs; r++) {
+        size_t a = j->runs[r].offset, b = j->runs[r].offset + j->runs[r].n;
+        int k = j->runs[r].head != 0;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (b <= a) continue;
+        adamw_span(j->params + a, j->grads + a, j->m + a, j->v + a, b - a, j->coef,
+                   j->runs[r].decay ? j->with_decay[k] : 1.0f, j->step[k], j->bc2_sqrt, j->a1,
+                   j->beta2, j->a2, j->eps);
+    }
+}
+
 void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
                      const adamw_cpu_run *runs, int n_runs, size_t total, float coef, float lr,
                      float head_lr, float beta1, float beta2, float eps, float weight_decay,
@@ -46,19 +73,7 @@ void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *
     }
     float bc2_sqrt = (float)sqrt(bc2);
     float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    int nt = total < 65536 ? 1 : threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int c = 0; c < nt; c++) {
-        size_t lo = total * c / nt, hi = total * (c + 1) / nt;
-        for (int r = 0; r < n_runs; r++) {
-            size_t a = runs[r].offset, b = runs[r].offset + runs[r].n;
-            int k = runs[r].head != 0;
-            a = a > lo ? a : lo;
-            b = b < hi ? b : hi;
-            if (b <= a) continue;
-            adamw_span(params + a, grads + a, m + a, v + a, b - a, coef,
-                       runs[r].decay ? with_decay[k] : 1.0f, step[k], bc2_sqrt, a1, beta2, a2,
-                       eps);
-        }
-    }
+    fused_job j = {params, grads, m, v, runs, n_runs, total, coef, bc2_sqrt, a1, beta2, a2,
+                   eps, with_decay, step};
+    tp_run(total < 65536 ? 1 : threads, fused_piece, &j);
 }

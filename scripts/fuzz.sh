@@ -43,9 +43,8 @@ sources() {
     esac
 }
 
-# Libraries the parsers link (utf8proc for the tokenizer; OpenMP pragmas
-# in the model sources).
-LIBS="-lutf8proc -lcjson -ljansson -lm -lpthread -ldl -fopenmp"
+# Libraries the parsers link (utf8proc for the tokenizer).
+LIBS="-lutf8proc -lcjson -ljansson -lm -lpthread -ldl"
 
 # Longest input: a stored model seed holds a whole small model.
 max_len() {

@@ -14,10 +14,14 @@
  * crash, never an exit, never a different answer, never another error in
  * place of out of memory.
  *
- * It runs with one thread (sentiment_config('threads', 1), as the other
- * extension tests do). With more, libgomp still allocates teams for regions
- * of changing width and exits the process when that fails; see
- * model/backend_cpu.c's FOR_THREADS_STATIC.
+ * Every operation that runs the model is swept twice: with one thread
+ * (sentiment_config('threads', 1), as the other extension tests do) and
+ * with two, where the thread pool (model/thread_pool.c) is created in the
+ * child during the operation, so its allocations and the ones inside
+ * pthread_create fail too; the work then runs on fewer threads, with the
+ * same result. classify runs with batch_size 2, so that its batches run on
+ * two lanes, and one text is long enough (128 tokens) that the encoder's
+ * ops split across the threads.
  *
  * Under AddressSanitizer (make asan) the sanitizer owns malloc and this
  * interposition cannot work: the test then skips and says so.
@@ -46,7 +50,8 @@
 
 /* ---- the interposing allocator ------------------------------------------- */
 
-static int g_counting;   /* set in the child around the operation */
+static int g_threads = 1; /* sentiment_config('threads') of every connection */
+static int g_counting;    /* set in the child around the operation */
 static long g_countdown; /* > 0: the call that brings it to 0 fails */
 static long g_calls;
 static int g_failed;
@@ -167,7 +172,9 @@ static sqlite3 *open_conn(char *out, size_t cap)
         sqlite3_close(db);
         return NULL;
     }
-    sql_result(db, "SELECT sentiment_config('threads', 1)", out, cap);
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT sentiment_config('threads', %d)", g_threads);
+    sql_result(db, sql, out, cap);
     if (!strncmp(out, "error", 5)) {
         sqlite3_close(db);
         return NULL;
@@ -182,6 +189,17 @@ static void op_builtin(char *out, size_t cap)
     if (!db) return;
     sql_result(db, "SELECT sentiment('这家酒店很干净，服务也很周到'), "
                    "printf('%.5f', sentiment_score('送餐太慢了，饭菜都凉了'))",
+               out, cap);
+    sqlite3_close(db);
+}
+
+/* The built-in model on one text longer than its 128 tokens. */
+static void op_long_text(char *out, size_t cap)
+{
+    sqlite3 *db = open_conn(out, cap);
+    if (!db) return;
+    sql_result(db, "SELECT printf('%.5f', sentiment_score(replace(printf('%.20c', '_'), '_', "
+                   "'房间干净，服务周到，早餐丰富，就是离地铁站有点远。')))",
                out, cap);
     sqlite3_close(db);
 }
@@ -219,9 +237,14 @@ static void op_classify(char *out, size_t cap)
 {
     sqlite3 *db = open_conn(out, cap);
     if (!db) return;
-    sql_result(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, body);"
-                   "INSERT INTO t(body) VALUES ('很好'), (NULL), ('太差了，再也不来'), (''), ('还行吧')",
-               out, cap);
+    /* sql_result runs one statement */
+    sql_result(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, body)", out, cap);
+    if (strncmp(out, "error", 5))
+        sql_result(db, "INSERT INTO t(body) VALUES ('很好'), (NULL), ('太差了，再也不来'), (''), "
+                       "('还行吧')",
+                   out, cap);
+    if (strncmp(out, "error", 5))
+        sql_result(db, "SELECT sentiment_config('batch_size', 2)", out, cap);
     if (strncmp(out, "error", 5))
         sql_result(db, "SELECT id, label, printf('%.5f', score) FROM classify('t', 'body')", out,
                    cap);
@@ -265,12 +288,14 @@ static void op_files(char *out, size_t cap)
 static const struct {
     const char *name;
     op_fn fn;
+    int threaded; /* runs the model: swept with two threads too */
 } k_ops[] = {
-    {"safetensors file + config.json", op_files},
-    {"model directory via sentiment_load", op_fixture_dir},
-    {"tokenizer.json model: load, save, read back", op_xlmr_dir},
-    {"built-in model via sentiment()", op_builtin},
-    {"classify() over a table", op_classify},
+    {"safetensors file + config.json", op_files, 0},
+    {"model directory via sentiment_load", op_fixture_dir, 1},
+    {"tokenizer.json model: load, save, read back", op_xlmr_dir, 0},
+    {"built-in model via sentiment()", op_builtin, 1},
+    {"built-in model, a 128-token text", op_long_text, 1},
+    {"classify() over a table", op_classify, 1},
 };
 
 /* ---- the sweep ----------------------------------------------------------- */
@@ -337,7 +362,7 @@ static void sweep(int k, long *bad)
     long stride = getenv("FAULTS_STRIDE") ? atol(getenv("FAULTS_STRIDE")) : 0;
 
     int st = run_child(k, 0, want, &calls);
-    if (st != O_UNTOUCHED || !strncmp(want, "error", 5))
+    if (st != O_UNTOUCHED || !want[0] || !strncmp(want, "error", 5))
         fail_msg("%s: fails with no failure injected (%d): %s", k_ops[k].name, st, want);
     if (stride <= 0) /* about 400 more runs past the exhaustive part */
         stride = calls > exhaustive ? (calls - exhaustive) / 400 + 1 : 1;
@@ -375,11 +400,12 @@ static void sweep(int k, long *bad)
             print_message("  %s: allocation %ld failing: %.200s\n", k_ops[k].name, n, got);
         }
     }
-    print_message("%-36s %7ld allocations, %5ld runs (every N to %ld, then every %ld): "
-                  "%ld right, %ld out-of-memory errors, %ld other errors, %ld wrong, "
+    print_message("%-36s %d thread%s %7ld allocations, %5ld runs (every N to %ld, then every "
+                  "%ld): %ld right, %ld out-of-memory errors, %ld other errors, %ld wrong, "
                   "%ld crashes, %ld exits\n",
-                  k_ops[k].name, calls, runs, exhaustive < calls ? exhaustive : calls, stride,
-                  c[1], c[2], c[3], c[4], crash, died);
+                  k_ops[k].name, g_threads, g_threads > 1 ? "s" : " ", calls, runs,
+                  exhaustive < calls ? exhaustive : calls, stride, c[1], c[2], c[3], c[4], crash,
+                  died);
 }
 
 static void test_every_c_allocation_can_fail(void **state)
@@ -390,8 +416,10 @@ static void test_every_c_allocation_can_fail(void **state)
     skip();
 #else
     long bad = 0;
-    for (size_t k = 0; k < sizeof k_ops / sizeof *k_ops; k++)
-        sweep((int)k, &bad);
+    for (g_threads = 1; g_threads <= 2; g_threads++)
+        for (size_t k = 0; k < sizeof k_ops / sizeof *k_ops; k++)
+            if (g_threads == 1 || k_ops[k].threaded) sweep((int)k, &bad);
+    g_threads = 1;
     assert_int_equal(bad, 0);
 #endif
 }
@@ -399,11 +427,12 @@ static void test_every_c_allocation_can_fail(void **state)
 int main(void)
 {
     /* FAULTS_ONE=k:n runs operation k with allocation n failing, in this
-     * process, and prints the result (for a debugger). */
+     * process, and prints the result (for a debugger); FAULTS_THREADS=2
+     * with it runs that operation on two threads. */
     const char *one = getenv("FAULTS_ONE");
-    /* One thread everywhere: what libgomp and OpenBLAS do at start-up is
-     * done here, once, before any allocation is made to fail. */
-    setenv("OMP_NUM_THREADS", "1", 1);
+    if (getenv("FAULTS_THREADS")) g_threads = atoi(getenv("FAULTS_THREADS"));
+    /* OpenBLAS on one thread: what it does at start-up is done here, once,
+     * before any allocation is made to fail. */
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     char err[SM_ERR_MAX];
     (void)blas_load(err);
