@@ -89,6 +89,7 @@ $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 
 test: all $(TEST_BIN)
 	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN)
+	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/test-scaleout.sh
 
 # The Python package (python/README.md): sentiment.so, the CUDA plugin when
 # built, and the shared libraries they need that the manylinux base lacks,
