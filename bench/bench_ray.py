@@ -101,6 +101,7 @@ def main():
     reviews.DATA_DIR = os.environ["SENTIMENT_DATA_DIR"]
     rows = reviews.reviews(a.rows)
     chars = sum(len(r[1]) for r in rows) / len(rows)
+    source = reviews.source().replace(reviews.DATA_DIR, os.path.relpath(reviews.DATA_DIR, ROOT))
 
     import pyarrow as pa
     import ray
@@ -142,7 +143,7 @@ def main():
         f"--workers {a.workers} --batch-size {a.batch_size}`; Ray {ray.__version__}, "
         f"sentiment {sqlite_sentiment.__version__}, {cpu}, {os.cpu_count()} cores; "
         f"load average at the start {load_start[0]:.2f}, at the end {load_end[0]:.2f}.",
-        f"Rows: {len(rows):,} reviews ({reviews.source()}; {chars:.1f} characters on average), "
+        f"Rows: {len(rows):,} reviews ({source}; {chars:.1f} characters on average), "
         f"built-in model, device `{device}` in the one-process run (each Ray worker: the same "
         "with 1 thread). Median of the runs, rows/s (each run's figures in the order they ran: "
         "one process, Ray):",
@@ -172,7 +173,9 @@ def main():
         for cores in (a.workers, 16):
             w = machines * cores
             rate = w * per_core
-            lines.append(f"| {machines} | {cores} | {w} | {fmt(rate)} | {1e8 / rate / 3600:.1f} h |")
+            hours = 1e8 / rate / 3600
+            took = f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.0f} min"
+            lines.append(f"| {machines} | {cores} | {w} | {fmt(rate)} | {took} |")
     lines += [
         "",
         "It assumes what a cluster must provide for it to hold: input read and output written by "

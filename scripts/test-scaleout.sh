@@ -69,5 +69,5 @@ export SENTIMENT_DATA_DIR
 tests=$(cd python/tests_scaleout && pwd)
 cd "$VENV"
 rm -f "../$(basename "$STATUS")"
-./bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning "$tests"
+./bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning --durations=6 "$tests"
 echo "test-scaleout: passed ($(basename "$wheel"))" >"../$(basename "$STATUS")"
