@@ -80,6 +80,12 @@ $(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
 
+# The built-in model's recipe code is not in the library: its test compiles it in.
+BUILTIN_RECIPE_SRC := model/builtin/reviews.c model/builtin/soft_labels.c
+$(BUILD)/tests/test_builtin_recipe: tests/test_builtin_recipe.c $(BUILTIN_RECIPE_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests -Imodel/builtin $(CFLAGS) $(SAN) $< $(BUILTIN_RECIPE_SRC) -o $@ $(LIB) -lcmocka $(LDLIBS)
+
 # The built-in model's trainer (see model/builtin/README.md).
 BUILTIN_TRAINER_SRC := $(sort $(wildcard model/builtin/*.c))
 $(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)

@@ -175,6 +175,21 @@ struct backend {
     int (*cross_entropy_backward)(backend *be, float *dlogits,
                                   const float *probs, const int *labels, int B,
                                   int K, float scale);
+    /* Distillation loss on logits z(B,K) against targets q(B,K) (each row
+     * a distribution: the teacher's at temperature T) and labels (-1: none):
+     * probs = softmax(z), probs_t = softmax(z / T),
+     * losses[b] = (1 - alpha) * -log probs[b, labels[b]] (0 when the label
+     *             is -1) + alpha * T^2 * KL(q_b || probs_t_b). */
+    int (*distill_loss)(backend *be, float *losses, float *probs, float *probs_t,
+                        const float *logits, const int *labels, const float *q,
+                        int B, int K, float T, float alpha);
+    /* Its gradient, written: dlogits(B,K) = scale * ((1 - alpha) *
+     * (probs - onehot(labels)) + alpha * T * (probs_t - q)), the first term
+     * 0 on rows whose label is -1. */
+    int (*distill_backward)(backend *be, float *dlogits, const float *probs,
+                            const float *probs_t, const int *labels,
+                            const float *q, int B, int K, float T, float alpha,
+                            float scale);
     /* One AdamW step (t >= 1) on n elements, as torch.optim.AdamW:
      * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */

@@ -410,6 +410,48 @@ static int cpu_cross_entropy_backward(backend *be, float *dlogits,
     return SM_OK;
 }
 
+/* softmax(z / T) of one row into out (double sums, as cross_entropy); returns
+ * log of the normaliser so that log out[k] = z[k] / T - lse. */
+static double softmax_row_t(float *out, const float *z, int K, double T)
+{
+    double mx = z[0] / T, sum = 0.0;
+    for (int k = 1; k < K; k++) mx = z[k] / T > mx ? z[k] / T : mx;
+    for (int k = 0; k < K; k++) sum += exp(z[k] / T - mx);
+    for (int k = 0; k < K; k++) out[k] = (float)(exp(z[k] / T - mx) / sum);
+    return mx + log(sum);
+}
+
+static int cpu_distill_loss(backend *be, float *losses, float *probs, float *probs_t,
+                            const float *logits, const int *labels, const float *q, int B,
+                            int K, float T, float alpha)
+{
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        const float *z = logits + (size_t)b * K, *qb = q + (size_t)b * K;
+        double lse = softmax_row_t(probs + (size_t)b * K, z, K, 1.0);
+        double lse_t = softmax_row_t(probs_t + (size_t)b * K, z, K, T);
+        double hard = labels[b] >= 0 ? lse - z[labels[b]] : 0.0, kl = 0.0;
+        for (int k = 0; k < K; k++)
+            if (qb[k] > 0) kl += qb[k] * (log((double)qb[k]) - (z[k] / (double)T - lse_t));
+        losses[b] = (float)((1.0 - alpha) * hard + (double)alpha * T * T * kl);
+    }
+    return SM_OK;
+}
+
+static int cpu_distill_backward(backend *be, float *dlogits, const float *probs,
+                                const float *probs_t, const int *labels, const float *q,
+                                int B, int K, float T, float alpha, float scale)
+{
+    (void)be;
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < K; k++) {
+            size_t i = (size_t)b * K + k;
+            float hard = labels[b] >= 0 ? probs[i] - (k == labels[b] ? 1.0f : 0.0f) : 0.0f;
+            dlogits[i] = scale * ((1.0f - alpha) * hard + alpha * T * (probs_t[i] - q[i]));
+        }
+    return SM_OK;
+}
+
 SIMD_CLONES
 static void adamw_span(float *p, const float *g, float *m, float *v, size_t n,
                        float decay, float step, float bc2_sqrt, float a1,
@@ -473,6 +515,8 @@ void backend_cpu_init_train_ops(backend *be)
     be->scatter_cls = cpu_scatter_cls;
     be->cross_entropy = cpu_cross_entropy;
     be->cross_entropy_backward = cpu_cross_entropy_backward;
+    be->distill_loss = cpu_distill_loss;
+    be->distill_backward = cpu_distill_backward;
     be->adamw = cpu_adamw;
     backend_cpu_init_mlm_ops(be);
 }

@@ -46,6 +46,7 @@ void bert_train_ws_free(bert_train_ws *ws)
     ws_arena_free(ws->be, ws->arena, ws->iarena);
     free(ws->layers);
     free(ws->host_losses);
+    free(ws->host_q);
     free(ws);
 }
 
@@ -90,6 +91,8 @@ static void plan_buffers(void *ctx, ws_carver *c)
     ws->pooled_drop = ws_carve(c, B * C);
     ws->logits = ws_carve(c, B * K);
     ws->probs = ws_carve(c, B * K);
+    ws->probs_t = ws_carve(c, B * K);
+    ws->q = ws_carve(c, B * K);
     ws->losses = ws_carve(c, B);
     ws->att_drop = ws_carve(c, att);
     ws->datt = ws_carve(c, att);
@@ -125,7 +128,8 @@ static int ws_create(backend *be, const bert_config *cfg, int max_batch, int max
     ws->K = cfg->num_labels;
     ws->layers = calloc((size_t)(ws->L ? ws->L : 1), sizeof *ws->layers);
     ws->host_losses = malloc((size_t)max_batch * sizeof *ws->host_losses);
-    if (!ws->layers || !ws->host_losses) goto nomem;
+    ws->host_q = malloc((size_t)max_batch * (ws->K > 0 ? ws->K : 1) * sizeof *ws->host_q);
+    if (!ws->layers || !ws->host_losses || !ws->host_q) goto nomem;
 
     /* With lanes, the activations live in the lanes; the workspace's own
      * arena is made only if bert_train_encode needs it. */
@@ -325,11 +329,61 @@ static int encoder_forward(const bert_config *cfg, const bert_params *p, bert_tr
     return SM_OK;
 }
 
-int bert_train_forward(const bert_config *cfg, const bert_params *p,
-                       bert_train_ws *ws, const int *ids, const int *lengths,
-                       const int *labels, int B, int T,
-                       const bert_dropout *drop, double *loss_sum,
-                       float *logits, char *err)
+/* q = softmax(log(soft) / T) row by row into ws->host_q: the targets at
+ * temperature T (soft itself when T is 1). */
+static void temper_targets(bert_train_ws *ws, const float *soft, int B, int K, float T)
+{
+    for (int b = 0; b < B; b++) {
+        const float *s = soft + (size_t)b * K;
+        float *q = ws->host_q + (size_t)b * K;
+        double sum = 0.0;
+        for (int k = 0; k < K; k++) sum += q[k] = s[k] > 0 ? (float)pow(s[k], 1.0 / T) : 0.0f;
+        for (int k = 0; k < K; k++) q[k] = (float)(q[k] / sum);
+    }
+}
+
+static int check_targets(const bert_targets *tg, int B, int K, char *err)
+{
+    int soft = tg->soft != NULL;
+    if (soft && (!(tg->alpha >= 0 && tg->alpha <= 1) || !(tg->temperature > 0)))
+        return sm_error(err, SM_ERR_INVALID,
+                        "training: distillation weight %g (0..1) or temperature %g (> 0) is out "
+                        "of range", tg->alpha, tg->temperature);
+    for (int b = 0; b < B; b++) {
+        int y = tg->labels[b];
+        if (y >= K || y < (soft ? -1 : 0))
+            return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
+                            y, b, K);
+        if (!soft) continue;
+        double sum = 0.0;
+        for (int k = 0; k < K; k++) {
+            float v = tg->soft[(size_t)b * K + k];
+            if (!(v >= 0 && v <= 1))
+                return sm_error(err, SM_ERR_INVALID,
+                                "training: soft target %g of example %d, label %d is not a "
+                                "probability", v, b, k);
+            sum += v;
+        }
+        if (fabs(sum - 1.0) > 1e-3)
+            return sm_error(err, SM_ERR_INVALID,
+                            "training: the soft targets of example %d sum to %g, not 1", b, sum);
+    }
+    return SM_OK;
+}
+
+int bert_train_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                       const int *ids, const int *lengths, const int *labels, int B, int T,
+                       const bert_dropout *drop, double *loss_sum, float *logits, char *err)
+{
+    bert_targets tg = {labels, NULL, 0.0f, 1.0f};
+    return bert_train_forward_targets(cfg, p, ws, ids, lengths, &tg, B, T, drop, loss_sum, logits,
+                                      err);
+}
+
+int bert_train_forward_targets(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                               const int *ids, const int *lengths, const bert_targets *tg,
+                               int B, int T, const bert_dropout *drop, double *loss_sum,
+                               float *logits, char *err)
 {
     backend *be = ws->be;
     int C = ws->C, K = ws->K;
@@ -339,16 +393,20 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
     if (rc) return rc;
     if (!p->cls_w || cfg->num_labels != K)
         return sm_error(err, SM_ERR_INVALID, "training: the model needs a %d-label head", K);
-    for (int b = 0; b < B; b++)
-        if (labels[b] < 0 || labels[b] >= K)
-            return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
-                            labels[b], b, K);
+    if ((rc = check_targets(tg, B, K, err))) return rc;
     if (ws->n_lanes)
-        return bert_train_lanes_forward(cfg, p, ws, ids, lengths, labels, B, T, drop, loss_sum,
+        return bert_train_lanes_forward(cfg, p, ws, ids, lengths, tg, B, T, drop, loss_sum,
                                         logits, err);
     if ((rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err))) return rc;
     const bert_dropout *dr = &ws->drop;
-    TRY(be->upload(be, ws->labels, labels, (size_t)B * sizeof(int)));
+    TRY(be->upload(be, ws->labels, tg->labels, (size_t)B * sizeof(int)));
+    ws->distill = tg->soft != NULL;
+    ws->alpha = tg->alpha;
+    ws->temperature = tg->temperature;
+    if (ws->distill) {
+        temper_targets(ws, tg->soft, B, K, tg->temperature);
+        TRY(be->upload(be, ws->q, ws->host_q, (size_t)B * K * sizeof(float)));
+    }
 
     /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); a RoBERTa head
      * (RobertaClassificationHead) drops out x[:,0,:] first:
@@ -362,11 +420,16 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
     }
     TRY(be->linear(be, ws->pooled, head_in, p->pool_w, p->pool_b, B, C, C));
     TRY(be->tanh(be, ws->pooled, ws->pooled, (size_t)B * C));
-    /* logits(B,K) = dropout(pooled) · Wcᵀ + bc; losses(B) = cross-entropy */
+    /* logits(B,K) = dropout(pooled) · Wcᵀ + bc; losses(B) = cross-entropy,
+     * or with soft targets the distillation loss */
     TRY(be->dropout(be, ws->pooled_drop, ws->pooled, (size_t)B * C, dr->classifier,
                     key_of(ws, SITE_CLS, (size_t)C)));
     TRY(be->linear(be, ws->logits, ws->pooled_drop, p->cls_w, p->cls_b, B, C, K));
-    TRY(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
+    if (ws->distill)
+        TRY(be->distill_loss(be, ws->losses, ws->probs, ws->probs_t, ws->logits, ws->labels, ws->q,
+                             B, K, ws->temperature, ws->alpha));
+    else
+        TRY(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
     TRY(be->download(be, ws->host_losses, ws->losses, (size_t)B * sizeof(float)));
     if (logits)
         TRY(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
@@ -438,8 +501,12 @@ static int head_and_encoder_backward(const bert_config *cfg, const bert_params *
     if (ws->ready != 1)
         return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
     ws->ready = 0;
-    /* losses = cross-entropy(logits) */
-    TRY(be->cross_entropy_backward(be, ws->dlogits, ws->probs, ws->labels, B, K, loss_scale));
+    /* losses = cross-entropy(logits), or the distillation loss */
+    if (ws->distill)
+        TRY(be->distill_backward(be, ws->dlogits, ws->probs, ws->probs_t, ws->labels, ws->q, B, K,
+                                 ws->temperature, ws->alpha, loss_scale));
+    else
+        TRY(be->cross_entropy_backward(be, ws->dlogits, ws->probs, ws->labels, B, K, loss_scale));
     /* logits = dropout(pooled) · Wcᵀ + bc */
     TRY(be->linear_backward(be, ws->dpooled, g->cls_w, g->cls_b, ws->dlogits,
                             ws->pooled_drop, p->cls_w, B, C, K, 0));

@@ -64,6 +64,26 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p,
                        const bert_dropout *drop, double *loss_sum,
                        float *logits, char *err);
 
+/* What the loss compares the logits with. Without soft targets: softmax
+ * cross-entropy on labels. With them (knowledge distillation, Hinton et al.
+ * 2015): loss_b = (1 - alpha) * CE(labels[b]) + alpha * T^2 *
+ * KL(q_b || softmax(z_b / T)), where q_b = softmax(log(soft_b) / T) is the
+ * teacher's distribution at temperature T; a row whose label is -1 has the
+ * soft term only. */
+typedef struct bert_targets {
+    const int *labels;  /* (B) host: in [0, K); -1 allowed with soft */
+    const float *soft;  /* (B,K) host: each row a distribution, or NULL */
+    float alpha;        /* weight of the soft term, 0..1 */
+    float temperature;  /* T > 0 */
+} bert_targets;
+
+/* bert_train_forward with soft targets; *loss_sum sums the loss above. */
+int bert_train_forward_targets(const bert_config *cfg, const bert_params *p,
+                               bert_train_ws *ws, const int *ids, const int *lengths,
+                               const bert_targets *tg, int B, int T,
+                               const bert_dropout *drop, double *loss_sum,
+                               float *logits, char *err);
+
 /* Backward of the last bert_train_forward on ws: adds to the gradients g
  * (views of a gradient arena on the same backend) the gradient of
  * loss_scale * Σ_b loss_b. For the mean over a batch of n examples split in

@@ -106,7 +106,8 @@ typedef struct lanes_pass {
     const bert_config *cfg;
     const bert_params *p, *g;
     bert_train_ws *ws;
-    const int *ids, *lengths, *labels;
+    const int *ids, *lengths;
+    const bert_targets *tg;
     int B, T;
     const bert_dropout *drop;
     float *logits, loss_scale;
@@ -123,14 +124,17 @@ static void forward_lane(void *ctx, int i, int n)
     double lane_loss;
     j->lane_err[i][0] = 0;
     lw->row0 = r0;
-    j->rc[i] = bert_train_forward(j->cfg, j->p, lw, j->ids + (size_t)r0 * T, j->lengths + r0,
-                                  j->labels + r0, r1 - r0, T, j->drop, &lane_loss,
-                                  j->logits ? j->logits + (size_t)r0 * j->ws->K : NULL,
-                                  j->lane_err[i]);
+    bert_targets tg = *j->tg;
+    tg.labels += r0;
+    if (tg.soft) tg.soft += (size_t)r0 * j->ws->K;
+    j->rc[i] = bert_train_forward_targets(j->cfg, j->p, lw, j->ids + (size_t)r0 * T,
+                                          j->lengths + r0, &tg, r1 - r0, T, j->drop, &lane_loss,
+                                          j->logits ? j->logits + (size_t)r0 * j->ws->K : NULL,
+                                          j->lane_err[i]);
 }
 
 int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                             const int *ids, const int *lengths, const int *labels, int B,
+                             const int *ids, const int *lengths, const bert_targets *tg, int B,
                              int T, const bert_dropout *drop, double *loss_sum, float *logits,
                              char *err)
 {
@@ -138,7 +142,7 @@ int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_
     int rc[n];
     char lane_err[n][SM_ERR_MAX];
     ws->ready = 0;
-    lanes_pass j = {cfg, p, NULL, ws, ids, lengths, labels, B, T, drop, logits, 0.0f,
+    lanes_pass j = {cfg, p, NULL, ws, ids, lengths, tg, B, T, drop, logits, 0.0f,
                     rc, lane_err};
     tp_run(n, forward_lane, &j);
     int first = first_error(rc, lane_err, n, err);

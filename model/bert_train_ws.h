@@ -41,6 +41,8 @@ struct bert_train_ws {
     float *pooled_drop;   /* (B,C) classifier input */
     float *logits;        /* (B,K) */
     float *probs;         /* (B,K) */
+    float *probs_t;       /* (B,K) softmax(logits / T), with soft targets */
+    float *q;             /* (B,K) the soft targets at temperature T */
     float *losses;        /* (B) */
     /* scratch */
     float *att_drop;      /* (B,H,T,T) dropped probabilities */
@@ -57,6 +59,10 @@ struct bert_train_ws {
     int *lengths;         /* (B) */
     int *labels;          /* (B) */
     float *host_losses;   /* (B) host copy of losses */
+    float *host_q;        /* (B,K) host: the targets tempered, before upload */
+    /* the last forward's loss: soft targets (distill 1) with alpha and T */
+    int distill;
+    float alpha, temperature;
     /* the last forward */
     int B, T, ready;
     bert_dropout drop;
@@ -82,7 +88,7 @@ void bert_train_lanes_free(bert_train_ws *ws);
 size_t bert_train_lanes_bytes(const bert_train_ws *ws);
 /* bert_train_forward and bert_train_backward of a workspace with lanes. */
 int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                             const int *ids, const int *lengths, const int *labels, int B,
+                             const int *ids, const int *lengths, const bert_targets *tg, int B,
                              int T, const bert_dropout *drop, double *loss_sum, float *logits,
                              char *err);
 int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,

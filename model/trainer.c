@@ -41,7 +41,12 @@ static double rng_normal(uint64_t *s)
 /* ---- dataset -------------------------------------------------------------- */
 
 struct train_dataset {
-    token_dataset t; /* labelled */
+    token_dataset t; /* labelled; a row without a label holds its soft argmax */
+    /* soft targets (train_dataset_add_soft): all rows have them or none */
+    int soft_k;      /* labels per row, 0 = no soft targets */
+    float *soft;     /* (rows, soft_k) */
+    uint8_t *hard;   /* (rows) 1: the row has a hard label too */
+    int soft_cap;    /* rows allocated in soft and hard */
 };
 
 int train_dataset_create(int vocab_size, train_dataset **out, char *err)
@@ -56,12 +61,58 @@ void train_dataset_free(train_dataset *ds)
 {
     if (!ds) return;
     token_dataset_release(&ds->t);
+    free(ds->soft);
+    free(ds->hard);
     free(ds);
 }
 
 int train_dataset_add(train_dataset *ds, const int *ids, int n, int label, char *err)
 {
+    if (ds->soft_k)
+        return sm_error(err, SM_ERR_INVALID,
+                        "dataset: every row needs soft targets once one row has them");
     return token_dataset_add(&ds->t, ids, n, label, err);
+}
+
+int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label,
+                           const float *probs, int k, char *err)
+{
+    if (ds->t.rows && !ds->soft_k)
+        return sm_error(err, SM_ERR_INVALID,
+                        "dataset: soft targets on row %d, but the rows before have none",
+                        ds->t.rows + 1);
+    if (k < 2 || k > BERT_MAX_LABELS || (ds->soft_k && k != ds->soft_k))
+        return sm_error(err, SM_ERR_INVALID, "dataset: %d soft targets per row (expected %d)", k,
+                        ds->soft_k ? ds->soft_k : 2);
+    double sum = 0.0;
+    int arg = 0;
+    for (int j = 0; j < k; j++) {
+        if (!(probs[j] >= 0 && probs[j] <= 1))
+            return sm_error(err, SM_ERR_INVALID, "dataset: soft target %g is not a probability",
+                            probs[j]);
+        sum += probs[j];
+        if (probs[j] > probs[arg]) arg = j;
+    }
+    if (fabs(sum - 1.0) > 1e-3)
+        return sm_error(err, SM_ERR_INVALID, "dataset: soft targets sum to %g, not 1", sum);
+    if (label < -1 || label >= k)
+        return sm_error(err, SM_ERR_INVALID, "dataset: label index %d (expected -1..%d)", label,
+                        k - 1);
+    if (ds->t.rows == ds->soft_cap) {
+        int cap = ds->soft_cap ? 2 * ds->soft_cap : 1024;
+        float *soft = realloc(ds->soft, (size_t)cap * k * sizeof *soft);
+        if (soft) ds->soft = soft;
+        uint8_t *hard = soft ? realloc(ds->hard, (size_t)cap) : NULL;
+        if (!hard) return sm_error(err, SM_ERR_NOMEM, "out of memory adding a training row");
+        ds->hard = hard;
+        ds->soft_cap = cap;
+    }
+    int rc = token_dataset_add(&ds->t, ids, n, label >= 0 ? label : arg, err);
+    if (rc) return rc;
+    ds->soft_k = k;
+    memcpy(ds->soft + (size_t)(ds->t.rows - 1) * k, probs, (size_t)k * sizeof *probs);
+    ds->hard[ds->t.rows - 1] = label >= 0;
+    return SM_OK;
 }
 
 int train_dataset_rows(const train_dataset *ds)
@@ -74,7 +125,7 @@ size_t train_dataset_bytes(const train_dataset *ds)
     const token_dataset *t = &ds->t;
     return t->cap_ids * (t->wide ? 4 : 2) +
            (size_t)t->cap_rows * (sizeof *t->start + sizeof *t->len + sizeof *t->label) +
-           sizeof *ds;
+           (size_t)ds->soft_cap * (ds->soft_k * sizeof *ds->soft + 1) + sizeof *ds;
 }
 
 double train_dataset_bytes_per_row(const train_dataset *ds)
@@ -83,7 +134,8 @@ double train_dataset_bytes_per_row(const train_dataset *ds)
     const token_dataset *t = &ds->t;
     if (!t->rows) return 0;
     return (double)t->n_ids * (t->wide ? 4 : 2) / t->rows +
-           (double)(sizeof *t->start + sizeof *t->len + sizeof *t->label);
+           (double)(sizeof *t->start + sizeof *t->len + sizeof *t->label) +
+           (ds->soft_k ? ds->soft_k * sizeof *ds->soft + 1.0 : 0.0);
 }
 
 int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap, int *n, int *label)
@@ -249,6 +301,8 @@ void trainer_options_default(trainer_options *o)
     o->epochs = 3;
     o->lr = 5e-5f;
     o->valid_fraction = 0.1f;
+    o->distill_alpha = 0.5f;
+    o->distill_temperature = 1.0f;
 }
 
 void trainer_result_free(trainer_result *r)
@@ -270,6 +324,7 @@ typedef struct run_state {
     bert_params p, g;        /* views of the loop's device arenas */
     bert_train_ws *ws;
     int *ids, *lengths, *labels; /* (micro, max_len), (micro), (micro) */
+    float *soft;             /* (micro, K) soft targets of the batch, or NULL */
     float *logits;           /* (micro, K) */
     int K;
     double best_acc;         /* -1 before the first epoch */
@@ -285,6 +340,7 @@ static void run_state_free(run_state *st)
     free(st->ids);
     free(st->lengths);
     free(st->labels);
+    free(st->soft);
     free(st->logits);
 }
 
@@ -303,8 +359,22 @@ static int build_batch(run_state *st, const int *idx, int B)
         for (int t = n; t < T; t++) row[t] = st->L->pad;
         st->lengths[b] = n;
         st->labels[b] = ds->label[idx[b]];
+        if (!st->soft) continue;
+        int K = st->K;
+        memcpy(st->soft + (size_t)b * K, st->ds->soft + (size_t)idx[b] * K, K * sizeof(float));
+        if (!st->ds->hard[idx[b]]) st->labels[b] = -1;
     }
     return T;
+}
+
+/* The batch's loss on st's rows: cross-entropy, or distillation with soft
+ * targets. */
+static int batch_forward(run_state *st, int B, int T, const bert_dropout *drop, double *loss,
+                         float *logits, char *err)
+{
+    bert_targets tg = {st->labels, st->soft, st->o->distill_alpha, st->o->distill_temperature};
+    return bert_train_forward_targets(&st->m->cfg, &st->p, st->ws, st->ids, st->lengths, &tg, B,
+                                      T, drop, loss, logits, err);
 }
 
 static int evaluate(run_state *st, double *accuracy, char *err)
@@ -314,15 +384,15 @@ static int evaluate(run_state *st, double *accuracy, char *err)
         int B = n_valid - first < micro ? n_valid - first : micro;
         int T = build_batch(st, st->L->valid_idx + first, B);
         double loss;
-        int rc = bert_train_forward(&st->m->cfg, &st->p, st->ws, st->ids, st->lengths, st->labels,
-                                    B, T, NULL, &loss, st->logits, err);
+        int rc = batch_forward(st, B, T, NULL, &loss, st->logits, err);
         if (rc) return rc;
+        /* a row without a label is right when it agrees with its targets' top label */
         for (int b = 0; b < B; b++) {
             const float *z = st->logits + (size_t)b * st->K;
             int arg = 0;
             for (int k = 1; k < st->K; k++)
                 if (z[k] > z[arg]) arg = k;
-            correct += arg == st->labels[b];
+            correct += arg == st->ds->t.label[st->L->valid_idx[first + b]];
         }
     }
     *accuracy = (double)correct / n_valid;
@@ -337,8 +407,7 @@ static int hook_forward(void *ctx, int k, const int *idx, int B, const bert_drop
     run_state *st = ctx;
     (void)k;
     int T = build_batch(st, idx, B);
-    return bert_train_forward(&st->m->cfg, &st->p, st->ws, st->ids, st->lengths, st->labels, B,
-                              T, drop, loss, NULL, err);
+    return batch_forward(st, B, T, drop, loss, NULL, err);
 }
 
 static int hook_backward(void *ctx, float scale, char *err)
@@ -393,6 +462,15 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
     if (!m->has_head || !m->p.cls_w)
         return sm_error(err, SM_ERR_INVALID, "training: the model has no classification head");
     st.K = m->cfg.num_labels;
+    if (ds->soft_k && ds->soft_k != st.K)
+        return sm_error(err, SM_ERR_INVALID,
+                        "training: the rows have %d soft targets but the model has %d labels",
+                        ds->soft_k, st.K);
+    if (ds->soft_k && (!(o->distill_alpha >= 0 && o->distill_alpha <= 1) ||
+                       !(o->distill_temperature > 0)))
+        return sm_error(err, SM_ERR_INVALID,
+                        "training: distillation weight %g (0..1) or temperature %g (> 0) is out "
+                        "of range", o->distill_alpha, o->distill_temperature);
     for (int i = 0; i < ds->t.rows; i++)
         if (ds->t.label[i] >= st.K)
             return sm_error(err, SM_ERR_INVALID,
@@ -414,6 +492,10 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
     st.lengths = malloc((size_t)L.micro * sizeof *st.lengths);
     st.labels = malloc((size_t)L.micro * sizeof *st.labels);
     st.logits = malloc((size_t)L.micro * st.K * sizeof *st.logits);
+    if (ds->soft_k && !(st.soft = malloc((size_t)L.micro * st.K * sizeof *st.soft))) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory setting up training");
+        goto end;
+    }
     st.best = malloc(m->n_floats * sizeof *st.best);
     res->train_loss = malloc((size_t)o->epochs * sizeof *res->train_loss);
     res->valid_accuracy = malloc((size_t)o->epochs * sizeof *res->valid_accuracy);

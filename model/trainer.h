@@ -32,6 +32,12 @@ void train_dataset_free(train_dataset *ds);
  * n >= 2, each in [0, vocab_size)) and label index >= 0. */
 int train_dataset_add(train_dataset *ds, const int *ids, int n, int label,
                       char *err);
+/* Appends one example with soft targets probs[0..k) (a distribution over
+ * the k labels, e.g. a teacher's probabilities) for knowledge distillation,
+ * and label index in [0, k) or -1 (none: the row has the soft loss only).
+ * A dataset's rows all have soft targets or none. */
+int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label,
+                           const float *probs, int k, char *err);
 int train_dataset_rows(const train_dataset *ds);
 /* Memory the dataset holds, and the average per row (bytes). */
 size_t train_dataset_bytes(const train_dataset *ds);
@@ -101,6 +107,11 @@ typedef struct trainer_options {
     float dropout;           /* < 0: the config's probabilities; else all */
     float beta1, beta2, eps; /* 0.9, 0.999, 1e-8 */
     int group_by_length;     /* 1: batches of similar lengths (less padding) */
+    /* With soft targets in the dataset, the distillation loss of
+     * bert_train.h: weight of the soft term (0.5) and temperature (1).
+     * Validation accuracy counts a row without a label as right when the
+     * model's top label is its targets' top label. */
+    float distill_alpha, distill_temperature;
     /* Called after every optimizer step and at the end of every epoch;
      * nonzero return stops training (SM_ERR_INTERRUPTED). May be NULL. */
     int (*progress)(void *user, const trainer_progress *p);

@@ -104,6 +104,8 @@ static const tol_entry k_tol[] = {
     {"embed_backward", 1e-5, -1},
     {"cross_entropy", 1e-6, -1},
     {"cross_entropy_backward", 1e-6, -1},
+    {"distill_loss", 1e-6, -1},
+    {"distill_backward", 1e-6, -1},
     {"sumsq", 1e-6, -1},
     {"zero", 0, -1},
     {"model", 1e-4, 5e-2},
@@ -430,8 +432,8 @@ static void test_tolerance_plumbing(void **state)
                          "gather_cls", "zero", "scale", "sumsq", "linear_backward",
                          "layernorm_backward", "gelu_backward", "tanh_backward", "dropout",
                          "attention_train", "attention_backward", "embed_backward", "scatter_cls",
-                         "cross_entropy", "cross_entropy_backward", "adamw", "gather_rows",
-                         "scatter_rows"};
+                         "cross_entropy", "cross_entropy_backward", "distill_loss",
+                         "distill_backward", "adamw", "gather_rows", "scatter_rows"};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         assert_true(tol_of(ops[i], 0) >= 0);
         assert_true(tol_of(ops[i], 1) >= tol_of(ops[i], 0));
@@ -1088,6 +1090,31 @@ static void test_loss_and_adamw(void **state)
     CPU_OK(g_cpu->cross_entropy_backward(g_cpu, dlogits.h, probs.h, labels.h, B, K, 1.0f / B));
     GPU_OK(g_gpu->cross_entropy_backward(g_gpu, dlogits.d, probs.d, labels.d, B, K, 1.0f / B));
     check("cross_entropy_backward", "dlogits", &dlogits, NULL);
+
+    /* distillation: soft targets q (rows are distributions), one row without a label */
+    lab[2] = -1;
+    ibuf dlabels = ib_from(lab, B);
+    fbuf q = fb_new((size_t)B * K), probs_t = fb_poison((size_t)B * K);
+    for (int b = 0; b < B; b++) {
+        float sum = 0;
+        for (int k = 0; k < K; k++) sum += q.h[b * K + k] = uniform(0.01f, 1.0f);
+        for (int k = 0; k < K; k++) q.h[b * K + k] /= sum;
+    }
+    fb_push(&q);
+    CPU_OK(g_cpu->distill_loss(g_cpu, losses.h, probs.h, probs_t.h, logits.h, dlabels.h, q.h, B, K,
+                               2.5f, 0.7f));
+    GPU_OK(g_gpu->distill_loss(g_gpu, losses.d, probs.d, probs_t.d, logits.d, dlabels.d, q.d, B, K,
+                               2.5f, 0.7f));
+    check("distill_loss", "losses", &losses, NULL);
+    check("distill_loss", "probs_t", &probs_t, NULL);
+    CPU_OK(g_cpu->distill_backward(g_cpu, dlogits.h, probs.h, probs_t.h, dlabels.h, q.h, B, K, 2.5f,
+                                   0.7f, 1.0f / B));
+    GPU_OK(g_gpu->distill_backward(g_gpu, dlogits.d, probs.d, probs_t.d, dlabels.d, q.d, B, K, 2.5f,
+                                   0.7f, 1.0f / B));
+    check("distill_backward", "dlogits", &dlogits, NULL);
+    fb_free(&q);
+    fb_free(&probs_t);
+    ib_free(&dlabels);
 
     size_t n = 10007;
     fbuf p = fb_rand(n, 1), g = fb_rand(n, 0.1f), m = fb_rand(n, 0.01f), v = fb_new(n);

@@ -7,7 +7,8 @@
  * over that input). The double reference's forward is also checked against
  * the backend's forward, so the two describe the same function. Ops:
  * linear, layernorm, GELU, tanh pooler, attention with padding (with and
- * without dropout), embeddings, dropout, cross-entropy; then the whole tiny
+ * without dropout), embeddings, dropout, cross-entropy, the distillation
+ * loss (soft targets, temperature, rows without a label); then the whole tiny
  * model's loss, with dropout on, w.r.t. a sample of parameters in every
  * tensor (float model, looser tolerance).
  */
@@ -386,6 +387,62 @@ static void test_cross_entropy(void **state)
     free(logits);
 }
 
+/* ---- distillation loss ---------------------------------------------------- */
+
+typedef struct kd_ctx {
+    int B, K;
+    const int *labels;
+    const float *q;
+    double T, alpha, scale;
+    double *logits;
+} kd_ctx;
+
+/* The loss of backend.h's distill_loss in double: (1 - a) CE + a T^2 KL(q || softmax(z/T)). */
+static double kd_loss(void *p)
+{
+    kd_ctx *c = p;
+    double total = 0;
+    for (int b = 0; b < c->B; b++) {
+        const double *z = c->logits + (size_t)b * c->K;
+        double mx = z[0], s = 0, st = 0;
+        for (int k = 1; k < c->K; k++) mx = z[k] > mx ? z[k] : mx;
+        for (int k = 0; k < c->K; k++) s += exp(z[k] - mx), st += exp((z[k] - mx) / c->T);
+        double hard = c->labels[b] >= 0 ? log(s) + mx - z[c->labels[b]] : 0, kl = 0;
+        for (int k = 0; k < c->K; k++) {
+            double q = c->q[(size_t)b * c->K + k];
+            if (q > 0) kl += q * (log(q) - ((z[k] - mx) / c->T - log(st)));
+        }
+        total += (1 - c->alpha) * hard + c->alpha * c->T * c->T * kl;
+    }
+    return c->scale * total;
+}
+
+static void test_distill_loss(void **state)
+{
+    (void)state;
+    int B = 5, K = 4, labels[5] = {0, -1, 3, 1, -1};
+    float *logits = frand((size_t)B * K, 4), q[20], probs[20], probs_t[20], losses[5], dz[20];
+    for (int b = 0; b < B; b++) {
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += q[b * K + k] = (float)(urand() + 1.05);
+        for (int k = 0; k < K; k++) q[b * K + k] = (float)(q[b * K + k] / sum);
+    }
+    q[3] = 0; /* a zero target contributes nothing */
+    q[0] = 1 - q[1] - q[2];
+    float T = 2.5f, alpha = 0.7f, scale = 1.0f / B;
+    assert_int_equal(g_be->distill_loss(g_be, losses, probs, probs_t, logits, labels, q, B, K, T,
+                                        alpha), SM_OK);
+    assert_int_equal(g_be->distill_backward(g_be, dz, probs, probs_t, labels, q, B, K, T, alpha,
+                                            scale), SM_OK);
+    kd_ctx c = {B, K, labels, q, T, alpha, scale, to_double(logits, (size_t)B * K)};
+    double want = kd_loss(&c), got = 0;
+    for (int b = 0; b < B; b++) got += losses[b] * (double)scale;
+    assert_true(fabs(got - want) <= 1e-6 * (1 + fabs(want)));
+    check_grad("distillation d(logits)", c.logits, (size_t)B * K, dz, kd_loss, &c);
+    free(c.logits);
+    free(logits);
+}
+
 /* ---- the whole tiny model, dropout on ------------------------------------ */
 
 typedef struct model_ctx {
@@ -478,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_distill_loss),
         cmocka_unit_test(test_whole_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

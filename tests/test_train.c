@@ -5,10 +5,13 @@
  * and the losses of 10 AdamW steps (warm-up, decay, clipping). Ours must match:
  * every gradient element within 1e-3 relative (|ours - torch| <= 1e-3 *
  * max(|torch|, rms of that tensor, 1e-6 * largest gradient)), every loss
- * within 1e-4. Then: the same
+ * within 1e-4. tests/fixtures/gen_distill_golden.py saved the same for the
+ * distillation loss (soft targets at temperature 2, weight 0.6, two rows
+ * without a label), held to the same bounds. Then: the same
  * seed gives the same bits, micro-batches sum to the full batch, dropout masks
  * repeat and are off in evaluation, clipping, interrupts, NaN losses, and the
- * trainer API end to end.
+ * trainer API end to end, distillation included (soft-target rows, their
+ * checks, and a student that learns its teacher's probabilities).
  */
 #include "train_test_util.h"
 
@@ -216,6 +219,134 @@ static void test_golden_gradients_and_losses(void **state)
     trainable_free(&tr);
 }
 
+/* ---- distillation against PyTorch ------------------------------------------ */
+
+#define DISTILL "tests/fixtures/distill"
+
+static void test_distill_golden(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    trainable tr;
+    batch bt;
+    trainable_init(&tr, 2, MAX_EX, MAX_T);
+    load_batch(tr.m, &bt);
+    int K = tr.m->cfg.num_labels;
+    float soft[MAX_EX * 3], T, alpha;
+    int labels[MAX_EX];
+    assert_int_equal(K, 3);
+    FILE *f = fopen(DISTILL "/targets.txt", "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%f %f", &T, &alpha), 2);
+    for (int b = 0; b < bt.B; b++)
+        assert_int_equal(fscanf(f, "%d %f %f %f", &labels[b], &soft[b * K], &soft[b * K + 1],
+                                &soft[b * K + 2]), 4);
+    fclose(f);
+    f = fopen(DISTILL "/loss.txt", "r");
+    assert_non_null(f);
+    double want;
+    assert_int_equal(fscanf(f, "%lf", &want), 1);
+    fclose(f);
+
+    bert_targets tg = {labels, soft, alpha, T};
+    double loss;
+    int rc = bert_train_forward_targets(&tr.m->cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths, &tg,
+                                        bt.B, bt.T, NULL, &loss, NULL, err);
+    if (rc) print_error("%s\n", err);
+    assert_int_equal(rc, SM_OK);
+    assert_int_equal(bert_train_backward(&tr.m->cfg, &tr.m->p, &tr.g, tr.ws, 1.0f / bt.B, err),
+                     SM_OK);
+    double worst = compare_grads(tr.m, tr.grads, DISTILL "/grads.safetensors", GRAD_TOL);
+    print_message("distill golden: loss %.7f (torch %.7f), worst gradient relative %.2e\n",
+                  loss / bt.B, want, worst);
+    assert_true(fabs(loss / bt.B - want) <= LOSS_TOL);
+
+    /* Bad targets are refused before any work. */
+    float bad = soft[0];
+    soft[0] = bad + 0.5f; /* the row no longer sums to 1 */
+    assert_int_equal(bert_train_forward_targets(&tr.m->cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths,
+                                                &tg, bt.B, bt.T, NULL, &loss, NULL, err),
+                     SM_ERR_INVALID);
+    assert_non_null(strstr(err, "sum to"));
+    soft[0] = NAN;
+    assert_int_equal(bert_train_forward_targets(&tr.m->cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths,
+                                                &tg, bt.B, bt.T, NULL, &loss, NULL, err),
+                     SM_ERR_INVALID);
+    soft[0] = bad;
+    tg.temperature = 0;
+    assert_int_equal(bert_train_forward_targets(&tr.m->cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths,
+                                                &tg, bt.B, bt.T, NULL, &loss, NULL, err),
+                     SM_ERR_INVALID);
+    /* without soft targets a label of -1 is still an error */
+    assert_int_equal(bert_train_forward(&tr.m->cfg, &tr.m->p, tr.ws, bt.ids, bt.lengths, labels,
+                                        bt.B, bt.T, NULL, &loss, NULL, err),
+                     SM_ERR_INVALID);
+    trainable_free(&tr);
+}
+
+/* alpha 0 is the hard loss exactly; one-hot targets at T 1 with alpha 1 too. */
+static void test_distill_limits(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    trainable tr;
+    batch bt;
+    trainable_init(&tr, 1, MAX_EX, MAX_T);
+    load_batch(tr.m, &bt);
+    int K = tr.m->cfg.num_labels;
+    float onehot[MAX_EX * 3] = {0}, *g_hard = malloc(tr.m->n_floats * sizeof *g_hard);
+    for (int b = 0; b < bt.B; b++) onehot[b * K + bt.labels[b]] = 1;
+    double hard = fwd_bwd(&tr, &bt, 0, bt.B, bt.B, NULL);
+    memcpy(g_hard, tr.grads, tr.m->n_floats * sizeof *g_hard);
+    bert_targets cases[2] = {{bt.labels, onehot, 0.0f, 3.0f}, {bt.labels, onehot, 1.0f, 1.0f}};
+    for (int c = 0; c < 2; c++) {
+        double loss;
+        memset(tr.grads, 0, tr.m->n_floats * sizeof *tr.grads);
+        assert_int_equal(bert_train_forward_targets(&tr.m->cfg, &tr.m->p, tr.ws, bt.ids,
+                                                    bt.lengths, &cases[c], bt.B, bt.T, NULL,
+                                                    &loss, NULL, err),
+                         SM_OK);
+        assert_int_equal(bert_train_backward(&tr.m->cfg, &tr.m->p, &tr.g, tr.ws, 1.0f / bt.B, err),
+                         SM_OK);
+        assert_true(fabs(loss - hard) <= 1e-5 * fabs(hard));
+        assert_true(max_abs_diff(tr.grads, g_hard, tr.m->n_floats) <=
+                    1e-5 * max_abs(g_hard, tr.m->n_floats));
+    }
+    free(g_hard);
+    trainable_free(&tr);
+}
+
+/* Soft-target datasets: all rows or none, each a distribution. */
+static void test_distill_dataset(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    train_dataset *ds;
+    int ids[4] = {2, 600, 601, 3};
+    float p[3] = {0.2f, 0.3f, 0.5f}, bad[3] = {0.2f, 0.3f, 0.6f}, nan3[3] = {NAN, 0.5f, 0.5f};
+    assert_int_equal(train_dataset_create(2000, &ds, err), SM_OK);
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, -1, p, 3, err), SM_OK);
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, 1, p, 3, err), SM_OK);
+    assert_int_equal(train_dataset_add(ds, ids, 4, 0, err), SM_ERR_INVALID);
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, 0, bad, 3, err), SM_ERR_INVALID);
+    assert_non_null(strstr(err, "sum to"));
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, 0, nan3, 3, err), SM_ERR_INVALID);
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, 3, p, 3, err), SM_ERR_INVALID);
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, -2, p, 3, err), SM_ERR_INVALID);
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, 0, p, 2, err), SM_ERR_INVALID);
+    assert_int_equal(train_dataset_rows(ds), 2);
+    int n, label, back[4];
+    assert_int_equal(train_dataset_row(ds, 0, back, 4, &n, &label), SM_OK);
+    assert_int_equal(label, 2); /* no label: the targets' top one */
+    assert_true(train_dataset_bytes_per_row(ds) >= 4 * 2 + 3 * sizeof(float));
+    train_dataset_free(ds);
+
+    assert_int_equal(train_dataset_create(2000, &ds, err), SM_OK);
+    assert_int_equal(train_dataset_add(ds, ids, 4, 0, err), SM_OK);
+    assert_int_equal(train_dataset_add_soft(ds, ids, 4, 0, p, 3, err), SM_ERR_INVALID);
+    train_dataset_free(ds);
+}
+
 /* Micro-batches add up: batch 8 in one pass == 2 micro-batches of 4. */
 static void test_gradient_accumulation(void **state)
 {
@@ -406,6 +537,73 @@ static void test_trainer_learns(void **state)
     for (int e = 0; e < r.best_epoch - 1; e++) assert_true(r.valid_accuracy[e] < r.best_accuracy);
     trainer_result_free(&r);
     train_dataset_free(ds);
+    bert_model_free(m);
+    be->destroy(be);
+}
+
+/* A student on the synthetic task with soft targets only: the teacher
+ * gives the keyword's label 0.7 and the others 0.15 each. Trained with the
+ * distillation loss (alpha 1) the student learns the task (accuracy against
+ * the targets' top label) and the teacher's confidence, not certainty: its
+ * mean top probability ends near 0.7, where hard labels would push it to 1. */
+static void test_trainer_distills(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    backend *be = cpu_backend(2);
+    bert_model *m = load_model();
+    train_dataset *hard = synthetic(m->cfg.vocab_size, 320, 3, 77), *ds;
+    assert_int_equal(train_dataset_create(m->cfg.vocab_size, &ds, err), SM_OK);
+    int ids[64], n, label;
+    for (int i = 0; i < train_dataset_rows(hard); i++) {
+        assert_int_equal(train_dataset_row(hard, i, ids, 64, &n, &label), SM_OK);
+        float p[3] = {0.15f, 0.15f, 0.15f};
+        p[label] = 0.7f;
+        assert_int_equal(train_dataset_add_soft(ds, ids, n, -1, p, 3, err), SM_OK);
+    }
+    trainer_options o;
+    trainer_options_default(&o);
+    o.epochs = 8;
+    o.lr = 3e-3f;
+    o.batch_size = 16;
+    o.valid_fraction = 0.25f;
+    o.dropout = 0.0f;
+    o.distill_alpha = 1.0f;
+    trainer_result r;
+    int rc = trainer_run(m, be, ds, &o, &r, err);
+    if (rc) print_error("%s\n", err);
+    assert_int_equal(rc, SM_OK);
+    print_message("distill: best epoch %d, accuracy against the targets %.3f, loss %.4f -> %.4f\n",
+                  r.best_epoch, r.best_accuracy, r.train_loss[0], r.train_loss[r.epochs - 1]);
+    assert_true(r.best_accuracy > 0.95);
+    assert_true(r.train_loss[r.epochs - 1] < r.train_loss[0]);
+
+    /* The student's confidence on the held-out rows' logits. */
+    bert_train_ws *ws;
+    assert_int_equal(bert_train_ws_create(be, &m->cfg, 16, 40, &ws, err), SM_OK);
+    double top = 0;
+    int rows = 0;
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(train_dataset_row(hard, i, ids, 40, &n, &label), SM_OK);
+        float z[3];
+        double loss;
+        assert_int_equal(bert_train_forward(&m->cfg, &m->p, ws, ids, &n, &label, 1, n, NULL,
+                                            &loss, z, err),
+                         SM_OK);
+        double mx = fmax(z[0], fmax(z[1], z[2])), s = 0;
+        for (int k = 0; k < 3; k++) s += exp(z[k] - mx);
+        top += 1 / s;
+        rows++;
+    }
+    print_message("distill: mean top probability %.3f (teacher 0.7)\n", top / rows);
+    assert_true(fabs(top / rows - 0.7) < 0.08);
+    bert_train_ws_free(ws);
+
+    o.distill_temperature = -1;
+    assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
+    trainer_result_free(&r);
+    train_dataset_free(ds);
+    train_dataset_free(hard);
     bert_model_free(m);
     be->destroy(be);
 }
@@ -686,7 +884,11 @@ int main(void)
         cmocka_unit_test(test_dropout_reproducible_and_off_in_eval),
         cmocka_unit_test(test_clipping),
         cmocka_unit_test(test_schedule),
+        cmocka_unit_test(test_distill_golden),
+        cmocka_unit_test(test_distill_limits),
+        cmocka_unit_test(test_distill_dataset),
         cmocka_unit_test(test_trainer_learns),
+        cmocka_unit_test(test_trainer_distills),
         cmocka_unit_test(test_trainer_deterministic),
         cmocka_unit_test(test_trainer_interrupt_and_nan),
         cmocka_unit_test(test_prepare_head),

@@ -5,12 +5,14 @@
  * whitespace removed), the same for every set, because the sets share texts
  * with small differences (see ../shared/data/README.md, "Overlap").
  * Evaluation texts: all of chnsenticorp/dev and eprstmt, and the rows of
- * waimai_10k and online_shopping_10_cats whose normalised text hashes to
- * bucket 0 of 10 (FNV-1a). Training texts: everything else that is labeled
- * and binary (chnsenticorp/train, chnsenticorp_htl_all, the rest of waimai and
- * online_shopping, optionally weibo), minus any text whose normalised form is
- * an evaluation text, minus duplicates (first kept; conflicting labels: all
- * dropped). Owns the review_set arrays it returns.
+ * waimai_10k, online_shopping_10_cats and douban_book_review whose
+ * normalised text hashes to bucket 0 of 10 (FNV-1a). Training texts:
+ * everything else that is labeled and binary (chnsenticorp/train,
+ * chnsenticorp_htl_all, the rest of waimai, online_shopping and douban,
+ * optionally weibo), minus any text whose normalised form is an evaluation
+ * text, minus duplicates (first kept; conflicting labels: all dropped).
+ * Unlabeled texts: unlabeled_reviews, optionally unlabeled_zh, minus
+ * evaluation texts. Owns the review_set arrays it returns.
  */
 #include "reviews.h"
 
@@ -51,7 +53,7 @@ char *review_normalize(const char *text)
     return (char *)mapped;
 }
 
-static uint64_t fnv1a(const char *s)
+uint64_t review_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
@@ -78,7 +80,7 @@ static int set_grow(str_set *s)
     }
     for (size_t i = 0; i < s->cap; i++) {
         if (!s->slot[i]) continue;
-        size_t j = fnv1a(s->slot[i]) & (cap - 1);
+        size_t j = review_hash(s->slot[i]) & (cap - 1);
         while (slot[j]) j = (j + 1) & (cap - 1);
         slot[j] = s->slot[i];
         value[j] = s->value[i];
@@ -94,7 +96,7 @@ static int set_grow(str_set *s)
 /* Returns the slot for key (existing or empty). */
 static size_t set_find(const str_set *s, const char *key)
 {
-    size_t j = fnv1a(key) & (s->cap - 1);
+    size_t j = review_hash(key) & (s->cap - 1);
     while (s->slot[j] && strcmp(s->slot[j], key)) j = (j + 1) & (s->cap - 1);
     return j;
 }
@@ -207,7 +209,7 @@ static int collect_eval_row(void *user, int label, char *text)
     if (label != 0 && label != 1) return SM_OK;
     char *norm = review_normalize(text);
     if (!norm) return SM_ERR_NOMEM;
-    int to_eval = !c->hashed || fnv1a(norm) % 10 == 0;
+    int to_eval = !c->hashed || review_hash(norm) % 10 == 0;
     int rc;
     if (to_eval) {
         size_t slot;
@@ -221,7 +223,7 @@ static int collect_eval_row(void *user, int label, char *text)
     return set_add_row(c->pending, text, label);
 }
 
-int reviews_load(const char *data_dir, int with_weibo, review_data *d, char *err)
+int reviews_load(const char *data_dir, int with_weibo, int with_zh, review_data *d, char *err)
 {
     static const struct {
         const char *name, *path;
@@ -231,6 +233,7 @@ int reviews_load(const char *data_dir, int with_weibo, review_data *d, char *err
         {"waimai_10k (held-out 10%)", "waimai_10k/all.tsv", 1},
         {"online_shopping_10_cats (held-out 10%)", "online_shopping_10_cats/all.tsv", 1},
         {"eprstmt", "eprstmt/all.tsv", 0},
+        {"douban_book_review (held-out 10%)", "douban_book_review/all.tsv", 1},
     };
     static const char *const train_only[] = {
         "chnsenticorp/train.tsv", "chnsenticorp_htl_all/all.tsv",
@@ -293,10 +296,23 @@ int reviews_load(const char *data_dir, int with_weibo, review_data *d, char *err
         train_texts.value[slot] = -2; /* taken: later copies are duplicates */
         if ((rc = set_add_row(&d->train, r->text, r->label))) goto end;
     }
-    /* Unlabeled reviews (vocabulary, pre-training), minus evaluation texts. */
+    /* Unlabeled texts (vocabulary, pre-training), minus evaluation texts. */
+    static const char *const unlabeled_files[] = {
+        "unlabeled_reviews/eprstmt_unlabeled.tsv", "unlabeled_zh/fewclue_texts.tsv",
+        "unlabeled_zh/weibo_ced.tsv", "unlabeled_zh/weibo_checked_1.tsv",
+        "unlabeled_zh/weibo_checked_2.tsv", "unlabeled_zh/peoples_daily_1998.tsv",
+        "unlabeled_zh/cluecorpussmall_sample.tsv",
+    };
     review_set unlabeled = {0};
-    snprintf(path, sizeof path, "%s/unlabeled_reviews/eprstmt_unlabeled.tsv", data_dir);
-    if ((rc = read_tsv(path, 0, add_labeled, &unlabeled, err))) goto end;
+    int first_file_rows = -1;
+    for (size_t i = 0; i < (with_zh ? sizeof unlabeled_files / sizeof *unlabeled_files : 1); i++) {
+        snprintf(path, sizeof path, "%s/%s", data_dir, unlabeled_files[i]);
+        if ((rc = read_tsv(path, 0, add_labeled, &unlabeled, err))) {
+            reviews_set_free(&unlabeled);
+            goto end;
+        }
+        if (first_file_rows < 0) first_file_rows = unlabeled.n;
+    }
     for (int i = 0; i < unlabeled.n && !rc; i++) {
         char *norm = review_normalize(unlabeled.rows[i].text);
         if (!norm) {
@@ -305,6 +321,7 @@ int reviews_load(const char *data_dir, int with_weibo, review_data *d, char *err
         }
         if (set_contains(&eval_texts, norm)) d->dropped_eval_overlap++;
         else rc = set_add_row(&d->unlabeled, unlabeled.rows[i].text, -1);
+        if (i + 1 == first_file_rows) d->unlabeled_reviews = d->unlabeled.n;
         free(norm);
     }
     reviews_set_free(&unlabeled);

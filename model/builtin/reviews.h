@@ -3,7 +3,9 @@
 #ifndef SM_REVIEWS_H
 #define SM_REVIEWS_H
 
-#define REVIEW_EVAL_SETS 4
+#include <stdint.h>
+
+#define REVIEW_EVAL_SETS 5
 
 typedef struct review {
     char *text;
@@ -18,6 +20,7 @@ typedef struct review_set {
 typedef struct review_data {
     review_set train;                      /* de-duplicated, no eval text */
     review_set unlabeled;                  /* no eval text */
+    int unlabeled_reviews;                 /* the first ones, from unlabeled_reviews/ */
     review_set eval[REVIEW_EVAL_SETS];
     const char *eval_name[REVIEW_EVAL_SETS];
     int dropped_eval_overlap;              /* texts equal to an eval text */
@@ -27,7 +30,11 @@ typedef struct review_data {
 
 /* NFKC + case fold + no whitespace; malloc'd (NULL when out of memory). */
 char *review_normalize(const char *text);
-int reviews_load(const char *data_dir, int with_weibo, review_data *d, char *err);
+/* 64-bit FNV-1a of a (normalised) text: the evaluation buckets, soft label keys. */
+uint64_t review_hash(const char *s);
+/* with_zh: also the texts of unlabeled_zh/ as unlabeled (after
+ * unlabeled_reviews, in file order). */
+int reviews_load(const char *data_dir, int with_weibo, int with_zh, review_data *d, char *err);
 void reviews_free(review_data *d);
 void reviews_set_free(review_set *s);
 

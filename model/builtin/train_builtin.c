@@ -37,6 +37,7 @@
 #include "pretrain.h"
 #include "reviews.h"
 #include "safetensors.h"
+#include "soft_labels.h"
 #include "trainer.h"
 #include "vocab_builder.h"
 
@@ -52,6 +53,11 @@ typedef struct recipe {
     const char *init;      /* --init DIR: start from this model, not scratch */
     const char *split_dir; /* --split-dir: also write the split as TSV files */
     int split_only;        /* --split-only 1: stop after writing them */
+    int zh;                /* --zh 1: unlabeled_zh/ too (pretraining, distillation) */
+    const char *soft;      /* --soft FILE: the teacher's soft labels (distillation) */
+    const char *soft_write; /* --soft-write TSV: convert TSV into --soft FILE, exit */
+    float alpha, temperature; /* --alpha, --temperature: the distillation loss */
+    int unlabeled_soft;    /* --unlabeled-soft N: unlabeled texts with soft labels (-1 all) */
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -66,7 +72,8 @@ static double now(void)
 static int parse_args(int argc, char **argv, recipe *r)
 {
     *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
-                  3, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 8, 1e-3f, NULL, NULL, 0};
+                  3, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 8, 1e-3f, NULL, NULL, 0,
+                  0, NULL, NULL, 0.5f, 1.0f, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -91,6 +98,12 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--pretrain-lr")) r->pretrain_lr = strtof(v, NULL);
         else if (!strcmp(k, "--init")) r->init = v;
         else if (!strcmp(k, "--split-only")) r->split_only = atoi(v);
+        else if (!strcmp(k, "--zh")) r->zh = atoi(v);
+        else if (!strcmp(k, "--soft")) r->soft = v;
+        else if (!strcmp(k, "--soft-write")) r->soft_write = v;
+        else if (!strcmp(k, "--alpha")) r->alpha = strtof(v, NULL);
+        else if (!strcmp(k, "--temperature")) r->temperature = strtof(v, NULL);
+        else if (!strcmp(k, "--unlabeled-soft")) r->unlabeled_soft = atoi(v);
         else {
             fprintf(stderr, "train_builtin: unknown option %s\n", k);
             return 1;
@@ -300,12 +313,24 @@ int main(int argc, char **argv)
     backend *be = NULL;
     bert_workspace *ws = NULL;
     trainer_result res = {0};
+    soft_labels soft = {0};
     void *weights = NULL;
     size_t weights_len;
     double t0 = now();
 
     if (parse_args(argc, argv, &r)) return 2;
-    if ((rc = reviews_load(r.data, r.weibo, &d, err))) goto fail;
+    if (r.soft_write) { /* the teacher's TSV into the committed soft labels file */
+        int n;
+        if (!r.soft) {
+            fprintf(stderr, "train_builtin: --soft-write needs --soft OUT\n");
+            return 2;
+        }
+        memset(&d, 0, sizeof d);
+        if ((rc = soft_labels_write_tsv(r.soft_write, r.soft, &n, err))) goto fail;
+        fprintf(stderr, "wrote %d soft labels to %s\n", n, r.soft);
+        goto fail; /* rc is SM_OK: a clean exit */
+    }
+    if ((rc = reviews_load(r.data, r.weibo, r.zh, &d, err))) goto fail;
     fprintf(stderr, "train %d rows (dropped: %d equal to an evaluation text, %d duplicates, "
                     "%d conflicting), unlabeled %d\n",
             d.train.n, d.dropped_eval_overlap, d.dropped_duplicates, d.dropped_conflicts,
@@ -321,15 +346,25 @@ int main(int argc, char **argv)
         d.train.rows[i] = d.train.rows[j];
         d.train.rows[j] = tmp;
     }
+    /* unlabeled_zh's texts in a seeded order too (the reviews stay first) */
+    for (int i = d.unlabeled.n - 1; i > d.unlabeled_reviews; i--) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        int j = d.unlabeled_reviews +
+                (int)((state >> 33) % (unsigned long long)(i - d.unlabeled_reviews + 1));
+        review tmp = d.unlabeled.rows[i];
+        d.unlabeled.rows[i] = d.unlabeled.rows[j];
+        d.unlabeled.rows[j] = tmp;
+    }
     int n_train = r.limit > 0 && r.limit < d.train.n ? r.limit : d.train.n;
     if (r.split_dir) {
         static const char *const files[REVIEW_EVAL_SETS] = {
             "eval_chnsenticorp_dev.tsv", "eval_waimai.tsv", "eval_online_shopping.tsv",
-            "eval_eprstmt.tsv"};
+            "eval_eprstmt.tsv", "eval_douban.tsv"};
         mkdir(r.split_dir, 0755);
         if ((rc = write_split(r.split_dir, "train.tsv", &d.train, n_train, err))) goto fail;
         for (int e = 0; e < REVIEW_EVAL_SETS; e++)
             if ((rc = write_split(r.split_dir, files[e], &d.eval[e], 0, err))) goto fail;
+        if ((rc = write_split(r.split_dir, "unlabeled.tsv", &d.unlabeled, 0, err))) goto fail;
         fprintf(stderr, "wrote the split to %s\n", r.split_dir);
         if (r.split_only) goto fail; /* rc is SM_OK: a clean exit */
     }
@@ -371,17 +406,49 @@ int main(int argc, char **argv)
         goto fail; /* rc is SM_OK: a clean exit */
     }
 
-    /* Tokenize the training rows once. */
+    /* Tokenize the training rows once; with --soft, each with the teacher's
+     * probabilities (a row the teacher did not label keeps its hard label
+     * as a one-hot target), then unlabeled texts the teacher labeled. */
     if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
+    if (r.soft && (rc = soft_labels_load(r.soft, &soft, err))) goto fail;
     int *ids = malloc((size_t)r.shape.max_length * sizeof *ids);
+    int no_soft = 0, n_unlabeled_soft = 0;
     for (int i = 0; i < n_train && !rc; i++) {
-        int n, cut;
+        int n, cut, y = d.train.rows[i].label;
         rc = tokenizer_encode(m->tok, d.train.rows[i].text, strlen(d.train.rows[i].text),
                               r.shape.max_length, ids, &n, &cut, err);
-        if (!rc) rc = train_dataset_add(ds, ids, n, d.train.rows[i].label, err);
+        if (rc) break;
+        float p1;
+        if (!r.soft) {
+            rc = train_dataset_add(ds, ids, n, y, err);
+            continue;
+        }
+        if (!soft_labels_find(&soft, d.train.rows[i].text, &p1)) {
+            p1 = (float)y;
+            no_soft++;
+        }
+        float q[2] = {1 - p1, p1};
+        rc = train_dataset_add_soft(ds, ids, n, y, q, 2, err);
+    }
+    for (int i = 0; r.soft && i < d.unlabeled.n && !rc; i++) {
+        if (r.unlabeled_soft >= 0 && n_unlabeled_soft >= r.unlabeled_soft) break;
+        float p1;
+        if (!soft_labels_find(&soft, d.unlabeled.rows[i].text, &p1)) continue;
+        int n, cut;
+        rc = tokenizer_encode(m->tok, d.unlabeled.rows[i].text, strlen(d.unlabeled.rows[i].text),
+                              r.shape.max_length, ids, &n, &cut, err);
+        float q[2] = {1 - p1, p1};
+        if (!rc && n > 2) {
+            rc = train_dataset_add_soft(ds, ids, n, -1, q, 2, err);
+            n_unlabeled_soft++;
+        }
     }
     free(ids);
     if (rc) goto fail;
+    if (r.soft)
+        fprintf(stderr, "distillation: %d soft labels; %d training rows without one (one-hot), "
+                        "%d unlabeled texts; alpha %g, temperature %g\n",
+                soft.n, no_soft, n_unlabeled_soft, r.alpha, r.temperature);
 
     trainer_options opt;
     trainer_options_default(&opt);
@@ -392,6 +459,8 @@ int main(int argc, char **argv)
     opt.valid_fraction = 0.05f;
     opt.seed = r.seed;
     opt.progress = progress;
+    opt.distill_alpha = r.alpha;
+    opt.distill_temperature = r.temperature;
     if ((rc = trainer_run(m, be, ds, &opt, &res, err))) goto fail;
     fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n", res.n_train,
             res.seconds, res.examples_per_sec, res.best_epoch);
@@ -430,10 +499,12 @@ int main(int argc, char **argv)
             r.shape.intermediate, r.shape.max_length);
     fprintf(f, "  \"recipe\": {\"epochs\": %d, \"lr\": %g, \"batch\": %d, \"seed\": %llu, "
                "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\", "
-               "\"pretrain_epochs\": %d, \"pretrain_lr\": %g, \"init\": %s%s%s},\n",
+               "\"pretrain_epochs\": %d, \"pretrain_lr\": %g, \"init\": %s%s%s, \"zh\": %d, "
+               "\"soft\": %s%s%s, \"alpha\": %g, \"temperature\": %g, \"unlabeled_soft\": %d},\n",
             r.epochs, r.lr, r.batch, r.seed, r.min_count, r.vocab_size, r.weibo, r.dtype,
             r.pretrain_epochs, r.pretrain_lr, r.init ? "\"" : "", r.init ? r.init : "null",
-            r.init ? "\"" : "");
+            r.init ? "\"" : "", r.zh, r.soft ? "\"" : "", r.soft ? r.soft : "null",
+            r.soft ? "\"" : "", r.alpha, r.temperature, n_unlabeled_soft);
     fprintf(f, "  \"epochs\": [");
     for (int e = 0; e < res.epochs; e++)
         fprintf(f, "%s{\"train_loss\": %.5f, \"valid_accuracy\": %.5f}", e ? ", " : "",
@@ -455,6 +526,7 @@ fail:
     free(weights);
     free(config);
     trainer_result_free(&res);
+    soft_labels_free(&soft);
     bert_workspace_free(ws);
     if (be) be->destroy(be);
     train_dataset_free(ds);
