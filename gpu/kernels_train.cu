@@ -512,6 +512,69 @@ static int cuda_cross_entropy_backward(backend *be, float *dlogits, const float 
     return SM_OK;
 }
 
+__device__ static double softmax_row_t(float *out, const float *z, int K, double T)
+{
+    double mx = z[0] / T, sum = 0.0;
+    for (int k = 1; k < K; k++) mx = z[k] / T > mx ? z[k] / T : mx;
+    for (int k = 0; k < K; k++) sum += exp(z[k] / T - mx);
+    for (int k = 0; k < K; k++) out[k] = (float)(exp(z[k] / T - mx) / sum);
+    return mx + log(sum);
+}
+
+__global__ void k_distill_loss(float *losses, float *probs, float *probs_t, const float *logits,
+                               const int *labels, const float *q, int B, int K, float T,
+                               float alpha)
+{
+    GRID_STRIDE(b, (size_t)B)
+    {
+        const float *z = logits + b * K, *qb = q + b * K;
+        double lse = softmax_row_t(probs + b * K, z, K, 1.0);
+        double lse_t = softmax_row_t(probs_t + b * K, z, K, T);
+        double hard = labels[b] >= 0 ? lse - z[labels[b]] : 0.0, kl = 0.0;
+        for (int k = 0; k < K; k++)
+            if (qb[k] > 0) kl += qb[k] * (log((double)qb[k]) - (z[k] / (double)T - lse_t));
+        losses[b] = (float)((1.0 - alpha) * hard + (double)alpha * T * T * kl);
+    }
+}
+
+__global__ void k_distill_backward(float *dlogits, const float *probs, const float *probs_t,
+                                   const int *labels, const float *q, int K, float T,
+                                   float alpha, float scale, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        size_t b = i / (size_t)K;
+        int k = (int)(i - b * (size_t)K);
+        float hard = labels[b] >= 0 ? probs[i] - (k == labels[b] ? 1.0f : 0.0f) : 0.0f;
+        dlogits[i] = scale * ((1.0f - alpha) * hard + alpha * T * (probs_t[i] - q[i]));
+    }
+}
+
+static int cuda_distill_loss(backend *be, float *losses, float *probs, float *probs_t,
+                             const float *logits, const int *labels, const float *q, int B,
+                             int K, float T, float alpha)
+{
+    ENTER(be);
+    if (B <= 0 || K <= 0) return SM_OK;
+    k_distill_loss<<<grid_for((size_t)B, 128), 128, 0, c->stream>>>(losses, probs, probs_t, logits,
+                                                                    labels, q, B, K, T, alpha);
+    LAUNCHED(c, "k_distill_loss");
+    return SM_OK;
+}
+
+static int cuda_distill_backward(backend *be, float *dlogits, const float *probs,
+                                 const float *probs_t, const int *labels, const float *q, int B,
+                                 int K, float T, float alpha, float scale)
+{
+    ENTER(be);
+    size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(K > 0 ? K : 0);
+    if (!n) return SM_OK;
+    k_distill_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(dlogits, probs, probs_t, labels, q,
+                                                                K, T, alpha, scale, n);
+    LAUNCHED(c, "k_distill_backward");
+    return SM_OK;
+}
+
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
 __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay,
@@ -607,6 +670,8 @@ void cuda_init_train_ops(backend *be)
     be->scatter_cls = cuda_scatter_cls;
     be->cross_entropy = cuda_cross_entropy;
     be->cross_entropy_backward = cuda_cross_entropy_backward;
+    be->distill_loss = cuda_distill_loss;
+    be->distill_backward = cuda_distill_backward;
     be->adamw = cuda_adamw;
     be->gather_rows = cuda_gather_rows;
     be->scatter_rows = cuda_scatter_rows;
