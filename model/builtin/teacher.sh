@@ -106,7 +106,7 @@ label)
         "CREATE TABLE IF NOT EXISTS soft(id INTEGER PRIMARY KEY, p REAL)"
     if [ "$(sqlite3 "$db" "SELECT count(*) FROM label_texts")" = 0 ]; then
         # the training rows, then the first UNLABELED_ROWS unlabeled texts
-        tail -n +2 "$split/unlabeled.tsv" | head -n "${UNLABELED_ROWS:-0}" > "$db.tmp"
+        tail -n +2 "$split/unlabeled.tsv" | cut -f 2- | head -n "${UNLABELED_ROWS:-0}" > "$db.tmp"
         sqlite3 -bail "$db" "INSERT OR IGNORE INTO label_texts(text) SELECT text FROM split_train" \
             "CREATE TEMP TABLE u(text TEXT)" ".mode ascii" ".separator \"\t\" \"\n\"" \
             ".import $db.tmp u" \

@@ -53,11 +53,13 @@ typedef struct recipe {
     const char *init;      /* --init DIR: start from this model, not scratch */
     const char *split_dir; /* --split-dir: also write the split as TSV files */
     int split_only;        /* --split-only 1: stop after writing them */
-    int zh;                /* --zh 1: unlabeled_zh/ too (pretraining, distillation) */
+    int zh;                /* --zh N: N texts of unlabeled_zh/ too (-1 all), drawn
+                              in a seeded order (pretraining, vocabulary, distillation) */
     const char *soft;      /* --soft FILE: the teacher's soft labels (distillation) */
     const char *soft_write; /* --soft-write TSV: convert TSV into --soft FILE, exit */
     float alpha, temperature; /* --alpha, --temperature: the distillation loss */
     int unlabeled_soft;    /* --unlabeled-soft N: unlabeled texts with soft labels (-1 all) */
+    int calib_rows;        /* --calib-rows N: training rows held out to fit a temperature */
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -73,7 +75,7 @@ static int parse_args(int argc, char **argv, recipe *r)
 {
     *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
                   3, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 8, 1e-3f, NULL, NULL, 0,
-                  0, NULL, NULL, 0.5f, 1.0f, 0};
+                  0, NULL, NULL, 0.5f, 1.0f, 0, 2000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -104,6 +106,7 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--alpha")) r->alpha = strtof(v, NULL);
         else if (!strcmp(k, "--temperature")) r->temperature = strtof(v, NULL);
         else if (!strcmp(k, "--unlabeled-soft")) r->unlabeled_soft = atoi(v);
+        else if (!strcmp(k, "--calib-rows")) r->calib_rows = atoi(v);
         else {
             fprintf(stderr, "train_builtin: unknown option %s\n", k);
             return 1;
@@ -256,11 +259,11 @@ end:
     return rc;
 }
 
-/* Accuracy of m on one evaluation set. */
-static int evaluate(const bert_model *m, bert_workspace *ws, const review_set *set,
-                    int max_length, double *accuracy, char *err)
+/* P(positive) of m for every text of set, into p1 (set->n). */
+static int positive_probs(const bert_model *m, bert_workspace *ws, const review_set *set,
+                          int max_length, float *p1, char *err)
 {
-    int K = m->cfg.num_labels, correct = 0, rc = SM_OK;
+    int K = m->cfg.num_labels, rc = SM_OK;
     const int chunk = 256;
     const char *texts[256];
     size_t lens[256];
@@ -273,14 +276,55 @@ static int evaluate(const bert_model *m, bert_workspace *ws, const review_set *s
             lens[i] = strlen(texts[i]);
         }
         rc = bert_classify_texts(m, &m->p, ws, texts, lens, n, max_length, 32, probs, NULL, err);
-        for (int i = 0; i < n && !rc; i++) {
-            int pred = probs[i * K + 1] > probs[i * K + 0];
-            correct += pred == set->rows[first + i].label;
-        }
+        for (int i = 0; i < n && !rc; i++) p1[first + i] = probs[i * K + 1];
     }
     free(probs);
-    *accuracy = set->n ? (double)correct / set->n : NAN;
     return rc;
+}
+
+/* p1 scaled by temperature T: sigmoid(logit(p1) / T). */
+static double tempered(double p1, double T)
+{
+    double p = p1 < 1e-7 ? 1e-7 : p1 > 1 - 1e-7 ? 1 - 1e-7 : p1;
+    return 1 / (1 + exp(-log(p / (1 - p)) / T));
+}
+
+/* Accuracy and expected calibration error (10 equal-width bins of the top
+ * label's probability) of p1 at temperature T against set's labels. */
+static void score(const review_set *set, const float *p1, double T, double *accuracy,
+                  double *ece)
+{
+    double conf_sum[10] = {0}, right[10] = {0};
+    int count[10] = {0}, correct = 0;
+    for (int i = 0; i < set->n; i++) {
+        double p = tempered(p1[i], T), conf = p > 0.5 ? p : 1 - p;
+        int ok = (p > 0.5) == (set->rows[i].label == 1), bin = (int)(conf * 10);
+        bin = bin > 9 ? 9 : bin;
+        correct += ok;
+        conf_sum[bin] += conf;
+        right[bin] += ok;
+        count[bin]++;
+    }
+    double e = 0;
+    for (int b = 0; b < 10; b++) e += fabs(right[b] - conf_sum[b]);
+    *accuracy = set->n ? (double)correct / set->n : NAN;
+    *ece = set->n ? e / set->n : NAN;
+}
+
+/* The temperature (0.5..4 in steps of 0.01) that minimises the negative
+ * log-likelihood of the calibration rows. */
+static double fit_temperature(const review_set *set, const float *p1)
+{
+    double best_t = 1, best = INFINITY;
+    for (int k = 50; k <= 400; k++) {
+        double T = k / 100.0, nll = 0;
+        for (int i = 0; i < set->n; i++) {
+            double p = tempered(p1[i], T);
+            nll -= log(set->rows[i].label == 1 ? p : 1 - p);
+        }
+        if (nll < best) best = nll, best_t = T;
+    }
+    return best_t;
 }
 
 /* Share of word pieces that are [UNK] over a set's texts. */
@@ -330,7 +374,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "wrote %d soft labels to %s\n", n, r.soft);
         goto fail; /* rc is SM_OK: a clean exit */
     }
-    if ((rc = reviews_load(r.data, r.weibo, r.zh, &d, err))) goto fail;
+    if ((rc = reviews_load(r.data, r.weibo, r.zh != 0, &d, err))) goto fail;
     fprintf(stderr, "train %d rows (dropped: %d equal to an evaluation text, %d duplicates, "
                     "%d conflicting), unlabeled %d\n",
             d.train.n, d.dropped_eval_overlap, d.dropped_duplicates, d.dropped_conflicts,
@@ -355,6 +399,13 @@ int main(int argc, char **argv)
         d.unlabeled.rows[i] = d.unlabeled.rows[j];
         d.unlabeled.rows[j] = tmp;
     }
+    if (r.zh >= 0 && d.unlabeled.n > d.unlabeled_reviews + r.zh) {
+        for (int i = d.unlabeled_reviews + r.zh; i < d.unlabeled.n; i++)
+            free(d.unlabeled.rows[i].text);
+        d.unlabeled.n = d.unlabeled_reviews + r.zh;
+    }
+    if (r.zh) fprintf(stderr, "unlabeled: %d reviews, %d texts of unlabeled_zh\n",
+                      d.unlabeled_reviews, d.unlabeled.n - d.unlabeled_reviews);
     int n_train = r.limit > 0 && r.limit < d.train.n ? r.limit : d.train.n;
     if (r.split_dir) {
         static const char *const files[REVIEW_EVAL_SETS] = {
@@ -413,7 +464,11 @@ int main(int argc, char **argv)
     if (r.soft && (rc = soft_labels_load(r.soft, &soft, err))) goto fail;
     int *ids = malloc((size_t)r.shape.max_length * sizeof *ids);
     int no_soft = 0, n_unlabeled_soft = 0;
-    for (int i = 0; i < n_train && !rc; i++) {
+    /* the last calib_rows training rows fit the temperature, not the weights */
+    int n_calib = r.calib_rows > 0 && r.calib_rows < n_train / 2 ? r.calib_rows : 0;
+    int n_fit = n_train - n_calib;
+    review_set calib = {d.train.rows + n_fit, n_calib, n_calib}; /* a view */
+    for (int i = 0; i < n_fit && !rc; i++) {
         int n, cut, y = d.train.rows[i].label;
         rc = tokenizer_encode(m->tok, d.train.rows[i].text, strlen(d.train.rows[i].text),
                               r.shape.max_length, ids, &n, &cut, err);
@@ -465,12 +520,41 @@ int main(int argc, char **argv)
     fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n", res.n_train,
             res.seconds, res.examples_per_sec, res.best_epoch);
 
-    /* Evaluate on every held-out set. */
-    double acc[REVIEW_EVAL_SETS];
+    /* Calibration: the temperature that fits the held-out training rows
+     * best, folded into the classifier (logits / T); then every held-out
+     * set's accuracy and expected calibration error, before and after. */
+    double acc[REVIEW_EVAL_SETS], ece[REVIEW_EVAL_SETS], ece_t[REVIEW_EVAL_SETS], T = 1;
     if ((rc = bert_workspace_create(be, &m->cfg, 32, r.shape.max_length, &ws, err))) goto fail;
+    float *p1 = malloc(((size_t)n_calib + 1) * sizeof *p1);
+    if (!p1) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (n_calib && !(rc = positive_probs(m, ws, &calib, r.shape.max_length, p1, err)))
+        T = fit_temperature(&calib, p1);
+    free(p1);
+    if (rc) goto fail;
+    fprintf(stderr, "temperature %.2f (fitted on %d held-out training rows)\n", T, n_calib);
     for (int e = 0; e < REVIEW_EVAL_SETS; e++) {
-        if ((rc = evaluate(m, ws, &d.eval[e], r.shape.max_length, &acc[e], err))) goto fail;
-        printf("accuracy %-40s %.4f (%d rows)\n", d.eval_name[e], acc[e], d.eval[e].n);
+        p1 = malloc(((size_t)d.eval[e].n + 1) * sizeof *p1);
+        if (!p1) {
+            rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        rc = positive_probs(m, ws, &d.eval[e], r.shape.max_length, p1, err);
+        double same;
+        if (!rc) score(&d.eval[e], p1, 1.0, &acc[e], &ece[e]);
+        if (!rc) score(&d.eval[e], p1, T, &same, &ece_t[e]);
+        free(p1);
+        if (rc) goto fail;
+        printf("accuracy %-40s %.4f (%d rows), ECE %.4f, at T %.2f %.4f\n", d.eval_name[e],
+               acc[e], d.eval[e].n, ece[e], T, ece_t[e]);
+    }
+    for (int k = 0; k < m->cfg.num_labels * (m->cfg.hidden_size + 1); k++) {
+        float *x = k < m->cfg.num_labels * m->cfg.hidden_size
+                       ? &m->p.cls_w[k]
+                       : &m->p.cls_b[k - m->cfg.num_labels * m->cfg.hidden_size];
+        *x = (float)(*x / T);
     }
     double unk = unk_rate(m->tok, &d.eval[0]);
     printf("[UNK] rate on %s: %.4f%%\n", d.eval_name[0], 100 * unk);
@@ -512,6 +596,13 @@ int main(int argc, char **argv)
     fprintf(f, "],\n  \"best_epoch\": %d,\n  \"accuracy\": {", res.best_epoch);
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
         fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], acc[e]);
+    fprintf(f, "},\n  \"temperature\": %.2f,\n  \"calibration_rows\": %d,\n  \"ece\": {", T,
+            n_calib);
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+        fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], ece[e]);
+    fprintf(f, "},\n  \"ece_at_temperature\": {");
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+        fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], ece_t[e]);
     fprintf(f, "},\n  \"eval_rows\": {");
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
         fprintf(f, "%s\"%s\": %d", e ? ", " : "", d.eval_name[e], d.eval[e].n);
