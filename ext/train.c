@@ -126,6 +126,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bert_clone.h"
 #include "errors.h"
 #include "file_read.h"
 #include "safetensors.h"
@@ -632,59 +633,6 @@ static int cmp_label_int(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/* Reorders m's head rows so that class j is order[j] (a permutation of its
- * labels). */
-static int permute_head(bert_model *m, const char *const *order, char *err)
-{
-    int K = m->cfg.num_labels, C = m->cfg.hidden_size;
-    float *w = malloc((size_t)K * C * sizeof *w), *b = malloc((size_t)K * sizeof *b);
-    int rc = SM_ERR_NOMEM;
-    if (!w || !b) {
-        sm_error(err, rc, "out of memory");
-        goto end;
-    }
-    for (int j = 0; j < K; j++) {
-        int i = bert_config_label_index(&m->cfg, order[j]);
-        if (i < 0) {
-            rc = sm_error(err, SM_ERR_INVALID, "label '%s' is not in the head", order[j]);
-            goto end;
-        }
-        memcpy(w + (size_t)j * C, m->p.cls_w + (size_t)i * C, (size_t)C * sizeof *w);
-        b[j] = m->p.cls_b[i];
-    }
-    memcpy(m->p.cls_w, w, (size_t)K * C * sizeof *w);
-    memcpy(m->p.cls_b, b, (size_t)K * sizeof *b);
-    rc = bert_config_set_labels(&m->cfg, K, order, err);
-end:
-    free(w);
-    free(b);
-    return rc;
-}
-
-/* A private copy of a cached model (the cache's copy is shared and
- * read-only). */
-static int clone_model(const bert_model *src, bert_model **out, char *err)
-{
-    char *config = NULL, *tok = NULL;
-    const char *tok_name;
-    void *w = NULL;
-    size_t w_len = 0, tok_len = 0;
-    int rc;
-    *out = NULL;
-    if ((rc = bert_config_to_json(&src->cfg, &config, err)) != SM_OK) goto end;
-    if ((rc = bert_model_save_safetensors(src, ST_F32, &w, &w_len, err)) != SM_OK) goto end;
-    if ((rc = bert_model_tokenizer_file(src, &tok_name, &tok, &tok_len, err)) != SM_OK) goto end;
-    int is_json = !strcmp(tok_name, "tokenizer.json");
-    bert_files f = {config, strlen(config), is_json ? NULL : tok, tok_len, is_json ? tok : NULL,
-                    tok_len, w, w_len};
-    rc = bert_model_load_files(&f, out, err);
-end:
-    free(config);
-    free(tok);
-    free(w);
-    return rc;
-}
-
 /* ---- the final step ----------------------------------------------------- */
 
 /* The head's peak learning rate: the option, else TRAIN_HEAD_LR (or lr when
@@ -1004,7 +952,7 @@ static void train_final(sqlite3_context *ctx)
         }
         if (!s->ds && tokenize_kept(s, m, &errmsg)) goto end;
     } else {
-        if (clone_model(s->base->bert, &m, err) != SM_OK ||
+        if (bert_model_clone(s->base->bert, &m, err) != SM_OK ||
             trainer_prepare_head(m, s->n_labels, (const char *const *)s->labels, s->o.t.seed,
                                  &kept, err) != SM_OK) {
             errmsg = sqlite3_mprintf("%s: cannot prepare base model '%s': %s", TRAIN_FN,
@@ -1016,13 +964,13 @@ static void train_final(sqlite3_context *ctx)
     order = sqlite3_malloc64((sqlite3_uint64)s->n_labels * sizeof *order);
     if (!order) goto nomem;
     if (kept) {
-        /* the base's order, copied: permute_head replaces id2label */
+        /* the base's order, copied: bert_model_permute_head replaces id2label */
         for (int i = 0; i < s->n_labels; i++) order[i] = NULL;
         for (int i = 0; i < s->n_labels; i++) {
             order[i] = sqlite3_mprintf("%s", m->cfg.id2label[i]);
             if (!order[i]) goto nomem;
         }
-        if (permute_head(m, (const char *const *)s->labels, err) != SM_OK) {
+        if (bert_model_permute_head(m, (const char *const *)s->labels, err) != SM_OK) {
             errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
             goto end;
         }
@@ -1069,7 +1017,7 @@ static void train_final(sqlite3_context *ctx)
             goto end;
         }
     }
-    if (permute_head(m, (const char *const *)order, err) != SM_OK) {
+    if (bert_model_permute_head(m, (const char *const *)order, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
         goto end;
     }
