@@ -505,7 +505,8 @@ int sx_register_batch_window(sqlite3 *db, sx_conn *c);
 int sx_register_store_functions(sqlite3 *db, sx_conn *c);
 
 /* ------------------------------------------------------------------ */
-/* train.c, evaluate.c, train_status.c: fine-tuning from SQL.           */
+/* train.c, evaluate.c, train_status.c: fine-tuning from SQL (train()'s */
+/* options: train_options.c; its storing SQL: storage.c).               */
 
 /* train(), sentiment_use(), sentiment_evaluate(), sentiment_training. */
 int sx_register_training(sqlite3 *db, sx_conn *c);
