@@ -372,6 +372,46 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
 /* 1 when the store table, the log table, the triggers and the tokenizer
  * column all exist (sx_store_ensure has nothing to do). */
 int sx_store_current(sqlite3 *db);
+
+/* Writing from inside a running statement (train(), which stores from the
+ * SELECT that reads its rows; see train.c for why it waits itself). Each
+ * is one try and returns the SQLite code; on failure *errmsg
+ * (sqlite3_mprintf'd) is SQLite's message or says what failed, and *ext,
+ * where there is one, the extended code of a failed lock. */
+
+/* One row of sentiment_train_log: an optimizer step or an epoch's end. */
+typedef struct sx_train_log_row {
+    int kind;                 /* 0 'step', 1 'epoch' */
+    int epoch;
+    long step;
+    /* NaN or infinite: stored as NULL */
+    double loss, lr, grad_norm, valid_accuracy, examples_per_sec, seconds;
+} sx_train_log_row;
+
+/* Can main be written now? Opens savepoint sentiment_train_probe, takes
+ * the write lock with a write that changes nothing (user_version set to
+ * itself) and gives it back; creates nothing. The no-op write is kept
+ * inside a transaction of the caller's (rolling back there could abort the
+ * running statement), rolled back otherwise. *no_savepoint is 1 when the
+ * savepoint could not be opened (SQLite refuses one while a statement
+ * writes: INSERT ... SELECT train(...)). */
+int sx_store_probe_write(sqlite3 *db, int *no_savepoint, int *ext, char **errmsg);
+/* Opens savepoint sentiment_train and takes the write lock inside it.
+ * When the store's tables are missing or out of date (sx_store_current),
+ * creates them and commits that first (undoing a schema change would abort
+ * the running statement), then opens the savepoint again. *open is 1 when
+ * the savepoint is open, also after a failure: then undo it with
+ * sx_store_train_rollback. */
+int sx_store_train_begin(sqlite3 *db, int *open, int *ext, char **errmsg);
+/* Appends rows[0..n) to sentiment_train_log as version `version` of name
+ * (creating the table if missing); "cannot write sentiment_train_log: ..." */
+int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
+                       const sx_train_log_row *rows, int n, char **errmsg);
+/* Releases savepoint sentiment_train (the commit, outside a transaction of
+ * the caller's); "cannot commit: ..." on failure, the savepoint still open. */
+int sx_store_train_commit(sqlite3 *db, char **errmsg);
+/* Rolls savepoint sentiment_train back and closes it. */
+void sx_store_train_rollback(sqlite3 *db);
 /* Appends the distinct stored names, ", "-separated, to s. */
 void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count);
 /* "db:<file>:<name>" ("db:#<n>:<name>" for an in-memory database, n
@@ -465,7 +505,8 @@ int sx_register_batch_window(sqlite3 *db, sx_conn *c);
 int sx_register_store_functions(sqlite3 *db, sx_conn *c);
 
 /* ------------------------------------------------------------------ */
-/* train.c, evaluate.c, train_status.c: fine-tuning from SQL.           */
+/* train.c, evaluate.c, train_status.c: fine-tuning from SQL (train()'s */
+/* options: train_options.c; its storing SQL: storage.c).               */
 
 /* train(), sentiment_use(), sentiment_evaluate(), sentiment_training. */
 int sx_register_training(sqlite3 *db, sx_conn *c);

@@ -15,10 +15,17 @@
  * connection; sx_store_put(), sx_store_copy() and sx_store_drop() write
  * inside a savepoint, so a failed write leaves the database as it was.
  *
+ * train() stores from inside the SELECT that reads its rows; the
+ * sx_store_probe_write / sx_store_train_* functions (at the end) are the
+ * SQL of that: main's write lock taken one try at a time, the savepoint
+ * the model and its training log are written in, the sentiment_train_log
+ * rows. Whether and how long to wait between tries is train.c's.
+ *
  * A stored model's identity in the process-wide cache is the SHA-256 of
  * the bytes it is built from (sx_store_row_open), never anything the
  * database says about itself (its uid column is informational only).
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -505,4 +512,132 @@ char *sx_store_family(sx_conn *c, const char *name)
     if (!c->serial) c->serial = ++serial;
     pthread_mutex_unlock(&lock);
     return sqlite3_mprintf("db:#%llu:%s", (unsigned long long)c->serial, name);
+}
+
+/* ---- writing from inside a running statement (train()) ------------------ */
+
+/* Takes the write lock inside the caller's savepoint with a write that
+ * changes nothing: the database header's user_version set to its value
+ * (undoing it is no schema change, which would abort the running
+ * statement). Returns the SQLite code; *ext the extended one, *errmsg
+ * SQLite's message. */
+static int take_write_lock(sqlite3 *db, int *ext, char **errmsg)
+{
+    sqlite3_stmt *st = NULL;
+    char sql[64];
+    int rc, v = 0;
+    *ext = SQLITE_OK;
+    rc = sqlite3_prepare_v2(db, "PRAGMA main.user_version", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            v = sqlite3_column_int(st, 0);
+            rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK) {
+        snprintf(sql, sizeof sql, "PRAGMA main.user_version = %d", v);
+        rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    }
+    if (rc != SQLITE_OK) {
+        *ext = sqlite3_extended_errcode(db);
+        *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+    }
+    return rc;
+}
+
+int sx_store_probe_write(sqlite3 *db, int *no_savepoint, int *ext, char **errmsg)
+{
+    /* Inside the user's transaction the probe's no-op write is kept (it
+     * changes no byte the user sees): rolling a savepoint back in a
+     * transaction that changed the schema aborts every running statement,
+     * this one included. Outside one, the probe is a transaction of its
+     * own, and rolling it back touches only write cursors. */
+    int in_user_txn = !sqlite3_get_autocommit(db);
+    int rc = sqlite3_exec(db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL);
+    *no_savepoint = rc != SQLITE_OK;
+    if (rc != SQLITE_OK) {
+        *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+        return rc;
+    }
+    rc = take_write_lock(db, ext, errmsg);
+    if (!in_user_txn) sqlite3_exec(db, "ROLLBACK TO sentiment_train_probe", NULL, NULL, NULL);
+    sqlite3_exec(db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
+    return rc;
+}
+
+int sx_store_train_begin(sqlite3 *db, int *open, int *ext, char **errmsg)
+{
+    int rc;
+    for (;;) {
+        *open = 0;
+        rc = sqlite3_exec(db, "SAVEPOINT sentiment_train", NULL, NULL, NULL);
+        if (rc != SQLITE_OK) {
+            *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+            return rc;
+        }
+        *open = 1;
+        rc = take_write_lock(db, ext, errmsg);
+        if (rc != SQLITE_OK || sx_store_current(db)) return rc;
+        /* The tables (or the column a table of an earlier release lacks)
+         * are created and committed on their own: undoing a schema change
+         * would abort the statement train() runs in. Then again, with the
+         * tables there. */
+        rc = sx_store_ensure(db, errmsg);
+        if (rc == SQLITE_OK) rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+        if (rc != SQLITE_OK) return rc;
+    }
+}
+
+int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
+                       const sx_train_log_row *rows, int n, char **errmsg)
+{
+    sqlite3_stmt *st = NULL;
+    char *ignored = NULL;
+    /* the log table with the store's other tables and triggers (one
+     * schema, above); its own message gives way to the one below */
+    int rc = sx_store_ensure(db, &ignored);
+    sqlite3_free(ignored);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db,
+                                "INSERT INTO main.sentiment_train_log VALUES "
+                                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                -1, &st, NULL);
+    for (int i = 0; rc == SQLITE_OK && i < n; i++) {
+        const sx_train_log_row *r = &rows[i];
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, version);
+        sqlite3_bind_text(st, 3, r->kind ? "epoch" : "step", -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 4, r->epoch);
+        sqlite3_bind_int64(st, 5, r->step);
+        const double v[6] = {r->loss,           r->lr,
+                             r->grad_norm,      r->valid_accuracy,
+                             r->examples_per_sec, r->seconds};
+        for (int k = 0; k < 6; k++) {
+            if (isfinite(v[k])) sqlite3_bind_double(st, 6 + k, v[k]);
+            else sqlite3_bind_null(st, 6 + k);
+        }
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) rc = SQLITE_OK;
+        sqlite3_reset(st);
+    }
+    if (rc != SQLITE_OK)
+        *errmsg = sqlite3_mprintf("cannot write sentiment_train_log: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int sx_store_train_commit(sqlite3 *db, char **errmsg)
+{
+    int rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+    /* the commit itself failed (SQLite's busy handler already ran) */
+    if (rc != SQLITE_OK) *errmsg = sqlite3_mprintf("cannot commit: %s", sqlite3_errmsg(db));
+    return rc;
+}
+
+void sx_store_train_rollback(sqlite3 *db)
+{
+    sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
+    sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
 }

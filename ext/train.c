@@ -48,42 +48,11 @@
  * head is kept; the report then has "label_map" and "label_map_by"
  * ("convention" or "option").
  *
- * Options (a JSON object; every key optional):
- *   base            model to start from, a name as for sentiment() ('default',
- *                   a sentiment_load name, a stored 'name' or 'name@N'), or
- *                   "none" to train from scratch. Default "default".
- *   epochs          1..1000, default 3
- *   lr              peak learning rate, (0, 1); default 5e-5 (5e-4 with "none";
- *                   with a fresh head on a trained base 5e-5 x (768/hidden)^2
- *                   within 5e-5..1e-3: 1e-3 for the built-in model)
- *   head_lr         peak learning rate of the classification head, (0, 1), its
- *                   own AdamW group on the same schedule; default 1e-3 (or lr
- *                   when larger) for a fresh head on a trained base, else lr
- *   labels          {"data label": "model label", ...}: what the data's labels
- *                   mean in the base's terms; every label of the data must be
- *                   a key, no two keys map to one label; {} keeps the data's
- *                   labels as they are. Without it: see Classes
- *   batch_size      examples per optimizer step, 1..4096, default 32
- *   accumulation    micro-batches per step, 1..batch_size, default 1
- *   max_length      tokens per text with [CLS]/[SEP], 8..the base's maximum,
- *                   default 128 (or the base's maximum when smaller); with
- *                   "none" the model's positions, 8..4096
- *   valid_fraction  held-out share, 0 <= f <= 0.5, default 0.1; 0 keeps the last
- *                   epoch instead of the best
- *   seed            integer >= 0, default 42: split, shuffling, dropout, head
- *   weight_decay    0 <= w < 1, default 0.01
- *   warmup_ratio    0..1, default 0.1
- *   grad_clip       global norm, >= 0 (0 = off), default 1.0
- *   dropout         0 <= p < 1 for every dropout, default the model config's
- *   group_by_length true (default) / false: batches of similar lengths
- * With "base":"none" only:
- *   layers 1..48 (4), hidden 8..4096 (256), heads 1..64 (4; divides hidden),
- *   intermediate 8..16384 (4 x hidden), do_lower_case (true),
- *   vocab           path of a vocab.txt to use; else built from the texts:
- *   vocab_min_count 1.. (2): characters and words seen fewer times are left out
- *   vocab_size      5..1000000 (30000): most entries kept
- * An unknown key, a value of the wrong type or out of range is an error
- * naming the option and what it accepts.
+ * Options: the optional fourth argument, a JSON object (base, epochs, lr,
+ * head_lr, labels, batch_size, accumulation, max_length, valid_fraction,
+ * seed, weight_decay, warmup_ratio, grad_clip, dropout, group_by_length,
+ * and for "base":"none" the shape and vocabulary options). Every key,
+ * its range and its default: the header comment of train_options.c.
  *
  * Errors, each before anything is written: an unknown base, a read-only
  * database, one whose write lock cannot be had (checked on the first row,
@@ -157,285 +126,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bert_clone.h"
 #include "errors.h"
 #include "file_read.h"
-#include "json_in.h"
 #include "safetensors.h"
 #include "sentiment_ext.h"
+#include "train_options.h"
 #include "trainer.h"
 #include "vocab_builder.h"
 
 #define TRAIN_MIN_ROWS 8
 #define TRAIN_HEAD_LR 1e-3f
-#define TRAIN_FN "train()"
-
-/* ---- options ------------------------------------------------------------ */
-
-typedef struct tr_opts {
-    char base[SX_NAME_MAX + 32];
-    int none;                 /* "base": "none" */
-    trainer_options t;
-    int max_length;           /* 0: not given */
-    int lr_given;
-    float head_lr;            /* 0: not given */
-    bert_shape shape;
-    int do_lower_case;
-    char *vocab_path;         /* sqlite3_malloc'd or NULL */
-    int map_given;            /* option "labels" given ({} too) */
-    int n_map;
-    char **map_from, **map_to; /* data label -> model label (sqlite3_malloc'd) */
-    int vocab_min_count, vocab_size;
-} tr_opts;
-
-enum { OK_INT, OK_NUM, OK_STR, OK_BOOL, OK_OBJ };
-
-static const struct {
-    const char *name;
-    int kind;
-    double lo, hi;            /* inclusive, except where noted in check_num */
-    int none_only;
-    const char *expect;
-} k_opts[] = {
-    {"base", OK_STR, 0, 0, 0, "a model name or \"none\""},
-    {"epochs", OK_INT, 1, 1000, 0, "an integer from 1 to 1000"},
-    {"lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
-    {"head_lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
-    {"batch_size", OK_INT, 1, 4096, 0, "an integer from 1 to 4096"},
-    {"accumulation", OK_INT, 1, 4096, 0, "an integer from 1 to batch_size"},
-    {"max_length", OK_INT, 8, 4096, 0, "an integer from 8 to the model's maximum length"},
-    {"valid_fraction", OK_NUM, 0, 0.5, 0, "a number from 0 to 0.5"},
-    {"seed", OK_INT, 0, 9.2e18, 0, "an integer >= 0"},
-    {"weight_decay", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
-    {"warmup_ratio", OK_NUM, 0, 1, 0, "a number from 0 to 1"},
-    {"grad_clip", OK_NUM, 0, 1e9, 0, "a number >= 0 (0 turns clipping off)"},
-    {"dropout", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
-    {"group_by_length", OK_BOOL, 0, 0, 0, "true or false"},
-    {"labels", OK_OBJ, 0, 0, 0,
-     "an object mapping each label in the data to a label of the model, e.g. "
-     "{\"0\":\"negative\",\"1\":\"positive\"}, or {} to keep the data's labels"},
-    {"layers", OK_INT, 1, 48, 1, "an integer from 1 to 48"},
-    {"hidden", OK_INT, 8, 4096, 1, "an integer from 8 to 4096"},
-    {"heads", OK_INT, 1, 64, 1, "an integer from 1 to 64"},
-    {"intermediate", OK_INT, 8, 16384, 1, "an integer from 8 to 16384"},
-    {"do_lower_case", OK_BOOL, 0, 0, 1, "true or false"},
-    {"vocab", OK_STR, 0, 0, 1, "the path of a vocab.txt file"},
-    {"vocab_min_count", OK_INT, 1, 1e9, 1, "an integer >= 1"},
-    {"vocab_size", OK_INT, 5, 1000000, 1, "an integer from 5 to 1000000"},
-};
-#define N_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
-
-static char *known_options(void)
-{
-    sqlite3_str *s = sqlite3_str_new(NULL);
-    for (int i = 0; i < N_OPTS; i++)
-        sqlite3_str_appendf(s, "%s%s", i ? ", " : "", k_opts[i].name);
-    return sqlite3_str_finish(s);
-}
-
-/* Option "labels": {"data label": "model label", ...}, each 1 to
- * BERT_LABEL_MAX - 1 bytes, no model label twice. 0 or an error. */
-static int parse_label_map(const json_in_value *v, tr_opts *o, char **errmsg)
-{
-    size_t n = v->n;
-    o->map_given = 1;
-    if (!n) return 0;
-    o->map_from = sqlite3_malloc64(n * sizeof *o->map_from);
-    o->map_to = sqlite3_malloc64(n * sizeof *o->map_to);
-    if (!o->map_from || !o->map_to) goto nomem;
-    for (size_t m = 0; m < n; m++) {
-        const char *k = v->members[m].key;
-        const json_in_value *to = &v->members[m].value;
-        const char *t = json_in_is(to, JSON_IN_STRING) ? to->str : NULL;
-        size_t tl = t ? to->n : 0;
-        if (!*k || strlen(k) >= BERT_LABEL_MAX || !t || !tl || tl >= BERT_LABEL_MAX ||
-            strlen(t) != tl) {
-            *errmsg = sqlite3_mprintf("%s: option 'labels': '%.40s' must map to a label of the "
-                                      "model, 1 to %d bytes of text",
-                                      TRAIN_FN, k, BERT_LABEL_MAX - 1);
-            return 1;
-        }
-        for (int i = 0; i < o->n_map; i++)
-            if (!strcmp(o->map_to[i], t)) {
-                *errmsg = sqlite3_mprintf("%s: option 'labels': '%s' and '%s' both map to '%s'; "
-                                          "map each label of the data to a different label",
-                                          TRAIN_FN, o->map_from[i], k, t);
-                return 1;
-            }
-        o->map_from[o->n_map] = sqlite3_mprintf("%s", k);
-        o->map_to[o->n_map] = sqlite3_mprintf("%s", t);
-        o->n_map++;
-        if (!o->map_from[o->n_map - 1] || !o->map_to[o->n_map - 1]) goto nomem;
-    }
-    return 0;
-nomem:
-    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-    return 1;
-}
-
-/* Parses the options JSON (NULL: defaults) into o. 0 or an error. */
-static int parse_options(const char *text, tr_opts *o, char **errmsg)
-{
-    json_in_error jerr;
-    json_in_doc *doc = NULL;
-    const json_in_value *root = NULL, *v;
-    const char *key;
-    char got[64];
-    int rc = 1;
-
-    memset(o, 0, sizeof *o);
-    snprintf(o->base, sizeof o->base, "default");
-    trainer_options_default(&o->t);
-    o->t.epochs = 3;
-    o->shape = (bert_shape){4, 256, 4, 0, 128};
-    o->do_lower_case = 1;
-    o->vocab_min_count = 2;
-    o->vocab_size = 30000;
-    if (!text) return 0;
-    if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
-        *errmsg = sqlite3_mprintf("%s: out of memory parsing the options", TRAIN_FN);
-        goto end;
-    }
-    root = json_in_root(doc);
-    if (!json_in_is(root, JSON_IN_OBJECT)) {
-        /* the user's own text, shown whole characters only: an error
-         * message is UTF-8 */
-        size_t tl = strlen(text), cut = tl > 80 ? 80 : tl;
-        int valid = json_in_utf8_valid(text, tl);
-        while (valid && cut < tl && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
-        *errmsg = sqlite3_mprintf("%s: options must be a JSON object, e.g. '{\"epochs\":3}'; "
-                                  "got %s%.*s%s%s%s",
-                                  TRAIN_FN, valid ? "'" : "text that is not valid UTF-8",
-                                  valid ? (int)cut : 0, text, valid ? (cut < tl ? "...'" : "'") : "",
-                                  root ? "" : ": ", root ? "" : jerr.reason);
-        goto end;
-    }
-    /* base first: the "none"-only options depend on it */
-    v = json_in_get(root, "base");
-    if (v) {
-        if (!json_in_is(v, JSON_IN_STRING) || !v->n || v->n >= sizeof o->base) {
-            *errmsg = sqlite3_mprintf("%s: option 'base' must be %s", TRAIN_FN, k_opts[0].expect);
-            goto end;
-        }
-        snprintf(o->base, sizeof o->base, "%s", v->str);
-        o->none = !strcmp(o->base, "none");
-        if (o->none) o->t.lr = 5e-4f;
-    }
-    for (size_t m = 0; m < root->n; m++) {
-        int i;
-        double x = 0;
-        key = root->members[m].key;
-        v = &root->members[m].value;
-        for (i = 0; i < N_OPTS; i++)
-            if (!strcmp(k_opts[i].name, key)) break;
-        if (i == N_OPTS) {
-            char *known = known_options();
-            *errmsg = sqlite3_mprintf("%s: unknown option '%s'; known: %s", TRAIN_FN, key,
-                                      known ? known : "");
-            sqlite3_free(known);
-            goto end;
-        }
-        if (i == 0) continue;
-        if (k_opts[i].none_only && !o->none) {
-            *errmsg = sqlite3_mprintf("%s: option '%s' applies only when training from scratch "
-                                      "(\"base\": \"none\")",
-                                      TRAIN_FN, key);
-            goto end;
-        }
-        switch (k_opts[i].kind) {
-        case OK_INT:
-            if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int) goto bad;
-            x = (double)v->i;
-            if (x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
-            break;
-        case OK_NUM:
-            if (!json_in_is(v, JSON_IN_NUMBER)) goto bad;
-            x = v->d;
-            if (!isfinite(x) || x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
-            /* open ends */
-            if ((!strcmp(key, "lr") || !strcmp(key, "head_lr")) && (x <= 0 || x >= 1)) goto bad;
-            if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && x >= 1) goto bad;
-            break;
-        case OK_STR:
-            if (!json_in_is(v, JSON_IN_STRING) || !v->n) goto bad;
-            break;
-        case OK_BOOL:
-            if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE)) goto bad;
-            x = json_in_is(v, JSON_IN_TRUE);
-            break;
-        case OK_OBJ:
-            if (!json_in_is(v, JSON_IN_OBJECT)) goto bad;
-            break;
-        }
-        if (!strcmp(key, "epochs")) o->t.epochs = (int)x;
-        else if (!strcmp(key, "lr")) { o->t.lr = (float)x; o->lr_given = 1; }
-        else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
-        else if (!strcmp(key, "batch_size")) o->t.batch_size = (int)x;
-        else if (!strcmp(key, "accumulation")) o->t.accumulation = (int)x;
-        else if (!strcmp(key, "max_length")) o->max_length = (int)x;
-        else if (!strcmp(key, "valid_fraction")) o->t.valid_fraction = (float)x;
-        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)v->i;
-        else if (!strcmp(key, "weight_decay")) o->t.weight_decay = (float)x;
-        else if (!strcmp(key, "warmup_ratio")) o->t.warmup_ratio = (float)x;
-        else if (!strcmp(key, "grad_clip")) o->t.grad_clip = (float)x;
-        else if (!strcmp(key, "dropout")) o->t.dropout = (float)x;
-        else if (!strcmp(key, "group_by_length")) o->t.group_by_length = (int)x;
-        else if (!strcmp(key, "layers")) o->shape.layers = (int)x;
-        else if (!strcmp(key, "hidden")) o->shape.hidden = (int)x;
-        else if (!strcmp(key, "heads")) o->shape.heads = (int)x;
-        else if (!strcmp(key, "intermediate")) o->shape.intermediate = (int)x;
-        else if (!strcmp(key, "do_lower_case")) o->do_lower_case = (int)x;
-        else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
-        else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
-        else if (!strcmp(key, "labels")) {
-            if (parse_label_map(v, o, errmsg)) goto end;
-        }
-        else if (!strcmp(key, "vocab")) {
-            o->vocab_path = sqlite3_mprintf("%s", v->str);
-            if (!o->vocab_path) {
-                *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-                goto end;
-            }
-        }
-        continue;
-    bad:
-        *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %s", TRAIN_FN, key,
-                                  k_opts[i].expect, json_in_describe(v, got, sizeof got));
-        goto end;
-    }
-    if (o->t.accumulation > o->t.batch_size) {
-        *errmsg = sqlite3_mprintf("%s: option 'accumulation' (%d) must not exceed batch_size (%d)",
-                                  TRAIN_FN, o->t.accumulation, o->t.batch_size);
-        goto end;
-    }
-    if (o->none) {
-        if (o->shape.hidden % o->shape.heads) {
-            *errmsg = sqlite3_mprintf("%s: option 'hidden' (%d) must be a multiple of 'heads' (%d)",
-                                      TRAIN_FN, o->shape.hidden, o->shape.heads);
-            goto end;
-        }
-        if (!o->shape.intermediate) o->shape.intermediate = 4 * o->shape.hidden;
-        if (o->max_length) o->shape.max_length = o->max_length;
-        o->max_length = o->shape.max_length;
-    }
-    rc = 0;
-end:
-    json_in_free(doc);
-    return rc;
-}
 
 /* ---- the aggregate's state ---------------------------------------------- */
-
-typedef struct tr_log {
-    int kind;                 /* 0 step, 1 epoch */
-    int epoch;
-    long step;
-    double loss, lr, grad_norm, valid_accuracy, eps, seconds;
-} tr_log;
 
 typedef struct tr_state {
     sx_conn *c;
     char name[SX_NAME_MAX + 1];
-    tr_opts o;
+    sx_train_options o;
     sx_model *base;           /* referenced; NULL with "base":"none" */
     const tokenizer *tok;     /* tokenizes rows as they arrive (NULL: kept texts) */
     tokenizer *own_tok;       /* "none" with a vocab file */
@@ -458,7 +166,7 @@ typedef struct tr_state {
     int failed;
     /* during training */
     sqlite3_stmt *probe;      /* SELECT 1: fails with SQLITE_INTERRUPT after sqlite3_interrupt */
-    tr_log *log;
+    sx_train_log_row *log;    /* for sentiment_train_log */
     int n_log, cap_log;
     int log_failed;
     int progress_on;
@@ -480,13 +188,7 @@ static void state_free(tr_state *s)
     free(s->ids);
     for (int i = 0; i < s->n_labels; i++) sqlite3_free(s->labels[i]);
     sqlite3_free(s->labels);
-    sqlite3_free(s->o.vocab_path);
-    for (int i = 0; i < s->o.n_map; i++) {
-        sqlite3_free(s->o.map_from[i]);
-        sqlite3_free(s->o.map_to[i]);
-    }
-    sqlite3_free(s->o.map_from);
-    sqlite3_free(s->o.map_to);
+    sx_train_options_free(&s->o);
     sqlite3_finalize(s->probe);
     free(s->log);
     sx_train_status_end(s->status);
@@ -512,6 +214,8 @@ static void state_free(tr_state *s)
  *
  * The lock is taken for a moment on the first row (so a database that
  * cannot be written fails before anything is trained) and again to store.
+ * Each try is storage.c's (sx_store_probe_write, sx_store_train_begin);
+ * waiting between tries is this file's.
  */
 
 static int busy_timeout_ms(sqlite3 *db)
@@ -548,37 +252,6 @@ static int busy_wait(tr_state *s, int tries, int timeout_ms, int *waited_ms, con
     return 0;
 }
 
-/* Takes the write lock inside the caller's savepoint with a write that
- * changes nothing: the database header's user_version set to its value
- * (undoing it is no schema change, which would abort the running
- * statement). Returns the SQLite code; *ext the extended one, *errmsg
- * SQLite's message. */
-static int take_write_lock(sqlite3 *db, int *ext, char **errmsg)
-{
-    sqlite3_stmt *st = NULL;
-    char sql[64];
-    int rc, v = 0;
-    *ext = SQLITE_OK;
-    rc = sqlite3_prepare_v2(db, "PRAGMA main.user_version", -1, &st, NULL);
-    if (rc == SQLITE_OK) {
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            v = sqlite3_column_int(st, 0);
-            rc = SQLITE_OK;
-        }
-    }
-    sqlite3_finalize(st);
-    if (rc == SQLITE_OK) {
-        snprintf(sql, sizeof sql, "PRAGMA main.user_version = %d", v);
-        rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-    }
-    if (rc != SQLITE_OK) {
-        *ext = sqlite3_extended_errcode(db);
-        *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
-    }
-    return rc;
-}
-
 /* The reason a busy lock was given up, appended to the SQLite message. */
 static char *busy_reason(const char *msg, int ext, int waited_ms, int timeout_ms, const char *why)
 {
@@ -599,29 +272,25 @@ static char *busy_reason(const char *msg, int ext, int waited_ms, int timeout_ms
 static int store_check(tr_state *s, char **errmsg)
 {
     sqlite3 *db = s->c->db;
-    int timeout = busy_timeout_ms(db), waited = 0, ext, rc;
+    int timeout = busy_timeout_ms(db), waited = 0, ext, rc, no_savepoint;
     const char *why = NULL;
     char *msg = NULL;
-    /* Inside the user's transaction the probe's no-op write is kept (it
-     * changes no byte the user sees): rolling a savepoint back in a
-     * transaction that changed the schema aborts every running statement,
-     * this one included. Outside one, the probe is a transaction of its
-     * own, and rolling it back touches only write cursors. */
-    int in_user_txn = !sqlite3_get_autocommit(db);
     for (int tries = 0;; tries++) {
-        if (sqlite3_exec(db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_free(msg);
+        msg = NULL;
+        rc = sx_store_probe_write(db, &no_savepoint, &ext, &msg);
+        if (no_savepoint) {
             *errmsg = sqlite3_mprintf("%s: cannot store model '%s' from inside a statement "
                                       "that writes (INSERT ... SELECT train(...) or CREATE "
                                       "TABLE ... AS): run train() in a SELECT of its own (%s)",
-                                      TRAIN_FN, s->name, sqlite3_errmsg(db));
+                                      TRAIN_FN, s->name, msg ? msg : sqlite3_errmsg(db));
+            sqlite3_free(msg);
             return 1;
         }
-        sqlite3_free(msg);
-        msg = NULL;
-        rc = take_write_lock(db, &ext, &msg);
-        if (!in_user_txn) sqlite3_exec(db, "ROLLBACK TO sentiment_train_probe", NULL, NULL, NULL);
-        sqlite3_exec(db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
-        if (rc == SQLITE_OK) return 0;
+        if (rc == SQLITE_OK) {
+            sqlite3_free(msg);
+            return 0;
+        }
         if ((rc & 0xff) != SQLITE_BUSY || ext == SQLITE_BUSY_SNAPSHOT ||
             busy_wait(s, tries, timeout, &waited, &why))
             break;
@@ -666,8 +335,8 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
         }
         const char *opts = sx_arg_name(argv[3], TRAIN_FN, "options text", errmsg);
         if (!opts && !*errmsg) *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-        if (!opts || parse_options(opts, &s->o, errmsg)) return 1;
-    } else if (parse_options(NULL, &s->o, errmsg)) {
+        if (!opts || sx_train_options_parse(opts, &s->o, errmsg)) return 1;
+    } else if (sx_train_options_parse(NULL, &s->o, errmsg)) {
         return 1;
     }
     if (sqlite3_db_readonly(s->c->db, "main") == 1) {
@@ -917,7 +586,7 @@ static int on_progress(void *user, const trainer_progress *p)
     tr_state *s = user;
     if (s->n_log == s->cap_log) {
         int cap = s->cap_log ? 2 * s->cap_log : 256;
-        tr_log *l = realloc(s->log, (size_t)cap * sizeof *l);
+        sx_train_log_row *l = realloc(s->log, (size_t)cap * sizeof *l);
         if (!l) {
             s->log_failed = 1;
             return 1;
@@ -925,7 +594,7 @@ static int on_progress(void *user, const trainer_progress *p)
         s->log = l;
         s->cap_log = cap;
     }
-    tr_log *r = &s->log[s->n_log++];
+    sx_train_log_row *r = &s->log[s->n_log++];
     r->kind = p->epoch_done;
     r->epoch = p->epoch;
     r->step = p->step;
@@ -933,7 +602,7 @@ static int on_progress(void *user, const trainer_progress *p)
     r->lr = p->lr;
     r->grad_norm = p->epoch_done ? NAN : (double)p->grad_norm;
     r->valid_accuracy = p->epoch_done ? p->valid_accuracy : NAN;
-    r->eps = p->examples_per_sec;
+    r->examples_per_sec = p->examples_per_sec;
     r->seconds = p->elapsed_sec;
     sx_train_status_update(s->status, p);
     if (s->progress_on) {
@@ -964,59 +633,6 @@ static int cmp_label_int(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/* Reorders m's head rows so that class j is order[j] (a permutation of its
- * labels). */
-static int permute_head(bert_model *m, const char *const *order, char *err)
-{
-    int K = m->cfg.num_labels, C = m->cfg.hidden_size;
-    float *w = malloc((size_t)K * C * sizeof *w), *b = malloc((size_t)K * sizeof *b);
-    int rc = SM_ERR_NOMEM;
-    if (!w || !b) {
-        sm_error(err, rc, "out of memory");
-        goto end;
-    }
-    for (int j = 0; j < K; j++) {
-        int i = bert_config_label_index(&m->cfg, order[j]);
-        if (i < 0) {
-            rc = sm_error(err, SM_ERR_INVALID, "label '%s' is not in the head", order[j]);
-            goto end;
-        }
-        memcpy(w + (size_t)j * C, m->p.cls_w + (size_t)i * C, (size_t)C * sizeof *w);
-        b[j] = m->p.cls_b[i];
-    }
-    memcpy(m->p.cls_w, w, (size_t)K * C * sizeof *w);
-    memcpy(m->p.cls_b, b, (size_t)K * sizeof *b);
-    rc = bert_config_set_labels(&m->cfg, K, order, err);
-end:
-    free(w);
-    free(b);
-    return rc;
-}
-
-/* A private copy of a cached model (the cache's copy is shared and
- * read-only). */
-static int clone_model(const bert_model *src, bert_model **out, char *err)
-{
-    char *config = NULL, *tok = NULL;
-    const char *tok_name;
-    void *w = NULL;
-    size_t w_len = 0, tok_len = 0;
-    int rc;
-    *out = NULL;
-    if ((rc = bert_config_to_json(&src->cfg, &config, err)) != SM_OK) goto end;
-    if ((rc = bert_model_save_safetensors(src, ST_F32, &w, &w_len, err)) != SM_OK) goto end;
-    if ((rc = bert_model_tokenizer_file(src, &tok_name, &tok, &tok_len, err)) != SM_OK) goto end;
-    int is_json = !strcmp(tok_name, "tokenizer.json");
-    bert_files f = {config, strlen(config), is_json ? NULL : tok, tok_len, is_json ? tok : NULL,
-                    tok_len, w, w_len};
-    rc = bert_model_load_files(&f, out, err);
-end:
-    free(config);
-    free(tok);
-    free(w);
-    return rc;
-}
-
 /* ---- the final step ----------------------------------------------------- */
 
 /* The head's peak learning rate: the option, else TRAIN_HEAD_LR (or lr when
@@ -1039,7 +655,7 @@ static float fresh_head_encoder_lr(int hidden)
     return (float)lr;
 }
 
-static float train_head_lr(const tr_opts *o, int kept)
+static float train_head_lr(const sx_train_options *o, int kept)
 {
     if (o->head_lr > 0) return o->head_lr;
     if (o->none || kept) return o->t.lr;
@@ -1050,48 +666,6 @@ static void json_num(sqlite3_str *s, double x)
 {
     if (isfinite(x)) sqlite3_str_appendf(s, "%.6g", x);
     else sqlite3_str_appendall(s, "null");
-}
-
-/* sentiment_train_log, with the store's other tables and triggers (one
- * schema, in storage.c). */
-static int create_log_table(sqlite3 *db)
-{
-    char *msg = NULL;
-    int rc = sx_store_ensure(db, &msg);
-    sqlite3_free(msg);
-    return rc;
-}
-
-static int write_log(tr_state *s, int64_t version, char **errmsg)
-{
-    sqlite3 *db = s->c->db;
-    sqlite3_stmt *st = NULL;
-    int rc = create_log_table(db);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(db,
-                                "INSERT INTO main.sentiment_train_log VALUES "
-                                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                                -1, &st, NULL);
-    for (int i = 0; rc == SQLITE_OK && i < s->n_log; i++) {
-        const tr_log *r = &s->log[i];
-        sqlite3_bind_text(st, 1, s->name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, version);
-        sqlite3_bind_text(st, 3, r->kind ? "epoch" : "step", -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 4, r->epoch);
-        sqlite3_bind_int64(st, 5, r->step);
-        const double v[6] = {r->loss, r->lr, r->grad_norm, r->valid_accuracy, r->eps, r->seconds};
-        for (int k = 0; k < 6; k++) {
-            if (isfinite(v[k])) sqlite3_bind_double(st, 6 + k, v[k]);
-            else sqlite3_bind_null(st, 6 + k);
-        }
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE) rc = SQLITE_OK;
-        sqlite3_reset(st);
-    }
-    if (rc != SQLITE_OK)
-        *errmsg = sqlite3_mprintf("cannot write sentiment_train_log: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return rc;
 }
 
 /* The report (metrics when version is 0). */
@@ -1195,9 +769,6 @@ static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
 /* Stores the model and its training log in one savepoint, waiting for the
  * write lock as store_check does. 0, or 1 with *errmsg the reason (not
  * naming the function), the database as it was. */
-static char *report_json(const tr_state *s, int64_t version, int kept,
-                         const bert_config *cfg, const trainer_result *r);
-
 static int store_model(tr_state *s, const char *config, const char *tok_name, const char *tok,
                        size_t tok_len, const char *labels_js, const char *metrics, const void *weights,
                        size_t weights_len, int kept, const bert_config *cfg,
@@ -1209,33 +780,17 @@ static int store_model(tr_state *s, const char *config, const char *tok_name, co
     const char *why = NULL;
     char *msg = NULL;
     for (int tries = 0;; tries++) {
+        int open;
         sqlite3_free(msg);
         msg = NULL;
-        rc = sqlite3_exec(db, "SAVEPOINT sentiment_train", NULL, NULL, NULL);
-        if (rc != SQLITE_OK) {
-            msg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
-            break;
-        }
-        rc = take_write_lock(db, &ext, &msg);
-        if (rc == SQLITE_OK && !sx_store_current(db)) {
-            /* The tables (or the column a table of an earlier release
-             * lacks) are created and committed on their own: undoing a
-             * schema change would abort the statement train() runs in. */
-            rc = sx_store_ensure(db, &msg);
-            if (rc == SQLITE_OK) rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
-            if (rc == SQLITE_OK) {
-                tries--; /* not a busy try: start again with the tables there */
-                continue;
-            }
-        }
+        rc = sx_store_train_begin(db, &open, &ext, &msg);
+        if (!open) break;
         if (rc == SQLITE_OK)
             rc = sx_store_put(db, s->name, config, strlen(config),
                               strcmp(tok_name, "tokenizer.json") ? tok : NULL, tok_len,
                               strcmp(tok_name, "tokenizer.json") ? NULL : tok, tok_len, labels_js,
                               metrics, weights, weights_len, version, &msg);
-        if (rc == SQLITE_OK) {
-            rc = write_log(s, *version, &msg);
-        }
+        if (rc == SQLITE_OK) rc = sx_store_train_log(db, s->name, *version, s->log, s->n_log, &msg);
         if (rc == SQLITE_OK) {
             /* before the commit: nothing may fail after it */
             *report = report_json(s, *version, kept, cfg, res);
@@ -1245,16 +800,13 @@ static int store_model(tr_state *s, const char *config, const char *tok_name, co
             }
         }
         if (rc == SQLITE_OK) {
-            rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+            rc = sx_store_train_commit(db, &msg);
             if (rc == SQLITE_OK) return 0;
             sqlite3_free(*report);
             *report = NULL;
-            /* the commit itself failed (SQLite's busy handler already ran) */
-            msg = sqlite3_mprintf("cannot commit: %s", sqlite3_errmsg(db));
             committing = 1;
         }
-        sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
-        sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+        sx_store_train_rollback(db);
         if (committing || (rc & 0xff) != SQLITE_BUSY || ext == SQLITE_BUSY_SNAPSHOT ||
             busy_wait(s, tries, timeout, &waited, &why))
             break;
@@ -1400,7 +952,7 @@ static void train_final(sqlite3_context *ctx)
         }
         if (!s->ds && tokenize_kept(s, m, &errmsg)) goto end;
     } else {
-        if (clone_model(s->base->bert, &m, err) != SM_OK ||
+        if (bert_model_clone(s->base->bert, &m, err) != SM_OK ||
             trainer_prepare_head(m, s->n_labels, (const char *const *)s->labels, s->o.t.seed,
                                  &kept, err) != SM_OK) {
             errmsg = sqlite3_mprintf("%s: cannot prepare base model '%s': %s", TRAIN_FN,
@@ -1412,13 +964,13 @@ static void train_final(sqlite3_context *ctx)
     order = sqlite3_malloc64((sqlite3_uint64)s->n_labels * sizeof *order);
     if (!order) goto nomem;
     if (kept) {
-        /* the base's order, copied: permute_head replaces id2label */
+        /* the base's order, copied: bert_model_permute_head replaces id2label */
         for (int i = 0; i < s->n_labels; i++) order[i] = NULL;
         for (int i = 0; i < s->n_labels; i++) {
             order[i] = sqlite3_mprintf("%s", m->cfg.id2label[i]);
             if (!order[i]) goto nomem;
         }
-        if (permute_head(m, (const char *const *)s->labels, err) != SM_OK) {
+        if (bert_model_permute_head(m, (const char *const *)s->labels, err) != SM_OK) {
             errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
             goto end;
         }
@@ -1465,7 +1017,7 @@ static void train_final(sqlite3_context *ctx)
             goto end;
         }
     }
-    if (permute_head(m, (const char *const *)order, err) != SM_OK) {
+    if (bert_model_permute_head(m, (const char *const *)order, err) != SM_OK) {
         errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
         goto end;
     }

@@ -421,6 +421,46 @@ void tokenizer_attach_json(tokenizer *tok, tj_pipeline *tj, int cls, int sep,
     tok->special[SP_MASK] = mask;
 }
 
+int tokenizer_clone(const tokenizer *src, tokenizer **out, char *err)
+{
+    tokenizer *tok;
+    size_t text_len = 0, slots = (size_t)src->mask + 1;
+    size_t ids = src->n ? (size_t)src->n : 1;
+    int rc;
+
+    *out = NULL;
+    /* the tokens are all that is read of text: up to the last one's NUL */
+    for (int id = 0; id < src->n; id++)
+        if ((size_t)src->off[id] + src->len[id] + 1 > text_len)
+            text_len = (size_t)src->off[id] + src->len[id] + 1;
+    if (!text_len)
+        text_len = 1;
+    tok = malloc(sizeof *tok);
+    if (!tok)
+        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory copying a tokenizer");
+    *tok = *src; /* the plain values; every pointer is replaced below */
+    tok->json = NULL;
+    tok->text = malloc(text_len);
+    tok->off = malloc(ids * sizeof *tok->off);
+    tok->len = malloc(ids * sizeof *tok->len);
+    tok->table = malloc(slots * sizeof *tok->table);
+    if (!tok->text || !tok->off || !tok->len || !tok->table) {
+        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory copying %d tokens", src->n);
+        goto fail;
+    }
+    memcpy(tok->text, src->text, text_len);
+    memcpy(tok->off, src->off, (size_t)src->n * sizeof *tok->off);
+    memcpy(tok->len, src->len, (size_t)src->n * sizeof *tok->len);
+    memcpy(tok->table, src->table, slots * sizeof *tok->table);
+    if (src->json && (rc = tj_clone(src->json, src->n, &tok->json, err)))
+        goto fail;
+    *out = tok;
+    return SM_OK;
+fail:
+    tokenizer_free(tok);
+    return rc;
+}
+
 void tokenizer_free(tokenizer *tok)
 {
     if (!tok)

@@ -51,6 +51,9 @@ int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
 int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
                                    char *err);
 void tokenizer_free(tokenizer *tok);
+/* A copy of src (WordPiece or tokenizer.json) that shares no memory with
+ * it and tokenizes exactly as it does. */
+int tokenizer_clone(const tokenizer *src, tokenizer **out, char *err);
 
 int tokenizer_vocab_size(const tokenizer *tok);
 int tokenizer_do_lower_case(const tokenizer *tok);

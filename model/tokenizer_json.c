@@ -284,6 +284,66 @@ void tj_free(tj_pipeline *tj)
     free(tj);
 }
 
+/* A copy of n bytes (a NUL after them), or NULL when src is NULL or out of
+ * memory (*nomem then 1). */
+static void *copy_bytes(const void *src, size_t n, int *nomem)
+{
+    if (!src)
+        return NULL;
+    char *p = malloc(n + 1);
+    if (!p) {
+        *nomem = 1;
+        return NULL;
+    }
+    memcpy(p, src, n);
+    p[n] = 0;
+    return p;
+}
+
+int tj_clone(const tj_pipeline *src, int n_pieces, tj_pipeline **out, char *err)
+{
+    int nomem = 0;
+    *out = NULL;
+    tj_pipeline *tj = malloc(sizeof *tj);
+    if (!tj)
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory copying the pipeline");
+    *tj = *src; /* the plain values; every pointer is replaced below */
+    tj->added = NULL;
+    tj->n_added = 0;
+    tj->scores = NULL;
+    tj->trie = NULL;
+    tj->pool = NULL;
+    for (int i = 0; i < src->n_norm; i++)
+        tj->norm[i].pat = tj->norm[i].content = NULL;
+    tj->n_norm = 0;
+    for (int i = 0; i < src->n_norm; i++, tj->n_norm++) {
+        const norm_step *s = &src->norm[i];
+        tj->norm[i].pat = copy_bytes(s->pat, s->pat ? strlen(s->pat) : 0, &nomem);
+        tj->norm[i].content = copy_bytes(s->content, s->content ? strlen(s->content) : 0, &nomem);
+    }
+    if (src->added) {
+        tj->added = calloc(src->n_added ? (size_t)src->n_added : 1, sizeof *tj->added);
+        nomem |= !tj->added;
+        for (int i = 0; tj->added && i < src->n_added; i++, tj->n_added++) {
+            tj->added[i] = src->added[i];
+            const char *c = src->added[i].content;
+            tj->added[i].content = copy_bytes(c, c ? strlen(c) : 0, &nomem);
+        }
+    }
+    if (src->scores)
+        tj->scores = copy_bytes(src->scores, (size_t)n_pieces * sizeof *src->scores, &nomem);
+    if (src->trie)
+        tj->trie = copy_bytes(src->trie, src->trie_n * sizeof *src->trie, &nomem);
+    if (src->pool)
+        tj->pool = copy_bytes(src->pool, src->pool_n, &nomem);
+    if (nomem) {
+        tj_free(tj);
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory copying the pipeline");
+    }
+    *out = tj;
+    return SM_OK;
+}
+
 /* ------------------------------------------------------------ normalizers */
 
 /* The value of the shortest trie key that is a prefix of s[0..n), or -1. */

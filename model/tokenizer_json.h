@@ -26,6 +26,9 @@ size_t tokenizer_utf8_next(const unsigned char *s, size_t n, int32_t *out);
 
 /* tokenizer_json.c */
 void tj_free(tj_pipeline *tj);
+/* A deep copy of src, whose tokenizer has n_pieces ids (the Unigram
+ * scores' count); shares nothing with src. */
+int tj_clone(const tj_pipeline *src, int n_pieces, tj_pipeline **out, char *err);
 int tj_tokenize(const tj_pipeline *tj, const tokenizer *tok, const char *text,
                 size_t len, int *ids, int cap, int *n_total, char *err);
 int tj_encode(const tj_pipeline *tj, const tokenizer *tok, const char *text,

@@ -1,0 +1,302 @@
+/* train_options.c: the options of train(model, text, label [, options]),
+ * their table, their defaults and their checks (train.c runs the
+ * aggregate). Owns nothing beyond what sx_train_options holds.
+ *
+ * Options (a JSON object; every key optional):
+ *   base            model to start from, a name as for sentiment() ('default',
+ *                   a sentiment_load name, a stored 'name' or 'name@N'), or
+ *                   "none" to train from scratch. Default "default".
+ *   epochs          1..1000, default 3
+ *   lr              peak learning rate, (0, 1); default 5e-5 (5e-4 with "none";
+ *                   with a fresh head on a trained base 5e-5 x (768/hidden)^2
+ *                   within 5e-5..1e-3: 1e-3 for the built-in model)
+ *   head_lr         peak learning rate of the classification head, (0, 1), its
+ *                   own AdamW group on the same schedule; default 1e-3 (or lr
+ *                   when larger) for a fresh head on a trained base, else lr
+ *   labels          {"data label": "model label", ...}: what the data's labels
+ *                   mean in the base's terms; every label of the data must be
+ *                   a key, no two keys map to one label; {} keeps the data's
+ *                   labels as they are. Without it: see Classes in train.c
+ *   batch_size      examples per optimizer step, 1..4096, default 32
+ *   accumulation    micro-batches per step, 1..batch_size, default 1
+ *   max_length      tokens per text with [CLS]/[SEP], 8..the base's maximum,
+ *                   default 128 (or the base's maximum when smaller); with
+ *                   "none" the model's positions, 8..4096
+ *   valid_fraction  held-out share, 0 <= f <= 0.5, default 0.1; 0 keeps the last
+ *                   epoch instead of the best
+ *   seed            integer >= 0, default 42: split, shuffling, dropout, head
+ *   weight_decay    0 <= w < 1, default 0.01
+ *   warmup_ratio    0..1, default 0.1
+ *   grad_clip       global norm, >= 0 (0 = off), default 1.0
+ *   dropout         0 <= p < 1 for every dropout, default the model config's
+ *   group_by_length true (default) / false: batches of similar lengths
+ * With "base":"none" only:
+ *   layers 1..48 (4), hidden 8..4096 (256), heads 1..64 (4; divides hidden),
+ *   intermediate 8..16384 (4 x hidden), do_lower_case (true),
+ *   vocab           path of a vocab.txt to use; else built from the texts:
+ *   vocab_min_count 1.. (2): characters and words seen fewer times are left out
+ *   vocab_size      5..1000000 (30000): most entries kept
+ * An unknown key, a value of the wrong type or out of range is an error
+ * naming the option and what it accepts.
+ *
+ * Every message names train() and the option; the "none"-only options
+ * are refused with any other base, since they shape a model from
+ * scratch. "max_length" is checked against the base model's maximum
+ * later, when the base is known (train.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "errors.h"
+#include "json_in.h"
+#include "train_options.h"
+
+enum { OK_INT, OK_NUM, OK_STR, OK_BOOL, OK_OBJ };
+
+static const struct {
+    const char *name;
+    int kind;
+    double lo, hi;            /* inclusive, except where noted in check_num */
+    int none_only;
+    const char *expect;
+} k_opts[] = {
+    {"base", OK_STR, 0, 0, 0, "a model name or \"none\""},
+    {"epochs", OK_INT, 1, 1000, 0, "an integer from 1 to 1000"},
+    {"lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
+    {"head_lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
+    {"batch_size", OK_INT, 1, 4096, 0, "an integer from 1 to 4096"},
+    {"accumulation", OK_INT, 1, 4096, 0, "an integer from 1 to batch_size"},
+    {"max_length", OK_INT, 8, 4096, 0, "an integer from 8 to the model's maximum length"},
+    {"valid_fraction", OK_NUM, 0, 0.5, 0, "a number from 0 to 0.5"},
+    {"seed", OK_INT, 0, 9.2e18, 0, "an integer >= 0"},
+    {"weight_decay", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
+    {"warmup_ratio", OK_NUM, 0, 1, 0, "a number from 0 to 1"},
+    {"grad_clip", OK_NUM, 0, 1e9, 0, "a number >= 0 (0 turns clipping off)"},
+    {"dropout", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
+    {"group_by_length", OK_BOOL, 0, 0, 0, "true or false"},
+    {"labels", OK_OBJ, 0, 0, 0,
+     "an object mapping each label in the data to a label of the model, e.g. "
+     "{\"0\":\"negative\",\"1\":\"positive\"}, or {} to keep the data's labels"},
+    {"layers", OK_INT, 1, 48, 1, "an integer from 1 to 48"},
+    {"hidden", OK_INT, 8, 4096, 1, "an integer from 8 to 4096"},
+    {"heads", OK_INT, 1, 64, 1, "an integer from 1 to 64"},
+    {"intermediate", OK_INT, 8, 16384, 1, "an integer from 8 to 16384"},
+    {"do_lower_case", OK_BOOL, 0, 0, 1, "true or false"},
+    {"vocab", OK_STR, 0, 0, 1, "the path of a vocab.txt file"},
+    {"vocab_min_count", OK_INT, 1, 1e9, 1, "an integer >= 1"},
+    {"vocab_size", OK_INT, 5, 1000000, 1, "an integer from 5 to 1000000"},
+};
+#define N_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
+
+static char *known_options(void)
+{
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    for (int i = 0; i < N_OPTS; i++)
+        sqlite3_str_appendf(s, "%s%s", i ? ", " : "", k_opts[i].name);
+    return sqlite3_str_finish(s);
+}
+
+/* Option "labels": {"data label": "model label", ...}, each 1 to
+ * BERT_LABEL_MAX - 1 bytes, no model label twice. 0 or an error. */
+static int parse_label_map(const json_in_value *v, sx_train_options *o, char **errmsg)
+{
+    size_t n = v->n;
+    o->map_given = 1;
+    if (!n) return 0;
+    o->map_from = sqlite3_malloc64(n * sizeof *o->map_from);
+    o->map_to = sqlite3_malloc64(n * sizeof *o->map_to);
+    if (!o->map_from || !o->map_to) goto nomem;
+    for (size_t m = 0; m < n; m++) {
+        const char *k = v->members[m].key;
+        const json_in_value *to = &v->members[m].value;
+        const char *t = json_in_is(to, JSON_IN_STRING) ? to->str : NULL;
+        size_t tl = t ? to->n : 0;
+        if (!*k || strlen(k) >= BERT_LABEL_MAX || !t || !tl || tl >= BERT_LABEL_MAX ||
+            strlen(t) != tl) {
+            *errmsg = sqlite3_mprintf("%s: option 'labels': '%.40s' must map to a label of the "
+                                      "model, 1 to %d bytes of text",
+                                      TRAIN_FN, k, BERT_LABEL_MAX - 1);
+            return 1;
+        }
+        for (int i = 0; i < o->n_map; i++)
+            if (!strcmp(o->map_to[i], t)) {
+                *errmsg = sqlite3_mprintf("%s: option 'labels': '%s' and '%s' both map to '%s'; "
+                                          "map each label of the data to a different label",
+                                          TRAIN_FN, o->map_from[i], k, t);
+                return 1;
+            }
+        o->map_from[o->n_map] = sqlite3_mprintf("%s", k);
+        o->map_to[o->n_map] = sqlite3_mprintf("%s", t);
+        o->n_map++;
+        if (!o->map_from[o->n_map - 1] || !o->map_to[o->n_map - 1]) goto nomem;
+    }
+    return 0;
+nomem:
+    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+    return 1;
+}
+
+int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
+{
+    json_in_error jerr;
+    json_in_doc *doc = NULL;
+    const json_in_value *root = NULL, *v;
+    const char *key;
+    char got[64];
+    int rc = 1;
+
+    memset(o, 0, sizeof *o);
+    snprintf(o->base, sizeof o->base, "default");
+    trainer_options_default(&o->t);
+    o->t.epochs = 3;
+    o->shape = (bert_shape){4, 256, 4, 0, 128};
+    o->do_lower_case = 1;
+    o->vocab_min_count = 2;
+    o->vocab_size = 30000;
+    if (!text) return 0;
+    if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
+        *errmsg = sqlite3_mprintf("%s: out of memory parsing the options", TRAIN_FN);
+        goto end;
+    }
+    root = json_in_root(doc);
+    if (!json_in_is(root, JSON_IN_OBJECT)) {
+        /* the user's own text, shown whole characters only: an error
+         * message is UTF-8 */
+        size_t tl = strlen(text), cut = tl > 80 ? 80 : tl;
+        int valid = json_in_utf8_valid(text, tl);
+        while (valid && cut < tl && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
+        *errmsg = sqlite3_mprintf("%s: options must be a JSON object, e.g. '{\"epochs\":3}'; "
+                                  "got %s%.*s%s%s%s",
+                                  TRAIN_FN, valid ? "'" : "text that is not valid UTF-8",
+                                  valid ? (int)cut : 0, text, valid ? (cut < tl ? "...'" : "'") : "",
+                                  root ? "" : ": ", root ? "" : jerr.reason);
+        goto end;
+    }
+    /* base first: the "none"-only options depend on it */
+    v = json_in_get(root, "base");
+    if (v) {
+        if (!json_in_is(v, JSON_IN_STRING) || !v->n || v->n >= sizeof o->base) {
+            *errmsg = sqlite3_mprintf("%s: option 'base' must be %s", TRAIN_FN, k_opts[0].expect);
+            goto end;
+        }
+        snprintf(o->base, sizeof o->base, "%s", v->str);
+        o->none = !strcmp(o->base, "none");
+        if (o->none) o->t.lr = 5e-4f;
+    }
+    for (size_t m = 0; m < root->n; m++) {
+        int i;
+        double x = 0;
+        key = root->members[m].key;
+        v = &root->members[m].value;
+        for (i = 0; i < N_OPTS; i++)
+            if (!strcmp(k_opts[i].name, key)) break;
+        if (i == N_OPTS) {
+            char *known = known_options();
+            *errmsg = sqlite3_mprintf("%s: unknown option '%s'; known: %s", TRAIN_FN, key,
+                                      known ? known : "");
+            sqlite3_free(known);
+            goto end;
+        }
+        if (i == 0) continue;
+        if (k_opts[i].none_only && !o->none) {
+            *errmsg = sqlite3_mprintf("%s: option '%s' applies only when training from scratch "
+                                      "(\"base\": \"none\")",
+                                      TRAIN_FN, key);
+            goto end;
+        }
+        switch (k_opts[i].kind) {
+        case OK_INT:
+            if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int) goto bad;
+            x = (double)v->i;
+            if (x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
+            break;
+        case OK_NUM:
+            if (!json_in_is(v, JSON_IN_NUMBER)) goto bad;
+            x = v->d;
+            if (!isfinite(x) || x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
+            /* open ends */
+            if ((!strcmp(key, "lr") || !strcmp(key, "head_lr")) && (x <= 0 || x >= 1)) goto bad;
+            if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && x >= 1) goto bad;
+            break;
+        case OK_STR:
+            if (!json_in_is(v, JSON_IN_STRING) || !v->n) goto bad;
+            break;
+        case OK_BOOL:
+            if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE)) goto bad;
+            x = json_in_is(v, JSON_IN_TRUE);
+            break;
+        case OK_OBJ:
+            if (!json_in_is(v, JSON_IN_OBJECT)) goto bad;
+            break;
+        }
+        if (!strcmp(key, "epochs")) o->t.epochs = (int)x;
+        else if (!strcmp(key, "lr")) { o->t.lr = (float)x; o->lr_given = 1; }
+        else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
+        else if (!strcmp(key, "batch_size")) o->t.batch_size = (int)x;
+        else if (!strcmp(key, "accumulation")) o->t.accumulation = (int)x;
+        else if (!strcmp(key, "max_length")) o->max_length = (int)x;
+        else if (!strcmp(key, "valid_fraction")) o->t.valid_fraction = (float)x;
+        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)v->i;
+        else if (!strcmp(key, "weight_decay")) o->t.weight_decay = (float)x;
+        else if (!strcmp(key, "warmup_ratio")) o->t.warmup_ratio = (float)x;
+        else if (!strcmp(key, "grad_clip")) o->t.grad_clip = (float)x;
+        else if (!strcmp(key, "dropout")) o->t.dropout = (float)x;
+        else if (!strcmp(key, "group_by_length")) o->t.group_by_length = (int)x;
+        else if (!strcmp(key, "layers")) o->shape.layers = (int)x;
+        else if (!strcmp(key, "hidden")) o->shape.hidden = (int)x;
+        else if (!strcmp(key, "heads")) o->shape.heads = (int)x;
+        else if (!strcmp(key, "intermediate")) o->shape.intermediate = (int)x;
+        else if (!strcmp(key, "do_lower_case")) o->do_lower_case = (int)x;
+        else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
+        else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
+        else if (!strcmp(key, "labels")) {
+            if (parse_label_map(v, o, errmsg)) goto end;
+        }
+        else if (!strcmp(key, "vocab")) {
+            o->vocab_path = sqlite3_mprintf("%s", v->str);
+            if (!o->vocab_path) {
+                *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+                goto end;
+            }
+        }
+        continue;
+    bad:
+        *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %s", TRAIN_FN, key,
+                                  k_opts[i].expect, json_in_describe(v, got, sizeof got));
+        goto end;
+    }
+    if (o->t.accumulation > o->t.batch_size) {
+        *errmsg = sqlite3_mprintf("%s: option 'accumulation' (%d) must not exceed batch_size (%d)",
+                                  TRAIN_FN, o->t.accumulation, o->t.batch_size);
+        goto end;
+    }
+    if (o->none) {
+        if (o->shape.hidden % o->shape.heads) {
+            *errmsg = sqlite3_mprintf("%s: option 'hidden' (%d) must be a multiple of 'heads' (%d)",
+                                      TRAIN_FN, o->shape.hidden, o->shape.heads);
+            goto end;
+        }
+        if (!o->shape.intermediate) o->shape.intermediate = 4 * o->shape.hidden;
+        if (o->max_length) o->shape.max_length = o->max_length;
+        o->max_length = o->shape.max_length;
+    }
+    rc = 0;
+end:
+    json_in_free(doc);
+    return rc;
+}
+
+void sx_train_options_free(sx_train_options *o)
+{
+    sqlite3_free(o->vocab_path);
+    for (int i = 0; i < o->n_map; i++) {
+        sqlite3_free(o->map_from[i]);
+        sqlite3_free(o->map_to[i]);
+    }
+    sqlite3_free(o->map_from);
+    sqlite3_free(o->map_to);
+    o->vocab_path = NULL;
+    o->map_from = o->map_to = NULL;
+    o->n_map = 0;
+}

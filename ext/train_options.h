@@ -1,0 +1,40 @@
+/* train_options.h: train()'s options (train_options.c), between train.c
+ * and train_options.c only. The option reference is train_options.c's
+ * header comment.
+ */
+#ifndef SX_TRAIN_OPTIONS_H
+#define SX_TRAIN_OPTIONS_H
+
+#include "sentiment_ext.h"
+#include "trainer.h"
+
+/* How train() names itself in its error messages. */
+#define TRAIN_FN "train()"
+
+/* The parsed options. Owns vocab_path and the label map (free with
+ * sx_train_options_free). */
+typedef struct sx_train_options {
+    char base[SX_NAME_MAX + 32];
+    int none;                 /* "base": "none" */
+    trainer_options t;
+    int max_length;           /* 0: not given */
+    int lr_given;
+    float head_lr;            /* 0: not given */
+    bert_shape shape;
+    int do_lower_case;
+    char *vocab_path;         /* sqlite3_malloc'd or NULL */
+    int map_given;            /* option "labels" given ({} too) */
+    int n_map;
+    char **map_from, **map_to; /* data label -> model label (sqlite3_malloc'd) */
+    int vocab_min_count, vocab_size;
+} sx_train_options;
+
+/* Parses the options JSON (NULL: the defaults) into *o, which it clears
+ * first. 0, or 1 with *errmsg (sqlite3_mprintf'd, naming train()) saying
+ * which option is wrong and what it accepts; *o is then to be freed all
+ * the same. */
+int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg);
+/* Frees what *o owns (not o itself). */
+void sx_train_options_free(sx_train_options *o);
+
+#endif
