@@ -6,17 +6,28 @@
  *   build/train_builtin --data ../shared/data --out model/builtin [options]
  *
  * Options (defaults are the shipped recipe): --layers 6 --hidden 128
- * --heads 4 --intermediate 512 --max-length 128 --epochs 3 --lr 3e-4
+ * --heads 4 --intermediate 512 --max-length 128 --epochs 2 --lr 3e-4
  * --batch 32 --seed 42 --threads 0 (all cores) --min-count 3
  * --vocab-size 8000 --weibo 0|1 --limit N (first N training rows, and N unlabeled,
  * for quick trials) --dtype f16|bf16|f32 --split-dir DIR (also write the split as
- * TSV files, for the baseline in bench/baseline_svm.py) --split-only 1
- * --pretrain-epochs 8 (masked-LM pretraining on the training and unlabeled
+ * TSV files, for the baseline in bench/baseline_svm.py, and the unlabeled
+ * texts in the order used) --split-only 1
+ * --zh 40000 (texts of unlabeled_zh/ added to the unlabeled ones, in a seeded
+ * order; -1 all, 0 none)
+ * --pretrain-epochs 3 (masked-LM pretraining on the training and unlabeled
  * texts first, 0 for none; the pretrained encoder is saved to
  * OUT/pretrained/ so a run can resume from it with --init OUT/pretrained
  * --pretrain-epochs 0) --pretrain-lr 1e-3; --epochs 0 stops after pretraining
  * --init DIR (start from a model directory instead of a fresh model; its
  * vocabulary is used).
+ * Distillation: --soft model/builtin/teacher_soft.bin (the teacher's
+ * probabilities, soft_labels.h; none: hard labels only) --alpha 0.5 (weight
+ * of the soft term) --temperature 2 --unlabeled-soft -1 (unlabeled texts the
+ * teacher labeled, trained on its probabilities alone; -1 all).
+ * Calibration: --calib-rows 2000 (the last training rows, held out; the
+ * temperature that fits them best is folded into the classifier).
+ * --soft-write TSV --soft OUT converts the teacher's `p<TAB>text` lines into
+ * a soft labels file and exits (model/builtin/teacher.sh label).
  *
  * Output: config.json, vocab.txt, model.safetensors and metrics.json (split
  * sizes, per-epoch loss and validation accuracy, accuracy per evaluation
@@ -74,8 +85,8 @@ static double now(void)
 static int parse_args(int argc, char **argv, recipe *r)
 {
     *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
-                  3, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 8, 1e-3f, NULL, NULL, 0,
-                  0, NULL, NULL, 0.5f, 1.0f, 0, 2000};
+                  2, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 3, 1e-3f, NULL, NULL, 0,
+                  40000, "model/builtin/teacher_soft.bin", NULL, 0.5f, 2.0f, -1, 2000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -101,7 +112,7 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--init")) r->init = v;
         else if (!strcmp(k, "--split-only")) r->split_only = atoi(v);
         else if (!strcmp(k, "--zh")) r->zh = atoi(v);
-        else if (!strcmp(k, "--soft")) r->soft = v;
+        else if (!strcmp(k, "--soft")) r->soft = strcmp(v, "none") ? v : NULL;
         else if (!strcmp(k, "--soft-write")) r->soft_write = v;
         else if (!strcmp(k, "--alpha")) r->alpha = strtof(v, NULL);
         else if (!strcmp(k, "--temperature")) r->temperature = strtof(v, NULL);
