@@ -3,7 +3,10 @@
 linear SVM trained and scored on exactly the built-in model's split.
 
     build/train_builtin --split-dir build/split --split-only 1
-    python bench/baseline_svm.py build/split
+    python bench/baseline_svm.py build/split [ROWS]
+
+ROWS keeps only the first ROWS training rows: the rows the model was
+trained on when train_builtin held the rest out (--calib-rows).
 
 The split directory holds train.tsv and eval_*.tsv (label<TAB>text), written
 by train_builtin from ../shared/data; it is never committed. Needs
@@ -33,6 +36,8 @@ def read(path):
 def main():
     split = sys.argv[1] if len(sys.argv) > 1 else "build/split"
     texts, labels = read(os.path.join(split, "train.tsv"))
+    if len(sys.argv) > 2:
+        texts, labels = texts[:int(sys.argv[2])], labels[:int(sys.argv[2])]
     t0 = time.time()
     vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), min_df=2,
                           sublinear_tf=True)
