@@ -2,7 +2,7 @@
  * libraries' (cJSON, jansson, utf8proc, SQLite's, libc's own strdup/fopen).
  *
  * This program defines malloc, calloc, realloc, aligned_alloc,
- * posix_memalign, memalign and free itself, forwarding to glibc's __libc_*
+ * posix_memalign, memalign and free itself (tests/alloc_interposer.h), forwarding to glibc's __libc_*
  * functions; an executable's definitions take the place of libc's for every
  * shared library it loads. Once armed with N, the Nth allocation fails.
  * Each operation below runs in a child process with allocation N failing.
@@ -57,15 +57,6 @@ static long g_calls;
 static int g_failed;
 
 #ifndef NO_INTERPOSE
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
-
-/* Exported (the build hides symbols by default) so that shared libraries bind to them. */
-#define EXPORT __attribute__((visibility("default")))
-
 static int should_fail(void)
 {
     if (!__atomic_load_n(&g_counting, __ATOMIC_RELAXED)) return 0;
@@ -78,60 +69,7 @@ static int should_fail(void)
     return 0;
 }
 
-EXPORT void *malloc(size_t n)
-{
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_malloc(n);
-}
-
-EXPORT void *calloc(size_t a, size_t b)
-{
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_calloc(a, b);
-}
-
-EXPORT void *realloc(void *p, size_t n)
-{
-    if (p && n == 0) return __libc_realloc(p, n); /* a free, not an allocation */
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_realloc(p, n);
-}
-
-EXPORT void *memalign(size_t align, size_t n)
-{
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_memalign(align, n);
-}
-
-EXPORT void *aligned_alloc(size_t align, size_t n)
-{
-    return memalign(align, n);
-}
-
-EXPORT int posix_memalign(void **out, size_t align, size_t n)
-{
-    void *p = memalign(align, n);
-    if (!p) return ENOMEM;
-    *out = p;
-    return 0;
-}
-
-EXPORT void free(void *p)
-{
-    __libc_free(p);
-}
+#include "alloc_interposer.h"
 #endif
 
 /* ---- the operations ------------------------------------------------------ */

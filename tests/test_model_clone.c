@@ -68,14 +68,6 @@ static long g_countdown; /* > 0: the allocation that brings it to 0 fails */
 static int g_failed;
 
 #ifndef NO_INTERPOSE
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
-
-#define EXPORT __attribute__((visibility("default")))
-
 static int should_fail(void)
 {
     if (g_countdown > 0 && --g_countdown == 0) {
@@ -85,60 +77,7 @@ static int should_fail(void)
     return 0;
 }
 
-EXPORT void *malloc(size_t n)
-{
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_malloc(n);
-}
-
-EXPORT void *calloc(size_t a, size_t b)
-{
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_calloc(a, b);
-}
-
-EXPORT void *realloc(void *p, size_t n)
-{
-    if (p && n == 0) return __libc_realloc(p, n); /* a free, not an allocation */
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_realloc(p, n);
-}
-
-EXPORT void *memalign(size_t align, size_t n)
-{
-    if (should_fail()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __libc_memalign(align, n);
-}
-
-EXPORT void *aligned_alloc(size_t align, size_t n)
-{
-    return memalign(align, n);
-}
-
-EXPORT int posix_memalign(void **out, size_t align, size_t n)
-{
-    void *p = memalign(align, n);
-    if (!p) return ENOMEM;
-    *out = p;
-    return 0;
-}
-
-EXPORT void free(void *p)
-{
-    __libc_free(p);
-}
+#include "alloc_interposer.h"
 #endif
 
 /* ---- running a model ------------------------------------------------------ */
