@@ -106,6 +106,8 @@ BUILTIN_UNLABELED_ROWS ?= 30000
 BUILTIN_TEACHER_CHUNKS ?= 13
 .PHONY: builtin-teacher
 builtin-model: $(DEPS_OK) $(BUILD)/train_builtin
+	@[ -f model/builtin/teacher_soft.bin ] || \
+	    { echo "builtin-model: model/builtin/teacher_soft.bin is missing: run make builtin-teacher first" >&2; exit 1; }
 	@[ -f $(BUILTIN_CKPT)/pretrained/model.safetensors ] || \
 	    $(BUILD)/train_builtin --data ../shared/data --out $(BUILTIN_CKPT) --epochs 0
 	$(BUILD)/train_builtin --data ../shared/data --out model/builtin \
