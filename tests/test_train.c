@@ -577,6 +577,7 @@ static void test_trainer_distills(void **state)
                   r.best_epoch, r.best_accuracy, r.train_loss[0], r.train_loss[r.epochs - 1]);
     assert_true(r.best_accuracy > 0.95);
     assert_true(r.train_loss[r.epochs - 1] < r.train_loss[0]);
+    trainer_result_free(&r);
 
     /* The student's confidence on the held-out rows' logits. */
     bert_train_ws *ws;
