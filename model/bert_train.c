@@ -11,6 +11,7 @@
 #include "bert_train_ws.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -342,6 +343,20 @@ static void temper_targets(bert_train_ws *ws, const float *soft, int B, int K, f
     }
 }
 
+int bert_targets_check_row(const float *p, int K, const char *what, char *err)
+{
+    double sum = 0.0;
+    for (int k = 0; k < K; k++) {
+        if (!(p[k] >= 0 && p[k] <= 1))
+            return sm_error(err, SM_ERR_INVALID, "%s: soft target %g of label %d is not a probability",
+                            what, p[k], k);
+        sum += p[k];
+    }
+    if (fabs(sum - 1.0) > 1e-3)
+        return sm_error(err, SM_ERR_INVALID, "%s: soft targets sum to %g, not 1", what, sum);
+    return SM_OK;
+}
+
 static int check_targets(const bert_targets *tg, int B, int K, char *err)
 {
     int soft = tg->soft != NULL;
@@ -354,19 +369,10 @@ static int check_targets(const bert_targets *tg, int B, int K, char *err)
         if (y >= K || y < (soft ? -1 : 0))
             return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
                             y, b, K);
-        if (!soft) continue;
-        double sum = 0.0;
-        for (int k = 0; k < K; k++) {
-            float v = tg->soft[(size_t)b * K + k];
-            if (!(v >= 0 && v <= 1))
-                return sm_error(err, SM_ERR_INVALID,
-                                "training: soft target %g of example %d, label %d is not a "
-                                "probability", v, b, k);
-            sum += v;
-        }
-        if (fabs(sum - 1.0) > 1e-3)
-            return sm_error(err, SM_ERR_INVALID,
-                            "training: the soft targets of example %d sum to %g, not 1", b, sum);
+        char what[48];
+        snprintf(what, sizeof what, "training: example %d", b);
+        int rc = soft ? bert_targets_check_row(tg->soft + (size_t)b * K, K, what, err) : SM_OK;
+        if (rc) return rc;
     }
     return SM_OK;
 }

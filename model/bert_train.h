@@ -77,6 +77,10 @@ typedef struct bert_targets {
     float temperature;  /* T > 0 */
 } bert_targets;
 
+/* SM_OK when p[0..K) is a distribution (each in [0, 1], summing to 1
+ * within 1e-3), else SM_ERR_INVALID with a message starting with `what`. */
+int bert_targets_check_row(const float *p, int K, const char *what, char *err);
+
 /* bert_train_forward with soft targets; *loss_sum sums the loss above. */
 int bert_train_forward_targets(const bert_config *cfg, const bert_params *p,
                                bert_train_ws *ws, const int *ids, const int *lengths,

@@ -84,17 +84,10 @@ int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label,
     if (k < 2 || k > BERT_MAX_LABELS || (ds->soft_k && k != ds->soft_k))
         return sm_error(err, SM_ERR_INVALID, "dataset: %d soft targets per row (expected %d)", k,
                         ds->soft_k ? ds->soft_k : 2);
-    double sum = 0.0;
-    int arg = 0;
-    for (int j = 0; j < k; j++) {
-        if (!(probs[j] >= 0 && probs[j] <= 1))
-            return sm_error(err, SM_ERR_INVALID, "dataset: soft target %g is not a probability",
-                            probs[j]);
-        sum += probs[j];
+    int rc = bert_targets_check_row(probs, k, "dataset", err), arg = 0;
+    if (rc) return rc;
+    for (int j = 1; j < k; j++)
         if (probs[j] > probs[arg]) arg = j;
-    }
-    if (fabs(sum - 1.0) > 1e-3)
-        return sm_error(err, SM_ERR_INVALID, "dataset: soft targets sum to %g, not 1", sum);
     if (label < -1 || label >= k)
         return sm_error(err, SM_ERR_INVALID, "dataset: label index %d (expected -1..%d)", label,
                         k - 1);
@@ -107,8 +100,7 @@ int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label,
         ds->hard = hard;
         ds->soft_cap = cap;
     }
-    int rc = token_dataset_add(&ds->t, ids, n, label >= 0 ? label : arg, err);
-    if (rc) return rc;
+    if ((rc = token_dataset_add(&ds->t, ids, n, label >= 0 ? label : arg, err))) return rc;
     ds->soft_k = k;
     memcpy(ds->soft + (size_t)(ds->t.rows - 1) * k, probs, (size_t)k * sizeof *probs);
     ds->hard[ds->t.rows - 1] = label >= 0;

@@ -143,6 +143,7 @@ static void test_soft_labels_hostile_files(void **state)
     write_text(path, good, 5); /* shorter than the header */
     assert_int_equal(soft_labels_load(path, &s, err), SM_ERR_FORMAT);
     assert_int_equal(soft_labels_load("/nonexistent/soft.bin", &s, err), SM_ERR_IO);
+    assert_int_equal(soft_labels_load(g_dir, &s, err), SM_ERR_IO); /* a directory */
     assert_int_equal(s.n, 0);
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "errors.h"
@@ -132,6 +133,11 @@ int soft_labels_load(const char *path, soft_labels *s, char *err)
     unsigned char head[16];
     int rc = SM_OK;
     long size = -1;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        rc = sm_error(err, SM_ERR_IO, "'%s' is not a regular file", path);
+        goto end;
+    }
     if (fread(head, 1, 16, f) != 16 || memcmp(head, k_magic, 8) || get_le(head + 12, 4)) {
         rc = sm_error(err, SM_ERR_FORMAT, "'%s' is not a soft labels file", path);
         goto end;
