@@ -44,6 +44,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"

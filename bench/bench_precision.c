@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "errors.h"
 #include "gemm_bf16.h"

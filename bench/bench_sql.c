@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend_cpu.h"
 #include "backend.h"
 #include "bert.h"
 #include "errors.h"

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "bert_train.h"
 #include "errors.h"

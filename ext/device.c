@@ -55,6 +55,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend_cpu.h"
 #include "blas.h"
 #include "errors.h"
 #include "gemm_bf16.h"

@@ -193,8 +193,7 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
 
 int sx_engine_parallel_batches(const sx_conn *c)
 {
-    if (!c->be || strcmp(c->be->name, "cpu")) return 1;
-    return backend_cpu_threads(c->be);
+    return c->be ? c->be->lanes(c->be) : 1;
 }
 
 /* sx_engine_classify (embed 0: out is probs) and sx_engine_embed (embed 1:

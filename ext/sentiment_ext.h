@@ -200,7 +200,7 @@ int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *
                     const size_t *lens, int n, int batch_size, float *emb, int *truncated,
                     char **errmsg);
 /* How many batches one sx_engine_classify call runs at once: one per
- * thread on the CPU backend (each on its own lane, see bert.h), else 1.
+ * lane of the backend (the CPU: one per thread, see bert.h), else 1.
  * Callers that read rows in batches read this many batches per call. */
 int sx_engine_parallel_batches(const sx_conn *c);
 /* The effective max_length for a model on this connection. */

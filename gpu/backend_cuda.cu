@@ -492,6 +492,21 @@ static int setup(cuda_ctx *c, char *err)
     return SM_OK;
 }
 
+/* One stream is one queue of work: no lanes (backend.h). */
+static int cuda_lanes(const backend *be)
+{
+    (void)be;
+    return 1;
+}
+
+static int cuda_lane_create(backend *be, backend **out, char *err)
+{
+    (void)be;
+    *out = NULL;
+    put_err(err, "lanes: the cuda backend has none");
+    return SM_ERR_UNSUPPORTED;
+}
+
 extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *desc,
                                              size_t desc_cap, char *err)
 {
@@ -537,6 +552,8 @@ extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *de
         cuda_destroy(be);
         return rc;
     }
+    be->lanes = cuda_lanes;
+    be->lane_create = cuda_lane_create;
     be->alloc = cuda_alloc;
     be->free = cuda_free;
     be->upload = cuda_upload;

@@ -610,6 +610,25 @@ static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v,
     return SM_OK;
 }
 
+/* The optimizer's step: clipping, then one k_adamw launch per run (a run is
+ * a large contiguous range, so a handful of launches per step). */
+static int cuda_adamw_step(backend *be, float *params, float *grads, float *m, float *v,
+                           const backend_adamw_run *runs, int n_runs, size_t total, float coef,
+                           float lr, float head_lr, float beta1, float beta2, float eps,
+                           float weight_decay, int t)
+{
+    int rc;
+    if (coef < 1.0f && (rc = cuda_scale(be, grads, total, coef))) return rc;
+    for (int i = 0; i < n_runs; i++) {
+        const backend_adamw_run *r = &runs[i];
+        rc = cuda_adamw(be, params + r->offset, grads + r->offset, m + r->offset, v + r->offset,
+                        r->n, r->head ? head_lr : lr, beta1, beta2, eps,
+                        r->decay ? weight_decay : 0.0f, t);
+        if (rc) return rc;
+    }
+    return SM_OK;
+}
+
 /* ---- rows of predicted positions (masked-language-model pretraining) ---------------------- */
 
 __global__ void k_gather_rows(float *out, const float *x, const int *rows, int C, size_t n)
@@ -673,6 +692,7 @@ void cuda_init_train_ops(backend *be)
     be->distill_loss = cuda_distill_loss;
     be->distill_backward = cuda_distill_backward;
     be->adamw = cuda_adamw;
+    be->adamw_step = cuda_adamw_step;
     be->gather_rows = cuda_gather_rows;
     be->scatter_rows = cuda_scatter_rows;
 }

@@ -1,8 +1,10 @@
 /* backend.h: the table of tensor operations the encoder is written against.
  *
  * A backend is a struct of function pointers plus its own context (ggml's
- * pattern). The CPU backend (backend_cpu.c, OpenBLAS) is the reference; a GPU
- * backend implements the same table and is tested op by op against it.
+ * pattern). The CPU backend (backend_cpu.h, OpenBLAS) is the reference; a GPU
+ * backend implements the same table and is tested op by op against it. Model
+ * code reaches hardware through this table only: it never tests a backend's
+ * name or includes a backend's own headers.
  *
  * Conventions, written once:
  * - All matrices are row-major float32. Pointers passed to ops are memory of
@@ -32,9 +34,21 @@ struct gemm_bf16_weight;
 struct gemm_int8_weight;
 struct gemm_f32_weight;
 
+/* A range of a parameter arena that shares a weight-decay setting and a
+ * learning-rate group (0: the encoder, 1: the classification head): what
+ * adamw_step updates. */
+typedef struct backend_adamw_run {
+    size_t offset, n;
+    int decay;
+    int head;
+} backend_adamw_run;
+
 struct backend {
-    const char *name; /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cuda": for messages only, never tested */
     void *ctx;        /* backend-private state */
+    /* 1: the backend computes on host memory, so a host array (the model's
+     * parameter arena) is passed to its ops as it is, with no upload. */
+    int host_memory;
 
     void *(*alloc)(backend *be, size_t bytes);
     void (*free)(backend *be, void *p);
@@ -196,6 +210,27 @@ struct backend {
     int (*adamw)(backend *be, float *p, const float *g, float *m, float *v,
                  size_t n, float lr, float beta1, float beta2, float eps,
                  float weight_decay, int t);
+    /* The optimizer's whole step, fused: grads(total) *= coef (gradient
+     * clipping; 1: none), then the adamw step above on each run of `runs`,
+     * with weight_decay where run.decay, at learning rate lr, or head_lr
+     * where run.head. Floats outside the runs are left alone. */
+    int (*adamw_step)(backend *be, float *params, float *grads, float *m,
+                      float *v, const backend_adamw_run *runs, int n_runs,
+                      size_t total, float coef, float lr, float head_lr,
+                      float beta1, float beta2, float eps, float weight_decay,
+                      int t);
+
+    /* ---- lanes: independent passes side by side -------------------------
+     * A backend whose best way to run independent passes (the sequences of
+     * one batch, or several batches) is one single-threaded copy of itself
+     * per core says how many such lanes it has, and makes them; model code
+     * then runs one pass per lane on the thread pool (thread_pool.h), with
+     * no barrier inside a pass. A backend with one queue of work (a GPU)
+     * says 1 and makes none. */
+    int (*lanes)(const backend *be);
+    /* A new single-lane backend of the same kind; destroy it with its
+     * destroy. SM_ERR_UNSUPPORTED where lanes() is 1. */
+    int (*lane_create)(backend *be, backend **out, char *err);
 
     /* ---- masked-language-model pretraining (CPU: backend_cpu_mlm.c) ----
      * The vocabulary-sized decoder runs only on the predicted positions:
@@ -233,17 +268,5 @@ struct backend {
                       const struct gemm_f32_weight *W, const float *b,
                       int R, int K, int N);
 };
-
-/* The CPU backend; threads <= 0 means all the cores this process may run on
- * (tp_default_threads). Its ops split their work across thread_pool.h. */
-int backend_cpu_create(int threads, backend **out, char *err);
-int backend_cpu_threads(const backend *be);
-/* Threads worth using on a CPU backend for a product of `macs`
- * multiply-adds: 1 for small ones, else all of the backend's. */
-int backend_cpu_threads_for(const backend *be, double macs);
-/* Fills the training ops of a CPU backend (backend_cpu_train.c). */
-void backend_cpu_init_train_ops(backend *be);
-/* Fills the pretraining ops (backend_cpu_mlm.c); called by the above. */
-void backend_cpu_init_mlm_ops(backend *be);
 
 #endif

@@ -15,6 +15,7 @@
  * last bits, well inside the tolerances the tests check.
  */
 #include "backend.h"
+#include "backend_cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 
 #include "blas.h"
 #include "cpu_softmax.h"
+#include "cpu_train_kernels.h"
 #include "errors.h"
 #include "fastmath.h"
 #include "gemm_bf16.h"
@@ -544,6 +546,18 @@ int backend_cpu_threads(const backend *be)
     return threads_of(be);
 }
 
+/* Lanes: one single-threaded CPU backend per thread (backend.h). */
+static int cpu_lanes(const backend *be)
+{
+    return threads_of(be);
+}
+
+static int cpu_lane_create(backend *be, backend **out, char *err)
+{
+    (void)be;
+    return backend_cpu_create(1, out, err);
+}
+
 int backend_cpu_create(int threads, backend **out, char *err)
 {
     *out = NULL;
@@ -563,6 +577,9 @@ int backend_cpu_create(int threads, backend **out, char *err)
     blas_set_threads(1);
     be->name = "cpu";
     be->ctx = ctx;
+    be->host_memory = 1;
+    be->lanes = cpu_lanes;
+    be->lane_create = cpu_lane_create;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
     be->upload = cpu_copy;

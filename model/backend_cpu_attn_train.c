@@ -9,6 +9,7 @@
  * fills the table.
  */
 #include "backend.h"
+#include "backend_cpu.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -5,9 +5,11 @@
  * backend_cpu_init_mlm_ops() fills the table.
  */
 #include "backend.h"
+#include "backend_cpu.h"
 
 #include <string.h>
 
+#include "cpu_train_kernels.h"
 #include "errors.h"
 #include "thread_pool.h"
 

@@ -9,12 +9,14 @@
  * done entirely by one thread. backend_cpu_init_train_ops() fills the table.
  */
 #include "backend.h"
+#include "backend_cpu.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "cpu_train_kernels.h"
+#include "optimizer_cpu.h"
 #include "dropout_rng.h"
 #include "errors.h"
 #include "fastmath.h"
@@ -500,6 +502,16 @@ static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
     return SM_OK;
 }
 
+static int cpu_adamw_step(backend *be, float *params, float *grads, float *m, float *v,
+                          const backend_adamw_run *runs, int n_runs, size_t total, float coef,
+                          float lr, float head_lr, float beta1, float beta2, float eps,
+                          float weight_decay, int t)
+{
+    adamw_cpu_fused(backend_cpu_threads(be), params, grads, m, v, runs, n_runs, total, coef, lr,
+                    head_lr, beta1, beta2, eps, weight_decay, t);
+    return SM_OK;
+}
+
 void backend_cpu_init_train_ops(backend *be)
 {
     be->zero = cpu_zero;
@@ -518,5 +530,6 @@ void backend_cpu_init_train_ops(backend *be)
     be->distill_loss = cpu_distill_loss;
     be->distill_backward = cpu_distill_backward;
     be->adamw = cpu_adamw;
+    be->adamw_step = cpu_adamw_step;
     backend_cpu_init_mlm_ops(be);
 }

@@ -75,8 +75,8 @@ int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n,
                          bert_workspace ***lanes, char *err)
 {
     *lanes = NULL;
-    if (strcmp(ws->be->name, "cpu"))
-        return sm_error(err, SM_ERR_UNSUPPORTED, "lanes: only the CPU backend has them");
+    if (ws->be->lanes(ws->be) < 2)
+        return sm_error(err, SM_ERR_UNSUPPORTED, "lanes: the %s backend has none", ws->be->name);
     if (n <= ws->n_lanes) {
         *lanes = ws->lane_ws;
         return SM_OK;
@@ -89,7 +89,7 @@ int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n,
     for (int i = ws->n_lanes; i < n; i++) {
         ws->lane_be[i] = NULL;
         ws->lane_ws[i] = NULL;
-        int rc = backend_cpu_create(1, &ws->lane_be[i], err);
+        int rc = ws->be->lane_create(ws->be, &ws->lane_be[i], err);
         if (!rc) rc = bert_workspace_create(ws->lane_be[i], cfg, ws->max_batch, ws->max_seq,
                                             &ws->lane_ws[i], err);
         if (rc) {
@@ -222,14 +222,14 @@ static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
     return SM_OK;
 }
 
-/* Lanes for one forward pass of B sequences: on a multi-threaded CPU
- * backend a batch of at least two sequences per thread is split into one
- * part per thread, each run start to finish on a single-threaded lane (no
- * barrier inside the pass; see bert_workspace_lanes). 1 = no split. */
+/* Lanes for one forward pass of B sequences: on a backend with lanes (the
+ * CPU: one per thread) a batch of at least two sequences per lane is split
+ * into one part per lane, each run start to finish on a single-threaded
+ * lane (no barrier inside the pass; see bert_workspace_lanes). 1 = no
+ * split. */
 static int forward_lanes(const bert_workspace *ws, int B)
 {
-    if (strcmp(ws->be->name, "cpu")) return 1;
-    int t = backend_cpu_threads(ws->be);
+    int t = ws->be->lanes(ws->be);
     return t > 1 && B >= 2 * t ? t : 1;
 }
 

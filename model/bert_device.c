@@ -30,8 +30,8 @@ int bert_params_to_backend(backend *be, const bert_model *m,
     dp->n_floats = m->n_floats;
     size_t bytes = m->n_floats * sizeof(float);
     int rc;
-    if (!strcmp(be->name, "cpu")) {
-        /* the CPU backend reads host memory: no copy */
+    if (be->host_memory) {
+        /* the backend reads host memory: no copy */
         dp->arena = m->arena;
     } else {
         dp->arena = be->alloc(be, bytes);

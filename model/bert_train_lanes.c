@@ -1,29 +1,30 @@
-/* bert_train_lanes.c: a training step's batch split across CPU threads.
+/* bert_train_lanes.c: a training step's batch split across the backend's
+ * lanes (backend.h; the CPU's: one per thread).
  *
- * With T threads, rows [B*i/T, B*(i+1)/T) of a batch go to lane i, which
- * runs the whole forward and backward on a single-threaded CPU backend with
+ * With T lanes, rows [B*i/T, B*(i+1)/T) of a batch go to lane i, which
+ * runs the whole forward and backward on a single-threaded backend with
  * its own activations: one fork and one join per pass instead of one per
  * op. Each lane's dropout keys are moved on by its first row (key_of in
  * bert_train.c), so the masks are the whole batch's. Parameter gradients:
  * lane 0 adds into the caller's arena, lane i > 0 into its own, which is
- * then added to the caller's in lane order and cleared (from
+ * then added to the caller's in lane order by the caller's backend and
+ * cleared (from
  * embeddings.LayerNorm.weight to the end of the table); the embedding
  * tables' rows are scattered from every lane's gradient, lane by lane, by
  * the caller's backend, in the token order a single lane would use. The
- * same thread count therefore gives the same bits on every run.
+ * same lane count therefore gives the same bits on every run.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bert_train_ws.h"
-#include "cpu_train_kernels.h"
 #include "errors.h"
 #include "thread_pool.h"
 
 static int lane_count(const bert_train_ws *ws, const bert_config *cfg)
 {
-    if (strcmp(ws->be->name, "cpu") || cfg->num_labels < 1) return 0;
-    int n = backend_cpu_threads(ws->be);
+    if (cfg->num_labels < 1) return 0;
+    int n = ws->be->lanes(ws->be);
     if (n > ws->max_batch) n = ws->max_batch;
     return n > 1 ? n : 0;
 }
@@ -47,7 +48,7 @@ int bert_train_lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err
     ws->n_lanes = n;
     int rows = (ws->max_batch + n - 1) / n;
     for (int i = 0; i < n; i++) {
-        if ((rc = backend_cpu_create(1, &ws->lane_be[i], err)) ||
+        if ((rc = ws->be->lane_create(ws->be, &ws->lane_be[i], err)) ||
             (rc = bert_train_ws_create(ws->lane_be[i], cfg, rows, ws->max_seq, &ws->lane_ws[i],
                                        err)))
             return rc;
@@ -161,30 +162,20 @@ int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_
     return SM_OK;
 }
 
-typedef struct reduce_job {
-    bert_train_ws *ws;
-    float *dst;
-    size_t len;
-    int n;
-} reduce_job;
-
-static void reduce_piece(void *ctx, int t, int nt)
+/* g[reduce_from, grad_floats) += each lane's, in lane order, by the
+ * caller's backend, and the lanes' cleared: every element is summed in lane
+ * order, whatever the threads. */
+static int reduce_lanes(bert_train_ws *ws, const bert_params *g, int n, char *err)
 {
-    const reduce_job *j = ctx;
-    int n = j->n;
-    size_t lo = j->len * t / nt, hi = j->len * (t + 1) / nt;
-    float *src[n > 1 ? n - 1 : 1];
-    for (int i = 1; i < n; i++) src[i - 1] = j->ws->lane_g[i].emb_ln_w + lo;
-    cpu_reduce_clear_span(j->dst + lo, src, n - 1, hi - lo);
-}
-
-/* g[reduce_from, grad_floats) += each lane's, in lane order; the lanes'
- * cleared. Split by fixed element ranges: the order of every element's sum
- * does not depend on the threads. */
-static void reduce_lanes(bert_train_ws *ws, const bert_params *g, int n)
-{
-    reduce_job j = {ws, g->emb_ln_w, ws->grad_floats - ws->reduce_from, n};
-    tp_run(backend_cpu_threads(ws->be), reduce_piece, &j);
+    backend *be = ws->be;
+    size_t len = ws->grad_floats - ws->reduce_from;
+    for (int i = 1; i < n; i++) {
+        float *src = ws->lane_g[i].emb_ln_w;
+        int rc = be->add(be, g->emb_ln_w, g->emb_ln_w, src, len);
+        if (!rc) rc = be->zero(be, src, len * sizeof *src);
+        if (rc) return sm_error(err, rc, "%s backend: adding the lanes' gradients failed", be->name);
+    }
+    return SM_OK;
 }
 
 /* Lane i: its rows backward, into the caller's gradients (lane 0) or its own. */
@@ -216,6 +207,5 @@ int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
         int r = bert_train_scatter_embeddings(ws->be, cfg, p, g, ws->lane_ws[i], err);
         if (r) return r;
     }
-    if (n > 1) reduce_lanes(ws, g, n);
-    return SM_OK;
+    return n > 1 ? reduce_lanes(ws, g, n, err) : SM_OK;
 }

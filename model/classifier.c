@@ -153,13 +153,13 @@ static void lane_batch(void *ctx, int bi, int lane)
         memcpy(j->err, lane_err, SM_ERR_MAX);
 }
 
-/* How many batches to run at once: one per thread of a CPU backend (each on
- * its own single-threaded lane), else one. */
+/* How many batches to run at once: one per lane of the backend (the CPU:
+ * one per thread, each lane single-threaded), else one. */
 static int lane_count(const bert_workspace *ws, int n_batches)
 {
     const backend *be = bert_workspace_backend(ws);
-    if (strcmp(be->name, "cpu") || n_batches < 2) return 1;
-    int t = backend_cpu_threads(be);
+    if (n_batches < 2) return 1;
+    int t = be->lanes(be);
     return t < n_batches ? t : n_batches;
 }
 

@@ -18,16 +18,3 @@ void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint6
         out[i] = r >= threshold ? v : 0.0f;
     }
 }
-
-SIMD_CLONES
-void cpu_reduce_clear_span(float *dst, float *const *src, int nsrc, size_t n)
-{
-    for (int k = 0; k < nsrc; k++) {
-        float *s = src[k];
-#pragma omp simd
-        for (size_t i = 0; i < n; i++) {
-            dst[i] += s[i];
-            s[i] = 0.0f;
-        }
-    }
-}

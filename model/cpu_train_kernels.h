@@ -1,10 +1,11 @@
 /* cpu_train_kernels.h: vectorised loops the CPU training ops share
- * (backend_cpu_train.c, backend_cpu_attn_train.c, bert_train_lanes.c).
+ * (backend_cpu_train.c, backend_cpu_attn_train.c), and the functions that
+ * fill the CPU backend's training ops. Private to the CPU backend.
  *
  * Each is compiled for several instruction sets with target_clones and picked
  * at run time; x86-64-v4 (AVX-512 with DQ) is the set whose 64-bit multiplies
  * let the dropout hash vectorise. Results depend only on the inputs and the
- * instruction set picked, never on threads. Internal to model/.
+ * instruction set picked, never on threads.
  */
 #ifndef SM_CPU_TRAIN_KERNELS_H
 #define SM_CPU_TRAIN_KERNELS_H
@@ -17,13 +18,12 @@
 void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint64_t base,
                       uint32_t threshold, float inv);
 
-/* dst[i] += src[k][i] for k = 0 .. nsrc-1 in that order, then src[k][i] = 0;
- * i in [0, n). */
-void cpu_reduce_clear_span(float *dst, float *const *src, int nsrc, size_t n);
-
-/* Fills the attention ops of a CPU backend's training table
- * (backend_cpu_attn_train.c); called by backend_cpu_init_train_ops. */
 struct backend;
+/* Fill a CPU backend's training ops (backend_cpu_train.c), which fills the
+ * attention ops (backend_cpu_attn_train.c) and the pretraining ops
+ * (backend_cpu_mlm.c). */
+void backend_cpu_init_train_ops(struct backend *be);
 void backend_cpu_init_attn_train_ops(struct backend *be);
+void backend_cpu_init_mlm_ops(struct backend *be);
 
 #endif

@@ -3,7 +3,8 @@
  *
  * The parameter table is reduced at creation to runs of adjacent tensors
  * that share a weight-decay setting, so a step is a handful of backend calls
- * over contiguous ranges (on the CPU one fused pass, optimizer_cpu.c). Owns
+ * over contiguous ranges (the backend's adamw_step: on the CPU one fused
+ * pass, optimizer_cpu.c). Owns
  * the m and v arenas and a one-float scratch.
  */
 #include "optimizer.h"
@@ -14,9 +15,7 @@
 
 #include "bert.h"
 #include "errors.h"
-#include "optimizer_cpu.h"
-
-typedef adamw_cpu_run decay_run;
+typedef backend_adamw_run decay_run;
 
 struct adamw {
     backend *be;
@@ -84,7 +83,7 @@ int adamw_create_table(backend *be, const bert_param_spec *specs, int n_specs,
                        size_t total, adamw **out, char *err)
 {
     *out = NULL;
-    if (!be->adamw)
+    if (!be->adamw_step)
         return sm_error(err, SM_ERR_UNSUPPORTED, "the %s backend cannot train", be->name);
     adamw *o = calloc(1, sizeof *o);
     if (!o) goto nomem;
@@ -126,7 +125,7 @@ int adamw_create(backend *be, const bert_config *cfg, int with_head,
     int n_specs, rc;
     size_t total;
     *out = NULL;
-    if (!be->adamw)
+    if (!be->adamw_step)
         return sm_error(err, SM_ERR_UNSUPPORTED, "the %s backend cannot train", be->name);
     if ((rc = bert_param_table(cfg, with_head, &specs, &n_specs, &total, err))) return rc;
     rc = adamw_create_table(be, specs, n_specs, total, out, err);
@@ -169,21 +168,9 @@ int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
     if (h->head_lr > 0 && h->lr > 0 && h->head_lr != h->lr)
         head_lr = (float)((double)lr * ((double)h->head_lr / (double)h->lr));
     o->t++;
-    if (!strcmp(be->name, "cpu")) {
-        adamw_cpu_fused(backend_cpu_threads(be), params, grads, o->m, o->v, o->runs, o->n_runs,
-                        o->n, coef, lr, head_lr, h->beta1, h->beta2, h->eps, h->weight_decay,
-                        o->t);
-        return SM_OK;
-    }
-    if (coef < 1.0f && (rc = be->scale(be, grads, o->n, coef)))
-        return sm_error(err, rc, "%s backend: gradient clipping failed", be->name);
-    for (int i = 0; i < o->n_runs; i++) {
-        const decay_run *r = &o->runs[i];
-        rc = be->adamw(be, params + r->offset, grads + r->offset, o->m + r->offset,
-                       o->v + r->offset, r->n, r->head ? head_lr : lr, h->beta1, h->beta2, h->eps,
-                       r->decay ? h->weight_decay : 0.0f, o->t);
-        if (rc) return sm_error(err, rc, "%s backend: AdamW failed", be->name);
-    }
+    rc = be->adamw_step(be, params, grads, o->m, o->v, o->runs, o->n_runs, o->n, coef, lr,
+                        head_lr, h->beta1, h->beta2, h->eps, h->weight_decay, o->t);
+    if (rc) return sm_error(err, rc, "%s backend: AdamW failed", be->name);
     return SM_OK;
 }
 

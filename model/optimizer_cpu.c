@@ -33,7 +33,7 @@ static void adamw_span(float *p, float *g, float *m, float *v, size_t n, float c
 
 typedef struct fused_job {
     float *params, *grads, *m, *v;
-    const adamw_cpu_run *runs;
+    const backend_adamw_run *runs;
     int n_runs;
     size_t total;
     float coef, bc2_sqrt, a1, beta2, a2, eps;
@@ -58,7 +58,7 @@ static void fused_piece(void *ctx, int c, int nt)
 }
 
 void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
-                     const adamw_cpu_run *runs, int n_runs, size_t total, float coef, float lr,
+                     const backend_adamw_run *runs, int n_runs, size_t total, float coef, float lr,
                      float head_lr, float beta1, float beta2, float eps, float weight_decay,
                      int t)
 {

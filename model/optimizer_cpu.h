@@ -1,25 +1,19 @@
-/* optimizer_cpu.h: AdamW over a whole parameter arena in one pass, for the
- * CPU backend (optimizer_cpu.c). Internal to model/.
+/* optimizer_cpu.h: AdamW over a whole parameter arena in one pass: the CPU
+ * backend's adamw_step slot (optimizer_cpu.c). Private to the CPU backend.
  */
 #ifndef SM_OPTIMIZER_CPU_H
 #define SM_OPTIMIZER_CPU_H
 
 #include <stddef.h>
 
-/* A range of the arena that shares a weight-decay setting and a learning
- * rate group (0: the encoder, 1: the classification head). */
-typedef struct adamw_cpu_run {
-    size_t offset, n;
-    int decay;
-    int head;
-} adamw_cpu_run;
+#include "backend.h"
 
 /* grads *= coef (clipping; 1: none), then one AdamW step (t >= 1, as the
  * backend's adamw op) on each run, with weight_decay where run.decay, at
  * learning rate lr, or head_lr where run.head; total is the arena's size;
  * floats outside the runs are left alone. */
 void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
-                     const adamw_cpu_run *runs, int n_runs, size_t total, float coef, float lr,
+                     const backend_adamw_run *runs, int n_runs, size_t total, float coef, float lr,
                      float head_lr, float beta1, float beta2, float eps, float weight_decay,
                      int t);
 

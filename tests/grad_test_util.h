@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu.h"
 #include "backend.h"
 #include "dropout_rng.h"
 #include "errors.h"

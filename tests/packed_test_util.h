@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu.h"
 #include "backend.h"
 #include "bert.h"
 #include "errors.h"

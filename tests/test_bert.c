@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "errors.h"
 #include "safetensors.h"

@@ -59,6 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "bert_train.h"
 #include "errors.h"

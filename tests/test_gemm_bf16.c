@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"

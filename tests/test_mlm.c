@@ -12,6 +12,7 @@
  * the batch, the loop learning, determinism, interrupts, NaN, bad options,
  * and saving a pretrained encoder that fine-tuning then starts from.
  */
+#include "backend_cpu.h"
 #include "train_test_util.h"
 
 #include "bert.h"

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "bert_clone.h"
 #include "errors.h"

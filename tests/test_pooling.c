@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "embed_test_util.h"
 #include "errors.h"

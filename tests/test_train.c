@@ -13,6 +13,7 @@
  * trainer API end to end, distillation included (soft-target rows, their
  * checks, and a student that learns its teacher's probabilities).
  */
+#include "backend_cpu.h"
 #include "train_test_util.h"
 
 #include "bert.h"

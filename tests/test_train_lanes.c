@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "backend_cpu.h"
 #include "backend.h"
 #include "bert.h"
 #include "bert_train.h"

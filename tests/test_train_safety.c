@@ -6,6 +6,7 @@
  * The databases are files under /tmp (a second connection holds the write
  * lock); texts are generated here.
  */
+#include "backend_cpu.h"
 #include "ext_test_util.h"
 
 #include <math.h>

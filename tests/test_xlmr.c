@@ -23,6 +23,7 @@
  * loads exported directories into transformers (run by hand: it needs
  * torch).
  */
+#include "backend_cpu.h"
 #include "ext_test_util.h"
 
 #include <dirent.h>

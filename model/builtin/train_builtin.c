@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "backend_cpu.h"
 #include "bert.h"
 #include "errors.h"
 #include "model_dir.h"

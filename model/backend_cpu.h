@@ -1,0 +1,23 @@
+/* backend_cpu.h: how to make the CPU backend, the reference implementation of
+ * backend.h (backend_cpu.c and its kernels).
+ *
+ * Model code never includes this: it reaches the hardware only through the
+ * backend table. The extension (ext/device.c) creates CPU backends here, as
+ * it creates CUDA ones through the plugin's create export; tests and
+ * benchmarks create them too.
+ */
+#ifndef SM_BACKEND_CPU_H
+#define SM_BACKEND_CPU_H
+
+#include "backend.h"
+
+/* The CPU backend; threads <= 0 means all the cores this process may run on
+ * (tp_default_threads). Its ops split their work across thread_pool.h. */
+int backend_cpu_create(int threads, backend **out, char *err);
+/* The threads a CPU backend splits its ops over (its lanes()). */
+int backend_cpu_threads(const backend *be);
+/* Threads worth using on a CPU backend for a product of `macs`
+ * multiply-adds: 1 for small ones, else all of the backend's. */
+int backend_cpu_threads_for(const backend *be, double macs);
+
+#endif
