@@ -43,15 +43,11 @@ static double now(void)
 
 static struct {
     sentiment_cuda_backend_create_fn create;
-    sentiment_cuda_set_precision_fn set_precision;
-    sentiment_cuda_mem_info_fn mem_info;
-    sentiment_cuda_last_error_fn last_error;
-    sentiment_cuda_gemm_tflops_fn gemm_tflops;
 } P;
 
 static int fail(backend *be, const char *what, const char *err)
 {
-    const char *more = be && P.last_error ? P.last_error(be) : "";
+    const char *more = be ? be->last_error(be) : "";
     fprintf(stderr, "bench_cuda: %s: %s%s%s\n", what, err, *more ? " / " : "", more);
     return 1;
 }
@@ -258,12 +254,8 @@ int main(int argc, char **argv)
             return 1;
         }
         *(void **)&P.create = dlsym(h, "sentiment_cuda_backend_create");
-        *(void **)&P.set_precision = dlsym(h, "sentiment_cuda_set_precision");
-        *(void **)&P.mem_info = dlsym(h, "sentiment_cuda_mem_info");
-        *(void **)&P.last_error = dlsym(h, "sentiment_cuda_last_error");
-        *(void **)&P.gemm_tflops = dlsym(h, "sentiment_cuda_gemm_tflops");
-        if (!P.create || !P.set_precision || !P.mem_info || !P.last_error || !P.gemm_tflops) {
-            fprintf(stderr, "bench_cuda: %s lacks the sentiment_cuda_* API\n", path);
+        if (!P.create) {
+            fprintf(stderr, "bench_cuda: %s lacks sentiment_cuda_backend_create\n", path);
             return 1;
         }
         rc = P.create(device, &be, desc, sizeof desc, err);
@@ -283,7 +275,7 @@ int main(int argc, char **argv)
     bert_device_params *dp = NULL;
     if (bert_params_to_backend(be, m, &dp, err)) return fail(be, "uploading the model", err);
     size_t fr = 0, tot = 0;
-    if (!dry) P.mem_info(be, &fr, &tot, err);
+    if (!dry) be->mem_info(be, &fr, &tot);
     printf("bench_cuda: %s; BERT-base shape (%d layers, hidden %d, %d heads, FFN %d), %zu "
            "parameters, seq %d; set up in %.1f s; %.1f of %.1f GiB free\n",
            device_desc, m->cfg.num_hidden_layers, m->cfg.hidden_size, m->cfg.num_attention_heads,
@@ -299,9 +291,10 @@ int main(int argc, char **argv)
         names[n_prec] = prec;
         double peak = 0;
         if (!dry) {
-            if (P.set_precision(be, prec, desc, sizeof desc, err))
-                return fail(be, "precision", err);
-            if (P.gemm_tflops(be, 8192, 8192, 8192, 10, &peak, err))
+            if (be->set_precision(be, prec, err)) return fail(be, "precision", err);
+            be->describe(be, desc, sizeof desc);
+            if (!be->gemm_tflops) return fail(be, "cuBLAS rate", "the backend has no gemm_tflops");
+            if (be->gemm_tflops(be, 8192, 8192, 8192, 10, &peak, err))
                 return fail(be, "cuBLAS rate", err);
         }
         peaks[n_prec++] = peak;

@@ -8,9 +8,8 @@
  *
  * The CUDA backend is a separate shared object, sentiment_cuda.so, that is
  * looked for next to sentiment.so and dlopen'd only when a GPU is asked for
- * (or by auto), so one sentiment.so runs on machines without CUDA. The
- * symbols it exports are declared in gpu/sentiment_cuda.h; this file looks
- * them up with dlsym:
+ * (or by auto), so one sentiment.so runs on machines without CUDA. It
+ * exports two symbols (gpu/sentiment_cuda.h), looked up here with dlsym:
  *
  *   sentiment_cuda_backend_create   required: a backend (model/backend.h) on
  *                                   GPU N and the one-line description
@@ -19,13 +18,10 @@
  *   sentiment_cuda_device_count     sentiment_config('device', 'cuda:N')
  *                                   checks that GPU N exists when the
  *                                   setting is made, not at the first query
- *   sentiment_cuda_set_precision    sentiment_config('precision', ...)
- *   sentiment_cuda_mem_info         free device memory, for sizing batches
- *   sentiment_cuda_last_error       why the last op of a backend failed
  *
- * Only the first is required; without the others the matching feature says
- * the plugin lacks it (or, for the last two, is skipped). Each returns SM_OK
- * or an error code with a message in err (SM_ERR_MAX bytes).
+ * Everything else (precision, free memory, the last error, the description)
+ * is a slot of the backend table, the same for the CPU and CUDA backends.
+ * The CPU backend is made through model/backend_cpu.h.
  * $SENTIMENT_CUDA_PLUGIN, when set, is the plugin's path instead.
  *
  * Precision names: auto, fp32, tf32, bf16, bf16-fast, int8. The CPU
@@ -56,30 +52,19 @@
 #include <unistd.h>
 
 #include "backend_cpu.h"
-#include "blas.h"
 #include "errors.h"
-#include "gemm_bf16.h"
-#include "gemm_int8.h"
 #include "sentiment_ext.h"
 
 typedef int (*sx_cuda_create_fn)(int device, backend **out, char *desc,
                                  size_t desc_cap, char *err);
 typedef int (*sx_cuda_count_fn)(int *count, char *err);
-typedef int (*sx_cuda_precision_fn)(backend *be, const char *name, char *desc,
-                                    size_t desc_cap, char *err);
-typedef int (*sx_cuda_mem_info_fn)(backend *be, size_t *free_bytes, size_t *total_bytes,
-                                   char *err);
-typedef const char *(*sx_cuda_last_error_fn)(const backend *be);
 
 #define SX_CUDA_PLUGIN "sentiment_cuda.so"
 
 static pthread_mutex_t g_plugin_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *g_plugin;                  /* dlopen handle, never closed */
 static sx_cuda_create_fn g_cuda_create;
-static sx_cuda_count_fn g_cuda_count;   /* optional, like the three below */
-static sx_cuda_precision_fn g_cuda_precision;
-static sx_cuda_mem_info_fn g_cuda_mem_info;
-static sx_cuda_last_error_fn g_cuda_last_error;
+static sx_cuda_count_fn g_cuda_count;   /* optional */
 
 /* One backend per GPU that owns the cached models' weights (see above). */
 static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -128,9 +113,6 @@ static int plugin_load(char *err, size_t cap)
         goto end;
     }
     g_cuda_count = (sx_cuda_count_fn)dlsym(g_plugin, "sentiment_cuda_device_count");
-    g_cuda_precision = (sx_cuda_precision_fn)dlsym(g_plugin, "sentiment_cuda_set_precision");
-    g_cuda_mem_info = (sx_cuda_mem_info_fn)dlsym(g_plugin, "sentiment_cuda_mem_info");
-    g_cuda_last_error = (sx_cuda_last_error_fn)dlsym(g_plugin, "sentiment_cuda_last_error");
     g_cuda_create = (sx_cuda_create_fn)dlsym(g_plugin, "sentiment_cuda_backend_create");
     if (!g_cuda_create) {
         snprintf(err, cap, "CUDA plugin %.300s lacks sentiment_cuda_backend_create", path);
@@ -193,9 +175,7 @@ int sx_device_check(const char *fn, const char *spec, char **errmsg)
 
 const char *sx_device_blas(void)
 {
-    char err[SM_ERR_MAX];
-    (void)blas_load(err); /* on failure the description says "not loaded" */
-    return blas_describe();
+    return backend_cpu_blas();
 }
 
 /* 1 when name is one of k_precisions (when cpu_only, one this CPU has:
@@ -204,8 +184,7 @@ static int precision_known(const char *name, int cpu_only)
 {
     for (size_t i = 0; i < sizeof k_precisions / sizeof *k_precisions; i++)
         if (!strcmp(name, k_precisions[i]))
-            return !cpu_only || i < 2 || (!strcmp(name, "bf16") && gemm_bf16_supported()) ||
-                   (!strcmp(name, "int8") && gemm_int8_supported());
+            return !cpu_only || backend_cpu_precision_ok(name);
     return 0;
 }
 
@@ -251,7 +230,7 @@ bert_precision sx_device_precision_cpu_packing(const char *name)
     if (name && !strcmp(name, "int8")) return BERT_INT8;
     /* auto: int8 where the CPU has it (for the models whose accuracy under
      * int8 was checked: sx_device_cpu_packing_for), else fp32 */
-    if (precision_is_auto(name) && gemm_int8_supported()) return BERT_INT8;
+    if (precision_is_auto(name) && backend_cpu_precision_ok("int8")) return BERT_INT8;
     return bert_fp32_packing(); /* FP32 weights packed once where the CPU has AVX-512F */
 }
 
@@ -269,11 +248,13 @@ bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key
     return packing;
 }
 
-/* What sentiment_device() says for a CPU backend: the threads, the BLAS
- * (training, and FP32 without AVX-512F) and what the linear layers run. */
+/* What sentiment_device() says for a CPU backend: the backend's line (the
+ * threads, the BLAS for training and FP32 without AVX-512F) and what the
+ * linear layers run, which this file chooses per model. */
 static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
 {
-    int n = backend_cpu_threads(be);
+    char base[256];
+    be->describe(be, base, sizeof base);
     bert_precision packing = sx_device_precision_cpu_packing(precision);
     int packed_fp32 = bert_fp32_packing() == BERT_FP32_PACKED;
     const char *fp32 = packed_fp32 ? "fp32 (AVX-512F kernel)" : "fp32";
@@ -285,15 +266,7 @@ static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
     else if (packing == BERT_INT8)
         snprintf(what, sizeof what, ", int8 (AVX512-VNNI) for the built-in model, %s for others",
                  fp32);
-    snprintf(desc, cap, "cpu: %d thread%s, %s%s", n, n == 1 ? "" : "s", sx_device_blas(), what);
-}
-
-/* What auto means on a GPU: the plugin's default. */
-static const char *cuda_auto_precision(void)
-{
-    const char *env = getenv("SENTIMENT_CUDA_PRECISION");
-    if (env && precision_known(env, 0) && strcmp(env, "auto")) return env;
-    return "bf16";
+    snprintf(desc, cap, "%s%s", base, what);
 }
 
 int sx_device_set_precision(const char *fn, backend *be, const char *name, char *desc,
@@ -301,7 +274,7 @@ int sx_device_set_precision(const char *fn, backend *be, const char *name, char 
 {
     char err[SM_ERR_MAX];
     if (!name || !*name) name = "auto";
-    if (!be || !strcmp(be->name, "cpu")) {
+    if (!be || be->host_memory) { /* the CPU: precision is chosen per packed weight */
         if (precision_known(name, 1)) {
             if (be && desc) cpu_desc(be, name, desc, desc_cap);
             return 0;
@@ -317,36 +290,26 @@ int sx_device_set_precision(const char *fn, backend *be, const char *name, char 
                                   fn, name);
         return 1;
     }
-    if (!g_cuda_precision) {
-        if (!strcmp(name, "auto")) return 0;
-        *errmsg = sqlite3_mprintf("%s: the CUDA plugin lacks sentiment_cuda_set_precision; "
-                                  "cannot set precision '%s'",
-                                  fn, name);
-        return 1;
-    }
-    if (!strcmp(name, "auto")) name = cuda_auto_precision();
     err[0] = 0;
-    if (g_cuda_precision(be, name, desc, desc_cap, err) != SM_OK) {
+    if (be->set_precision(be, name, err) != SM_OK) {
         *errmsg = sqlite3_mprintf("%s: cannot set precision '%s': %s", fn, name,
-                                  err[0] ? err : "the CUDA plugin refused it");
+                                  err[0] ? err : "the backend refused it");
         return 1;
     }
+    if (desc) be->describe(be, desc, desc_cap);
     return 0;
 }
 
 int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
 {
-    char err[SM_ERR_MAX];
     *free_bytes = *total_bytes = 0;
-    if (!be || !strcmp(be->name, "cpu") || !g_cuda_mem_info) return 1;
-    return g_cuda_mem_info(be, free_bytes, total_bytes, err) != SM_OK;
+    if (!be) return 1;
+    return be->mem_info(be, free_bytes, total_bytes) != SM_OK;
 }
 
 const char *sx_device_last_error(const backend *be)
 {
-    const char *s;
-    if (!be || !strcmp(be->name, "cpu") || !g_cuda_last_error) return "";
-    s = g_cuda_last_error(be);
+    const char *s = be ? be->last_error(be) : NULL;
     return s ? s : "";
 }
 

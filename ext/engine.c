@@ -59,10 +59,10 @@ int sx_engine_max_length(const sx_conn *c, const bert_model *m)
     return mx;
 }
 
-/* " (why)" when be is a GPU backend whose last op failed, else "". */
+/* " (why)" when the backend's last op failed (a GPU's can), else "". */
 static char *gpu_reason(const sx_conn *c)
 {
-    const char *why = c->be && c->gpu >= 0 ? sx_device_last_error(c->be) : "";
+    const char *why = sx_device_last_error(c->be);
     return *why ? sqlite3_mprintf(" (%s)", why) : NULL;
 }
 
@@ -84,15 +84,16 @@ static double ws_bytes(const bert_config *cfg, int batch, int seq)
     return act + scratch + 32.0 * 1048576;
 }
 
-/* On a GPU backend, the largest batch <= *batch whose workspace fits in
- * SX_GPU_MEM_SHARE of free memory; an error when not even one row fits.
- * Nothing changes when the plugin cannot say what is free. */
+/* On a backend with memory of its own (a GPU), the largest batch <= *batch
+ * whose workspace fits in SX_GPU_MEM_SHARE of free memory; an error when
+ * not even one row fits. Nothing changes when the backend cannot say what
+ * is free (the CPU: host memory). */
 static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *batch, int seq,
                      char **errmsg)
 {
     size_t fr = 0, tot = 0;
     int b = *batch;
-    if (c->gpu < 0 || sx_device_mem_info(c->be, &fr, &tot)) return 0;
+    if (sx_device_mem_info(c->be, &fr, &tot)) return 0;
     double room = SX_GPU_MEM_SHARE * (double)fr;
     if (ws_bytes(cfg, b, seq) > room) { /* the largest batch that fits */
         int lo = 1, hi = b - 1;

@@ -373,12 +373,6 @@ static void cuda_destroy(backend *be)
     free(be);
 }
 
-static int is_cuda_backend(const backend *be)
-{
-    return be && be->destroy == cuda_destroy && be->ctx &&
-           ((const cuda_ctx *)be->ctx)->magic == CUDA_CTX_MAGIC;
-}
-
 static const struct {
     const char *name;
     int prec;
@@ -492,6 +486,13 @@ static int setup(cuda_ctx *c, char *err)
     return SM_OK;
 }
 
+static void cuda_describe(const backend *be, char *desc, size_t cap);
+static int cuda_set_precision(backend *be, const char *precision, char *err);
+static int cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
+static const char *cuda_last_error(const backend *be);
+static int cuda_gemm_tflops(backend *be, int M, int N, int K, int iters, double *tflops,
+                            char *err);
+
 /* One stream is one queue of work: no lanes (backend.h). */
 static int cuda_lanes(const backend *be)
 {
@@ -554,6 +555,11 @@ extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *de
     }
     be->lanes = cuda_lanes;
     be->lane_create = cuda_lane_create;
+    be->describe = cuda_describe;
+    be->set_precision = cuda_set_precision;
+    be->mem_info = cuda_mem_info;
+    be->last_error = cuda_last_error;
+    be->gemm_tflops = cuda_gemm_tflops;
     be->alloc = cuda_alloc;
     be->free = cuda_free;
     be->upload = cuda_upload;
@@ -570,49 +576,47 @@ extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *de
     return SM_OK;
 }
 
-extern "C" int sentiment_cuda_set_precision(backend *be, const char *precision, char *desc,
-                                            size_t desc_cap, char *err)
+/* ---- the device slots (backend.h) ----------------------------------------------------- */
+
+static void cuda_describe(const backend *be, char *desc, size_t cap)
 {
-    if (!is_cuda_backend(be)) {
-        put_err(err, "sentiment_cuda_set_precision: not a CUDA backend");
-        return SM_ERR_INVALID;
+    describe(ctx_of(be), desc, cap);
+}
+
+/* "auto" is the default: $SENTIMENT_CUDA_PRECISION when it names one, else
+ * bf16 (ext/device.c passes auto through). */
+static int cuda_set_precision(backend *be, const char *precision, char *err)
+{
+    const char *name = precision;
+    if (name && !strcmp(name, "auto")) {
+        const char *env = getenv("SENTIMENT_CUDA_PRECISION");
+        name = env && precision_parse(env) >= 0 ? env : "bf16";
     }
-    int p = precision_parse(precision);
+    int p = precision_parse(name);
     if (p < 0) {
         put_err(err, "precision '%s' is not one of fp32, tf32, bf16, bf16-fast",
                 precision ? precision : "(null)");
-        return SM_ERR_INVALID;
+        return SM_ERR_UNSUPPORTED;
     }
-    cuda_ctx *c = ctx_of(be);
-    c->precision = p;
-    describe(c, desc, desc_cap);
+    ctx_of(be)->precision = p;
     return SM_OK;
 }
 
-extern "C" int sentiment_cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes,
-                                       char *err)
+static int cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
 {
-    if (!is_cuda_backend(be)) {
-        put_err(err, "sentiment_cuda_mem_info: not a CUDA backend");
-        return SM_ERR_INVALID;
-    }
     cuda_ctx *c = ctx_of(be);
     size_t fr = 0, tot = 0;
+    *free_bytes = *total_bytes = 0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e == cudaSuccess) e = cudaMemGetInfo(&fr, &tot);
-    if (e != cudaSuccess) {
-        int rc = cu_fail(c, e, "cudaMemGetInfo", __FILE__, __LINE__);
-        put_err(err, "%s", c->err);
-        return rc;
-    }
-    if (free_bytes) *free_bytes = fr;
-    if (total_bytes) *total_bytes = tot;
+    if (e != cudaSuccess) return cu_fail(c, e, "cudaMemGetInfo", __FILE__, __LINE__);
+    *free_bytes = fr;
+    *total_bytes = tot;
     return SM_OK;
 }
 
-extern "C" const char *sentiment_cuda_last_error(const backend *be)
+static const char *cuda_last_error(const backend *be)
 {
-    if (!is_cuda_backend(be)) return "";
     return ctx_of(be)->err;
 }
 
@@ -692,15 +696,11 @@ end:
     return rc;
 }
 
-extern "C" int sentiment_cuda_gemm_tflops(backend *be, int M, int N, int K, int iters,
-                                          double *tflops, char *err)
+static int cuda_gemm_tflops(backend *be, int M, int N, int K, int iters, double *tflops,
+                            char *err)
 {
-    if (!is_cuda_backend(be)) {
-        put_err(err, "sentiment_cuda_gemm_tflops: not a CUDA backend");
-        return SM_ERR_INVALID;
-    }
     if (M < 1 || N < 1 || K < 1 || iters < 1 || !tflops) {
-        put_err(err, "sentiment_cuda_gemm_tflops: M, N, K and iters must be positive");
+        put_err(err, "gemm_tflops: M, N, K and iters must be positive");
         return SM_ERR_INVALID;
     }
     cuda_ctx *c = ctx_of(be);

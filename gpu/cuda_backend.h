@@ -1,10 +1,11 @@
 /* cuda_backend.h: state and helpers shared by the CUDA backend's files
- * (backend_cuda.cu: device, memory, matrix products, the exported API;
- * kernels_infer.cu: the forward ops; kernels_train.cu: the training ops).
+ * (backend_cuda.cu: device, memory, matrix products, the device slots and
+ * the two exports; kernels_infer.cu: the forward ops; kernels_train.cu: the
+ * training ops).
  *
  * Error rule: every CUDA and cuBLAS call is checked, every kernel launch is
  * followed by cudaGetLastError; a failure writes one line into the
- * backend's err (sentiment_cuda_last_error) and the op returns
+ * backend's err (its last_error slot) and the op returns
  * SM_ERR_DEVICE (SM_ERR_NOMEM for memory). Setting SENTIMENT_CUDA_SYNC=1
  * also synchronises after every launch, so an asynchronous fault is
  * reported by the op that caused it.

@@ -16,7 +16,9 @@
  *       when that names one, else bf16. Destroy with be->destroy(be).
  *   sentiment_cuda_device_count(&n, err)
  *       SM_OK and n >= 1, or SM_ERR_DEVICE, n = 0 and the reason in err.
- *   sentiment_cuda_set_precision(be, name, desc, cap, err)
+ * The precision (fp32, tf32, bf16, bf16-fast), the memory free, the last
+ * error and the GEMM yardstick are slots of the backend itself
+ * (set_precision, mem_info, last_error, gemm_tflops in backend.h):
  *       "fp32": exact FP32 GEMMs (the reference mode);
  *       "tf32": FP32 operands on TF32 tensor cores;
  *       "bf16": mixed precision: GEMM operands rounded to BF16, products
@@ -26,20 +28,6 @@
  *               needs no loss scaling.
  *       "bf16-fast": the same products with FP32 operands converted inside
  *               cuBLAS (CUBLAS_COMPUTE_32F_FAST_16BF) instead of by a kernel.
- *       desc (may be NULL) gets the new description.
- *   sentiment_cuda_mem_info(be, &free, &total, err)
- *       Device memory free and total, for sizing batches.
- *   sentiment_cuda_last_error(be)
- *       The last failure of an operation of be, e.g. "cuda:0: cannot
- *       allocate 1536.0 MiB: out of memory (free 812.4 MiB of 81559.1 MiB)";
- *       "" when none. Backend operations only return a code; this says why.
- *   sentiment_cuda_gemm_tflops(be, M, N, K, iters, &tflops, err)
- *       Measures the raw cuBLAS rate of a C(M,N) = A(M,K)·B(N,K)ᵀ product in
- *       the backend's precision (BF16 operands for bf16): the yardstick the
- *       benchmark reports its model FLOP rate against.
- *
- * Every function is safe to call with be from another backend (a CPU one):
- * it answers SM_ERR_INVALID "not a CUDA backend".
  */
 #ifndef SM_SENTIMENT_CUDA_H
 #define SM_SENTIMENT_CUDA_H
@@ -55,26 +43,12 @@ extern "C" {
 typedef int (*sentiment_cuda_backend_create_fn)(int device, backend **out, char *desc,
                                                 size_t desc_cap, char *err);
 typedef int (*sentiment_cuda_device_count_fn)(int *count, char *err);
-typedef int (*sentiment_cuda_set_precision_fn)(backend *be, const char *precision,
-                                               char *desc, size_t desc_cap, char *err);
-typedef int (*sentiment_cuda_mem_info_fn)(backend *be, size_t *free_bytes,
-                                          size_t *total_bytes, char *err);
-typedef const char *(*sentiment_cuda_last_error_fn)(const backend *be);
-typedef int (*sentiment_cuda_gemm_tflops_fn)(backend *be, int M, int N, int K, int iters,
-                                             double *tflops, char *err);
 
 #ifdef SM_CUDA_PLUGIN_BUILD
 #define SM_CUDA_EXPORT __attribute__((visibility("default")))
 SM_CUDA_EXPORT int sentiment_cuda_backend_create(int device, backend **out, char *desc,
                                                  size_t desc_cap, char *err);
 SM_CUDA_EXPORT int sentiment_cuda_device_count(int *count, char *err);
-SM_CUDA_EXPORT int sentiment_cuda_set_precision(backend *be, const char *precision,
-                                                char *desc, size_t desc_cap, char *err);
-SM_CUDA_EXPORT int sentiment_cuda_mem_info(backend *be, size_t *free_bytes,
-                                           size_t *total_bytes, char *err);
-SM_CUDA_EXPORT const char *sentiment_cuda_last_error(const backend *be);
-SM_CUDA_EXPORT int sentiment_cuda_gemm_tflops(backend *be, int M, int N, int K, int iters,
-                                              double *tflops, char *err);
 #endif
 
 #ifdef __cplusplus

@@ -111,6 +111,30 @@ struct backend {
     int (*synchronize)(backend *be);
     void (*destroy)(backend *be);
 
+    /* ---- the device: what it is, how full it is, why an op failed ------ */
+    /* One line saying what the backend runs on, e.g. "cpu: 2 threads,
+     * OpenBLAS 0.3.21" or "cuda:0 NVIDIA H200, bf16" (a GPU's line names its
+     * precision; the CPU's precision is per packed weight, see below). */
+    void (*describe)(const backend *be, char *desc, size_t cap);
+    /* Computes in precision `name` from now on: auto, fp32, tf32, bf16,
+     * bf16-fast, int8. SM_ERR_UNSUPPORTED with the reason in err when the
+     * backend has no such precision. The CPU only checks that it has it: its
+     * reduced precisions are weights packed once (linear_bf16, linear_int8),
+     * chosen per model by the caller. */
+    int (*set_precision)(backend *be, const char *name, char *err);
+    /* The device's free and total memory in bytes, for sizing batches.
+     * SM_ERR_UNSUPPORTED where the memory is the host's (the CPU). */
+    int (*mem_info)(backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Why the last failed op of be failed, e.g. "cuda:0: cannot allocate
+     * 1536.0 MiB: out of memory (free 812.4 MiB of 81559.1 MiB)"; "" when
+     * none. Ops return only a code; this says why. */
+    const char *(*last_error)(const backend *be);
+    /* Optional (NULL: none): the raw rate of a C(M,N) = A(M,K)·B(N,K)ᵀ
+     * product in the backend's precision, timed over `iters` runs: the
+     * yardstick a benchmark sets its model FLOP rate against. */
+    int (*gemm_tflops)(backend *be, int M, int N, int K, int iters,
+                       double *tflops, char *err);
+
     /* ---- training (the CPU versions are in backend_cpu_train.c) ----------
      * Each *_backward takes the forward's arguments in the same order with
      * d-prefixed gradients first. The accumulation rule, once: activation

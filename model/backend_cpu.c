@@ -18,6 +18,7 @@
 #include "backend_cpu.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -546,6 +547,52 @@ int backend_cpu_threads(const backend *be)
     return threads_of(be);
 }
 
+int backend_cpu_precision_ok(const char *name)
+{
+    if (!name || !*name || !strcmp(name, "auto") || !strcmp(name, "fp32")) return 1;
+    if (!strcmp(name, "bf16")) return gemm_bf16_supported();
+    if (!strcmp(name, "int8")) return gemm_int8_supported();
+    return 0;
+}
+
+const char *backend_cpu_blas(void)
+{
+    char err[SM_ERR_MAX];
+    (void)blas_load(err); /* on failure the description says "not loaded" */
+    return blas_describe();
+}
+
+static void cpu_describe(const backend *be, char *desc, size_t cap)
+{
+    int n = threads_of(be);
+    if (desc && cap) snprintf(desc, cap, "cpu: %d thread%s, %s", n, n == 1 ? "" : "s", blas_describe());
+}
+
+static int cpu_set_precision(backend *be, const char *name, char *err)
+{
+    (void)be;
+    if (backend_cpu_precision_ok(name)) return SM_OK;
+    if (name && !strcmp(name, "bf16"))
+        return sm_error(err, SM_ERR_UNSUPPORTED, "bf16 on the CPU needs AVX512-BF16, which this CPU lacks");
+    if (name && !strcmp(name, "int8"))
+        return sm_error(err, SM_ERR_UNSUPPORTED, "int8 needs a CPU with AVX512-VNNI, which this CPU lacks");
+    return sm_error(err, SM_ERR_UNSUPPORTED, "the CPU has no precision '%s' (auto, fp32, bf16, int8)",
+                    name ? name : "(null)");
+}
+
+static int cpu_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)be;
+    *free_bytes = *total_bytes = 0;
+    return SM_ERR_UNSUPPORTED; /* host memory: nothing to size batches by */
+}
+
+static const char *cpu_last_error(const backend *be)
+{
+    (void)be;
+    return ""; /* the CPU ops cannot fail */
+}
+
 /* Lanes: one single-threaded CPU backend per thread (backend.h). */
 static int cpu_lanes(const backend *be)
 {
@@ -602,6 +649,10 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->gather_cls = cpu_gather_cls;
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;
+    be->describe = cpu_describe;
+    be->set_precision = cpu_set_precision;
+    be->mem_info = cpu_mem_info;
+    be->last_error = cpu_last_error;
     backend_cpu_init_train_ops(be);
     *out = be;
     return SM_OK;

@@ -19,5 +19,11 @@ int backend_cpu_threads(const backend *be);
 /* Threads worth using on a CPU backend for a product of `macs`
  * multiply-adds: 1 for small ones, else all of the backend's. */
 int backend_cpu_threads_for(const backend *be, double macs);
+/* 1 when this CPU computes in precision `name`: auto and fp32 always, bf16
+ * with AVX512-BF16, int8 with AVX512-VNNI; 0 otherwise. */
+int backend_cpu_precision_ok(const char *name);
+/* The BLAS the CPU backend uses, loaded first ("OpenBLAS 0.3.21 (...)", or
+ * why it is not loaded). */
+const char *backend_cpu_blas(void);
 
 #endif
