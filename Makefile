@@ -80,6 +80,12 @@ $(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
 
+# The test backend (tests/fake_gpu.h), loaded by test_ext_device as the CUDA plugin.
+$(BUILD)/tests/fake_gpu.so: tests/fake_gpu.c tests/fake_gpu.h $(LIB) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) -shared $< -o $@ $(LIB) $(LDLIBS)
+$(BUILD)/tests/test_ext_device: $(BUILD)/tests/fake_gpu.so
+
 # The built-in model's recipe code is not in the library: its test compiles it in.
 BUILTIN_RECIPE_SRC := model/builtin/reviews.c model/builtin/soft_labels.c
 $(BUILD)/tests/test_builtin_recipe: tests/test_builtin_recipe.c $(BUILTIN_RECIPE_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
