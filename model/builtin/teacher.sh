@@ -25,9 +25,15 @@
 # PRECISION (default auto: fp32 for the teacher) is sentiment_config's.
 # label: the newest teacher labels every text of the split's train.tsv and
 #   the first UNLABELED_ROWS (default 0) of its unlabeled.tsv, in batches of
-#   2,000, each committed, and writes OUT: the soft labels keyed by a hash of
-#   the normalised text (model/builtin/soft_labels.h). Evaluation texts are
+#   2,000, each committed; with ENSEMBLE_MODEL (a model directory: the
+#   version 1 built-in model) that model labels them too, and each soft label
+#   is (1 - ENSEMBLE_WEIGHT) * teacher + ENSEMBLE_WEIGHT * that model's
+#   (default 0.3), that model running at ENSEMBLE_PRECISION (default int8,
+#   as for the shipped labels; fp32 on a CPU without AVX512-VNNI). Writes OUT: the soft labels keyed by a hash of the
+#   normalised text (model/builtin/soft_labels.h). Evaluation texts are
 #   never in it.
+# eval-ensemble: the same mix's accuracy on every evaluation split, into
+#   ensemble_eval.
 set -eu
 cmd=$1 db=$2 split=$3
 so=${SO:-build/sentiment}
@@ -37,10 +43,13 @@ chunk_rows=${CHUNK_ROWS:-6000}
 lr0=${TEACHER_LR:-3e-5}
 opts='"max_length":128,"seed":42,"group_by_length":true'
 
-q() {
+q_at() { # precision sql...
+    prec=$1
+    shift
     sqlite3 -bail "$db" ".load $so" "SELECT sentiment_config('threads', $threads);" \
-        "SELECT sentiment_config('precision', '${PRECISION:-auto}');" "$@" >/dev/null
+        "SELECT sentiment_config('precision', '$prec');" "$@" >/dev/null
 }
+q() { q_at "${PRECISION:-auto}" "$@"; }
 have() { [ "$(sqlite3 "$db" "SELECT count(*) FROM sentiment_model_store WHERE name = '$1'" 2>/dev/null || echo 0)" != 0 ]; }
 
 import() { # table file: label<TAB>text rows, header skipped
@@ -129,12 +138,50 @@ label)
                                WHERE id NOT IN (SELECT id FROM soft) ORDER BY id LIMIT 2000',
                              '$model')"
     done
+    p=soft.p
+    if [ -n "${ENSEMBLE_MODEL:-}" ]; then
+        sqlite3 -bail "$db" "CREATE TABLE IF NOT EXISTS soft_ensemble(id INTEGER PRIMARY KEY, p REAL)"
+        while :; do
+            left=$(sqlite3 "$db" "SELECT count(*) FROM label_texts WHERE id NOT IN (SELECT id FROM soft_ensemble)")
+            [ "$left" = 0 ] && break
+            echo "$left texts left for $ENSEMBLE_MODEL ($(date -u +%H:%M:%S))"
+            q_at "${ENSEMBLE_PRECISION:-int8}" "SELECT sentiment_load('ensemble', '$ENSEMBLE_MODEL')" \
+              "INSERT INTO soft_ensemble
+                 SELECT id, score FROM classify('SELECT id, text FROM label_texts
+                               WHERE id NOT IN (SELECT id FROM soft_ensemble) ORDER BY id LIMIT 20000',
+                             'ensemble')"
+        done
+        w=${ENSEMBLE_WEIGHT:-0.3}
+        p="(1 - $w) * soft.p + $w * soft_ensemble.p"
+    fi
     sqlite3 -bail "$db" ".mode list" ".separator \"\t\" \"\n\"" ".output $db.soft.tsv" \
-        "SELECT printf('%.6f', p), text FROM soft JOIN label_texts USING (id) ORDER BY id"
+        "SELECT printf('%.6f', $p), text FROM soft JOIN label_texts USING (id)
+           $( [ -n "${ENSEMBLE_MODEL:-}" ] && echo 'JOIN soft_ensemble USING (id)') ORDER BY id"
     ${TRAIN_BUILTIN:-build/train_builtin} --soft-write "$db.soft.tsv" --soft "$out"
     ;;
+eval-ensemble)
+    model=$(newest)
+    w=${ENSEMBLE_WEIGHT:-0.3}
+    for f in "$split"/eval_*.tsv; do
+        t=$(basename "$f" .tsv)
+        sqlite3 "$db" "SELECT 1 FROM $t LIMIT 1" >/dev/null 2>&1 || import "$t" "$f"
+        q "CREATE TABLE IF NOT EXISTS ensemble_eval(split TEXT, id INTEGER, label INTEGER,
+               p_teacher REAL, p_ensemble REAL, PRIMARY KEY (split, id))" \
+          "INSERT OR IGNORE INTO ensemble_eval(split, id, label, p_teacher)
+             SELECT '$t', c.id, e.label, json_extract(c.probs, '$.\"1\"')
+               FROM classify('SELECT rowid AS id, text FROM $t', '$model') AS c
+               JOIN $t AS e ON e.rowid = c.id"
+        q_at "${ENSEMBLE_PRECISION:-int8}" "SELECT sentiment_load('ensemble', '$ENSEMBLE_MODEL')" \
+          "UPDATE ensemble_eval SET p_ensemble = (SELECT sentiment_score(text, 'ensemble')
+             FROM $t WHERE rowid = ensemble_eval.id) WHERE split = '$t'"
+        sqlite3 "$db" "SELECT split, count(*), avg((p_teacher > 0.5) = label),
+                              avg((p_ensemble > 0.5) = label),
+                              avg(((1 - $w) * p_teacher + $w * p_ensemble > 0.5) = label)
+                         FROM ensemble_eval WHERE split = '$t'"
+    done
+    ;;
 *)
-    echo "usage: $0 train|label DB SPLIT [...]" >&2
+    echo "usage: $0 train|eval|label|eval-ensemble DB SPLIT [...]" >&2
     exit 2
     ;;
 esac
