@@ -22,6 +22,19 @@ int backend_cpu_threads_for(const backend *be, double macs);
 /* 1 when this CPU computes in precision `name`: auto and fp32 always, bf16
  * with AVX512-BF16, int8 with AVX512-VNNI; 0 otherwise. */
 int backend_cpu_precision_ok(const char *name);
+/* 1 when this CPU runs packed weights of `kind` (backend_pack_kind) with
+ * its own instructions: BF16 with AVX512-BF16, INT8 with AVX512-VNNI, F32
+ * with AVX-512F; 0 when the CPU backend runs that kind in plain C (correct,
+ * slow) or kind is none of them. */
+int backend_cpu_pack_native(int kind);
+/* 1 when FP32 inference on a CPU backend should run its weights packed
+ * once (pack_weight BACKEND_PACK_F32, linear_packed) rather than linear
+ * (OpenBLAS sgemm): on a CPU with AVX-512F (backend_cpu_pack_native: faster
+ * than sgemm on the built-in model's shapes, level on BERT-base's). The
+ * environment variable SENTIMENT_FP32_PACKED overrides that: 0 selects
+ * linear, 1 the packed weights (on any CPU; without AVX-512F the packed
+ * product runs in plain C, slowly). */
+int backend_cpu_fp32_packed(void);
 /* The BLAS the CPU backend uses, loaded first ("OpenBLAS 0.3.21 (...)", or
  * why it is not loaded). */
 const char *backend_cpu_blas(void);
