@@ -9,7 +9,7 @@
  * --runs timings. --precision bf16 runs the encoder's linear layers with
  * BF16 weights (a CPU with AVX512-BF16), int8 with INT8 weights and inputs
  * (a CPU with AVX512-VNNI; the matrices bert_pack_plan packs), fp32-packed
- * with FP32 weights packed once (gemm_f32.h), all through bert_params_pack;
+ * with FP32 weights packed once (cpu/gemm_f32.h), all through bert_params_pack;
  * fp32-sgemm with the FP32 weights through OpenBLAS; fp32 (default) as
  * shipped: fp32-packed on a CPU with AVX-512F, else fp32-sgemm
  * (backend_cpu_fp32_packed). Not a test: it asserts nothing.

@@ -23,7 +23,7 @@
  * default). On a CPU without AVX512-VNNI it prints one JSON line with
  * "available": false and exits with status 3, before loading anything.
  * fp32 runs what precision fp32 runs in the extension: on a CPU with
- * AVX-512F the FP32 weights packed once (model/gemm_f32.h), else OpenBLAS.
+ * AVX-512F the FP32 weights packed once (cpu/gemm_f32.h), else OpenBLAS.
  *
  * With --serve it loads everything, prints {"ready": true} and then takes
  * commands on stdin, one a line, answering each with one JSON line:

@@ -21,15 +21,15 @@
  *
  * Everything else (precision, free memory, the last error, the description)
  * is a slot of the backend table, the same for the CPU and CUDA backends.
- * The CPU backend is made through model/backend_cpu.h.
+ * The CPU backend is made through cpu/backend_cpu.h.
  * $SENTIMENT_CUDA_PLUGIN, when set, is the plugin's path instead.
  *
  * Precision names: auto, fp32, tf32, bf16, bf16-fast, int8. The CPU
  * computes in FP32 (fp32), on a CPU with AVX512-BF16 in bf16 (the
  * encoder's linear layers with BF16 weights and inputs and FP32 sums,
- * model/gemm_bf16.h) and on a CPU with AVX512-VNNI in int8 (the same
+ * cpu/gemm_bf16.h) and on a CPU with AVX512-VNNI in int8 (the same
  * layers with INT8 weights, inputs quantized per token and INT32 sums,
- * model/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
+ * cpu/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
  * the CPU auto is int8 for the built-in model where the CPU has
  * AVX512-VNNI (its accuracy under int8 was measured; fp32 for weights that
  * cannot be quantized, ext/engine.c) and fp32, the exact reference, for

@@ -255,7 +255,7 @@ const char *sx_device_last_error(const backend *be);
 /* The process-wide backend of GPU gpu that owns cached model weights,
  * created on first use and never destroyed. */
 int sx_device_owner(int gpu, backend **out, char *err);
-/* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (model/blas.h). */
+/* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (cpu/blas.h). */
 const char *sx_device_blas(void);
 
 /* ------------------------------------------------------------------ */

@@ -1,7 +1,7 @@
 /* backend.h: the table of tensor operations the encoder is written against.
  *
  * A backend is a struct of function pointers plus its own context (ggml's
- * pattern). The CPU backend (backend_cpu.h, OpenBLAS) is the reference; a GPU
+ * pattern). The CPU backend (cpu/backend_cpu.h, OpenBLAS) is the reference; a GPU
  * backend implements the same table and is tested op by op against it. Model
  * code reaches hardware through this table only: it never tests a backend's
  * name or includes a backend's own headers.
@@ -33,16 +33,16 @@ typedef struct backend backend;
  * out(R,N) = in(R,K) · Wᵀ + b (b may be NULL):
  *   BF16  W converted once to BF16 (round to nearest even); each input row
  *         rounded the same way as it is read; products summed in FP32.
- *         The CPU's: model/gemm_bf16.h.
+ *         The CPU's: cpu/gemm_bf16.h.
  *   INT8  W quantized once per row n (symmetric s8, scale max|W[n]| / 127);
  *         each input row quantized to u8 with its own scale and zero point;
  *         INT32 sums, dequantized with the row's and the column's scales,
  *         + b. K is at most 32768 (the INT32 sums cannot overflow); the
- *         weights must be finite. The CPU's: model/gemm_int8.h.
+ *         weights must be finite. The CPU's: cpu/gemm_int8.h.
  *   F32   W in FP32, laid out once for the kernel; FP32 arithmetic, each
  *         output one chain of fused multiply-adds in k order starting from
  *         the bias (no separate bias pass), so only the order of the sums
- *         differs from linear's. The CPU's: model/gemm_f32.h. */
+ *         differs from linear's. The CPU's: cpu/gemm_f32.h. */
 typedef enum backend_pack_kind {
     BACKEND_PACK_BF16 = 1,
     BACKEND_PACK_INT8,
@@ -168,7 +168,7 @@ struct backend {
     int (*gemm_tflops)(backend *be, int M, int N, int K, int iters,
                        double *tflops, char *err);
 
-    /* ---- training (the CPU versions are in backend_cpu_train.c) ----------
+    /* ---- training (the CPU versions are in cpu/backend_cpu_train.c) ------
      * Each *_backward takes the forward's arguments in the same order with
      * d-prefixed gradients first. The accumulation rule, once: activation
      * gradients are written (=) unless an argument says otherwise; parameter
@@ -289,7 +289,7 @@ struct backend {
      * destroy. SM_ERR_UNSUPPORTED where lanes() is 1. */
     int (*lane_create)(backend *be, backend **out, char *err);
 
-    /* ---- masked-language-model pretraining (CPU: backend_cpu_mlm.c) ----
+    /* ---- masked-language-model pretraining (CPU: cpu/backend_cpu_mlm.c) ----
      * The vocabulary-sized decoder runs only on the predicted positions:
      * their rows are gathered, and the gradient scattered back. */
 
@@ -308,10 +308,10 @@ struct backend {
      * backend_packed_free. SM_ERR_UNSUPPORTED (with the reason in err) when
      * the backend lacks that kind, SM_ERR_INVALID for a shape out of range
      * or weights the kind cannot hold (INT8: non-finite), SM_ERR_NOMEM. The
-     * CPU packs every kind on any x86-64 (backend_cpu_pack_native says
-     * which this CPU runs with its own instructions: AVX512-BF16,
-     * AVX512-VNNI, AVX-512F; the others run in plain C, the same bits for
-     * INT8 and F32, slowly). */
+     * CPU packs every kind on any x86-64; backend_cpu_pack_native
+     * (cpu/backend_cpu.h) says which this CPU runs with its own
+     * instructions (AVX512-BF16, AVX512-VNNI, AVX-512F); the others run in
+     * plain C, the same bits for INT8 and F32, slowly. */
     int (*pack_weight)(backend *be, int kind, const float *W, int N, int K,
                        backend_packed **out, char *err);
     /* out(R,N) = in(R,K) · Wᵀ + b with W(N,K) packed (as its kind says,

@@ -1,4 +1,4 @@
-/* test_gemm_bf16.c: the BF16 linear layers (model/gemm_bf16.c) and BF16
+/* test_gemm_bf16.c: the BF16 linear layers (cpu/gemm_bf16.c) and BF16
  * inference of the encoder (model/bert_packed.c).
  *
  * Everywhere: BF16 rounding of chosen values (ties to even, NaN, infinity,

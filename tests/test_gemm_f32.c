@@ -1,4 +1,4 @@
-/* test_gemm_f32.c: the packed FP32 linear layers (model/gemm_f32.c) and
+/* test_gemm_f32.c: the packed FP32 linear layers (cpu/gemm_f32.c) and
  * FP32 inference of the encoder with packed weights (model/bert_packed.c).
  *
  * Everywhere: the packed layout and its padding; the plain C kernel

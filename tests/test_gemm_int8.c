@@ -1,4 +1,4 @@
-/* test_gemm_int8.c: the INT8 linear layers (model/gemm_int8.c) and INT8
+/* test_gemm_int8.c: the INT8 linear layers (cpu/gemm_int8.c) and INT8
  * inference of the encoder (model/bert_packed.c).
  *
  * Everywhere: weight quantization of chosen values (per-row scale, ties to

@@ -1,10 +1,14 @@
 /* backend_cpu.h: how to make the CPU backend, the reference implementation of
- * backend.h (backend_cpu.c and its kernels).
+ * model/backend.h (backend_cpu.c and its kernels), and the public header of
+ * cpu/.
  *
- * Model code never includes this: it reaches the hardware only through the
- * backend table. The extension (ext/device.c) creates CPU backends here, as
+ * cpu/ holds the CPU backend and its kernels; model code reaches it only
+ * through the backend table (model/backend.h) and never includes a header
+ * of cpu/. The extension creates it through this header (ext/device.c), as
  * it creates CUDA ones through the plugin's create export; tests and
- * benchmarks create them too.
+ * benchmarks create them too. Every other header of cpu/ is private to it
+ * (tests and benchmarks may include them). scripts/check-layout.sh checks
+ * the rule; cpu/README.md lists the files.
  */
 #ifndef SM_BACKEND_CPU_H
 #define SM_BACKEND_CPU_H
