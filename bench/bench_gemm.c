@@ -1,5 +1,5 @@
-/* bench_gemm.c: the packed linear kernels, FP32 (model/gemm_f32.c), BF16
- * (model/gemm_bf16.c) and INT8 (model/gemm_int8.c), against OpenBLAS
+/* bench_gemm.c: the packed linear kernels, FP32 (cpu/gemm_f32.c), BF16
+ * (cpu/gemm_bf16.c) and INT8 (cpu/gemm_int8.c), against OpenBLAS
  * sgemm on the same shapes, one thread, in the same run.
  *
  * For each R x K x N, out(R,N) = in(R,K) · W(N,K)ᵀ + b, the median of

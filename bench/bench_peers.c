@@ -23,7 +23,7 @@
  * default). On a CPU without AVX512-VNNI it prints one JSON line with
  * "available": false and exits with status 3, before loading anything.
  * fp32 runs what precision fp32 runs in the extension: on a CPU with
- * AVX-512F the FP32 weights packed once (model/gemm_f32.h), else OpenBLAS.
+ * AVX-512F the FP32 weights packed once (cpu/gemm_f32.h), else OpenBLAS.
  *
  * With --serve it loads everything, prints {"ready": true} and then takes
  * commands on stdin, one a line, answering each with one JSON line:
@@ -48,7 +48,6 @@
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"
-#include "gemm_int8.h"
 
 #define MAX_WORK 16
 #define MAX_RUNS 64
@@ -366,7 +365,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *precision_name = precision == BERT_INT8 ? "int8" : "fp32";
-    if (precision == BERT_INT8 && !gemm_int8_supported()) {
+    if (precision == BERT_INT8 && !backend_cpu_pack_native(BACKEND_PACK_INT8)) {
         printf("{\"engine\": \"ours\", \"precision\": \"int8\", \"available\": false, "
                "\"error\": \"not available on this CPU: no AVX512-VNNI\"}\n");
         fprintf(stderr, "bench_peers: --precision int8: this CPU has no AVX512-VNNI\n");
@@ -398,19 +397,19 @@ int main(int argc, char **argv)
     }
     run_p = &m->p;
     /* fp32 runs what the extension runs: the packed FP32 weights where
-     * this CPU has AVX-512F (bert_fp32_packing), else OpenBLAS */
-    if (precision == BERT_FP32) precision = bert_fp32_packing();
+     * this CPU has AVX-512F (backend_cpu_fp32_packed), else OpenBLAS */
+    if (precision == BERT_FP32 && backend_cpu_fp32_packed()) precision = BERT_FP32_PACKED;
     if (precision == BERT_FP32_PACKED) precision_name = "fp32-packed";
+    if (blas_load(err)) goto fail;
+    if (backend_cpu_create(threads, &be, err)) goto fail;
     if (precision != BERT_FP32) {
         bert_precision plan[BERT_PACK_N];
         bert_pack_plan(precision, plan);
         double t0 = now();
-        if (bert_params_pack(&m->cfg, &m->p, plan, &pp, err)) goto fail;
+        if (bert_params_pack(be, &m->cfg, &m->p, plan, &pp, err)) goto fail;
         pack_s = now() - t0;
         run_p = &pp->p;
     }
-    if (blas_load(err)) goto fail;
-    if (backend_cpu_create(threads, &be, err)) goto fail;
     if (bert_workspace_create(be, &m->cfg, max_batch, max_T, &ws, err)) goto fail;
     probs = malloc((size_t)max_batch * K * sizeof *probs);
     printf("{\"engine\": \"ours\", \"precision\": \"%s\", \"pack_s\": %.6f, \"blas\": \"%s\", "

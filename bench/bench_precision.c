@@ -25,8 +25,6 @@
 #include "backend_cpu.h"
 #include "bert.h"
 #include "errors.h"
-#include "gemm_bf16.h"
-#include "gemm_int8.h"
 
 static double now(void)
 {
@@ -133,7 +131,8 @@ static int parse_plan(const char *s, variant *v)
         else if (s[i] == 'b') v->plan[i] = BERT_BF16;
         else if (s[i] == 'i') v->plan[i] = BERT_INT8;
         else return 1;
-        if ((s[i] == 'b' && !gemm_bf16_supported()) || (s[i] == 'i' && !gemm_int8_supported()))
+        if ((s[i] == 'b' && !backend_cpu_pack_native(BACKEND_PACK_BF16)) ||
+            (s[i] == 'i' && !backend_cpu_pack_native(BACKEND_PACK_INT8)))
             return 1;
     }
     snprintf(v->name, sizeof v->name, "plan %s", s);
@@ -153,11 +152,11 @@ int main(int argc, char **argv)
     rows r = {0};
     variant var[16];
 
-    if (gemm_bf16_supported()) {
+    if (backend_cpu_pack_native(BACKEND_PACK_BF16)) {
         snprintf(var[n_var].name, sizeof var[n_var].name, "bf16");
         bert_pack_plan(BERT_BF16, var[n_var++].plan);
     }
-    if (gemm_int8_supported()) {
+    if (backend_cpu_pack_native(BACKEND_PACK_INT8)) {
         snprintf(var[n_var].name, sizeof var[n_var].name, "int8");
         bert_pack_plan(BERT_INT8, var[n_var++].plan);
     }
@@ -202,7 +201,7 @@ int main(int argc, char **argv)
            "fp32", labeled ? (double)right32 / labeled : NAN, t32);
     fflush(stdout);
     for (int v = 0; v < n_var; v++) {
-        if (bert_params_pack(&m->cfg, &m->p, var[v].plan, &pp, err) ||
+        if (bert_params_pack(be, &m->cfg, &m->p, var[v].plan, &pp, err) ||
             classify(m, &pp->p, ws, &r, seq, batch, pv, &tv, err))
             goto end;
         bert_packed_params_free(pp);

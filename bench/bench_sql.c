@@ -51,7 +51,6 @@
 #include "backend.h"
 #include "bert.h"
 #include "errors.h"
-#include "gemm_int8.h"
 
 /* The SQLite calls used, resolved at run time. */
 static struct {
@@ -353,14 +352,16 @@ int main(int argc, char **argv)
     int maxlen = bert_max_length(&m->cfg), K = m->cfg.num_labels;
     /* the weights the SQL side uses: INT8 for int8, and for auto on a CPU
      * with VNNI (ext/device.c) */
-    int int8 = !strcmp(precision, "int8") || (!strcmp(precision, "auto") && gemm_int8_supported() &&
-                                              builtin);
+    int int8 = !strcmp(precision, "int8") ||
+               (!strcmp(precision, "auto") && backend_cpu_pack_native(BACKEND_PACK_INT8) && builtin);
     const bert_params *params = &m->p;
-    bert_precision kind = int8 ? BERT_INT8 : bert_fp32_packing();
+    bert_precision kind = int8                      ? BERT_INT8
+                          : backend_cpu_fp32_packed() ? BERT_FP32_PACKED
+                                                      : BERT_FP32;
     if (kind != BERT_FP32) {
         bert_precision plan[BERT_PACK_N];
         bert_pack_plan(kind, plan);
-        if (bert_params_pack(&m->cfg, &m->p, plan, &packed, err)) {
+        if (bert_params_pack(be, &m->cfg, &m->p, plan, &packed, err)) {
             fprintf(stderr, "bench_sql: %s\n", err);
             goto end;
         }

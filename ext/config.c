@@ -41,7 +41,7 @@
  *               same layers use weights quantized once to INT8 (symmetric,
  *               a scale per output), each token's input quantized on the
  *               fly to 8 bits (its own scale and zero point) and exact
- *               INT32 sums, dequantized in FP32 (model/gemm_int8.h); about
+ *               INT32 sums, dequantized in FP32 (cpu/gemm_int8.h); about
  *               2-3 times the FP32 speed of those layers, logits move by
  *               quantization error. Either way one packed copy per model
  *               is shared by all connections, for inference only (train()

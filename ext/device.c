@@ -21,15 +21,15 @@
  *
  * Everything else (precision, free memory, the last error, the description)
  * is a slot of the backend table, the same for the CPU and CUDA backends.
- * The CPU backend is made through model/backend_cpu.h.
+ * The CPU backend is made through cpu/backend_cpu.h.
  * $SENTIMENT_CUDA_PLUGIN, when set, is the plugin's path instead.
  *
  * Precision names: auto, fp32, tf32, bf16, bf16-fast, int8. The CPU
  * computes in FP32 (fp32), on a CPU with AVX512-BF16 in bf16 (the
  * encoder's linear layers with BF16 weights and inputs and FP32 sums,
- * model/gemm_bf16.h) and on a CPU with AVX512-VNNI in int8 (the same
+ * cpu/gemm_bf16.h) and on a CPU with AVX512-VNNI in int8 (the same
  * layers with INT8 weights, inputs quantized per token and INT32 sums,
- * model/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
+ * cpu/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
  * the CPU auto is int8 for the built-in model where the CPU has
  * AVX512-VNNI (its accuracy under int8 was measured; fp32 for weights that
  * cannot be quantized, ext/engine.c) and fp32, the exact reference, for
@@ -218,6 +218,15 @@ int sx_device_precision_cpu_only(const char *name)
     return name && !strcmp(name, "int8");
 }
 
+/* What FP32 inference on the CPU runs: FP32 weights packed once
+ * (BERT_FP32_PACKED) where the CPU backend says they beat OpenBLAS sgemm
+ * (AVX-512F; $SENTIMENT_FP32_PACKED overrides, backend_cpu.h), else the
+ * FP32 weights as they are (BERT_FP32). */
+static bert_precision cpu_fp32_packing(void)
+{
+    return backend_cpu_fp32_packed() ? BERT_FP32_PACKED : BERT_FP32;
+}
+
 /* 1 when precision name means auto (NULL and "" do too). */
 static int precision_is_auto(const char *name)
 {
@@ -230,8 +239,8 @@ bert_precision sx_device_precision_cpu_packing(const char *name)
     if (name && !strcmp(name, "int8")) return BERT_INT8;
     /* auto: int8 where the CPU has it (for the models whose accuracy under
      * int8 was checked: sx_device_cpu_packing_for), else fp32 */
-    if (precision_is_auto(name) && backend_cpu_precision_ok("int8")) return BERT_INT8;
-    return bert_fp32_packing(); /* FP32 weights packed once where the CPU has AVX-512F */
+    if (precision_is_auto(name) && backend_cpu_pack_native(BACKEND_PACK_INT8)) return BERT_INT8;
+    return cpu_fp32_packing(); /* FP32 weights packed once where the CPU has AVX-512F */
 }
 
 bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key)
@@ -244,7 +253,7 @@ bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key
      * probability: bench/RESULTS.md). */
     if (precision_is_auto(name) && packing == BERT_INT8 &&
         (!model_key || strcmp(model_key, "builtin")))
-        return bert_fp32_packing();
+        return cpu_fp32_packing();
     return packing;
 }
 
@@ -256,7 +265,7 @@ static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
     char base[256];
     be->describe(be, base, sizeof base);
     bert_precision packing = sx_device_precision_cpu_packing(precision);
-    int packed_fp32 = bert_fp32_packing() == BERT_FP32_PACKED;
+    int packed_fp32 = cpu_fp32_packing() == BERT_FP32_PACKED;
     const char *fp32 = packed_fp32 ? "fp32 (AVX-512F kernel)" : "fp32";
     char what[160] = ""; /* FP32 through the BLAS adds nothing to the BLAS's name */
     if (packing == BERT_BF16) snprintf(what, sizeof what, ", bf16 (AVX512-BF16)");

@@ -158,7 +158,7 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     bert_precision packing = c->gpu < 0 ? sx_device_cpu_packing_for(c->precision, m->key)
                                         : BERT_FP32;
     int rc_params = packing == BERT_FP32 ? sx_registry_params(m, c->gpu, &p, err)
-                                         : sx_registry_params_packed(m, packing, &p, err);
+                                         : sx_registry_params_packed(m, c->be, packing, &p, err);
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not
      * finite); a precision the user named reports why. Out of memory is an
      * error, not a fall-back: the same query must not answer differently

@@ -17,7 +17,9 @@
  * on that GPU reads the one copy (they share the GPU's primary context). The
  * copy is freed with the entry, so eviction frees GPU memory too. CPU
  * connections computing in bf16 or int8 share one packed copy of the encoder
- * weights per entry and precision the same way (sx_registry_params_packed).
+ * weights per entry and precision the same way (sx_registry_params_packed):
+ * the first caller's CPU backend packs it, and it outlives that backend
+ * (a packed weight frees itself, backend.h).
  *
  * Locking: `g_lock` guards the list, the loads in progress and the counters
  * and is held only for short bookkeeping, never while a model is read or
@@ -282,8 +284,8 @@ int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err)
     return rc;
 }
 
-int sx_registry_params_packed(sx_model *e, bert_precision precision, const bert_params **out,
-                              char *err)
+int sx_registry_params_packed(sx_model *e, backend *be, bert_precision precision,
+                              const bert_params **out, char *err)
 {
     bert_precision plan[BERT_PACK_N];
     int rc = SM_OK;
@@ -294,7 +296,8 @@ int sx_registry_params_packed(sx_model *e, bert_precision precision, const bert_
     bert_pack_plan(precision, plan);
     pthread_mutex_lock(&g_upload_lock);
     if (!e->cpu_packed[precision])
-        rc = bert_params_pack(&e->bert->cfg, &e->bert->p, plan, &e->cpu_packed[precision], err);
+        rc = bert_params_pack(be, &e->bert->cfg, &e->bert->p, plan, &e->cpu_packed[precision],
+                              err);
     *out = rc == SM_OK ? &e->cpu_packed[precision]->p : NULL;
     pthread_mutex_unlock(&g_upload_lock);
     return rc;

@@ -94,10 +94,12 @@ void sx_registry_release(sx_model *e);
 int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err);
 /* The parameters for BF16, INT8 or packed FP32 inference on the CPU
  * (bert_params_pack with bert_pack_plan(precision)): made once per entry
- * and precision by the first caller, shared by every connection and lane,
- * valid while the caller holds a reference. */
-int sx_registry_params_packed(sx_model *e, bert_precision precision, const bert_params **out,
-                              char *err);
+ * and precision by the first caller, packed by its backend be (a CPU
+ * connection's: every CPU backend packs the same bits and runs what any
+ * other packed), shared by every connection and lane, valid while the
+ * caller holds a reference, whatever becomes of be. */
+int sx_registry_params_packed(sx_model *e, backend *be, bert_precision precision,
+                              const bert_params **out, char *err);
 /* 1 when key is in the cache (and not stale). */
 int sx_registry_is_loaded(const char *key);
 /* 1 when a version of family is in the cache (and not stale). */
@@ -231,8 +233,9 @@ const char *sx_device_precision_cpu_why(const char *name);
 int sx_device_precision_cpu_only(const char *name);
 /* The weights a CPU backend with precision name runs: BERT_BF16 (bf16),
  * BERT_INT8 (int8, and auto on a CPU with AVX512-VNNI) or, for FP32,
- * bert_fp32_packing(): BERT_FP32_PACKED (FP32 weights packed once, a CPU
- * with AVX-512F) or BERT_FP32 (packs nothing). */
+ * BERT_FP32_PACKED (FP32 weights packed once, where backend_cpu_fp32_packed
+ * says so: a CPU with AVX-512F, or $SENTIMENT_FP32_PACKED=1) or BERT_FP32
+ * (packs nothing). */
 bert_precision sx_device_precision_cpu_packing(const char *name);
 /* The same for one model (its registry key): auto gives INT8 only to the
  * built-in model ("builtin"), whose accuracy under INT8 was measured, and
@@ -252,7 +255,7 @@ const char *sx_device_last_error(const backend *be);
 /* The process-wide backend of GPU gpu that owns cached model weights,
  * created on first use and never destroyed. */
 int sx_device_owner(int gpu, backend **out, char *err);
-/* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (model/blas.h). */
+/* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (cpu/blas.h). */
 const char *sx_device_blas(void);
 
 /* ------------------------------------------------------------------ */

@@ -5,7 +5,7 @@
  * Kernel shapes, kept simple on purpose: elementwise kernels are grid-stride
  * loops over size_t indices (grids capped at 2^20 blocks); row kernels give
  * one warp to a row (LayerNorm, softmax), 8 rows per 256-thread block, also
- * grid-striding. Every kernel has a CPU twin in model/backend_cpu.c and is
+ * grid-striding. Every kernel has a CPU twin in cpu/backend_cpu.c and is
  * compared with it by tests/test_cuda.c.
  *
  * Attention: q, k, v are copied out of qkv(B,T,3C) into per-head blocks

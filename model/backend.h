@@ -1,7 +1,7 @@
 /* backend.h: the table of tensor operations the encoder is written against.
  *
  * A backend is a struct of function pointers plus its own context (ggml's
- * pattern). The CPU backend (backend_cpu.h, OpenBLAS) is the reference; a GPU
+ * pattern). The CPU backend (cpu/backend_cpu.h, OpenBLAS) is the reference; a GPU
  * backend implements the same table and is tested op by op against it. Model
  * code reaches hardware through this table only: it never tests a backend's
  * name or includes a backend's own headers.
@@ -14,15 +14,13 @@
  *   op(A) = A (M,K, leading dim lda) or Aᵀ when transA (A stored (K,M)); the
  *   same for B. On cuBLAS (column-major) this is the call with A and B swapped.
  * - Every op returns SM_OK or an error code; the CPU ops cannot fail.
- * - Packed weights (inference only): linear_bf16 takes a weight
- *   converted once to BF16 (model/gemm_bf16.h) and sums in FP32;
- *   linear_int8 a weight quantized once to INT8 (model/gemm_int8.h), its
- *   input quantized per row, INT32 sums; linear_f32 an FP32 weight packed
- *   once (model/gemm_f32.h), FP32 arithmetic. They are optional (NULL where
- *   a backend lacks them); bert_forward calls them only for the layers
- *   whose parameters carry packed copies (bert_params_pack), which training
- *   never makes, so training runs linear, and gradients and updated weights
- *   stay FP32.
+ * - Packed weights (inference only): a backend that has them converts a
+ *   weight once (pack_weight) into a backend_packed of one kind (BF16, INT8,
+ *   packed FP32: backend_pack_kind) and multiplies by it (linear_packed).
+ *   They are optional (NULL where a backend lacks them); bert_forward calls
+ *   linear_packed only for the layers whose parameters carry packed copies
+ *   (bert_params_pack), which training never makes, so training runs
+ *   linear, and gradients and updated weights stay FP32.
  */
 #ifndef SM_BACKEND_H
 #define SM_BACKEND_H
@@ -30,9 +28,44 @@
 #include <stddef.h>
 
 typedef struct backend backend;
-struct gemm_bf16_weight;
-struct gemm_int8_weight;
-struct gemm_f32_weight;
+
+/* What a packed weight W(N,K) holds and what linear_packed computes with it,
+ * out(R,N) = in(R,K) · Wᵀ + b (b may be NULL):
+ *   BF16  W converted once to BF16 (round to nearest even); each input row
+ *         rounded the same way as it is read; products summed in FP32.
+ *         The CPU's: cpu/gemm_bf16.h.
+ *   INT8  W quantized once per row n (symmetric s8, scale max|W[n]| / 127);
+ *         each input row quantized to u8 with its own scale and zero point;
+ *         INT32 sums, dequantized with the row's and the column's scales,
+ *         + b. K is at most 32768 (the INT32 sums cannot overflow); the
+ *         weights must be finite. The CPU's: cpu/gemm_int8.h.
+ *   F32   W in FP32, laid out once for the kernel; FP32 arithmetic, each
+ *         output one chain of fused multiply-adds in k order starting from
+ *         the bias (no separate bias pass), so only the order of the sums
+ *         differs from linear's. The CPU's: cpu/gemm_f32.h. */
+typedef enum backend_pack_kind {
+    BACKEND_PACK_BF16 = 1,
+    BACKEND_PACK_INT8,
+    BACKEND_PACK_F32
+} backend_pack_kind;
+
+/* A weight packed by a backend's pack_weight: opaque past this header,
+ * which is its first member. Packed weights may be cached for the life of
+ * the process and outlive the backend that made them (ext/registry.c), so
+ * one is freed through its own free, with no backend (backend_packed_free).
+ * Read-only once made: any number of backends of the kind that made it,
+ * and their lanes, may multiply by it at once. */
+typedef struct backend_packed backend_packed;
+struct backend_packed {
+    int kind;                          /* a backend_pack_kind */
+    void (*free)(backend_packed *w);   /* frees w and what it owns */
+};
+
+/* Frees a packed weight (NULL: nothing). */
+static inline void backend_packed_free(backend_packed *w)
+{
+    if (w) w->free(w);
+}
 
 /* A range of a parameter arena that shares a weight-decay setting and a
  * learning-rate group (0: the encoder, 1: the classification head): what
@@ -119,7 +152,7 @@ struct backend {
     /* Computes in precision `name` from now on: auto, fp32, tf32, bf16,
      * bf16-fast, int8. SM_ERR_UNSUPPORTED with the reason in err when the
      * backend has no such precision. The CPU only checks that it has it: its
-     * reduced precisions are weights packed once (linear_bf16, linear_int8),
+     * reduced precisions are weights packed once (pack_weight: BF16, INT8),
      * chosen per model by the caller. */
     int (*set_precision)(backend *be, const char *name, char *err);
     /* The device's free and total memory in bytes, for sizing batches.
@@ -135,7 +168,7 @@ struct backend {
     int (*gemm_tflops)(backend *be, int M, int N, int K, int iters,
                        double *tflops, char *err);
 
-    /* ---- training (the CPU versions are in backend_cpu_train.c) ----------
+    /* ---- training (the CPU versions are in cpu/backend_cpu_train.c) ------
      * Each *_backward takes the forward's arguments in the same order with
      * d-prefixed gradients first. The accumulation rule, once: activation
      * gradients are written (=) unless an argument says otherwise; parameter
@@ -256,7 +289,7 @@ struct backend {
      * destroy. SM_ERR_UNSUPPORTED where lanes() is 1. */
     int (*lane_create)(backend *be, backend **out, char *err);
 
-    /* ---- masked-language-model pretraining (CPU: backend_cpu_mlm.c) ----
+    /* ---- masked-language-model pretraining (CPU: cpu/backend_cpu_mlm.c) ----
      * The vocabulary-sized decoder runs only on the predicted positions:
      * their rows are gathered, and the gradient scattered back. */
 
@@ -269,28 +302,24 @@ struct backend {
                         const int *rows, int M, int N, int C);
 
     /* ---- reduced precision, inference only (see the conventions) -------
-     * linear with W(N,K) given as packed BF16 (host memory, gemm_bf16.h):
-     * out(R,N) = round(in) · Wᵀ + b, FP32 sums; b may be NULL. Optional
-     * (NULL: the backend has none). The CPU's runs AVX512-BF16 code when
-     * gemm_bf16_supported(), else plain C (correct, slow). */
-    int (*linear_bf16)(backend *be, float *out, const float *in,
-                       const struct gemm_bf16_weight *W, const float *b,
-                       int R, int K, int N);
-    /* The same with W(N,K) quantized to INT8 (gemm_int8.h): each row of in
-     * quantized to u8 with its own scale and zero point, INT32 sums,
-     * dequantized with the row's and the column's scales, + b. Optional.
-     * The CPU's runs AVX512-VNNI code when gemm_int8_supported(), else plain
-     * C (same bits, slow). */
-    int (*linear_int8)(backend *be, float *out, const float *in,
-                       const struct gemm_int8_weight *W, const float *b,
-                       int R, int K, int N);
-    /* The same with W(N,K) in FP32, packed once (gemm_f32.h): out(R,N) =
-     * in · Wᵀ + b with FP32 sums, the bias added in the product (no
-     * separate pass). Optional. The CPU's runs AVX-512F code when
-     * gemm_f32_supported(), else plain C (same bits, slow). */
-    int (*linear_f32)(backend *be, float *out, const float *in,
-                      const struct gemm_f32_weight *W, const float *b,
-                      int R, int K, int N);
+     * Optional, as a pair (NULL: the backend packs nothing). */
+    /* Packs W(N,K) (host memory, row-major FP32: the model's parameters)
+     * once as `kind` (backend_pack_kind) into *out, freed with
+     * backend_packed_free. SM_ERR_UNSUPPORTED (with the reason in err) when
+     * the backend lacks that kind, SM_ERR_INVALID for a shape out of range
+     * or weights the kind cannot hold (INT8: non-finite), SM_ERR_NOMEM. The
+     * CPU packs every kind on any x86-64; backend_cpu_pack_native
+     * (cpu/backend_cpu.h) says which this CPU runs with its own
+     * instructions (AVX512-BF16, AVX512-VNNI, AVX-512F); the others run in
+     * plain C, the same bits for INT8 and F32, slowly. */
+    int (*pack_weight)(backend *be, int kind, const float *W, int N, int K,
+                       backend_packed **out, char *err);
+    /* out(R,N) = in(R,K) · Wᵀ + b with W(N,K) packed (as its kind says,
+     * above); b may be NULL. SM_ERR_INVALID (nothing written) when K and N
+     * are not W's or W was not packed by a backend of this kind. */
+    int (*linear_packed)(backend *be, float *out, const float *in,
+                         const backend_packed *W, const float *b, int R,
+                         int K, int N);
 };
 
 #endif

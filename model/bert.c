@@ -163,33 +163,30 @@ nomem:
 
 /* out(R,N) = in(R,K) · Wᵀ + b, with W's packed copy pw when there is one. */
 static int linear(backend *be, float *out, const float *in, const float *W,
-                  bert_packed_weight pw, const float *b, int R, int K, int N)
+                  const backend_packed *pw, const float *b, int R, int K, int N)
 {
-    if (pw.int8) return be->linear_int8(be, out, in, pw.int8, b, R, K, N);
-    if (pw.bf16) return be->linear_bf16(be, out, in, pw.bf16, b, R, K, N);
-    if (pw.f32) return be->linear_f32(be, out, in, pw.f32, b, R, K, N);
+    if (pw) return be->linear_packed(be, out, in, pw, b, R, K, N);
     return be->linear(be, out, in, W, b, R, K, N);
 }
 
 /* SM_OK when be has the ops that layer lp's packed weights need. */
 static int packed_ops_check(backend *be, const bert_layer_params *lp, char *err)
 {
-    const bert_packed_weight *pw[] = {&lp->qkv_pw, &lp->attn_out_pw, &lp->ffn_in_pw,
-                                      &lp->ffn_out_pw};
+    const backend_packed *pw[] = {lp->qkv_pw, lp->attn_out_pw, lp->ffn_in_pw, lp->ffn_out_pw};
     for (size_t i = 0; i < sizeof pw / sizeof *pw; i++) {
-        if (pw[i]->bf16 && !be->linear_bf16)
+        if (!pw[i] || be->linear_packed) continue;
+        if (pw[i]->kind == BACKEND_PACK_BF16)
             return sm_error(err, SM_ERR_UNSUPPORTED,
                             "forward: the %s backend has no bf16 linear layers; use fp32 weights",
                             be->name);
-        if (pw[i]->int8 && !be->linear_int8)
+        if (pw[i]->kind == BACKEND_PACK_INT8)
             return sm_error(err, SM_ERR_UNSUPPORTED,
                             "forward: the %s backend has no int8 linear layers; use fp32 weights",
                             be->name);
-        if (pw[i]->f32 && !be->linear_f32)
-            return sm_error(err, SM_ERR_UNSUPPORTED,
-                            "forward: the %s backend has no packed f32 linear layers; use "
-                            "unpacked fp32 weights",
-                            be->name);
+        return sm_error(err, SM_ERR_UNSUPPORTED,
+                        "forward: the %s backend has no packed f32 linear layers; use "
+                        "unpacked fp32 weights",
+                        be->name);
     }
     return SM_OK;
 }

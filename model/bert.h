@@ -22,14 +22,6 @@
 #include "config.h"
 #include "tokenizer.h"
 
-/* One matrix of a layer packed for inference: at most one of the three is
- * set (bert_params_pack); none means the FP32 weights through be->linear. */
-typedef struct bert_packed_weight {
-    const struct gemm_bf16_weight *bf16; /* BF16 weights, FP32 sums */
-    const struct gemm_int8_weight *int8; /* INT8 weights and inputs, INT32 sums */
-    const struct gemm_f32_weight *f32;   /* FP32 weights packed once, FP32 sums */
-} bert_packed_weight;
-
 typedef struct bert_layer_params {
     float *qkv_w;   /* (3C, C): query, key, value weights stacked */
     float *qkv_b;   /* (3C) */
@@ -42,8 +34,10 @@ typedef struct bert_layer_params {
     float *ffn_out_b;  /* (C) */
     float *ln2_w, *ln2_b; /* (C) output.LayerNorm */
     /* Packed copies of the four matrices above for reduced-precision
-     * inference (bert_params_pack), or none: the FP32 weights are used. */
-    bert_packed_weight qkv_pw, attn_out_pw, ffn_in_pw, ffn_out_pw;
+     * inference (bert_params_pack: a backend's pack_weight, whose kind says
+     * BF16, INT8 or packed FP32, backend.h), run by be->linear_packed; NULL:
+     * the FP32 weights through be->linear. */
+    const backend_packed *qkv_pw, *attn_out_pw, *ffn_in_pw, *ffn_out_pw;
 } bert_layer_params;
 
 typedef struct bert_params {
@@ -239,20 +233,22 @@ void bert_device_params_free(bert_device_params *dp);
 
 /* Packed weights for inference (model/bert_packed.c): the encoder's linear
  * layers (query/key/value, attention output, FFN in and out) with weights
- * converted once to BF16 (model/gemm_bf16.h: FP32 sums), quantized once
- * to INT8 (model/gemm_int8.h: inputs quantized per token, INT32 sums) or
- * kept FP32 and packed once for the AVX-512F kernel (model/gemm_f32.h:
- * FP32 arithmetic, only the order of the sums differs from sgemm's);
- * embeddings, LayerNorm, attention, pooler and classifier stay FP32. p is a
- * copy of src whose layers also carry the packed weights; its FP32 pointers
- * are src's, so it must not outlive src's arena. Read-only once made: any
- * number of CPU backends and lanes may run bert_forward with &pp->p at
- * once. Only for inference: a trainer updates src and never uses this. */
+ * packed once by a backend (pack_weight, backend.h): converted to BF16
+ * (FP32 sums), quantized to INT8 (inputs quantized per token, INT32 sums)
+ * or kept FP32 and laid out for a kernel (FP32 arithmetic, only the order
+ * of the sums differs from sgemm's); embeddings, LayerNorm, attention,
+ * pooler and classifier stay FP32. p is a copy of src whose layers also
+ * carry the packed weights; its FP32 pointers are src's, so it must not
+ * outlive src's arena. The packed weights need no backend to be freed, so
+ * pp may outlive the backend that packed it. Read-only once made: any
+ * number of backends of that kind and their lanes may run bert_forward
+ * with &pp->p at once. Only for inference: a trainer updates src and never
+ * uses this. */
 typedef enum bert_precision {
     BERT_FP32 = 0,    /* no packed copy: the FP32 weights */
-    BERT_BF16,
-    BERT_INT8,
-    BERT_FP32_PACKED, /* FP32 weights packed once (gemm_f32.h) */
+    BERT_BF16,        /* BACKEND_PACK_BF16 */
+    BERT_INT8,        /* BACKEND_PACK_INT8 */
+    BERT_FP32_PACKED, /* BACKEND_PACK_F32: FP32 weights packed once */
     BERT_N_PRECISIONS
 } bert_precision;
 
@@ -261,7 +257,8 @@ enum { BERT_PACK_QKV, BERT_PACK_ATTN_OUT, BERT_PACK_FFN_IN, BERT_PACK_FFN_OUT, B
 
 typedef struct bert_packed_params {
     bert_params p;
-    bert_packed_weight *w; /* the packed weights, BERT_PACK_N per layer, owned */
+    backend_packed **w; /* the packed weights, BERT_PACK_N per layer (NULL:
+                           not packed), owned */
     int n_w;
 } bert_packed_params;
 
@@ -270,15 +267,11 @@ typedef struct bert_packed_params {
  * quantized inputs cost little accuracy (see bert_packed.c); fp32-packed
  * packs all four as packed FP32. */
 void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N]);
-/* What FP32 inference on a CPU backend runs: BERT_FP32_PACKED on a CPU
- * with AVX-512F (gemm_f32_supported: faster than OpenBLAS sgemm on the
- * built-in model's shapes, level on BERT-base's), else BERT_FP32
- * (OpenBLAS). The environment variable SENTIMENT_FP32_PACKED overrides
- * that: 0 selects BERT_FP32, 1 BERT_FP32_PACKED (on any CPU; without
- * AVX-512F the packed product runs in plain C, slowly). */
-bert_precision bert_fp32_packing(void);
-/* Packs src's layers by plan (BERT_PACK_N entries, BERT_FP32 = not packed). */
-int bert_params_pack(const bert_config *cfg, const bert_params *src,
+/* Packs src's layers by plan (BERT_PACK_N entries, BERT_FP32 = not packed)
+ * with be's pack_weight. SM_ERR_INVALID for an unknown precision,
+ * SM_ERR_UNSUPPORTED when be has no packed weights of a kind the plan
+ * asks for; be is not kept. */
+int bert_params_pack(backend *be, const bert_config *cfg, const bert_params *src,
                      const bert_precision plan[BERT_PACK_N],
                      bert_packed_params **out, char *err);
 void bert_packed_params_free(bert_packed_params *pp);

@@ -4,8 +4,8 @@
  * The parameter table is reduced at creation to runs of adjacent tensors
  * that share a weight-decay setting, so a step is a handful of backend calls
  * over contiguous ranges (the backend's adamw_step: on the CPU one fused
- * pass, optimizer_cpu.c). Owns
- * the m and v arenas and a one-float scratch.
+ * pass, cpu/optimizer_cpu.c). Owns the m and v arenas and a one-float
+ * scratch.
  */
 #include "optimizer.h"
 

@@ -53,7 +53,7 @@ if [ "${1:-}" = "--make-bundle" ]; then
     for bin in "$BUNDLE/test_cuda" "$BUNDLE/bench_cuda"; do
         while read -r n p; do add_lib "$n" "$p"; done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
     done
-    # OpenBLAS is dlopen'd by the CPU backend (model/blas.c), so ldd misses it.
+    # OpenBLAS is dlopen'd by the CPU backend (cpu/blas.c), so ldd misses it.
     blas=$(ldconfig -p | awk '/libopenblas\.so\.0 / {print $NF; exit}')
     if [ -n "$blas" ]; then
         add_lib libopenblas.so.0 "$blas"

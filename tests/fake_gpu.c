@@ -245,9 +245,8 @@ EXPORT int sentiment_cuda_backend_create(int device, backend **out, char *desc, 
     be->layernorm = fake_layernorm;
     be->attention = fake_attention;
     be->embed = fake_embed;
-    be->linear_bf16 = NULL; /* as a GPU: no CPU-packed weights */
-    be->linear_int8 = NULL;
-    be->linear_f32 = NULL;
+    be->pack_weight = NULL; /* as a GPU: no CPU-packed weights */
+    be->linear_packed = NULL;
     be->describe = fake_describe;
     be->set_precision = fake_set_precision;
     be->mem_info = fake_mem_info;

@@ -3,8 +3,10 @@
  *
  * A seeded random stream (rand32, frand in [-1, 1), rand_floats: a new
  * array the caller frees); load_ids() reads bert_tiny's fixture batch of
- * token ids; forward() runs the encoder on a fresh CPU backend with the
- * given parameters (FP32 or packed) and fails the test on an error;
+ * token ids; pack() packs a model's weights by a plan on a CPU backend
+ * that it destroys before returning (packed weights outlive the backend
+ * that made them); forward() runs the encoder on a fresh CPU backend with
+ * the given parameters (FP32 or packed) and fails the test on an error;
  * argmax() of K logits.
  */
 #ifndef PACKED_TEST_UTIL_H
@@ -87,6 +89,19 @@ static void forward(bert_model *m, const bert_params *p, int threads, const int 
     assert_int_equal(rc, SM_OK);
     bert_workspace_free(ws);
     be->destroy(be);
+}
+
+static bert_packed_params *pack(const bert_model *m, const bert_precision plan[BERT_PACK_N])
+{
+    char err[SM_ERR_MAX] = "";
+    backend *be;
+    bert_packed_params *pp = NULL;
+    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    int rc = bert_params_pack(be, &m->cfg, &m->p, plan, &pp, err);
+    if (rc) print_error("pack: %s\n", err);
+    assert_int_equal(rc, SM_OK);
+    be->destroy(be);
+    return pp;
 }
 
 static int argmax(const float *v, int K)

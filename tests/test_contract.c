@@ -17,6 +17,7 @@
  * The model fixtures with bad weights are written by the test into a
  * temporary directory from tests/fixtures/models/bert_tiny.
  */
+#include "backend_cpu.h"
 #include "ext_test_util.h"
 
 #include <math.h>
@@ -25,7 +26,6 @@
 
 #include "bert.h"
 #include "errors.h"
-#include "gemm_int8.h"
 #include "safetensors.h"
 
 static void *read_file(const char *path, size_t *len);
@@ -515,7 +515,7 @@ static char *fresh_probs(const char *precision, const char *model)
 static void test_precision_switch(void **state)
 {
     (void)state;
-    if (!gemm_int8_supported()) {
+    if (!backend_cpu_pack_native(BACKEND_PACK_INT8)) {
         print_message("skipped: this CPU has no AVX512-VNNI, so precision int8 is refused "
                       "(test_ext_functions checks that error)\n");
         skip();

@@ -4,12 +4,11 @@
  * Uses the tiny random-weight fixture models: labels are compared between
  * functions and against each other, never against hand-picked answers.
  */
+#include "backend_cpu.h"
 #include "ext_test_util.h"
 
 #include <math.h>
 
-#include "gemm_bf16.h"
-#include "gemm_int8.h"
 
 static void test_basic(void **state)
 {
@@ -286,7 +285,7 @@ static void test_config_precision(void **state)
     /* bf16 on the CPU needs AVX512-BF16: then the scores move by BF16
      * rounding only; without it, an error */
     exec_ok(db, "CREATE TEMP TABLE f32 AS SELECT sentiment_score('服务很好', 'tiny') AS v");
-    if (gemm_bf16_supported()) {
+    if (backend_cpu_pack_native(BACKEND_PACK_BF16)) {
         expect_text(db, "SELECT sentiment_config('precision', 'bf16')", "bf16");
         expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, bf16 (AVX512-BF16)'", "1");
         expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 5e-3 AND "
@@ -311,7 +310,7 @@ static void test_config_precision(void **state)
     /* int8 on the CPU needs AVX512-VNNI: then the scores move by
      * quantization error only; without it, an error */
     expect_text(db, "SELECT sentiment_config('device', 'cpu')", "cpu");
-    if (gemm_int8_supported()) {
+    if (backend_cpu_pack_native(BACKEND_PACK_INT8)) {
         expect_text(db, "SELECT sentiment_config('precision', 'int8')", "int8");
         expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, int8 (AVX512-VNNI)'", "1");
         expect_text(db, "SELECT json_extract(sentiment_debug(), '$.precision')", "int8");
@@ -319,7 +318,7 @@ static void test_config_precision(void **state)
                         "v != sentiment_score('服务很好', 'tiny') FROM f32", "1");
         expect_text(db, "SELECT count(*) FROM classify('SELECT 1, ''好'' UNION ALL "
                         "SELECT 2, ''服务很差'' UNION ALL SELECT 3, ''还行''', 'tiny')", "3");
-        if (gemm_bf16_supported()) { /* int8 -> bf16 swaps the packed weights */
+        if (backend_cpu_pack_native(BACKEND_PACK_BF16)) { /* int8 -> bf16 swaps the packed weights */
             expect_text(db, "SELECT sentiment_config('precision', 'bf16')", "bf16");
             expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 5e-3 FROM f32",
                         "1");

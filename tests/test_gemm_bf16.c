@@ -1,4 +1,4 @@
-/* test_gemm_bf16.c: the BF16 linear layers (model/gemm_bf16.c) and BF16
+/* test_gemm_bf16.c: the BF16 linear layers (cpu/gemm_bf16.c) and BF16
  * inference of the encoder (model/bert_packed.c).
  *
  * Everywhere: BF16 rounding of chosen values (ties to even, NaN, infinity,
@@ -317,10 +317,14 @@ static void test_splits(void **state)
                                   R - r < 13 ? R - r : 13, 0, N);
         assert_memory_equal(one, part, n * sizeof *one);
         memset(part, 0, n * sizeof *part);
-        assert_int_equal(be->linear_bf16(be, part, x, w, b, R, K, N), SM_OK);
+        backend_packed *bw;
+        assert_int_equal(be->pack_weight(be, BACKEND_PACK_BF16, W, N, K, &bw, err), SM_OK);
+        assert_int_equal(bw->kind, BACKEND_PACK_BF16);
+        assert_int_equal(be->linear_packed(be, part, x, bw, b, R, K, N), SM_OK);
         assert_memory_equal(one, part, n * sizeof *one);
         assert_int_equal(gemm_bf16_linear(part, x, w, b, R, K + 1, N), SM_ERR_INVALID);
-        assert_int_equal(be->linear_bf16(be, part, x, w, b, R, K, N + 1), SM_ERR_INVALID);
+        assert_int_equal(be->linear_packed(be, part, x, bw, b, R, K, N + 1), SM_ERR_INVALID);
+        backend_packed_free(bw);
         gemm_bf16_free(w);
         free(x);
         free(W);
@@ -345,17 +349,18 @@ static void test_bert_bf16_logits(void **state)
     bert_precision plan[BERT_PACK_N];
     bert_pack_plan(BERT_BF16, plan);
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &bp, err), SM_OK);
+    bp = pack(m, plan);
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         const bert_layer_params *lp = &bp->p.layers[l];
-        assert_non_null(lp->qkv_pw.bf16);
-        assert_non_null(lp->attn_out_pw.bf16);
-        assert_non_null(lp->ffn_in_pw.bf16);
-        assert_non_null(lp->ffn_out_pw.bf16);
-        assert_null(lp->qkv_pw.int8);
+        const backend_packed *pw[BERT_PACK_N] = {lp->qkv_pw, lp->attn_out_pw, lp->ffn_in_pw,
+                                                 lp->ffn_out_pw};
+        for (int i = 0; i < BERT_PACK_N; i++) {
+            assert_non_null(pw[i]);
+            assert_int_equal(pw[i]->kind, BACKEND_PACK_BF16);
+        }
     }
     assert_int_equal(bp->n_w, BERT_PACK_N * m->cfg.num_hidden_layers);
-    assert_null(m->p.layers[0].qkv_pw.bf16); /* the FP32 parameters are untouched */
+    assert_null(m->p.layers[0].qkv_pw); /* the FP32 parameters are untouched */
     int *ids = malloc(MAXB * T * sizeof *ids), lengths[MAXB], K = m->cfg.num_labels;
     int B = load_ids(ids, lengths, MAXB, T, tokenizer_pad_id(m->tok));
     assert_true(B >= 8);
@@ -402,7 +407,8 @@ static void test_bert_bf16_logits(void **state)
     bert_model_free(m);
 }
 
-/* bf16 weights on a backend without linear_bf16 are an error, not a crash. */
+/* bf16 weights on a backend without linear_packed, or packing on one
+ * without pack_weight, are an error, not a crash. */
 static void test_bert_bf16_needs_the_op(void **state)
 {
     (void)state;
@@ -414,15 +420,24 @@ static void test_bert_bf16_needs_the_op(void **state)
     bert_precision plan[BERT_PACK_N];
     bert_pack_plan(BERT_BF16, plan);
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &bp, err), SM_OK);
+    bp = pack(m, plan);
     assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
     assert_int_equal(bert_workspace_create(be, &m->cfg, 1, 8, &ws, err), SM_OK);
-    be->linear_bf16 = NULL;
+    be->linear_packed = NULL;
     int ids[4] = {2, 10, 11, 3}, len = 4;
     float logits[8];
     assert_int_equal(bert_forward(&m->cfg, &bp->p, ws, ids, &len, 1, 4, logits, NULL, err),
                      SM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "bf16"));
+    bert_packed_params *none = (bert_packed_params *)0x1;
+    assert_int_equal(bert_params_pack(be, &m->cfg, &m->p, plan, &none, err),
+                     SM_ERR_UNSUPPORTED);
+    assert_null(none);
+    be->pack_weight = NULL;
+    assert_int_equal(bert_params_pack(be, &m->cfg, &m->p, plan, &none, err),
+                     SM_ERR_UNSUPPORTED);
+    assert_null(none);
+    assert_non_null(strstr(err, "no packed weights"));
     bert_workspace_free(ws);
     be->destroy(be);
     bert_packed_params_free(bp);

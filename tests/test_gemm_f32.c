@@ -1,4 +1,4 @@
-/* test_gemm_f32.c: the packed FP32 linear layers (model/gemm_f32.c) and
+/* test_gemm_f32.c: the packed FP32 linear layers (cpu/gemm_f32.c) and
  * FP32 inference of the encoder with packed weights (model/bert_packed.c).
  *
  * Everywhere: the packed layout and its padding; the plain C kernel
@@ -355,7 +355,10 @@ static void test_splits(void **state)
                                  R - r < 13 ? R - r : 13, 0, N);
         assert_memory_equal(one, part, n * sizeof *one);
         memset(part, 0, n * sizeof *part);
-        assert_int_equal(be->linear_f32(be, part, x, w, b, R, K, N), SM_OK);
+        backend_packed *bw;
+        assert_int_equal(be->pack_weight(be, BACKEND_PACK_F32, W, N, K, &bw, err), SM_OK);
+        assert_int_equal(bw->kind, BACKEND_PACK_F32);
+        assert_int_equal(be->linear_packed(be, part, x, bw, b, R, K, N), SM_OK);
         assert_memory_equal(one, part, n * sizeof *one);
         if (R <= 300) { /* the plain C kernel: the same bits */
             memset(part, 0, n * sizeof *part);
@@ -363,7 +366,8 @@ static void test_splits(void **state)
             assert_memory_equal(one, part, n * sizeof *one);
         }
         assert_int_equal(gemm_f32_linear(part, x, w, b, R, K + 1, N), SM_ERR_INVALID);
-        assert_int_equal(be->linear_f32(be, part, x, w, b, R, K, N + 1), SM_ERR_INVALID);
+        assert_int_equal(be->linear_packed(be, part, x, bw, b, R, K, N + 1), SM_ERR_INVALID);
+        backend_packed_free(bw);
         gemm_f32_free(w);
         free(x);
         free(W);
@@ -372,6 +376,58 @@ static void test_splits(void **state)
         free(part);
     }
     be->destroy(be);
+}
+
+/* The backend's packed slots refuse what is not theirs: a kind they lack,
+ * a packed weight another backend made (a header with another free), a
+ * wrong shape; a packed weight outlives the backend that made it. */
+static int g_foreign_frees;
+static void foreign_free(backend_packed *w)
+{
+    (void)w;
+    g_foreign_frees++;
+}
+
+static void test_packed_slots(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX] = "";
+    enum { R = 3, K = 40, N = 36 };
+    float *x = rand_floats((size_t)R * K), *W = rand_floats((size_t)N * K), want[R * N],
+          out[R * N];
+    backend *be, *other;
+    backend_packed *pw = (backend_packed *)0x1;
+    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    for (int kind = -1; kind <= 5; kind += 6) {
+        assert_int_equal(be->pack_weight(be, kind, W, N, K, &pw, err), SM_ERR_UNSUPPORTED);
+        assert_null(pw);
+        assert_non_null(strstr(err, "kind"));
+    }
+    backend_packed foreign = {BACKEND_PACK_F32, foreign_free};
+    for (int i = 0; i < R * N; i++) out[i] = 7.0f;
+    assert_int_equal(be->linear_packed(be, out, x, &foreign, NULL, R, K, N), SM_ERR_INVALID);
+    for (int i = 0; i < R * N; i++) assert_true(out[i] == 7.0f); /* nothing written */
+    backend_packed_free(&foreign);
+    assert_int_equal(g_foreign_frees, 1);
+    backend_packed_free(NULL);
+
+    /* packed on one backend, run on another after the first is gone */
+    assert_int_equal(be->pack_weight(be, BACKEND_PACK_F32, W, N, K, &pw, err), SM_OK);
+    assert_int_equal(pw->kind, BACKEND_PACK_F32);
+    be->destroy(be);
+    assert_int_equal(backend_cpu_create(2, &other, err), SM_OK);
+    assert_int_equal(other->linear_packed(other, out, x, pw, NULL, R, K, N), SM_OK);
+    gemm_f32_weight *w;
+    assert_int_equal(gemm_f32_pack(W, N, K, &w, err), SM_OK);
+    assert_int_equal(gemm_f32_linear(want, x, w, NULL, R, K, N), SM_OK);
+    assert_memory_equal(out, want, sizeof out);
+    assert_int_equal(other->linear_packed(other, out, x, pw, NULL, R, K - 1, N), SM_ERR_INVALID);
+    assert_int_equal(other->linear_packed(other, out, x, pw, NULL, -1, K, N), SM_ERR_INVALID);
+    gemm_f32_free(w);
+    backend_packed_free(pw);
+    other->destroy(other);
+    free(x);
+    free(W);
 }
 
 /* ---- the encoder --------------------------------------------------------- */
@@ -386,18 +442,17 @@ static void test_bert_f32_packed_logits(void **state)
     bert_precision plan[BERT_PACK_N];
     bert_pack_plan(BERT_FP32_PACKED, plan);
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &pp, err), SM_OK);
+    pp = pack(m, plan);
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         const bert_layer_params *lp = &pp->p.layers[l];
-        const bert_packed_weight *pw[BERT_PACK_N] = {&lp->qkv_pw, &lp->attn_out_pw,
-                                                     &lp->ffn_in_pw, &lp->ffn_out_pw};
+        const backend_packed *pw[BERT_PACK_N] = {lp->qkv_pw, lp->attn_out_pw, lp->ffn_in_pw,
+                                                 lp->ffn_out_pw};
         for (int i = 0; i < BERT_PACK_N; i++) {
-            assert_non_null(pw[i]->f32);
-            assert_null(pw[i]->bf16);
-            assert_null(pw[i]->int8);
+            assert_non_null(pw[i]);
+            assert_int_equal(pw[i]->kind, BACKEND_PACK_F32);
         }
     }
-    assert_null(m->p.layers[0].qkv_pw.f32); /* the FP32 parameters are untouched */
+    assert_null(m->p.layers[0].qkv_pw); /* the FP32 parameters are untouched */
     int *ids = malloc(MAXB * T * sizeof *ids), lengths[MAXB], K = m->cfg.num_labels;
     int B = load_ids(ids, lengths, MAXB, T, tokenizer_pad_id(m->tok));
     assert_true(B >= 8);
@@ -434,18 +489,19 @@ static void test_bert_f32_packed_logits(void **state)
 }
 
 /* What FP32 inference runs: packed on a CPU with AVX-512F unless
- * SENTIMENT_FP32_PACKED says otherwise; a backend without linear_f32 is an
- * error, not a crash. */
+ * SENTIMENT_FP32_PACKED says otherwise; a backend without linear_packed is
+ * an error, not a crash. */
 static void test_bert_f32_packed_selection(void **state)
 {
     (void)state;
     char err[SM_ERR_MAX] = "";
     unsetenv("SENTIMENT_FP32_PACKED");
-    assert_int_equal(bert_fp32_packing(), gemm_f32_supported() ? BERT_FP32_PACKED : BERT_FP32);
+    assert_int_equal(backend_cpu_fp32_packed(), gemm_f32_supported());
+    assert_int_equal(backend_cpu_pack_native(BACKEND_PACK_F32), gemm_f32_supported());
     setenv("SENTIMENT_FP32_PACKED", "0", 1);
-    assert_int_equal(bert_fp32_packing(), BERT_FP32);
+    assert_int_equal(backend_cpu_fp32_packed(), 0);
     setenv("SENTIMENT_FP32_PACKED", "1", 1);
-    assert_int_equal(bert_fp32_packing(), BERT_FP32_PACKED);
+    assert_int_equal(backend_cpu_fp32_packed(), 1);
     unsetenv("SENTIMENT_FP32_PACKED");
 
     bert_model *m;
@@ -454,9 +510,10 @@ static void test_bert_f32_packed_selection(void **state)
     bert_workspace *ws;
     bert_precision plan[BERT_PACK_N] = {BERT_FP32, BERT_FP32_PACKED, BERT_FP32, BERT_FP32};
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &pp, err), SM_OK);
-    assert_null(pp->p.layers[0].qkv_pw.f32);
-    assert_non_null(pp->p.layers[0].attn_out_pw.f32);
+    pp = pack(m, plan);
+    assert_null(pp->p.layers[0].qkv_pw);
+    assert_non_null(pp->p.layers[0].attn_out_pw);
+    assert_int_equal(pp->p.layers[0].attn_out_pw->kind, BACKEND_PACK_F32);
     assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
     assert_int_equal(bert_workspace_create(be, &m->cfg, 1, 8, &ws, err), SM_OK);
     int ids[4] = {2, 10, 11, 3}, len = 4;
@@ -465,7 +522,7 @@ static void test_bert_f32_packed_selection(void **state)
     assert_int_equal(bert_forward(&m->cfg, &pp->p, ws, ids, &len, 1, 4, logits, NULL, err),
                      SM_OK);
     for (int k = 0; k < m->cfg.num_labels; k++) assert_true(fabsf(logits[k] - f32[k]) <= 1e-5f);
-    be->linear_f32 = NULL;
+    be->linear_packed = NULL;
     assert_int_equal(bert_forward(&m->cfg, &pp->p, ws, ids, &len, 1, 4, logits, NULL, err),
                      SM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "f32"));
@@ -483,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_avx512_vs_scalar),
         cmocka_unit_test(test_non_finite),
         cmocka_unit_test(test_splits),
+        cmocka_unit_test(test_packed_slots),
         cmocka_unit_test(test_bert_f32_packed_logits),
         cmocka_unit_test(test_bert_f32_packed_selection),
     };

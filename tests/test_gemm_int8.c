@@ -1,4 +1,4 @@
-/* test_gemm_int8.c: the INT8 linear layers (model/gemm_int8.c) and INT8
+/* test_gemm_int8.c: the INT8 linear layers (cpu/gemm_int8.c) and INT8
  * inference of the encoder (model/bert_packed.c).
  *
  * Everywhere: weight quantization of chosen values (per-row scale, ties to
@@ -418,10 +418,14 @@ static void test_splits(void **state)
                                   R - r < 13 ? R - r : 13, 0, N);
         assert_memory_equal(one, part, n * sizeof *one);
         memset(part, 0, n * sizeof *part);
-        assert_int_equal(be->linear_int8(be, part, x, w, b, R, K, N), SM_OK);
+        backend_packed *bw;
+        assert_int_equal(be->pack_weight(be, BACKEND_PACK_INT8, W, N, K, &bw, err), SM_OK);
+        assert_int_equal(bw->kind, BACKEND_PACK_INT8);
+        assert_int_equal(be->linear_packed(be, part, x, bw, b, R, K, N), SM_OK);
         assert_memory_equal(one, part, n * sizeof *one);
         assert_int_equal(gemm_int8_linear(part, x, w, b, R, K + 1, N), SM_ERR_INVALID);
-        assert_int_equal(be->linear_int8(be, part, x, w, b, R, K, N + 1), SM_ERR_INVALID);
+        assert_int_equal(be->linear_packed(be, part, x, bw, b, R, K, N + 1), SM_ERR_INVALID);
+        backend_packed_free(bw);
         gemm_int8_free(w);
         free(x);
         free(W);
@@ -446,19 +450,21 @@ static void test_bert_int8_logits(void **state)
     bert_precision plan[BERT_PACK_N];
     bert_pack_plan(BERT_INT8, plan);
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &pp, err), SM_OK);
+    pp = pack(m, plan);
     int n_int8 = 0;
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         const bert_layer_params *lp = &pp->p.layers[l];
-        const bert_packed_weight *pw[BERT_PACK_N] = {&lp->qkv_pw, &lp->attn_out_pw,
-                                                     &lp->ffn_in_pw, &lp->ffn_out_pw};
+        const backend_packed *pw[BERT_PACK_N] = {lp->qkv_pw, lp->attn_out_pw, lp->ffn_in_pw,
+                                                 lp->ffn_out_pw};
         for (int i = 0; i < BERT_PACK_N; i++) {
-            assert_true((pw[i]->int8 != NULL) == (plan[i] == BERT_INT8));
-            n_int8 += pw[i]->int8 != NULL;
+            int is_int8 = pw[i] && pw[i]->kind == BACKEND_PACK_INT8;
+            assert_true(is_int8 == (plan[i] == BERT_INT8));
+            assert_true(pw[i] == NULL || is_int8);
+            n_int8 += is_int8;
         }
     }
     assert_true(n_int8 >= 3 * m->cfg.num_hidden_layers); /* QKV, attention out, FFN in */
-    assert_null(m->p.layers[0].qkv_pw.int8); /* the FP32 parameters are untouched */
+    assert_null(m->p.layers[0].qkv_pw); /* the FP32 parameters are untouched */
     int *ids = malloc(MAXB * T * sizeof *ids), lengths[MAXB], K = m->cfg.num_labels;
     int B = load_ids(ids, lengths, MAXB, T, tokenizer_pad_id(m->tok));
     assert_true(B >= 8);
@@ -501,7 +507,7 @@ static void test_bert_int8_logits(void **state)
     bert_model_free(m);
 }
 
-/* int8 weights on a backend without linear_int8 are an error, not a crash;
+/* int8 weights on a backend without linear_packed are an error, not a crash;
  * a plan mixing precisions runs each matrix as packed. */
 static void test_bert_int8_needs_the_op(void **state)
 {
@@ -513,10 +519,10 @@ static void test_bert_int8_needs_the_op(void **state)
     bert_workspace *ws;
     bert_precision plan[BERT_PACK_N] = {BERT_FP32, BERT_FP32, BERT_FP32, BERT_INT8};
     assert_int_equal(bert_model_load_dir(BERT_DIR, &m, err), SM_OK);
-    assert_int_equal(bert_params_pack(&m->cfg, &m->p, plan, &pp, err), SM_OK);
-    assert_null(pp->p.layers[0].qkv_pw.int8);
-    assert_null(pp->p.layers[0].qkv_pw.bf16);
-    assert_non_null(pp->p.layers[0].ffn_out_pw.int8);
+    pp = pack(m, plan);
+    assert_null(pp->p.layers[0].qkv_pw);
+    assert_non_null(pp->p.layers[0].ffn_out_pw);
+    assert_int_equal(pp->p.layers[0].ffn_out_pw->kind, BACKEND_PACK_INT8);
     assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
     assert_int_equal(bert_workspace_create(be, &m->cfg, 1, 8, &ws, err), SM_OK);
     int ids[4] = {2, 10, 11, 3}, len = 4;
@@ -525,13 +531,13 @@ static void test_bert_int8_needs_the_op(void **state)
     assert_int_equal(bert_forward(&m->cfg, &pp->p, ws, ids, &len, 1, 4, logits, NULL, err),
                      SM_OK);
     assert_true(memcmp(logits, f32, (size_t)m->cfg.num_labels * sizeof *f32) != 0);
-    be->linear_int8 = NULL;
+    be->linear_packed = NULL;
     assert_int_equal(bert_forward(&m->cfg, &pp->p, ws, ids, &len, 1, 4, logits, NULL, err),
                      SM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "int8"));
     bert_precision bad[BERT_PACK_N] = {BERT_INT8, BERT_INT8, (bert_precision)7, BERT_INT8};
     bert_packed_params *none = (bert_packed_params *)0x1;
-    assert_int_equal(bert_params_pack(&m->cfg, &m->p, bad, &none, err), SM_ERR_INVALID);
+    assert_int_equal(bert_params_pack(be, &m->cfg, &m->p, bad, &none, err), SM_ERR_INVALID);
     assert_null(none);
     bert_workspace_free(ws);
     be->destroy(be);

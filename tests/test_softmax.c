@@ -1,4 +1,4 @@
-/* test_softmax.c: the attention row softmax (model/cpu_softmax.c).
+/* test_softmax.c: the attention row softmax (cpu/cpu_softmax.c).
  *
  * Both versions (the one picked for this CPU and the portable one) against a
  * double-precision softmax over every row length 1..100 with padded widths

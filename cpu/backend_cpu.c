@@ -231,30 +231,89 @@ static void packed_split(backend *be, packed_cols_fn cols, float *out, const flo
     tp_run(nt, packed_piece, &j);
 }
 
-static int cpu_linear_bf16(backend *be, float *out, const float *in,
-                           const gemm_bf16_weight *W, const float *b, int R, int K,
-                           int N)
+/* A packed weight of the CPU backend: the header, then the kernel's own
+ * packed struct (by hdr.kind), owned. */
+typedef struct cpu_packed {
+    backend_packed hdr; /* first: a backend_packed * is a cpu_packed * */
+    union {
+        gemm_bf16_weight *bf16;
+        gemm_int8_weight *int8;
+        gemm_f32_weight *f32;
+    } w;
+} cpu_packed;
+
+static void cpu_packed_free(backend_packed *pw)
 {
-    if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
-    packed_split(be, bf16_cols, out, in, W, b, R, K, N, W->panels, GEMM_BF16_PANEL);
+    cpu_packed *p = (cpu_packed *)pw;
+    if (!p) return;
+    if (p->hdr.kind == BACKEND_PACK_BF16) gemm_bf16_free(p->w.bf16);
+    else if (p->hdr.kind == BACKEND_PACK_INT8) gemm_int8_free(p->w.int8);
+    else if (p->hdr.kind == BACKEND_PACK_F32) gemm_f32_free(p->w.f32);
+    free(p);
+}
+
+static int cpu_pack_weight(backend *be, int kind, const float *W, int N, int K,
+                           backend_packed **out, char *err)
+{
+    (void)be;
+    *out = NULL;
+    if (kind != BACKEND_PACK_BF16 && kind != BACKEND_PACK_INT8 && kind != BACKEND_PACK_F32)
+        return sm_error(err, SM_ERR_UNSUPPORTED, "pack_weight: the cpu backend has no packed "
+                        "kind %d", kind);
+    cpu_packed *p = calloc(1, sizeof *p);
+    if (!p) return sm_error(err, SM_ERR_NOMEM, "out of memory packing a weight");
+    p->hdr.kind = kind;
+    p->hdr.free = cpu_packed_free;
+    int rc = kind == BACKEND_PACK_BF16   ? gemm_bf16_pack(W, N, K, &p->w.bf16, err)
+             : kind == BACKEND_PACK_INT8 ? gemm_int8_pack(W, N, K, &p->w.int8, err)
+                                         : gemm_f32_pack(W, N, K, &p->w.f32, err);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *out = &p->hdr;
     return SM_OK;
 }
 
-static int cpu_linear_int8(backend *be, float *out, const float *in,
-                           const gemm_int8_weight *W, const float *b, int R, int K,
-                           int N)
+/* W must be one of ours (its free is cpu_packed_free) of shape (N, K); the
+ * product is split across threads by packed_split, whatever the kind. */
+static int cpu_linear_packed(backend *be, float *out, const float *in, const backend_packed *W,
+                             const float *b, int R, int K, int N)
 {
-    if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
-    packed_split(be, int8_cols, out, in, W, b, R, K, N, W->panels, GEMM_INT8_PANEL);
+    const cpu_packed *p = (const cpu_packed *)W;
+    if (!W || W->free != cpu_packed_free || R < 0) return SM_ERR_INVALID; /* not ours */
+    if (W->kind == BACKEND_PACK_BF16) {
+        if (p->w.bf16->K != K || p->w.bf16->N != N) return SM_ERR_INVALID;
+        packed_split(be, bf16_cols, out, in, p->w.bf16, b, R, K, N, p->w.bf16->panels,
+                     GEMM_BF16_PANEL);
+    } else if (W->kind == BACKEND_PACK_INT8) {
+        if (p->w.int8->K != K || p->w.int8->N != N) return SM_ERR_INVALID;
+        packed_split(be, int8_cols, out, in, p->w.int8, b, R, K, N, p->w.int8->panels,
+                     GEMM_INT8_PANEL);
+    } else if (W->kind == BACKEND_PACK_F32) {
+        if (p->w.f32->K != K || p->w.f32->N != N) return SM_ERR_INVALID;
+        packed_split(be, f32_cols, out, in, p->w.f32, b, R, K, N, p->w.f32->panels,
+                     GEMM_F32_PANEL);
+    } else {
+        return SM_ERR_INVALID;
+    }
     return SM_OK;
 }
 
-static int cpu_linear_f32(backend *be, float *out, const float *in, const gemm_f32_weight *W,
-                          const float *b, int R, int K, int N)
+int backend_cpu_pack_native(int kind)
 {
-    if (W->K != K || W->N != N || R < 0) return SM_ERR_INVALID;
-    packed_split(be, f32_cols, out, in, W, b, R, K, N, W->panels, GEMM_F32_PANEL);
-    return SM_OK;
+    if (kind == BACKEND_PACK_BF16) return gemm_bf16_supported();
+    if (kind == BACKEND_PACK_INT8) return gemm_int8_supported();
+    if (kind == BACKEND_PACK_F32) return gemm_f32_supported();
+    return 0;
+}
+
+int backend_cpu_fp32_packed(void)
+{
+    const char *env = getenv("SENTIMENT_FP32_PACKED");
+    if (env && !strcmp(env, "0")) return 0;
+    if (env && !strcmp(env, "1")) return 1;
+    return backend_cpu_pack_native(BACKEND_PACK_F32);
 }
 
 /* ---- elementwise ------------------------------------------------------- */
@@ -550,8 +609,8 @@ int backend_cpu_threads(const backend *be)
 int backend_cpu_precision_ok(const char *name)
 {
     if (!name || !*name || !strcmp(name, "auto") || !strcmp(name, "fp32")) return 1;
-    if (!strcmp(name, "bf16")) return gemm_bf16_supported();
-    if (!strcmp(name, "int8")) return gemm_int8_supported();
+    if (!strcmp(name, "bf16")) return backend_cpu_pack_native(BACKEND_PACK_BF16);
+    if (!strcmp(name, "int8")) return backend_cpu_pack_native(BACKEND_PACK_INT8);
     return 0;
 }
 
@@ -634,9 +693,8 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->matmul = cpu_matmul;
     be->matmul_batched = cpu_matmul_batched;
     be->linear = cpu_linear;
-    be->linear_bf16 = cpu_linear_bf16;
-    be->linear_int8 = cpu_linear_int8;
-    be->linear_f32 = cpu_linear_f32;
+    be->pack_weight = cpu_pack_weight;
+    be->linear_packed = cpu_linear_packed;
     be->add = cpu_add;
     be->layernorm = cpu_layernorm;
     be->gelu = cpu_gelu;

@@ -1,6 +1,6 @@
 /* cpu_train_kernels.h: vectorised loops the CPU training ops share
  * (backend_cpu_train.c, backend_cpu_attn_train.c), and the functions that
- * fill the CPU backend's training ops. Private to the CPU backend.
+ * fill the CPU backend's training ops. Private to cpu/.
  *
  * Each is compiled for several instruction sets with target_clones and picked
  * at run time; x86-64-v4 (AVX-512 with DQ) is the set whose 64-bit multiplies

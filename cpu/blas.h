@@ -7,6 +7,9 @@
  * (AVX-512, AVX2+FMA), set OPENBLAS_CORETYPE to the matching kernel family
  * unless the user already set it, and dlopen libopenblas.so.0. A user's
  * OPENBLAS_CORETYPE always wins.
+ *
+ * Private to cpu/ (tests and benchmarks may include it; model/ and ext/
+ * never do: ext/ asks the CPU backend, backend_cpu_blas).
  */
 #ifndef SM_BLAS_H
 #define SM_BLAS_H

@@ -1,5 +1,5 @@
 /* optimizer_cpu.h: AdamW over a whole parameter arena in one pass: the CPU
- * backend's adamw_step slot (optimizer_cpu.c). Private to the CPU backend.
+ * backend's adamw_step slot (optimizer_cpu.c). Private to cpu/.
  */
 #ifndef SM_OPTIMIZER_CPU_H
 #define SM_OPTIMIZER_CPU_H

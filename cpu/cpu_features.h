@@ -1,8 +1,8 @@
 /* cpu_features.h: which AVX-512 extensions this CPU and OS run, found once
  * (CPUID for the instructions, XGETBV for the OS saving the opmask and zmm
  * state) and cached. The kernels with target attributes (gemm_*.c,
- * cpu_softmax.c) ask here before running their AVX-512 code. Internal to
- * model/.
+ * cpu_softmax.c) ask here before running their AVX-512 code. Private to
+ * cpu/.
  */
 #ifndef SM_CPU_FEATURES_H
 #define SM_CPU_FEATURES_H

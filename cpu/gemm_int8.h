@@ -37,6 +37,9 @@
  * back to plain C over the same packed weights (slow; correct anywhere).
  * All functions are single-threaded and reentrant; callers split the work
  * (gemm_int8_linear_cols).
+ *
+ * Private to cpu/: the CPU backend's BACKEND_PACK_INT8 kind (backend_cpu.c)
+ * is how model code reaches it; tests and benchmarks may include it.
  */
 #ifndef SM_GEMM_INT8_H
 #define SM_GEMM_INT8_H

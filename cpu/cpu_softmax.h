@@ -8,7 +8,7 @@
  * was most of its time on ~84-key rows); elsewhere the portable loop, whose
  * vectorisation the compiler chooses. Both use sm_expf's arithmetic
  * (fastmath.h, < 2 ulp); they may differ in the last bits of the sum.
- * Internal to model/.
+ * Private to cpu/ (tests may include it).
  */
 #ifndef SM_CPU_SOFTMAX_H
 #define SM_CPU_SOFTMAX_H

@@ -6,6 +6,7 @@
  * Accuracy (checked against libm in tests/test_backend_cpu.c):
  *   sm_expf: < 2 ulp on [-87, 88]; returns 0 below -87.3.
  *   sm_erff: < 1e-6 absolute on all of R.
+ * Private to cpu/.
  */
 #ifndef SM_FASTMATH_H
 #define SM_FASTMATH_H

@@ -25,6 +25,9 @@
  * back to a plain C loop over the same packed weights (slow; for tests and
  * for correctness on any machine). All functions are single-threaded and
  * reentrant; callers split the work (gemm_bf16_linear_cols).
+ *
+ * Private to cpu/: the CPU backend's BACKEND_PACK_BF16 kind (backend_cpu.c)
+ * is how model code reaches it; tests and benchmarks may include it.
  */
 #ifndef SM_GEMM_BF16_H
 #define SM_GEMM_BF16_H
