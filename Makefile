@@ -97,16 +97,16 @@ $(BUILD)/tests/fake_gpu.so: tests/fake_gpu.c tests/fake_gpu.h $(LIB) | $(DEPS_OK
 $(BUILD)/tests/test_ext_device: $(BUILD)/tests/fake_gpu.so
 
 # The built-in model's recipe code is not in the library: its test compiles it in.
-BUILTIN_RECIPE_SRC := model/builtin/reviews.c model/builtin/soft_labels.c
-$(BUILD)/tests/test_builtin_recipe: tests/test_builtin_recipe.c $(BUILTIN_RECIPE_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
+BUILTIN_RECIPE_SRC := recipe/reviews.c recipe/soft_labels.c
+$(BUILD)/tests/test_builtin_recipe: tests/test_builtin_recipe.c $(BUILTIN_RECIPE_SRC) $(wildcard recipe/*.h) $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Icpu -Itests -Imodel/builtin $(CFLAGS) $(SAN) $< $(BUILTIN_RECIPE_SRC) -o $@ $(LIB) -lcmocka $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Icpu -Itests -Irecipe $(CFLAGS) $(SAN) $< $(BUILTIN_RECIPE_SRC) -o $@ $(LIB) -lcmocka $(LDLIBS)
 
 # The built-in model's trainer (see model/builtin/README.md): a program that
 # makes its CPU backend through cpu/backend_cpu.h, as tests do.
-BUILTIN_TRAINER_SRC := $(sort $(wildcard model/builtin/*.c))
-$(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard model/builtin/*.h) $(LIB) | $(DEPS_OK)
-	$(CC) $(CPPFLAGS) -Icpu -Imodel/builtin $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
+BUILTIN_TRAINER_SRC := $(sort $(wildcard recipe/*.c))
+$(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard recipe/*.h) $(LIB) | $(DEPS_OK)
+	$(CC) $(CPPFLAGS) -Icpu -Irecipe $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
 
 # The recipe, in stages, each resumable (a finished stage is skipped):
 #   make builtin-model    the student from the committed soft labels
@@ -138,9 +138,9 @@ builtin-teacher: all $(BUILD)/train_builtin
 	        tail -n +2 ../shared/data/$$f | cut -f 2; done > $(BUILD)/e5-trim-corpus.txt && \
 	    $(MAKE) e5-model-trimmed E5_TRIM_CORPUS=$(BUILD)/e5-trim-corpus.txt; }
 	$(BUILD)/train_builtin --data ../shared/data --zh -1 --split-dir $(BUILTIN_SPLIT) --split-only 1
-	TEACHER_CHUNKS=$(BUILTIN_TEACHER_CHUNKS) model/builtin/teacher.sh train $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
-	model/builtin/teacher.sh eval $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
-	PRECISION=int8 UNLABELED_ROWS=$(BUILTIN_UNLABELED_ROWS) model/builtin/teacher.sh label $(BUILTIN_TEACHER) \
+	TEACHER_CHUNKS=$(BUILTIN_TEACHER_CHUNKS) recipe/teacher.sh train $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
+	recipe/teacher.sh eval $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
+	PRECISION=int8 UNLABELED_ROWS=$(BUILTIN_UNLABELED_ROWS) recipe/teacher.sh label $(BUILTIN_TEACHER) \
 	    $(BUILTIN_SPLIT) model/builtin/teacher_soft.bin
 
 $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)

@@ -2,9 +2,9 @@
 # check-layout.sh: checks the rooms' include rule (DESIGN: model/ reaches
 # hardware only through the backend table, model/backend.h).
 #
-#   - no file of model/ includes a header of cpu/ or gpu/ (the built-in
-#     model's trainer, model/builtin/, is a program: it makes its CPU
-#     backend through cpu/backend_cpu.h as tests and benchmarks do);
+#   - no file of model/ includes a header of cpu/ or gpu/ (programs, such as
+#     recipe/train_builtin, make their CPU backend through cpu/backend_cpu.h
+#     as tests and benchmarks do);
 #   - ext/ includes no gpu/ header (the CUDA plugin is dlopen'd) and of
 #     cpu/ only backend_cpu.h (ext/device.c makes the CPU backend there);
 #   - no file outside cpu/ and gpu/ tests a backend's name
@@ -47,7 +47,7 @@ inc() {
     printf '^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]*/)?(%s)"' "$1"
 }
 
-model_files=$(find model -path model/builtin -prune -o -type f \( -name '*.c' -o -name '*.h' \) -print | sort)
+model_files=$(find model -type f \( -name '*.c' -o -name '*.h' \) -print | sort)
 ext_files=$(find ext -type f \( -name '*.c' -o -name '*.h' \) -print | sort)
 outside_files=$(find . -path ./.git -prune -o -path ./build -prune -o -path './build-*' -prune \
     -o -path ./cpu -prune -o -path ./gpu -prune -o -type f \

@@ -1,5 +1,5 @@
 /* test_builtin_recipe.c: the built-in model's recipe code that is not in the
- * library (model/builtin/): the teacher's soft labels file (writing from
+ * library (recipe/): the teacher's soft labels file (writing from
  * TSV, lookups through normalisation, rejection of malformed and hostile
  * files) and the data split (no evaluation text among the training or
  * unlabeled texts; the douban hold-out), the latter on ../shared/data when

@@ -27,7 +27,7 @@
  * Calibration: --calib-rows 2000 (the last training rows, held out; the
  * temperature that fits them best is folded into the classifier).
  * --soft-write TSV --soft OUT converts the teacher's `p<TAB>text` lines into
- * a soft labels file and exits (model/builtin/teacher.sh label).
+ * a soft labels file and exits (recipe/teacher.sh label).
  *
  * Output: config.json, vocab.txt, model.safetensors and metrics.json (split
  * sizes, per-epoch loss and validation accuracy, accuracy per evaluation

@@ -3,9 +3,9 @@
 # "Recipe"), through the sqlite3 shell and sentiment.so, resumable: each step
 # stores what it made in DB and a rerun skips what is there.
 #
-#   model/builtin/teacher.sh train DB SPLIT [CHUNKS]
-#   model/builtin/teacher.sh eval DB SPLIT
-#   model/builtin/teacher.sh label DB SPLIT OUT.bin
+#   recipe/teacher.sh train DB SPLIT [CHUNKS]
+#   recipe/teacher.sh eval DB SPLIT
+#   recipe/teacher.sh label DB SPLIT OUT.bin
 #
 # SPLIT is the directory `build/train_builtin --split-dir SPLIT --split-only 1`
 # writes (train.tsv, eval_*.tsv, from ../shared/data; never committed).
@@ -30,7 +30,7 @@
 #   is (1 - ENSEMBLE_WEIGHT) * teacher + ENSEMBLE_WEIGHT * that model's
 #   (default 0.3), that model running at ENSEMBLE_PRECISION (default int8,
 #   as for the shipped labels; fp32 on a CPU without AVX512-VNNI). Writes OUT: the soft labels keyed by a hash of the
-#   normalised text (model/builtin/soft_labels.h). Evaluation texts are
+#   normalised text (recipe/soft_labels.h). Evaluation texts are
 #   never in it.
 # eval-ensemble: the same mix's accuracy on every evaluation split, into
 #   ensemble_eval.
