@@ -203,7 +203,7 @@ NVCCFLAGS  ?= -O2 -g -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidde
 CUDA_SO    := $(if $(NVCC),$(if $(SAN),,$(BUILD)/sentiment_cuda.so))
 GPU_CU     := $(sort $(wildcard gpu/*.cu))
 GPU_OBJ    := $(GPU_CU:%.cu=$(BUILD)/%.cu.o) $(BUILD)/gpu/scatter_plan.o
-GPU_HDR    := $(wildcard gpu/*.h gpu/*.cuh) model/backend.h model/errors.h model/dropout_rng.h
+GPU_HDR    := $(wildcard gpu/*.h gpu/*.cuh) model/backend.h model/errors.h model/rng.h
 
 .PHONY: cuda gpu-check
 all: cuda

@@ -18,7 +18,7 @@
 #include "blas.h"
 #include "cpu_softmax.h"
 #include "cpu_train_kernels.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "thread_pool.h"
 

@@ -17,7 +17,7 @@
 
 #include "cpu_train_kernels.h"
 #include "optimizer_cpu.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "fastmath.h"
 #include "thread_pool.h"

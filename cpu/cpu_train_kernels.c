@@ -1,7 +1,7 @@
 /* cpu_train_kernels.c: the vectorised loops of cpu_train_kernels.h. */
 #include "cpu_train_kernels.h"
 
-#include "dropout_rng.h"
+#include "rng.h"
 
 #define SIMD_CLONES \
     __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
@@ -14,7 +14,7 @@ void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint6
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float v = in[i] * inv;
-        uint32_t r = (uint32_t)(dropout_mix64(key + (base + i) * 0xD1B54A32D192ED03ull) >> 32);
+        uint32_t r = (uint32_t)(rng_mix64(key + (base + i) * 0xD1B54A32D192ED03ull) >> 32);
         out[i] = r >= threshold ? v : 0.0f;
     }
 }

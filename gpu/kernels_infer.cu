@@ -18,7 +18,7 @@
 #include <math.h>
 
 #include "cuda_backend.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "kernel_util.cuh"
 
 /* ---- elementwise --------------------------------------------------------------- */
@@ -157,7 +157,7 @@ static int cuda_softmax_masked(backend *be, float *att, const int *lengths, int 
 
 /* ---- dropout ----------------------------------------------------------------------- */
 
-/* dropout_rng.h's hash, bit for bit. */
+/* rng.h's hash, bit for bit. */
 __device__ __forceinline__ unsigned long long dev_mix64(unsigned long long z)
 {
     z += 0x9E3779B97F4A7C15ull;

@@ -176,7 +176,7 @@ struct backend {
      * micro-batches of one optimizer step add up and the caller zeroes the
      * gradient arena once per step. Reductions run in a fixed order, so the
      * same inputs give the same bits whatever the thread timing.
-     * Dropout masks come from a counter-based hash (dropout_rng.h) of a
+     * Dropout masks come from a counter-based hash (rng.h) of a
      * 64-bit key and the element index, so any backend draws the same mask
      * with no state and the backward pass regenerates it instead of storing
      * it. */

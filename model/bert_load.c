@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "model_dir.h"
 #include "safetensors.h"
@@ -123,13 +123,7 @@ static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape)
 static void init_normal(float *x, size_t n, double stddev, uint64_t seed)
 {
     uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t a = dropout_mix64(s += 0x9E3779B97F4A7C15ull);
-        uint64_t b = dropout_mix64(s += 0x9E3779B97F4A7C15ull);
-        double u1 = ((double)(a >> 11) + 0.5) / 9007199254740992.0;
-        double u2 = (double)(b >> 11) / 9007199254740992.0;
-        x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) * stddev);
-    }
+    rng_fill_normal(x, n, stddev, &s);
 }
 
 int bert_check_finite(const char *name, const float *x, size_t n, char *err)

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "model_dir.h"
 #include "ws_arena.h"
@@ -100,14 +100,8 @@ int bert_mlm_head_create(const bert_config *cfg, uint64_t seed, bert_mlm_head **
     int rc = head_alloc(cfg, &h, err);
     if (rc) return rc;
     size_t C = (size_t)cfg->hidden_size;
-    uint64_t s = dropout_mix64(seed ^ 0x3A5C0DEull);
-    for (size_t i = 0; i < C * C; i++) {
-        uint64_t a = dropout_mix64(s += 0x9E3779B97F4A7C15ull);
-        uint64_t b = dropout_mix64(s += 0x9E3779B97F4A7C15ull);
-        double u1 = ((double)(a >> 11) + 0.5) / 9007199254740992.0;
-        double u2 = (double)(b >> 11) / 9007199254740992.0;
-        h->p.dense_w[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) * 0.02);
-    }
+    uint64_t s = rng_mix64(seed ^ 0x3A5C0DEull);
+    rng_fill_normal(h->p.dense_w, C * C, 0.02, &s);
     for (size_t i = 0; i < C; i++) h->p.ln_w[i] = 1.0f;
     *out = h;
     return SM_OK;
@@ -224,7 +218,7 @@ int mlm_mask(const mlm_masking *mk, uint64_t key, const int *ids, int n, int *in
     float rest = 1.0f - mk->mask_frac;
     uint32_t to_random = dropout_threshold(rest > 0 ? mk->random_frac / rest : 0.0f);
     if (rest > 0 && mk->random_frac >= rest) to_random = 0xFFFFFFFFu;
-    uint64_t key2 = dropout_mix64(key ^ MLM_STREAM_REPLACE);
+    uint64_t key2 = rng_mix64(key ^ MLM_STREAM_REPLACE);
     int count = 0;
     for (int t = 0; t < n; t++) {
         int id = ids[t], special = 0;
@@ -234,11 +228,11 @@ int mlm_mask(const mlm_masking *mk, uint64_t key, const int *ids, int n, int *in
         if (special || dropout_keep(key, (uint64_t)t, select)) continue;
         labels[t] = id;
         count++;
-        uint64_t r = dropout_mix64(key2 + (uint64_t)t * 0xD1B54A32D192ED03ull);
+        uint64_t r = rng_mix64(key2 + (uint64_t)t * 0xD1B54A32D192ED03ull);
         if ((uint32_t)(r >> 32) < to_mask) {
             inputs[t] = mk->mask_id;
         } else if ((uint32_t)r < to_random) {
-            uint64_t w = dropout_mix64(r ^ 0x52414E44ull);
+            uint64_t w = rng_mix64(r ^ 0x52414E44ull);
             inputs[t] = (int)(((unsigned __int128)w * (uint64_t)mk->vocab_size) >> 64);
         }
     }

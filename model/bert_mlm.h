@@ -100,7 +100,7 @@ int mlm_masking_init(const tokenizer *tok, mlm_masking *mk, char *err);
 /* Masks one sequence ids[0..n): writes the model's input ids (n) and the
  * labels (n: the original id where predicted, MLM_IGNORE elsewhere); returns
  * the number of predicted positions. Every draw is a function of (key,
- * position) only (dropout_rng.h), so a sequence masks the same way whatever
+ * position) only (rng.h), so a sequence masks the same way whatever
  * batch it is in and on any backend. */
 int mlm_mask(const mlm_masking *mk, uint64_t key, const int *ids, int n,
              int *inputs, int *labels);

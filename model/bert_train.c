@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "ws_arena.h"
 

@@ -18,7 +18,7 @@
 
 /* Dropout for one training micro-step. Probabilities in [0, 1); all zero
  * (or a forward for evaluation) means no dropout. The mask of every site is
- * a function of (seed, step, site, element) only (dropout_rng.h). */
+ * a function of (seed, step, site, element) only (rng.h). */
 typedef struct bert_dropout {
     float hidden;     /* embeddings, attention output, FFN output */
     float attention;  /* attention probabilities */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
 #include "safetensors.h"
@@ -133,8 +133,8 @@ void pretrain_result_free(pretrain_result *r)
 /* The mask key of row `row` in epoch `epoch` (0: the held-out rows). */
 static uint64_t mask_key(uint64_t seed, int epoch, int row)
 {
-    return dropout_mix64(dropout_mix64(seed ^ 0x4D4C4D4D41534Bull) ^
-                         dropout_mix64(((uint64_t)(unsigned)epoch << 32) | (unsigned)row));
+    return rng_mix64(rng_mix64(seed ^ 0x4D4C4D4D41534Bull) ^
+                         rng_mix64(((uint64_t)(unsigned)epoch << 32) | (unsigned)row));
 }
 
 /* What pretrain_run holds besides the loop; freed in one place. */

@@ -13,15 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "tokenizer.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s += 0x9E3779B97F4A7C15ull;
-    return dropout_mix64(*s);
-}
 
 static void shuffle(int *a, int n, uint64_t *s)
 {
@@ -122,7 +116,7 @@ int loop_split(train_loop *L, char *err)
     L->batches = malloc((size_t)L->steps_per_epoch * sizeof *L->batches);
     if (!L->perm || !L->train_idx || !L->valid_idx || !L->batches)
         return sm_error(err, SM_ERR_NOMEM, "out of memory setting up %s", L->what);
-    uint64_t split_rng = dropout_mix64(L->o.seed ^ 0x5011700ull);
+    uint64_t split_rng = rng_mix64(L->o.seed ^ 0x5011700ull);
     for (int i = 0; i < n; i++) L->perm[i] = i;
     shuffle(L->perm, n, &split_rng);
     memcpy(L->valid_idx, L->perm, (size_t)n_valid * sizeof *L->perm);
@@ -194,7 +188,7 @@ static void order_epoch(train_loop *L, int epoch)
 {
     const loop_options *o = &L->o;
     int n_train = L->n_train;
-    uint64_t erng = dropout_mix64(o->seed ^ dropout_mix64(0xE90C0000ull + (uint64_t)epoch));
+    uint64_t erng = rng_mix64(o->seed ^ rng_mix64(0xE90C0000ull + (uint64_t)epoch));
     shuffle(L->train_idx, n_train, &erng);
     if (o->group_by_length) {
         int window = o->batch_size * 50;

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "bert_train.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
 #include "token_dataset.h"
@@ -25,18 +25,6 @@
 
 /* ---- random numbers ------------------------------------------------------ */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    *s += 0x9E3779B97F4A7C15ull;
-    return dropout_mix64(*s);
-}
-
-static double rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 /* ---- dataset -------------------------------------------------------------- */
 
@@ -141,10 +129,6 @@ int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap, int *n,
 
 /* ---- heads and from-scratch models ---------------------------------------- */
 
-static void init_normal(float *x, size_t n, double stddev, uint64_t *s)
-{
-    for (size_t i = 0; i < n; i++) x[i] = (float)(rng_normal(s) * stddev);
-}
 
 int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64_t seed,
                          int *kept, char *err)
@@ -180,9 +164,9 @@ int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64
     memcpy(arena, m->arena, base_total * sizeof *arena);
     /* The head is the table's last two rows: classifier.weight (K,C), bias
      * (K) (classifier.out_proj for RoBERTa). */
-    uint64_t s = dropout_mix64(seed ^ 0x4EAD5EEDull);
+    uint64_t s = rng_mix64(seed ^ 0x4EAD5EEDull);
     const bert_param_spec *w = &specs[n_specs - 2], *b = &specs[n_specs - 1];
-    init_normal(arena + w->offset, w->numel, 0.02, &s);
+    rng_fill_normal(arena + w->offset, w->numel, 0.02, &s);
     memset(arena + b->offset, 0, b->numel * sizeof *arena);
     if (bert_config_is_roberta(&m->cfg) && !m->has_head) {
         /* RobertaClassificationHead on an encoder: classifier.dense is new
@@ -191,7 +175,7 @@ int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64
          * head with other labels keeps its dense layer, as transformers
          * keeps every tensor whose shape still fits. */
         const bert_param_spec *dw = &specs[n_specs - 4], *db = &specs[n_specs - 3];
-        init_normal(arena + dw->offset, dw->numel, 0.02, &s);
+        rng_fill_normal(arena + dw->offset, dw->numel, 0.02, &s);
         memset(arena + db->offset, 0, db->numel * sizeof *arena);
     }
     free(specs);
@@ -260,7 +244,7 @@ int bert_model_create_scratch(const bert_shape *shape, const char *vocab, size_t
         goto fail;
     }
     m->n_floats = total;
-    uint64_t s = dropout_mix64(seed ^ 0x5C4A7C4ull);
+    uint64_t s = rng_mix64(seed ^ 0x5C4A7C4ull);
     for (int i = 0; i < n; i++) {
         float *x = m->arena + specs[i].offset;
         if (ends_with(specs[i].name, "LayerNorm.weight")) {
@@ -268,7 +252,7 @@ int bert_model_create_scratch(const bert_shape *shape, const char *vocab, size_t
         } else if (ends_with(specs[i].name, ".bias")) {
             memset(x, 0, specs[i].numel * sizeof *x);
         } else {
-            init_normal(x, specs[i].numel, 0.02, &s);
+            rng_fill_normal(x, specs[i].numel, 0.02, &s);
         }
     }
     /* transformers zeroes the padding token's embedding */

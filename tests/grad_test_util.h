@@ -23,7 +23,7 @@
 
 #include "backend_cpu.h"
 #include "backend.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 
 #define TOL 1e-3
@@ -34,7 +34,7 @@ static backend *g_be;
 static uint64_t g_rng = GRAD_SEED;
 static inline double urand(void) /* [-1, 1) */
 {
-    g_rng = dropout_mix64(g_rng);
+    g_rng = rng_mix64(g_rng);
     return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
 }
 

@@ -18,7 +18,7 @@
 #include "bert.h"
 #include "bert_mlm.h"
 #include "bert_train.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
 #include "pretrain.h"
@@ -238,7 +238,7 @@ static void test_golden_gradients_and_losses(void **state)
     memcpy(pooler, tr.p.pool_w, (size_t)tr.m->cfg.hidden_size * sizeof *pooler);
     adamw *opt;
     assert_int_equal(adamw_create_table(tr.be, tr.specs, tr.n_specs, tr.total, &opt, err), SM_OK);
-    adamw_hparams h = {g.lr, g.beta1, g.beta2, g.eps, g.wd, g.clip};
+    adamw_hparams h = {g.lr, g.beta1, g.beta2, g.eps, g.wd, g.clip, 0.0f}; /* head at lr */
     double worst_loss = 0;
     for (int s = 0; s < g.steps; s++) {
         memset(tr.grads, 0, tr.total * sizeof *tr.grads);
@@ -355,7 +355,7 @@ static void test_masking(void **state)
     uint64_t s = 99;
     long normal = 0;
     for (int i = 0; i < N; i++) {
-        s = dropout_mix64(s);
+        s = rng_mix64(s);
         ids[i] = i % 10 == 0 ? (int)(s % 5) : 5 + (int)(s % (uint64_t)(m->cfg.vocab_size - 5));
         normal += ids[i] >= 5;
     }
@@ -425,9 +425,9 @@ static pretrain_dataset *synthetic(int vocab, int rows, uint64_t seed)
     uint64_t s = seed;
     int ids[40];
     for (int r = 0; r < rows; r++) {
-        s = dropout_mix64(s);
+        s = rng_mix64(s);
         int n = 8 + (int)(s % 20), period = 1, motif[3];
-        for (int k = 0; k < 3; k++) motif[k] = 600 + (int)((dropout_mix64(s + k) >> 20) % 30);
+        for (int k = 0; k < 3; k++) motif[k] = 600 + (int)((rng_mix64(s + k) >> 20) % 30);
         ids[0] = 2;
         for (int t = 1; t < n - 1; t++) ids[t] = motif[(t - 1) % period];
         ids[n - 1] = 3;

@@ -18,7 +18,7 @@
 
 #include "bert.h"
 #include "bert_train.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
 #include "safetensors.h"
@@ -198,7 +198,7 @@ static void test_golden_gradients_and_losses(void **state)
     trainable_init(&tr, 2, MAX_EX, MAX_T);
     adamw *opt;
     assert_int_equal(adamw_create(tr.be, &tr.m->cfg, 1, &opt, err), SM_OK);
-    adamw_hparams h = {g.lr, g.beta1, g.beta2, g.eps, g.wd, g.clip};
+    adamw_hparams h = {g.lr, g.beta1, g.beta2, g.eps, g.wd, g.clip, 0.0f}; /* head at lr */
     double worst_loss = 0;
     for (int s = 0; s < g.steps; s++) {
         memset(tr.grads, 0, tr.m->n_floats * sizeof *tr.grads);
@@ -471,10 +471,10 @@ static train_dataset *synthetic(int vocab, int rows, int K, uint64_t seed)
     uint64_t s = seed;
     int ids[40];
     for (int r = 0; r < rows; r++) {
-        s = dropout_mix64(s);
+        s = rng_mix64(s);
         int label = (int)(s % (uint64_t)K), n = 4 + (int)((s >> 8) % 20), key = 1 + (int)((s >> 16) % (n - 2));
         ids[0] = 2;
-        for (int t = 1; t < n - 1; t++) ids[t] = 800 + (int)((dropout_mix64(s + t) >> 20) % 40);
+        for (int t = 1; t < n - 1; t++) ids[t] = 800 + (int)((rng_mix64(s + t) >> 20) % 40);
         ids[key] = 520 + 10 * label + (int)((s >> 24) % 3);
         ids[n - 1] = 3;
         assert_int_equal(train_dataset_add(ds, ids, n, label, err), SM_OK);

@@ -34,7 +34,7 @@
 
 #include "bert.h"
 #include "bert_train.h"
-#include "dropout_rng.h"
+#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
 #include "safetensors.h"
