@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "cpu_ctx.h"
 #include "cpu_softmax.h"
 #include "cpu_train_kernels.h"
 #include "errors.h"
@@ -34,29 +35,9 @@
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-typedef struct cpu_ctx {
-    int threads;
-} cpu_ctx;
-
-static int threads_of(const backend *be)
-{
-    return ((const cpu_ctx *)be->ctx)->threads;
-}
-
-/* Below these sizes an op runs on one thread: waking and joining workers
- * costs more than it saves, and on a busy machine each join can wait a
- * whole scheduler time slice for a descheduled thread. */
-#define PARALLEL_MIN_MACS (1 << 23)      /* multiply-adds of a product */
-#define PARALLEL_MIN_ELEMENTS (1 << 16)  /* elements of an elementwise op */
-
 int backend_cpu_threads_for(const backend *be, double macs)
 {
-    return macs < PARALLEL_MIN_MACS ? 1 : threads_of(be);
-}
-
-static int threads_for_elements(const backend *be, double n)
-{
-    return n < PARALLEL_MIN_ELEMENTS ? 1 : threads_of(be);
+    return cpu_threads_for(be, macs);
 }
 
 /* ---- memory ------------------------------------------------------------ */
@@ -120,7 +101,7 @@ static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B,
                       int ldb, float beta, float *C, int ldc, const float *bias)
 {
-    int nt = backend_cpu_threads_for(be, (double)M * N * K);
+    int nt = cpu_threads_for(be, (double)M * N * K);
     int by_rows = M >= 32 * nt || N < 32 * nt;
     if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
     gemm_job j = {transA, transB, M, N, K, lda, ldb, ldc, by_rows,
@@ -160,7 +141,7 @@ static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
                               long long strideB, float beta, float *C, int ldc,
                               long long strideC, int batch)
 {
-    int nt = backend_cpu_threads_for(be, (double)batch * M * N * K);
+    int nt = cpu_threads_for(be, (double)batch * M * N * K);
     batched_job j = {transA, transB, M, N, K, lda, ldb, ldc, alpha, beta,
                      A, B, C, strideA, strideB, strideC};
     tp_for_static(nt, batch, batched_range, &j);
@@ -224,7 +205,7 @@ static void packed_split(backend *be, packed_cols_fn cols, float *out, const flo
                          const void *W, const float *b, int R, int K, int N, int panels,
                          int panel)
 {
-    int nt = backend_cpu_threads_for(be, (double)R * N * K);
+    int nt = cpu_threads_for(be, (double)R * N * K);
     int by_rows = R >= 32 * nt || panels < 2 * nt;
     if (nt <= 1 || (by_rows ? R : panels) < 2) nt = 1;
     packed_job j = {cols, out, in, b, W, R, K, N, panels, panel, by_rows};
@@ -360,14 +341,14 @@ static int cpu_add(backend *be, float *out, const float *a, const float *b,
                    size_t n)
 {
     span_job j = {out, a, b, n};
-    tp_run(threads_for_elements(be, (double)n), add_piece, &j);
+    tp_run(cpu_threads_for_elements(be, (double)n), add_piece, &j);
     return SM_OK;
 }
 
 static int cpu_gelu(backend *be, float *out, const float *in, size_t n)
 {
     span_job j = {out, in, NULL, n};
-    tp_run(threads_for_elements(be, (double)n), gelu_piece, &j);
+    tp_run(cpu_threads_for_elements(be, (double)n), gelu_piece, &j);
     return SM_OK;
 }
 
@@ -422,7 +403,7 @@ static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd,
                          int C, float eps)
 {
     layernorm_job j = {out, mean, rstd, in, w, b, C, eps};
-    tp_for_static(threads_for_elements(be, (double)R * C), R, layernorm_rows, &j);
+    tp_for_static(cpu_threads_for_elements(be, (double)R * C), R, layernorm_rows, &j);
     return SM_OK;
 }
 
@@ -449,7 +430,7 @@ static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
                               int B, int H, int T, float scale)
 {
     softmax_job j = {att, lengths, H, T, scale};
-    tp_for_static(threads_for_elements(be, (double)B * H * T * T), B * H, softmax_heads, &j);
+    tp_for_static(cpu_threads_for_elements(be, (double)B * H * T * T), B * H, softmax_heads, &j);
     return SM_OK;
 }
 
@@ -488,7 +469,7 @@ static int cpu_attention(backend *be, float *out, float *att, const float *qkv,
                          const int *lengths, int B, int T, int H, int d,
                          float scale)
 {
-    int nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
+    int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
     attention_job j = {out, att, qkv, lengths, T, H, d, scale};
     tp_for_dynamic(nt, B * H, attention_item, &j);
     return SM_OK;
@@ -524,7 +505,7 @@ static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
                      const float *task, int B, int T, int C, int pos_offset)
 {
     embed_job j = {out, ids, types, word, pos, type, task, T, C, pos_offset};
-    tp_for_static(threads_for_elements(be, (double)B * T * C), B * T, embed_rows, &j);
+    tp_for_static(cpu_threads_for_elements(be, (double)B * T * C), B * T, embed_rows, &j);
     return SM_OK;
 }
 
@@ -555,7 +536,7 @@ static int cpu_attn_split(backend *be, float *q, float *k, float *v,
                           const float *qkv, int B, int T, int H, int d)
 {
     heads_job j = {q, k, v, qkv, T, H, d};
-    tp_for_static(threads_for_elements(be, (double)B * T * H * d), B * T, split_rows, &j);
+    tp_for_static(cpu_threads_for_elements(be, (double)B * T * H * d), B * T, split_rows, &j);
     return SM_OK;
 }
 
@@ -575,7 +556,7 @@ static int cpu_attn_merge(backend *be, float *out, const float *in, int B,
                           int T, int H, int d)
 {
     heads_job j = {out, NULL, NULL, in, T, H, d};
-    tp_for_static(threads_for_elements(be, (double)B * T * H * d), B * T, merge_rows, &j);
+    tp_for_static(cpu_threads_for_elements(be, (double)B * T * H * d), B * T, merge_rows, &j);
     return SM_OK;
 }
 
@@ -603,7 +584,7 @@ static void cpu_destroy(backend *be)
 
 int backend_cpu_threads(const backend *be)
 {
-    return threads_of(be);
+    return cpu_threads(be);
 }
 
 int backend_cpu_precision_ok(const char *name)
@@ -623,7 +604,7 @@ const char *backend_cpu_blas(void)
 
 static void cpu_describe(const backend *be, char *desc, size_t cap)
 {
-    int n = threads_of(be);
+    int n = cpu_threads(be);
     if (desc && cap) snprintf(desc, cap, "cpu: %d thread%s, %s", n, n == 1 ? "" : "s", blas_describe());
 }
 
@@ -655,7 +636,7 @@ static const char *cpu_last_error(const backend *be)
 /* Lanes: one single-threaded CPU backend per thread (backend.h). */
 static int cpu_lanes(const backend *be)
 {
-    return threads_of(be);
+    return cpu_threads(be);
 }
 
 static int cpu_lane_create(backend *be, backend **out, char *err)

@@ -9,7 +9,7 @@
  * fills the table.
  */
 #include "backend.h"
-#include "backend_cpu.h"
+#include "cpu_ctx.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -18,8 +18,8 @@
 #include "blas.h"
 #include "cpu_softmax.h"
 #include "cpu_train_kernels.h"
-#include "rng.h"
 #include "errors.h"
+#include "rng.h"
 #include "thread_pool.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -78,7 +78,7 @@ static int cpu_attention_train(backend *be, float *out, float *att, float *att_d
                                const float *qkv, const int *lengths, int B, int T, int H, int d,
                                float scale, float p, unsigned long long key)
 {
-    int nt = backend_cpu_threads_for(be, 2.0 * B * H * T * T * d);
+    int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
     attn_train_job j = {out, att, att_drop, qkv, NULL, NULL, lengths, T, H, d, scale, p,
                         p > 0.0f ? 1.0f / (1.0f - p) : 1.0f, dropout_threshold(p), key};
     tp_for_dynamic(nt, B * H, attention_train_item, &j);
@@ -146,7 +146,7 @@ static int cpu_attention_backward(backend *be, float *dqkv, float *datt, float *
                                   const int *lengths, int B, int T, int H, int d, float scale,
                                   float p, unsigned long long key)
 {
-    int nt = backend_cpu_threads_for(be, 4.0 * B * H * T * T * d);
+    int nt = cpu_threads_for(be, 4.0 * B * H * T * T * d);
     attn_train_job j = {dqkv, datt, att_drop, qkv, dout, att, lengths, T, H, d, scale, p,
                         p > 0.0f ? 1.0f / (1.0f - p) : 1.0f, dropout_threshold(p), key};
     tp_for_dynamic(nt, B * H, attention_backward_item, &j);

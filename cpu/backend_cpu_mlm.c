@@ -5,7 +5,7 @@
  * backend_cpu_init_mlm_ops() fills the table.
  */
 #include "backend.h"
-#include "backend_cpu.h"
+#include "cpu_ctx.h"
 
 #include <string.h>
 
@@ -15,7 +15,7 @@
 
 static int nthreads(const backend *be, size_t work)
 {
-    return work < 32768 ? 1 : backend_cpu_threads(be);
+    return work < 32768 ? 1 : cpu_threads(be);
 }
 
 typedef struct gather_job {

@@ -9,17 +9,17 @@
  * done entirely by one thread. backend_cpu_init_train_ops() fills the table.
  */
 #include "backend.h"
-#include "backend_cpu.h"
+#include "cpu_ctx.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "cpu_train_kernels.h"
-#include "optimizer_cpu.h"
-#include "rng.h"
 #include "errors.h"
 #include "fastmath.h"
+#include "optimizer_cpu.h"
+#include "rng.h"
 #include "thread_pool.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -27,7 +27,7 @@
 /* Threads for a loop of `work` elements: one for small jobs. */
 static int nthreads(const backend *be, size_t work)
 {
-    return work < 32768 ? 1 : backend_cpu_threads(be);
+    return work < 32768 ? 1 : cpu_threads(be);
 }
 
 static int cpu_zero(backend *be, void *p, size_t bytes)
@@ -507,7 +507,7 @@ static int cpu_adamw_step(backend *be, float *params, float *grads, float *m, fl
                           float lr, float head_lr, float beta1, float beta2, float eps,
                           float weight_decay, int t)
 {
-    adamw_cpu_fused(backend_cpu_threads(be), params, grads, m, v, runs, n_runs, total, coef, lr,
+    adamw_cpu_fused(cpu_threads(be), params, grads, m, v, runs, n_runs, total, coef, lr,
                     head_lr, beta1, beta2, eps, weight_decay, t);
     return SM_OK;
 }

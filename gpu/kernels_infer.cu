@@ -18,8 +18,8 @@
 #include <math.h>
 
 #include "cuda_backend.h"
-#include "rng.h"
 #include "kernel_util.cuh"
+#include "rng.h"
 
 /* ---- elementwise --------------------------------------------------------------- */
 

@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
 #include "errors.h"
 #include "model_dir.h"
+#include "rng.h"
 #include "safetensors.h"
 
 static const char *const k_prefixes[] = {"bert.", "ernie.", "roberta.", ""};

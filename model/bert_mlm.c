@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
 #include "errors.h"
 #include "model_dir.h"
+#include "rng.h"
 #include "ws_arena.h"
 
 /* ---- the head's parameters ------------------------------------------------ */

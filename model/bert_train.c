@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
 #include "errors.h"
+#include "rng.h"
 #include "ws_arena.h"
 
 /* Dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l layer l, the last the

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
+#include "rng.h"
 #include "safetensors.h"
 #include "token_dataset.h"
 #include "tokenizer.h"

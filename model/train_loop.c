@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "rng.h"
 #include "errors.h"
+#include "rng.h"
 #include "tokenizer.h"
 
 static void shuffle(int *a, int n, uint64_t *s)

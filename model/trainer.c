@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "bert_train.h"
-#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
+#include "rng.h"
 #include "token_dataset.h"
 #include "tokenizer.h"
 #include "train_loop.h"

@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cpu.h"
 #include "backend.h"
-#include "rng.h"
+#include "backend_cpu.h"
 #include "errors.h"
+#include "rng.h"
 
 #define TOL 1e-3
 #define FD_H 1e-5

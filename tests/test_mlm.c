@@ -18,10 +18,10 @@
 #include "bert.h"
 #include "bert_mlm.h"
 #include "bert_train.h"
-#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
 #include "pretrain.h"
+#include "rng.h"
 #include "safetensors.h"
 #include "trainer.h"
 

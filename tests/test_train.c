@@ -18,9 +18,9 @@
 
 #include "bert.h"
 #include "bert_train.h"
-#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
+#include "rng.h"
 #include "safetensors.h"
 #include "trainer.h"
 #include "vocab_builder.h"

@@ -34,9 +34,9 @@
 
 #include "bert.h"
 #include "bert_train.h"
-#include "rng.h"
 #include "errors.h"
 #include "optimizer.h"
+#include "rng.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 #include "trainer.h"

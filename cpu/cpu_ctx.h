@@ -1,0 +1,38 @@
+/* cpu_ctx.h: the CPU backend's state and its thread-count rules, shared by
+ * the files that fill its table (backend_cpu.c, backend_cpu_train.c,
+ * backend_cpu_attn_train.c, backend_cpu_mlm.c). Private to cpu/: the ops
+ * read the state here instead of calling back into backend_cpu.c.
+ */
+#ifndef SM_CPU_CTX_H
+#define SM_CPU_CTX_H
+
+#include "backend.h"
+
+typedef struct cpu_ctx {
+    int threads; /* what each op splits its work over (thread_pool.h) */
+} cpu_ctx;
+
+/* Below these sizes an op runs on one thread: waking and joining workers
+ * costs more than it saves, and on a busy machine each join can wait a
+ * whole scheduler time slice for a descheduled thread. */
+#define PARALLEL_MIN_MACS (1 << 23)      /* multiply-adds of a product */
+#define PARALLEL_MIN_ELEMENTS (1 << 16)  /* elements of an elementwise op */
+
+static inline int cpu_threads(const backend *be)
+{
+    return ((const cpu_ctx *)be->ctx)->threads;
+}
+
+/* Threads for a product of `macs` multiply-adds: 1 for small ones. */
+static inline int cpu_threads_for(const backend *be, double macs)
+{
+    return macs < PARALLEL_MIN_MACS ? 1 : cpu_threads(be);
+}
+
+/* Threads for an elementwise op over n elements: 1 for small ones. */
+static inline int cpu_threads_for_elements(const backend *be, double n)
+{
+    return n < PARALLEL_MIN_ELEMENTS ? 1 : cpu_threads(be);
+}
+
+#endif
