@@ -1,5 +1,8 @@
 /* bert_train.c: forward with dropout and saved activations, cross-entropy,
- * and the backward pass, written once against the backend table.
+ * and the backward pass of one workspace on one backend, written once
+ * against the backend table. bert_train_lanes.c, above it, splits a batch
+ * across lanes and holds bert_train.h's entry points for a whole batch; the
+ * pretraining passes (bert_train_encode*) are here.
  *
  * Each layer is a *_forward / *_backward pair with the same arguments; the
  * backward runs in exact reverse order of the forward. Parameter gradients
@@ -40,10 +43,9 @@ void bert_dropout_from_config(const bert_config *cfg, float override,
     d->seed = seed;
 }
 
-void bert_train_ws_free(bert_train_ws *ws)
+void bert_train_ws_release(bert_train_ws *ws)
 {
     if (!ws) return;
-    bert_train_lanes_free(ws);
     ws_arena_free(ws->be, ws->arena, ws->iarena);
     free(ws->layers);
     free(ws->host_losses);
@@ -51,13 +53,12 @@ void bert_train_ws_free(bert_train_ws *ws)
     free(ws);
 }
 
-size_t bert_train_ws_bytes(const bert_train_ws *ws)
+size_t bert_train_ws_own_bytes(const bert_train_ws *ws)
 {
-    size_t own = ws->arena ? ws->arena_floats * sizeof(float) +
-                                 ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) *
-                                     sizeof(int)
-                           : 0;
-    return own + bert_train_lanes_bytes(ws);
+    return ws->arena ? ws->arena_floats * sizeof(float) +
+                           ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) *
+                               sizeof(int)
+                     : 0;
 }
 
 /* Every float buffer of the workspace, in arena order. */
@@ -107,8 +108,8 @@ static void plan_buffers(void *ctx, ws_carver *c)
     ws->dlogits = ws_carve(c, B * K);
 }
 
-static int ws_create(backend *be, const bert_config *cfg, int max_batch, int max_seq,
-                     int allow_lanes, bert_train_ws **out, char *err)
+int bert_train_ws_create_one(backend *be, const bert_config *cfg, int max_batch, int max_seq,
+                             int with_arena, bert_train_ws **out, char *err)
 {
     *out = NULL;
     if (max_batch < 1 || max_seq < 2 || max_batch > (1 << 16) || max_seq > 8192)
@@ -132,31 +133,16 @@ static int ws_create(backend *be, const bert_config *cfg, int max_batch, int max
     ws->host_q = malloc((size_t)max_batch * (ws->K > 0 ? ws->K : 1) * sizeof *ws->host_q);
     if (!ws->layers || !ws->host_losses || !ws->host_q) goto nomem;
 
-    /* With lanes, the activations live in the lanes; the workspace's own
-     * arena is made only if bert_train_encode needs it. */
-    int rc = allow_lanes ? bert_train_lanes_create(ws, cfg, err) : SM_OK;
-    if (!rc && !ws->n_lanes) rc = bert_train_ws_arena(ws, err);
+    int rc = with_arena ? bert_train_ws_arena(ws, err) : SM_OK;
     if (rc) {
-        bert_train_ws_free(ws);
+        bert_train_ws_release(ws);
         return rc;
     }
     *out = ws;
     return SM_OK;
 nomem:
-    bert_train_ws_free(ws);
+    bert_train_ws_release(ws);
     return sm_error(err, SM_ERR_NOMEM, "out of memory creating a training workspace");
-}
-
-int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch,
-                         int max_seq, bert_train_ws **out, char *err)
-{
-    return ws_create(be, cfg, max_batch, max_seq, 1, out, err);
-}
-
-int bert_train_ws_create_encoder(backend *be, const bert_config *cfg, int max_batch,
-                                 int max_seq, bert_train_ws **out, char *err)
-{
-    return ws_create(be, cfg, max_batch, max_seq, 0, out, err);
 }
 
 int bert_train_ws_arena(bert_train_ws *ws, char *err)
@@ -377,32 +363,26 @@ static int check_targets(const bert_targets *tg, int B, int K, char *err)
     return SM_OK;
 }
 
-int bert_train_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                       const int *ids, const int *lengths, const int *labels, int B, int T,
-                       const bert_dropout *drop, double *loss_sum, float *logits, char *err)
+int bert_train_check_batch(const bert_config *cfg, const bert_params *p,
+                           const bert_train_ws *ws, const int *ids, const int *lengths,
+                           const bert_targets *tg, int B, int T, char *err)
 {
-    bert_targets tg = {labels, NULL, 0.0f, 1.0f};
-    return bert_train_forward_targets(cfg, p, ws, ids, lengths, &tg, B, T, drop, loss_sum, logits,
-                                      err);
-}
-
-int bert_train_forward_targets(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                               const int *ids, const int *lengths, const bert_targets *tg,
-                               int B, int T, const bert_dropout *drop, double *loss_sum,
-                               float *logits, char *err)
-{
-    backend *be = ws->be;
-    int C = ws->C, K = ws->K;
-
-    ws->ready = 0;
     int rc = check_inputs(cfg, ws, ids, lengths, B, T, err);
     if (rc) return rc;
-    if (!p->cls_w || cfg->num_labels != K)
-        return sm_error(err, SM_ERR_INVALID, "training: the model needs a %d-label head", K);
-    if ((rc = check_targets(tg, B, K, err))) return rc;
-    if (ws->n_lanes)
-        return bert_train_lanes_forward(cfg, p, ws, ids, lengths, tg, B, T, drop, loss_sum,
-                                        logits, err);
+    if (!p->cls_w || cfg->num_labels != ws->K)
+        return sm_error(err, SM_ERR_INVALID, "training: the model needs a %d-label head", ws->K);
+    return check_targets(tg, B, ws->K, err);
+}
+
+int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                           const int *ids, const int *lengths, const bert_targets *tg, int B,
+                           int T, const bert_dropout *drop, double *loss_sum, float *logits,
+                           char *err)
+{
+    backend *be = ws->be;
+    int C = ws->C, K = ws->K, rc;
+
+    ws->ready = 0;
     if ((rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err))) return rc;
     const bert_dropout *dr = &ws->drop;
     TRY(be->upload(be, ws->labels, tg->labels, (size_t)B * sizeof(int)));
@@ -538,11 +518,9 @@ int bert_train_backward_lane(const bert_config *cfg, const bert_params *p,
     return head_and_encoder_backward(cfg, p, g, ws, loss_scale, err);
 }
 
-int bert_train_backward(const bert_config *cfg, const bert_params *p,
-                        const bert_params *g, bert_train_ws *ws,
-                        float loss_scale, char *err)
+int bert_train_backward_one(const bert_config *cfg, const bert_params *p,
+                            const bert_params *g, bert_train_ws *ws, float loss_scale, char *err)
 {
-    if (ws->n_lanes) return bert_train_lanes_backward(cfg, p, g, ws, loss_scale, err);
     backend *be = ws->be;
     int rc = head_and_encoder_backward(cfg, p, g, ws, loss_scale, err);
     if (!rc) rc = bert_train_scatter_embeddings(be, cfg, p, g, ws, err);

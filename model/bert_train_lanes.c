@@ -1,5 +1,7 @@
-/* bert_train_lanes.c: a training step's batch split across the backend's
- * lanes (backend.h; the CPU's: one per thread).
+/* bert_train_lanes.c: bert_train.h's entry points for a whole batch
+ * (workspace create/free, forward, backward), which split the batch across
+ * the backend's lanes (backend.h; the CPU's: one per thread) or run it whole
+ * on the workspace's backend (bert_train.c, below this file).
  *
  * With T lanes, rows [B*i/T, B*(i+1)/T) of a batch go to lane i, which
  * runs the whole forward and backward on a single-threaded backend with
@@ -8,11 +10,10 @@
  * bert_train.c), so the masks are the whole batch's. Parameter gradients:
  * lane 0 adds into the caller's arena, lane i > 0 into its own, which is
  * then added to the caller's in lane order by the caller's backend and
- * cleared (from
- * embeddings.LayerNorm.weight to the end of the table); the embedding
- * tables' rows are scattered from every lane's gradient, lane by lane, by
- * the caller's backend, in the token order a single lane would use. The
- * same lane count therefore gives the same bits on every run.
+ * cleared (from embeddings.LayerNorm.weight to the end of the table); the
+ * embedding tables' rows are scattered from every lane's gradient, lane by
+ * lane, by the caller's backend, in the token order a single lane would
+ * use. The same lane count therefore gives the same bits on every run.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,11 @@ static int lane_count(const bert_train_ws *ws, const bert_config *cfg)
     return n > 1 ? n : 0;
 }
 
-int bert_train_lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err)
+/* Lanes: on a backend with several (the CPU: one per thread), one
+ * single-lane backend each, with its own workspace for its part of the batch
+ * and (but lane 0) its own gradient arena. Fills the lane fields of ws
+ * (n_lanes stays 0 when lanes do not apply). */
+static int lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err)
 {
     int n = lane_count(ws, cfg);
     if (!n) return SM_OK;
@@ -49,8 +54,8 @@ int bert_train_lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err
     int rows = (ws->max_batch + n - 1) / n;
     for (int i = 0; i < n; i++) {
         if ((rc = ws->be->lane_create(ws->be, &ws->lane_be[i], err)) ||
-            (rc = bert_train_ws_create(ws->lane_be[i], cfg, rows, ws->max_seq, &ws->lane_ws[i],
-                                       err)))
+            (rc = bert_train_ws_create_one(ws->lane_be[i], cfg, rows, ws->max_seq, 1,
+                                           &ws->lane_ws[i], err)))
             return rc;
         if (i == 0) continue;
         /* Zeroed pages: the embedding tables' part is never touched. */
@@ -62,10 +67,10 @@ int bert_train_lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err
     return SM_OK;
 }
 
-void bert_train_lanes_free(bert_train_ws *ws)
+static void lanes_free(bert_train_ws *ws)
 {
     for (int i = 0; i < ws->n_lanes; i++) {
-        if (ws->lane_ws) bert_train_ws_free(ws->lane_ws[i]);
+        if (ws->lane_ws) bert_train_ws_release(ws->lane_ws[i]);
         if (ws->lane_be && ws->lane_be[i]) ws->lane_be[i]->destroy(ws->lane_be[i]);
         if (ws->lane_g) bert_params_release(&ws->lane_g[i]);
         if (ws->lane_grad) free(ws->lane_grad[i]);
@@ -81,11 +86,11 @@ void bert_train_lanes_free(bert_train_ws *ws)
     ws->n_lanes = 0;
 }
 
-size_t bert_train_lanes_bytes(const bert_train_ws *ws)
+static size_t lanes_bytes(const bert_train_ws *ws)
 {
     size_t bytes = 0;
     for (int i = 0; i < ws->n_lanes; i++) {
-        if (ws->lane_ws && ws->lane_ws[i]) bytes += bert_train_ws_bytes(ws->lane_ws[i]);
+        if (ws->lane_ws && ws->lane_ws[i]) bytes += bert_train_ws_own_bytes(ws->lane_ws[i]);
         if (i) bytes += (ws->grad_floats - ws->reduce_from) * sizeof(float);
     }
     return bytes;
@@ -128,16 +133,15 @@ static void forward_lane(void *ctx, int i, int n)
     bert_targets tg = *j->tg;
     tg.labels += r0;
     if (tg.soft) tg.soft += (size_t)r0 * j->ws->K;
-    j->rc[i] = bert_train_forward_targets(j->cfg, j->p, lw, j->ids + (size_t)r0 * T,
-                                          j->lengths + r0, &tg, r1 - r0, T, j->drop, &lane_loss,
-                                          j->logits ? j->logits + (size_t)r0 * j->ws->K : NULL,
-                                          j->lane_err[i]);
+    j->rc[i] = bert_train_forward_one(j->cfg, j->p, lw, j->ids + (size_t)r0 * T,
+                                      j->lengths + r0, &tg, r1 - r0, T, j->drop, &lane_loss,
+                                      j->logits ? j->logits + (size_t)r0 * j->ws->K : NULL,
+                                      j->lane_err[i]);
 }
 
-int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                             const int *ids, const int *lengths, const bert_targets *tg, int B,
-                             int T, const bert_dropout *drop, double *loss_sum, float *logits,
-                             char *err)
+static int lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                         const int *ids, const int *lengths, const bert_targets *tg, int B, int T,
+                         const bert_dropout *drop, double *loss_sum, float *logits, char *err)
 {
     int n = ws->n_lanes < B ? ws->n_lanes : B;
     int rc[n];
@@ -188,9 +192,8 @@ static void backward_lane(void *ctx, int i, int n)
                                         j->ws->lane_ws[i], j->loss_scale, j->lane_err[i]);
 }
 
-int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
-                              const bert_params *g, bert_train_ws *ws, float loss_scale,
-                              char *err)
+static int lanes_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                          bert_train_ws *ws, float loss_scale, char *err)
 {
     if (ws->ready != 1)
         return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
@@ -208,4 +211,71 @@ int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
         if (r) return r;
     }
     return n > 1 ? reduce_lanes(ws, g, n, err) : SM_OK;
+}
+
+/* ---- bert_train.h's entry points for a whole batch ---- */
+
+int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch, int max_seq,
+                         bert_train_ws **out, char *err)
+{
+    bert_train_ws *ws;
+    int rc = bert_train_ws_create_one(be, cfg, max_batch, max_seq, 0, &ws, err);
+    if (rc) return rc;
+    /* With lanes, the activations live in the lanes; the workspace's own
+     * arena is made only if bert_train_encode needs it. */
+    rc = lanes_create(ws, cfg, err);
+    if (!rc && !ws->n_lanes) rc = bert_train_ws_arena(ws, err);
+    if (rc) {
+        bert_train_ws_free(ws);
+        return rc;
+    }
+    *out = ws;
+    return SM_OK;
+}
+
+int bert_train_ws_create_encoder(backend *be, const bert_config *cfg, int max_batch,
+                                 int max_seq, bert_train_ws **out, char *err)
+{
+    return bert_train_ws_create_one(be, cfg, max_batch, max_seq, 1, out, err);
+}
+
+void bert_train_ws_free(bert_train_ws *ws)
+{
+    if (!ws) return;
+    lanes_free(ws);
+    bert_train_ws_release(ws);
+}
+
+size_t bert_train_ws_bytes(const bert_train_ws *ws)
+{
+    return bert_train_ws_own_bytes(ws) + lanes_bytes(ws);
+}
+
+int bert_train_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                       const int *ids, const int *lengths, const int *labels, int B, int T,
+                       const bert_dropout *drop, double *loss_sum, float *logits, char *err)
+{
+    bert_targets tg = {labels, NULL, 0.0f, 1.0f};
+    return bert_train_forward_targets(cfg, p, ws, ids, lengths, &tg, B, T, drop, loss_sum, logits,
+                                      err);
+}
+
+int bert_train_forward_targets(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                               const int *ids, const int *lengths, const bert_targets *tg,
+                               int B, int T, const bert_dropout *drop, double *loss_sum,
+                               float *logits, char *err)
+{
+    ws->ready = 0;
+    int rc = bert_train_check_batch(cfg, p, ws, ids, lengths, tg, B, T, err);
+    if (rc) return rc;
+    if (ws->n_lanes)
+        return lanes_forward(cfg, p, ws, ids, lengths, tg, B, T, drop, loss_sum, logits, err);
+    return bert_train_forward_one(cfg, p, ws, ids, lengths, tg, B, T, drop, loss_sum, logits, err);
+}
+
+int bert_train_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                        bert_train_ws *ws, float loss_scale, char *err)
+{
+    if (ws->n_lanes) return lanes_backward(cfg, p, g, ws, loss_scale, err);
+    return bert_train_backward_one(cfg, p, g, ws, loss_scale, err);
 }

@@ -1,6 +1,7 @@
-/* bert_train_ws.h: the training workspace's layout, shared by bert_train.c
- * (the passes) and bert_train_lanes.c (splitting a batch across CPU
- * threads). Internal to model/.
+/* bert_train_ws.h: the training workspace's layout and the one-workspace
+ * passes of bert_train.c, for bert_train_lanes.c (bert_train.h's entry
+ * points: a batch split across the backend's lanes, or run whole).
+ * Internal to model/.
  */
 #ifndef SM_BERT_TRAIN_WS_H
 #define SM_BERT_TRAIN_WS_H
@@ -79,21 +80,29 @@ struct bert_train_ws {
     size_t reduce_from;         /* the first float lanes sum into the caller's (embeddings.LayerNorm.weight) */
 };
 
-/* Lanes: for a CPU backend with several threads, one single-threaded lane
- * per thread, each with its own workspace for its part of the batch and
- * (but lane 0) its own gradient arena. bert_train_lanes_create fills the
- * lane fields of ws (n_lanes stays 0 when lanes do not apply). */
-int bert_train_lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err);
-void bert_train_lanes_free(bert_train_ws *ws);
-size_t bert_train_lanes_bytes(const bert_train_ws *ws);
-/* bert_train_forward and bert_train_backward of a workspace with lanes. */
-int bert_train_lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                             const int *ids, const int *lengths, const bert_targets *tg, int B,
-                             int T, const bert_dropout *drop, double *loss_sum, float *logits,
-                             char *err);
-int bert_train_lanes_backward(const bert_config *cfg, const bert_params *p,
-                              const bert_params *g, bert_train_ws *ws, float loss_scale,
-                              char *err);
+/* ---- one workspace on one backend (bert_train.c) ---- */
+
+/* A workspace for batches up to max_batch x max_seq, with its activation
+ * arena when with_arena (a workspace whose lanes hold the activations has
+ * none until bert_train_ws_arena). No lanes. */
+int bert_train_ws_create_one(backend *be, const bert_config *cfg, int max_batch, int max_seq,
+                             int with_arena, bert_train_ws **out, char *err);
+/* Frees what bert_train_ws_create_one made (not the lanes). */
+void bert_train_ws_release(bert_train_ws *ws);
+/* The bytes of its own arenas. */
+size_t bert_train_ws_own_bytes(const bert_train_ws *ws);
+/* SM_OK when the batch fits ws and the model, and the targets are sound. */
+int bert_train_check_batch(const bert_config *cfg, const bert_params *p,
+                           const bert_train_ws *ws, const int *ids, const int *lengths,
+                           const bert_targets *tg, int B, int T, char *err);
+/* The forward of a checked batch on ws (bert_train_forward_targets' work). */
+int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                           const int *ids, const int *lengths, const bert_targets *tg, int B,
+                           int T, const bert_dropout *drop, double *loss_sum, float *logits,
+                           char *err);
+/* The whole backward of ws's last forward, the embeddings' scatter included. */
+int bert_train_backward_one(const bert_config *cfg, const bert_params *p,
+                            const bert_params *g, bert_train_ws *ws, float loss_scale, char *err);
 /* The backward of one lane's last forward down to the embeddings' scatter,
  * which it leaves for the caller (bert_train_scatter_embeddings). */
 int bert_train_backward_lane(const bert_config *cfg, const bert_params *p,
