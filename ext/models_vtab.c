@@ -206,11 +206,7 @@ static int add_database_rows(mv_cursor *cur, sx_conn *cur_conn)
     char err[SM_ERR_MAX];
 
     if (!sx_store_exists(db)) return SQLITE_OK;
-    rc = sqlite3_prepare_v2(db,
-                            "SELECT name, version, uid, config, created, metrics FROM main." SX_STORE_TABLE
-                            " ORDER BY name, version",
-                            -1, &st, NULL);
-    if (rc != SQLITE_OK) return rc;
+    if ((rc = sx_store_list(db, &st)) != SQLITE_OK) return rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
         sqlite3_int64 version = sqlite3_column_int64(st, 1);

@@ -320,6 +320,9 @@ int sx_builtin_get(sx_builtin *b);
 
 /* 1 when the main database has the store table (never creates it). */
 int sx_store_exists(sqlite3 *db);
+/* Every stored row as name, version, uid, config, created, metrics, ordered
+ * by name and version: a statement for the caller to step and finalize. */
+int sx_store_list(sqlite3 *db, sqlite3_stmt **out);
 /* Creates the table if missing. */
 int sx_store_ensure(sqlite3 *db, char **errmsg);
 

@@ -120,6 +120,14 @@ int sx_store_exists(sqlite3 *db)
     return found;
 }
 
+int sx_store_list(sqlite3 *db, sqlite3_stmt **out)
+{
+    return sqlite3_prepare_v2(db,
+                              "SELECT name, version, uid, config, created, metrics FROM main." SX_STORE_TABLE
+                              " ORDER BY name, version",
+                              -1, out, NULL);
+}
+
 /* 1 when the store table has the tokenizer column, 0 when it has not, -1
  * when that cannot be read (out of memory, a locked schema). */
 static int has_tokenizer_column(sqlite3 *db)
