@@ -19,6 +19,7 @@
 
 #include "errors.h"
 #include "thread_pool.h"
+#include "ws_arena.h"
 
 struct bert_workspace {
     backend *be;
@@ -37,6 +38,9 @@ struct bert_workspace {
     float *logits; /* (B, K) */
     int *ids;      /* (N) token ids on the backend */
     int *lengths;  /* (B) */
+    float *arena;  /* every float buffer above, one allocation (ws_arena.h) */
+    size_t arena_floats;
+    int *iarena;   /* ids, then lengths */
     /* lanes (CPU only, see bert_workspace_lanes): single-threaded backends
      * and workspaces of the same size, created on first use */
     int n_lanes;
@@ -46,16 +50,25 @@ struct bert_workspace {
 
 static void workspace_release(bert_workspace *ws)
 {
-    backend *be = ws->be;
-    float **bufs[] = {&ws->x, &ws->qkv, &ws->att, &ws->merged, &ws->proj, &ws->ffn, &ws->cls,
-                      &ws->pooled, &ws->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-        if (*bufs[i]) be->free(be, *bufs[i]);
-        *bufs[i] = NULL;
-    }
-    if (ws->ids) be->free(be, ws->ids);
-    if (ws->lengths) be->free(be, ws->lengths);
-    ws->ids = ws->lengths = NULL;
+    ws_arena_free(ws->be, ws->arena, ws->iarena);
+    ws->arena = NULL;
+    ws->iarena = NULL;
+}
+
+/* Every float buffer of the workspace, in arena order. */
+static void plan_buffers(void *ctx, ws_carver *c)
+{
+    bert_workspace *ws = ctx;
+    size_t N = (size_t)ws->max_batch * ws->max_seq, C = ws->C, B = ws->max_batch;
+    ws->x = ws_carve(c, N * C);
+    ws->qkv = ws_carve(c, N * 3 * C);
+    ws->att = ws_carve(c, B * ws->H * (size_t)ws->max_seq * ws->max_seq);
+    ws->merged = ws_carve(c, N * C);
+    ws->proj = ws_carve(c, N * C);
+    ws->ffn = ws_carve(c, N * (size_t)ws->F);
+    ws->cls = ws_carve(c, B * C);
+    ws->pooled = ws_carve(c, B * C);
+    ws->logits = ws_carve(c, B * (size_t)ws->K);
 }
 
 void bert_workspace_free(bert_workspace *ws)
@@ -124,42 +137,21 @@ int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
     ws->F = cfg->intermediate_size;
     ws->H = cfg->num_attention_heads;
     ws->K = cfg->num_labels;
-    size_t N = (size_t)max_batch * max_seq, C = ws->C, B = max_batch;
-    struct {
-        float **p;
-        size_t n;
-    } plan[] = {
-        {&ws->x, N * C},      {&ws->qkv, N * 3 * C},
-        {&ws->att, B * ws->H * (size_t)max_seq * max_seq},
-        {&ws->merged, N * C},
-        {&ws->proj, N * C},   {&ws->ffn, N * (size_t)ws->F},
-        {&ws->cls, B * C},    {&ws->pooled, B * C},
-        {&ws->logits, B * (size_t)ws->K},
-    };
-    size_t bytes = 0;
-    for (size_t i = 0; i < sizeof plan / sizeof *plan; i++) {
-        *plan[i].p = be->alloc(be, plan[i].n * sizeof(float));
-        bytes += plan[i].n * sizeof(float);
-        if (!*plan[i].p) goto nomem;
+    size_t N = (size_t)max_batch * max_seq;
+    if (ws_arena_alloc(be, plan_buffers, ws, N + (size_t)max_batch, &ws->arena,
+                       &ws->arena_floats, &ws->iarena)) {
+        size_t bytes = ws->arena_floats * sizeof(float) + (N + (size_t)max_batch) * sizeof(int);
+        bert_workspace_free(ws);
+        return sm_error(err, SM_ERR_NOMEM,
+                        "out of memory: a %s workspace for batch %d x %d tokens needs about %zu "
+                        "MiB",
+                        be->name, max_batch, max_seq, bytes >> 20);
     }
-    ws->ids = be->alloc(be, N * sizeof(int));
-    ws->lengths = be->alloc(be, B * sizeof(int));
-    if (!ws->ids || !ws->lengths) goto nomem;
+    ws->ids = ws->iarena;
+    ws->lengths = ws->iarena + N;
     *out = ws;
     return SM_OK;
-nomem:
-    bert_workspace_free(ws);
-    return sm_error(err, SM_ERR_NOMEM,
-                    "out of memory: a %s workspace for batch %d x %d tokens needs about %zu MiB",
-                    be->name, max_batch, max_seq, bytes >> 20);
 }
-
-/* Propagates a backend failure out of bert_forward. */
-#define TRY(call)                            \
-    do {                                     \
-        int rc_ = (call);                    \
-        if (rc_) return sm_error(err, rc_, "%s backend: %s failed", be->name, #call); \
-    } while (0)
 
 /* out(R,N) = in(R,K) · Wᵀ + b, with W's packed copy pw when there is one. */
 static int linear(backend *be, float *out, const float *in, const float *W,

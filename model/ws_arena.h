@@ -1,4 +1,4 @@
-/* ws_arena.h: what the training workspaces (bert_train.c, bert_mlm.c)
+/* ws_arena.h: what the workspaces (bert.c, bert_train.c, bert_mlm.c)
  * share: float buffers carved out of one backend arena, sized once from a
  * plan, next to one int arena; and TRY, which turns a failed backend call
  * into an error naming it. Internal to model/.
