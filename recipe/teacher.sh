@@ -33,7 +33,8 @@
 #   normalised text (recipe/soft_labels.h). Evaluation texts are
 #   never in it.
 # eval-ensemble: the same mix's accuracy on every evaluation split, into
-#   ensemble_eval.
+#   ensemble_eval. P(positive) is the probability of label "1" (the teacher's
+#   labels) or "positive".
 set -eu
 cmd=$1 db=$2 split=$3
 so=${SO:-build/sentiment}
@@ -133,7 +134,7 @@ label)
         [ "$left" = 0 ] && break
         echo "$left texts left ($(date -u +%H:%M:%S))"
         q "INSERT INTO soft
-             SELECT id, json_extract(probs, '$.\"1\"')
+             SELECT id, coalesce(json_extract(probs, '$.\"1\"'), json_extract(probs, '$.positive'))
                FROM classify('SELECT id, text FROM label_texts
                                WHERE id NOT IN (SELECT id FROM soft) ORDER BY id LIMIT 2000',
                              '$model')"
@@ -168,7 +169,7 @@ eval-ensemble)
         q "CREATE TABLE IF NOT EXISTS ensemble_eval(split TEXT, id INTEGER, label INTEGER,
                p_teacher REAL, p_ensemble REAL, PRIMARY KEY (split, id))" \
           "INSERT OR IGNORE INTO ensemble_eval(split, id, label, p_teacher)
-             SELECT '$t', c.id, e.label, json_extract(c.probs, '$.\"1\"')
+             SELECT '$t', c.id, e.label, coalesce(json_extract(c.probs, '$.\"1\"'), json_extract(c.probs, '$.positive'))
                FROM classify('SELECT rowid AS id, text FROM $t', '$model') AS c
                JOIN $t AS e ON e.rowid = c.id"
         q_at "${ENSEMBLE_PRECISION:-int8}" "SELECT sentiment_load('ensemble', '$ENSEMBLE_MODEL')" \

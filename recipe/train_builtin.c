@@ -2,10 +2,11 @@
  * with this project's own trainer, evaluates it on texts it never saw, and
  * writes the model directory that sentiment.so embeds.
  *
- *   make builtin-model                      (the documented command)
+ *   make builtin-model                      (the shipped recipe: its options
+ *                                            are in the Makefile)
  *   build/train_builtin --data ../shared/data --out model/builtin [options]
  *
- * Options (defaults are the shipped recipe): --layers 6 --hidden 128
+ * Options and their defaults: --layers 6 --hidden 128
  * --heads 4 --intermediate 512 --max-length 128 --epochs 2 --lr 3e-4
  * --batch 32 --seed 42 --threads 0 (all cores) --min-count 3
  * --vocab-size 8000 --weibo 0|1 --limit N (first N training rows, and N unlabeled,
@@ -24,6 +25,10 @@
  * probabilities, soft_labels.h; none: hard labels only) --alpha 0.5 (weight
  * of the soft term) --temperature 2 --unlabeled-soft -1 (unlabeled texts the
  * teacher labeled, trained on its probabilities alone; -1 all).
+ * Weight averaging: --average-with DIR --average-weight W (after training,
+ * every weight becomes (1 - W) * the trained model's + W * DIR's: a model of
+ * the same shape and vocabulary, e.g. the version the training started
+ * from; W 0: none).
  * Calibration: --calib-rows 2000 (the last training rows, held out; the
  * temperature that fits them best is folded into the classifier).
  * --soft-write TSV --soft OUT converts the teacher's `p<TAB>text` lines into
@@ -72,6 +77,8 @@ typedef struct recipe {
     float alpha, temperature; /* --alpha, --temperature: the distillation loss */
     int unlabeled_soft;    /* --unlabeled-soft N: unlabeled texts with soft labels (-1 all) */
     int calib_rows;        /* --calib-rows N: training rows held out to fit a temperature */
+    const char *average_with; /* --average-with DIR: averaged with the trained weights */
+    float average_weight;  /* --average-weight W: DIR's share (0: no averaging) */
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -87,7 +94,8 @@ static int parse_args(int argc, char **argv, recipe *r)
 {
     *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
                   2, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 3, 1e-3f, NULL, NULL, 0,
-                  40000, "model/builtin/teacher_soft.bin", NULL, 0.5f, 2.0f, -1, 2000};
+                  40000, "model/builtin/teacher_soft.bin", NULL, 0.5f, 2.0f, -1, 2000,
+                  NULL, 0.0f};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -119,6 +127,8 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--temperature")) r->temperature = strtof(v, NULL);
         else if (!strcmp(k, "--unlabeled-soft")) r->unlabeled_soft = atoi(v);
         else if (!strcmp(k, "--calib-rows")) r->calib_rows = atoi(v);
+        else if (!strcmp(k, "--average-with")) r->average_with = v;
+        else if (!strcmp(k, "--average-weight")) r->average_weight = strtof(v, NULL);
         else {
             fprintf(stderr, "train_builtin: unknown option %s\n", k);
             return 1;
@@ -129,6 +139,28 @@ static int parse_args(int argc, char **argv, recipe *r)
         return 1;
     }
     return 0;
+}
+
+/* m's weights = (1 - w) * m's + w * those of the model in dir, which must
+ * have m's shape and vocabulary (the same config and parameter count). */
+static int average_with(bert_model *m, const char *dir, float w, char *err)
+{
+    bert_model *o = NULL;
+    int rc = bert_model_load_dir(dir, &o, err);
+    if (rc) return rc;
+    if (o->n_floats != m->n_floats || o->cfg.vocab_size != m->cfg.vocab_size ||
+        o->cfg.hidden_size != m->cfg.hidden_size ||
+        o->cfg.num_hidden_layers != m->cfg.num_hidden_layers || !o->has_head ||
+        o->cfg.num_labels != m->cfg.num_labels) {
+        bert_model_free(o);
+        return sm_error(err, SM_ERR_INVALID, "--average-with %s: not a model of the same shape, "
+                        "vocabulary and labels", dir);
+    }
+    for (size_t i = 0; i < m->n_floats; i++)
+        m->arena[i] = (float)((1.0 - w) * m->arena[i] + (double)w * o->arena[i]);
+    bert_model_free(o);
+    fprintf(stderr, "weights averaged with %s (its share %g)\n", dir, (double)w);
+    return SM_OK;
 }
 
 static int progress(void *user, const trainer_progress *p)
@@ -531,6 +563,9 @@ int main(int argc, char **argv)
     if ((rc = trainer_run(m, be, ds, &opt, &res, err))) goto fail;
     fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n", res.n_train,
             res.seconds, res.examples_per_sec, res.best_epoch);
+    if (r.average_with && r.average_weight > 0 &&
+        (rc = average_with(m, r.average_with, r.average_weight, err)))
+        goto fail;
 
     /* Calibration: the temperature that fits the held-out training rows
      * best, folded into the classifier (logits / T); then every held-out
@@ -596,11 +631,14 @@ int main(int argc, char **argv)
     fprintf(f, "  \"recipe\": {\"epochs\": %d, \"lr\": %g, \"batch\": %d, \"seed\": %llu, "
                "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\", "
                "\"pretrain_epochs\": %d, \"pretrain_lr\": %g, \"init\": %s%s%s, \"zh\": %d, "
-               "\"soft\": %s%s%s, \"alpha\": %g, \"temperature\": %g, \"unlabeled_soft\": %d},\n",
+               "\"soft\": %s%s%s, \"alpha\": %g, \"temperature\": %g, \"unlabeled_soft\": %d, "
+               "\"average_with\": %s%s%s, \"average_weight\": %g},\n",
             r.epochs, r.lr, r.batch, r.seed, r.min_count, r.vocab_size, r.weibo, r.dtype,
             r.pretrain_epochs, r.pretrain_lr, r.init ? "\"" : "", r.init ? r.init : "null",
             r.init ? "\"" : "", r.zh, r.soft ? "\"" : "", r.soft ? r.soft : "null",
-            r.soft ? "\"" : "", r.alpha, r.temperature, n_unlabeled_soft);
+            r.soft ? "\"" : "", r.alpha, r.temperature, n_unlabeled_soft,
+            r.average_with ? "\"" : "", r.average_with ? r.average_with : "null",
+            r.average_with ? "\"" : "", (double)r.average_weight);
     fprintf(f, "  \"epochs\": [");
     for (int e = 0; e < res.epochs; e++)
         fprintf(f, "%s{\"train_loss\": %.5f, \"valid_accuracy\": %.5f}", e ? ", " : "",
