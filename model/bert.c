@@ -13,12 +13,11 @@
 #include "bert.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
-#include "thread_pool.h"
+#include "lanes.h"
 #include "ws_arena.h"
 
 struct bert_workspace {
@@ -43,9 +42,9 @@ struct bert_workspace {
     int *iarena;   /* ids, then lengths */
     /* lanes (CPU only, see bert_workspace_lanes): single-threaded backends
      * and workspaces of the same size, created on first use */
-    int n_lanes;
-    backend **lane_be;
-    bert_workspace **lane_ws;
+    lane_set lanes;           /* lanes.h */
+    bert_workspace **lane_ws; /* one workspace per lane ... */
+    int n_lane_ws;            /* ... for the first n_lane_ws lanes */
 };
 
 static void workspace_release(bert_workspace *ws)
@@ -74,12 +73,9 @@ static void plan_buffers(void *ctx, ws_carver *c)
 void bert_workspace_free(bert_workspace *ws)
 {
     if (!ws) return;
-    for (int i = 0; i < ws->n_lanes; i++) {
-        bert_workspace_free(ws->lane_ws[i]);
-        if (ws->lane_be[i]) ws->lane_be[i]->destroy(ws->lane_be[i]);
-    }
+    for (int i = 0; i < ws->n_lane_ws; i++) bert_workspace_free(ws->lane_ws[i]);
     free(ws->lane_ws);
-    free(ws->lane_be);
+    lane_set_free(&ws->lanes);
     workspace_release(ws);
     free(ws);
 }
@@ -88,28 +84,16 @@ int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n,
                          bert_workspace ***lanes, char *err)
 {
     *lanes = NULL;
-    if (ws->be->lanes(ws->be) < 2)
-        return sm_error(err, SM_ERR_UNSUPPORTED, "lanes: the %s backend has none", ws->be->name);
-    if (n <= ws->n_lanes) {
-        *lanes = ws->lane_ws;
-        return SM_OK;
-    }
-    backend **be = realloc(ws->lane_be, (size_t)n * sizeof *be);
-    if (be) ws->lane_be = be;
-    bert_workspace **lw = realloc(ws->lane_ws, (size_t)n * sizeof *lw);
-    if (lw) ws->lane_ws = lw;
-    if (!be || !lw) return sm_error(err, SM_ERR_NOMEM, "out of memory creating %d lanes", n);
-    for (int i = ws->n_lanes; i < n; i++) {
-        ws->lane_be[i] = NULL;
-        ws->lane_ws[i] = NULL;
-        int rc = ws->be->lane_create(ws->be, &ws->lane_be[i], err);
-        if (!rc) rc = bert_workspace_create(ws->lane_be[i], cfg, ws->max_batch, ws->max_seq,
-                                            &ws->lane_ws[i], err);
-        if (rc) {
-            if (ws->lane_be[i]) ws->lane_be[i]->destroy(ws->lane_be[i]);
-            return rc;
-        }
-        ws->n_lanes = i + 1;
+    if (n > ws->n_lane_ws) {
+        bert_workspace **lw = realloc(ws->lane_ws, (size_t)n * sizeof *lw);
+        if (!lw) return sm_error(err, SM_ERR_NOMEM, "out of memory creating %d lanes", n);
+        ws->lane_ws = lw;
+        int rc = lane_set_grow(&ws->lanes, ws->be, n, err);
+        if (rc) return rc;
+        for (; ws->n_lane_ws < n; ws->n_lane_ws++)
+            if ((rc = bert_workspace_create(ws->lanes.be[ws->n_lane_ws], cfg, ws->max_batch,
+                                            ws->max_seq, &lw[ws->n_lane_ws], err)))
+                return rc;
     }
     *lanes = ws->lane_ws;
     return SM_OK;
@@ -233,23 +217,18 @@ typedef struct forward_lanes_job {
     const int *ids, *lengths;
     int B, T, K, C;
     float *logits, *pooled_out, *hidden_out;
-    atomic_int rc; /* the first failing lane's code; its message in err */
-    char *err;
 } forward_lanes_job;
 
-/* Lane i of `lanes`: rows [B i / lanes, B (i+1) / lanes) of the batch. */
-static void forward_lane(void *ctx, int i, int lanes)
+/* Lane i of n: its rows of the batch (lane_rows). */
+static int forward_lane(void *ctx, int i, int n, char *err)
 {
-    forward_lanes_job *j = ctx;
-    int lo = (int)((long)j->B * i / lanes), hi = (int)((long)j->B * (i + 1) / lanes);
-    char lane_err[SM_ERR_MAX];
-    int rc = forward(j->cfg, j->p, j->lane_ws[i], j->ids + (size_t)lo * j->T, j->lengths + lo,
-                     hi - lo, j->T, j->logits ? j->logits + (size_t)lo * j->K : NULL,
-                     j->pooled_out ? j->pooled_out + (size_t)lo * j->C : NULL,
-                     j->hidden_out ? j->hidden_out + (size_t)lo * j->T * j->C : NULL, lane_err);
-    int none = SM_OK;
-    if (rc && atomic_compare_exchange_strong(&j->rc, &none, rc) && j->err)
-        memcpy(j->err, lane_err, SM_ERR_MAX);
+    const forward_lanes_job *j = ctx;
+    int lo, hi;
+    lane_rows(j->B, i, n, &lo, &hi);
+    return forward(j->cfg, j->p, j->lane_ws[i], j->ids + (size_t)lo * j->T, j->lengths + lo,
+                   hi - lo, j->T, j->logits ? j->logits + (size_t)lo * j->K : NULL,
+                   j->pooled_out ? j->pooled_out + (size_t)lo * j->C : NULL,
+                   j->hidden_out ? j->hidden_out + (size_t)lo * j->T * j->C : NULL, err);
 }
 
 static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
@@ -261,9 +240,8 @@ static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
     int rc = bert_workspace_lanes(ws, cfg, lanes, &lane_ws, err);
     if (rc) return rc;
     forward_lanes_job j = {cfg, p, lane_ws, ids, lengths, B, T, ws->K, ws->C,
-                           logits, pooled_out, hidden_out, SM_OK, err};
-    tp_run(lanes, forward_lane, &j);
-    return atomic_load(&j.rc);
+                           logits, pooled_out, hidden_out};
+    return lanes_run(lanes, forward_lane, &j, err);
 }
 
 int bert_forward(const bert_config *cfg, const bert_params *p,

@@ -20,7 +20,6 @@
 
 #include "bert_train_ws.h"
 #include "errors.h"
-#include "thread_pool.h"
 
 static int lane_count(const bert_train_ws *ws, const bert_config *cfg)
 {
@@ -44,17 +43,16 @@ static int lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err)
     for (int i = 0; i < n_specs; i++)
         if (!strcmp(specs[i].name, "embeddings.LayerNorm.weight")) ws->reduce_from = specs[i].offset;
     free(specs);
-    ws->lane_be = calloc((size_t)n, sizeof *ws->lane_be);
     ws->lane_ws = calloc((size_t)n, sizeof *ws->lane_ws);
     ws->lane_grad = calloc((size_t)n, sizeof *ws->lane_grad);
     ws->lane_g = calloc((size_t)n, sizeof *ws->lane_g);
-    if (!ws->lane_be || !ws->lane_ws || !ws->lane_grad || !ws->lane_g)
+    if (!ws->lane_ws || !ws->lane_grad || !ws->lane_g)
         return sm_error(err, SM_ERR_NOMEM, "out of memory creating %d training lanes", n);
     ws->n_lanes = n;
+    if ((rc = lane_set_grow(&ws->lanes, ws->be, n, err))) return rc;
     int rows = (ws->max_batch + n - 1) / n;
     for (int i = 0; i < n; i++) {
-        if ((rc = ws->be->lane_create(ws->be, &ws->lane_be[i], err)) ||
-            (rc = bert_train_ws_create_one(ws->lane_be[i], cfg, rows, ws->max_seq, 1,
+        if ((rc = bert_train_ws_create_one(ws->lanes.be[i], cfg, rows, ws->max_seq, 1,
                                            &ws->lane_ws[i], err)))
             return rc;
         if (i == 0) continue;
@@ -71,15 +69,13 @@ static void lanes_free(bert_train_ws *ws)
 {
     for (int i = 0; i < ws->n_lanes; i++) {
         if (ws->lane_ws) bert_train_ws_release(ws->lane_ws[i]);
-        if (ws->lane_be && ws->lane_be[i]) ws->lane_be[i]->destroy(ws->lane_be[i]);
         if (ws->lane_g) bert_params_release(&ws->lane_g[i]);
         if (ws->lane_grad) free(ws->lane_grad[i]);
     }
-    free(ws->lane_be);
+    lane_set_free(&ws->lanes);
     free(ws->lane_ws);
     free(ws->lane_grad);
     free(ws->lane_g);
-    ws->lane_be = NULL;
     ws->lane_ws = NULL;
     ws->lane_grad = NULL;
     ws->lane_g = NULL;
@@ -96,18 +92,7 @@ static size_t lanes_bytes(const bert_train_ws *ws)
     return bytes;
 }
 
-/* The first error of lanes [0, n), its message copied to err. */
-static int first_error(const int *rc, char (*lane_err)[SM_ERR_MAX], int n, char *err)
-{
-    for (int i = 0; i < n; i++)
-        if (rc[i]) {
-            if (err) memcpy(err, lane_err[i], SM_ERR_MAX);
-            return rc[i];
-        }
-    return SM_OK;
-}
-
-/* One pass of every lane: the arguments, and each lane's code and message. */
+/* One pass of every lane: the arguments. */
 typedef struct lanes_pass {
     const bert_config *cfg;
     const bert_params *p, *g;
@@ -117,26 +102,23 @@ typedef struct lanes_pass {
     int B, T;
     const bert_dropout *drop;
     float *logits, loss_scale;
-    int *rc;
-    char (*lane_err)[SM_ERR_MAX];
 } lanes_pass;
 
-/* Lane i of n: rows [B i / n, B (i+1) / n) forward. */
-static void forward_lane(void *ctx, int i, int n)
+/* Lane i of n: its rows of the batch (lane_rows) forward. */
+static int forward_lane(void *ctx, int i, int n, char *err)
 {
     const lanes_pass *j = ctx;
-    int B = j->B, T = j->T, r0 = B * i / n, r1 = B * (i + 1) / n;
+    int T = j->T, r0, r1;
+    lane_rows(j->B, i, n, &r0, &r1);
     bert_train_ws *lw = j->ws->lane_ws[i];
     double lane_loss;
-    j->lane_err[i][0] = 0;
     lw->row0 = r0;
     bert_targets tg = *j->tg;
     tg.labels += r0;
     if (tg.soft) tg.soft += (size_t)r0 * j->ws->K;
-    j->rc[i] = bert_train_forward_one(j->cfg, j->p, lw, j->ids + (size_t)r0 * T,
-                                      j->lengths + r0, &tg, r1 - r0, T, j->drop, &lane_loss,
-                                      j->logits ? j->logits + (size_t)r0 * j->ws->K : NULL,
-                                      j->lane_err[i]);
+    return bert_train_forward_one(j->cfg, j->p, lw, j->ids + (size_t)r0 * T, j->lengths + r0, &tg,
+                                  r1 - r0, T, j->drop, &lane_loss,
+                                  j->logits ? j->logits + (size_t)r0 * j->ws->K : NULL, err);
 }
 
 static int lanes_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
@@ -144,14 +126,10 @@ static int lanes_forward(const bert_config *cfg, const bert_params *p, bert_trai
                          const bert_dropout *drop, double *loss_sum, float *logits, char *err)
 {
     int n = ws->n_lanes < B ? ws->n_lanes : B;
-    int rc[n];
-    char lane_err[n][SM_ERR_MAX];
     ws->ready = 0;
-    lanes_pass j = {cfg, p, NULL, ws, ids, lengths, tg, B, T, drop, logits, 0.0f,
-                    rc, lane_err};
-    tp_run(n, forward_lane, &j);
-    int first = first_error(rc, lane_err, n, err);
-    if (first) return first;
+    lanes_pass j = {cfg, p, NULL, ws, ids, lengths, tg, B, T, drop, logits, 0.0f};
+    int rc = lanes_run(n, forward_lane, &j, err);
+    if (rc) return rc;
     /* The loss summed over the rows in order, as one lane would. */
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
@@ -183,13 +161,12 @@ static int reduce_lanes(bert_train_ws *ws, const bert_params *g, int n, char *er
 }
 
 /* Lane i: its rows backward, into the caller's gradients (lane 0) or its own. */
-static void backward_lane(void *ctx, int i, int n)
+static int backward_lane(void *ctx, int i, int n, char *err)
 {
     const lanes_pass *j = ctx;
     (void)n;
-    j->lane_err[i][0] = 0;
-    j->rc[i] = bert_train_backward_lane(j->cfg, j->p, i ? &j->ws->lane_g[i] : j->g,
-                                        j->ws->lane_ws[i], j->loss_scale, j->lane_err[i]);
+    return bert_train_backward_lane(j->cfg, j->p, i ? &j->ws->lane_g[i] : j->g, j->ws->lane_ws[i],
+                                    j->loss_scale, err);
 }
 
 static int lanes_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
@@ -199,13 +176,9 @@ static int lanes_backward(const bert_config *cfg, const bert_params *p, const be
         return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
     ws->ready = 0;
     int n = ws->lanes_used;
-    int rc[n];
-    char lane_err[n][SM_ERR_MAX];
-    lanes_pass j = {cfg, p, g, ws, NULL, NULL, NULL, 0, 0, NULL, NULL, loss_scale,
-                    rc, lane_err};
-    tp_run(n, backward_lane, &j);
-    int first = first_error(rc, lane_err, n, err);
-    if (first) return first;
+    lanes_pass j = {cfg, p, g, ws, NULL, NULL, NULL, 0, 0, NULL, NULL, loss_scale};
+    int rc = lanes_run(n, backward_lane, &j, err);
+    if (rc) return rc;
     for (int i = 0; i < n; i++) {
         int r = bert_train_scatter_embeddings(ws->be, cfg, p, g, ws->lane_ws[i], err);
         if (r) return r;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "bert_train.h"
+#include "lanes.h"
 
 /* What one layer saves for its backward pass. */
 typedef struct layer_acts {
@@ -72,7 +73,7 @@ struct bert_train_ws {
     int row0;
     /* lanes (bert_train_lanes.c); n_lanes 0: none, the ops run on be */
     int n_lanes, lanes_used;
-    backend **lane_be;          /* (n_lanes) single-threaded CPU backends */
+    lane_set lanes;             /* the single-lane backends (lanes.h) */
     bert_train_ws **lane_ws;    /* (n_lanes) */
     float **lane_grad;          /* (n_lanes) gradient arenas; [0] NULL: lane 0 adds into the caller's */
     bert_params *lane_g;        /* (n_lanes) views of lane_grad */

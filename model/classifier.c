@@ -3,9 +3,10 @@
  * bert_classify_texts() tokenizes a set of texts into one compact id arena,
  * orders them by token count so each batch pads little, runs the encoder once
  * per batch of at most batch_size, and writes softmax probabilities back in
- * the caller's order. On a CPU backend with several threads, whole batches
- * run concurrently on the workspace's lanes (one single-threaded forward per
- * thread of thread_pool.h, no waiting inside a pass). bert_embed_texts()
+ * the caller's order. On a backend with lanes (the CPU: one per thread),
+ * whole batches run concurrently on the workspace's lanes (lanes.h,
+ * lanes_for_each: one single-threaded forward per lane, no waiting inside a
+ * pass). bert_embed_texts()
  * batches the same way and pools each text's last hidden state (pooling.h)
  * instead of running the head. It owns only temporary buffers freed before
  * return.
@@ -14,12 +15,11 @@
 #include "bert.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
-#include "thread_pool.h"
+#include "lanes.h"
 
 typedef struct encoded {
     int *ids;        /* all sequences back to back */
@@ -134,23 +134,16 @@ typedef struct lanes_job {
     size_t per_lane, per_scratch;
     int *ids, *lengths;
     float *scratch, *out;
-    atomic_int rc; /* the first failing batch's code; its message in err */
-    char *err;
 } lanes_job;
 
-static void lane_batch(void *ctx, int bi, int lane)
+static int lane_batch(void *ctx, int bi, int lane, char *err)
 {
-    lanes_job *j = ctx;
-    if (atomic_load_explicit(&j->rc, memory_order_relaxed)) return;
-    char lane_err[SM_ERR_MAX];
+    const lanes_job *j = ctx;
     int first = bi * j->batch_size;
     int B = j->n - first < j->batch_size ? j->n - first : j->batch_size;
-    int rc = run_batch(j->m, j->p, j->lane_ws[lane], j->e, first, B, j->embed,
-                       j->ids + lane * j->per_lane, j->lengths + (size_t)lane * j->batch_size,
-                       j->scratch + lane * j->per_scratch, j->out, lane_err);
-    int none = SM_OK;
-    if (rc && atomic_compare_exchange_strong(&j->rc, &none, rc) && j->err)
-        memcpy(j->err, lane_err, SM_ERR_MAX);
+    return run_batch(j->m, j->p, j->lane_ws[lane], j->e, first, B, j->embed,
+                     j->ids + lane * j->per_lane, j->lengths + (size_t)lane * j->batch_size,
+                     j->scratch + lane * j->per_scratch, j->out, err);
 }
 
 /* How many batches to run at once: one per lane of the backend (the CPU:
@@ -215,9 +208,8 @@ static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *
         goto end;
     }
     lanes_job j = {m, p, lane_ws, &e, n, batch_size, embed, per_lane, per_scratch, ids,
-                   lengths, scratch, out, SM_OK, err};
-    tp_for_dynamic(lanes, n_batches, lane_batch, &j);
-    rc = atomic_load(&j.rc);
+                   lengths, scratch, out};
+    rc = lanes_for_each(lanes, n_batches, lane_batch, &j, err);
 end:
     free(scratch);
     free(lengths);
