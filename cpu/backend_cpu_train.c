@@ -454,51 +454,15 @@ static int cpu_distill_backward(backend *be, float *dlogits, const float *probs,
     return SM_OK;
 }
 
-SIMD_CLONES
-static void adamw_span(float *p, const float *g, float *m, float *v, size_t n,
-                       float decay, float step, float bc2_sqrt, float a1,
-                       float beta2, float a2, float eps)
-{
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float pi = p[i] * decay;
-        float mi = m[i] + (gi - m[i]) * a1;
-        float vi = v[i] * beta2 + gi * gi * a2;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p[i] = pi - step * (mi / denom);
-        m[i] = mi;
-        v[i] = vi;
-    }
-}
-
-typedef struct adamw_job {
-    float *p, *m, *v;
-    const float *g;
-    size_t n;
-    float decay, step, bc2_sqrt, a1, beta2, a2, eps;
-} adamw_job;
-
-static void adamw_piece(void *ctx, int c, int nt)
-{
-    const adamw_job *j = ctx;
-    size_t lo, hi;
-    span_of(j->n, c, nt, &lo, &hi);
-    adamw_span(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->decay, j->step,
-               j->bc2_sqrt, j->a1, j->beta2, j->a2, j->eps);
-}
-
+/* One run of the fused step (optimizer_cpu.c), which with coef 1 only
+ * reads g: the same arithmetic, in one place. */
 static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
                      size_t n, float lr, float beta1, float beta2, float eps,
                      float weight_decay, int t)
 {
-    /* The scalars as torch computes them (in double), applied in float. */
-    double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
-    float decay = weight_decay != 0.0f ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
-    float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    adamw_job j = {p, m, v, g, n, decay, step, bc2_sqrt, a1, beta2, a2, eps};
-    tp_run(nthreads(be, n), adamw_piece, &j);
+    backend_adamw_run run = {0, n, 1, 0};
+    adamw_cpu_fused(cpu_threads(be), p, (float *)g, m, v, &run, 1, n, 1.0f, lr, lr, beta1, beta2,
+                    eps, weight_decay, t);
     return SM_OK;
 }
 

@@ -1,8 +1,10 @@
 /* optimizer_cpu.c: the AdamW step of optimizer.c fused into one pass over
  * the whole arena for the CPU backend: gradient clipping and every run of
  * tensors (each with its weight decay) in a single parallel loop, instead of
- * one fork and join per op and run. Element for element the same arithmetic
- * as the backend's scale and adamw ops, so the same bits.
+ * one fork and join per op and run. It is both the CPU backend's
+ * adamw_step and (one run, no clipping) its adamw op; element for element
+ * the same arithmetic as scale followed by adamw, so the same bits as a
+ * backend that runs those two (the CUDA one).
  */
 #include "optimizer_cpu.h"
 
@@ -27,7 +29,7 @@ static void adamw_span(float *p, float *g, float *m, float *v, size_t n, float c
         p[i] = pi - step * (mi / denom);
         m[i] = mi;
         v[i] = vi;
-        g[i] = gi;
+        if (coef != 1.0f) g[i] = gi;
     }
 }
 

@@ -1,6 +1,7 @@
 /* lanes.c: lane sets and the two ways to run on them (lanes.h). */
 #include "lanes.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,30 +36,34 @@ void lane_set_free(lane_set *s)
 typedef struct run_job {
     lane_fn fn;
     void *ctx;
-    int *rc;
-    char (*err)[SM_ERR_MAX];
+    pthread_mutex_t lock; /* guards the three below */
+    int rc, lane;         /* the lowest failing lane so far and its code */
+    char *err;            /* its message */
 } run_job;
 
 static void run_piece(void *ctx, int lane, int n)
 {
-    const run_job *j = ctx;
-    j->err[lane][0] = 0;
-    j->rc[lane] = j->fn(j->ctx, lane, n, j->err[lane]);
+    run_job *j = ctx;
+    char lane_err[SM_ERR_MAX];
+    lane_err[0] = 0;
+    int rc = j->fn(j->ctx, lane, n, lane_err);
+    if (!rc) return;
+    pthread_mutex_lock(&j->lock);
+    if (!j->rc || lane < j->lane) {
+        j->rc = rc;
+        j->lane = lane;
+        if (j->err) memcpy(j->err, lane_err, SM_ERR_MAX);
+    }
+    pthread_mutex_unlock(&j->lock);
 }
 
 int lanes_run(int n, lane_fn fn, void *ctx, char *err)
 {
     if (n < 1) return SM_OK;
-    int rc[n]; /* n is at most the backend's lanes: its threads (<= 256) */
-    char lane_err[n][SM_ERR_MAX];
-    run_job j = {fn, ctx, rc, lane_err};
+    run_job j = {fn, ctx, PTHREAD_MUTEX_INITIALIZER, SM_OK, 0, err};
     tp_run(n, run_piece, &j);
-    for (int i = 0; i < n; i++)
-        if (rc[i]) {
-            if (err) memcpy(err, lane_err[i], SM_ERR_MAX);
-            return rc[i];
-        }
-    return SM_OK;
+    pthread_mutex_destroy(&j.lock);
+    return j.rc;
 }
 
 typedef struct each_job {

@@ -449,6 +449,42 @@ static void test_clipping(void **state)
     trainable_free(&tr);
 }
 
+/* The backend's per-range adamw op against torch.optim.AdamW's update
+ * written out in double, over 3 steps of an arena large enough to split
+ * across threads; the gradient is only read. */
+static void test_adamw_op(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX];
+    backend *be;
+    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+    enum { N = 100003 };
+    static float p[N], g[N], m[N], v[N], g0[N];
+    static double rp[N], rm[N], rv[N];
+    uint64_t s = 7;
+    for (int i = 0; i < N; i++) {
+        p[i] = (float)rng_normal(&s);
+        g[i] = g0[i] = (float)rng_normal(&s) * 0.1f;
+        rp[i] = p[i];
+    }
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+    double worst = 0;
+    for (int t = 1; t <= 3; t++) {
+        assert_int_equal(be->adamw(be, p, g, m, v, N, lr, b1, b2, eps, wd, t), SM_OK);
+        for (int i = 0; i < N; i++) {
+            rp[i] -= (double)lr * wd * rp[i];
+            rm[i] = b1 * rm[i] + (1.0 - b1) * g0[i];
+            rv[i] = b2 * rv[i] + (1.0 - b2) * (double)g0[i] * g0[i];
+            rp[i] -= lr / (1.0 - pow(b1, t)) * rm[i] / (sqrt(rv[i]) / sqrt(1.0 - pow(b2, t)) + eps);
+            double d = fabs(p[i] - rp[i]);
+            if (d > worst) worst = d;
+        }
+    }
+    assert_memory_equal(g, g0, sizeof g);
+    assert_true(worst < 1e-6);
+    be->destroy(be);
+}
+
 static void test_schedule(void **state)
 {
     (void)state;
@@ -885,6 +921,7 @@ int main(void)
         cmocka_unit_test(test_gradient_accumulation),
         cmocka_unit_test(test_dropout_reproducible_and_off_in_eval),
         cmocka_unit_test(test_clipping),
+        cmocka_unit_test(test_adamw_op),
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_distill_golden),
         cmocka_unit_test(test_distill_limits),
