@@ -1,6 +1,8 @@
-/* bert.c: the encoder forward pass and its activation workspace.
+/* bert.c: inference: the activation workspace and the forward pass's entry
+ * points (bert.h), the layers themselves being encoder.c's, shared with
+ * training.
  *
- * Written once against the backend table (backend.h), so the same code runs
+ * Written against the backend table (backend.h), so the same code runs
  * on the CPU and on a GPU backend. Shapes: B batch, T padded tokens, C hidden,
  * H heads, d = C/H, F intermediate, K labels; N = B*T token rows.
  * The workspace owns every activation buffer, sized once for the largest
@@ -12,10 +14,10 @@
  */
 #include "bert.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "encoder.h"
 #include "errors.h"
 #include "lanes.h"
 #include "ws_arena.h"
@@ -40,6 +42,10 @@ struct bert_workspace {
     float *arena;  /* every float buffer above, one allocation (ws_arena.h) */
     size_t arena_floats;
     int *iarena;   /* ids, then lengths */
+    /* the buffers above as the encoder pass sees them (encoder.h): one
+     * layer set reused in place by every layer */
+    layer_acts layer;
+    encoder_acts acts;
     /* lanes (CPU only, see bert_workspace_lanes): single-threaded backends
      * and workspaces of the same size, created on first use */
     lane_set lanes;           /* lanes.h */
@@ -133,16 +139,14 @@ int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
     }
     ws->ids = ws->iarena;
     ws->lengths = ws->iarena + N;
+    ws->layer = (layer_acts){.x_in = ws->x, .qkv = ws->qkv, .att = ws->att,
+                             .merged = ws->merged, .r1 = ws->proj, .x1 = ws->x,
+                             .h = ws->ffn, .g = ws->ffn, .r2 = ws->proj};
+    ws->acts = (encoder_acts){.ids = ws->ids, .lengths = ws->lengths, .r0 = ws->x,
+                              .layers = &ws->layer, .per_layer = 0, .x_out = ws->x,
+                              .cls = ws->cls, .pooled = ws->pooled, .logits = ws->logits};
     *out = ws;
     return SM_OK;
-}
-
-/* out(R,N) = in(R,K) · Wᵀ + b, with W's packed copy pw when there is one. */
-static int linear(backend *be, float *out, const float *in, const float *W,
-                  const backend_packed *pw, const float *b, int R, int K, int N)
-{
-    if (pw) return be->linear_packed(be, out, in, pw, b, R, K, N);
-    return be->linear(be, out, in, W, b, R, K, N);
 }
 
 /* SM_OK when be has the ops that layer lp's packed weights need. */
@@ -164,34 +168,6 @@ static int packed_ops_check(backend *be, const bert_layer_params *lp, char *err)
                         "unpacked fp32 weights",
                         be->name);
     }
-    return SM_OK;
-}
-
-/* One post-LN encoder layer, in place on ws->x (N, C). */
-static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
-                         bert_workspace *ws, int B, int T, char *err)
-{
-    backend *be = ws->be;
-    int C = ws->C, H = ws->H, d = C / H, F = ws->F, N = B * T;
-    float scale = 1.0f / sqrtf((float)d);
-
-    /* qkv(N,3C) = x · Wqkvᵀ + bqkv */
-    TRY(linear(be, ws->qkv, ws->x, lp->qkv_w, lp->qkv_pw, lp->qkv_b, N, C, 3 * C));
-    /* merged(N,C) = per head softmax(q kᵀ / sqrt(d), padding masked) v */
-    TRY(be->attention(be, ws->merged, ws->att, ws->qkv, ws->lengths, B, T, H, d, scale));
-    /* proj(N,C) = merged · Woᵀ + bo; x = LN1(proj + x) */
-    TRY(linear(be, ws->proj, ws->merged, lp->attn_out_w, lp->attn_out_pw, lp->attn_out_b, N,
-               C, C));
-    TRY(be->add(be, ws->proj, ws->proj, ws->x, (size_t)N * C));
-    TRY(be->layernorm(be, ws->x, NULL, NULL, ws->proj, lp->ln1_w, lp->ln1_b, N, C,
-                      cfg->layer_norm_eps));
-    /* ffn(N,F) = gelu(x · W1ᵀ + b1); proj(N,C) = ffn · W2ᵀ + b2; x = LN2(proj + x) */
-    TRY(linear(be, ws->ffn, ws->x, lp->ffn_in_w, lp->ffn_in_pw, lp->ffn_in_b, N, C, F));
-    TRY(be->gelu(be, ws->ffn, ws->ffn, (size_t)N * F));
-    TRY(linear(be, ws->proj, ws->ffn, lp->ffn_out_w, lp->ffn_out_pw, lp->ffn_out_b, N, F, C));
-    TRY(be->add(be, ws->proj, ws->proj, ws->x, (size_t)N * C));
-    TRY(be->layernorm(be, ws->x, NULL, NULL, ws->proj, lp->ln2_w, lp->ln2_b, N, C,
-                      cfg->layer_norm_eps));
     return SM_OK;
 }
 
@@ -283,10 +259,8 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
         int rc = packed_ops_check(be, &p->layers[0], err);
         if (rc) return rc;
     }
-    for (int i = 0; i < N; i++)
-        if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
-            return sm_error(err, SM_ERR_INVALID, "forward: token id %d at %d is outside the vocabulary (%d)",
-                            ids[i], i, cfg->vocab_size);
+    int rc = encoder_check_tokens(cfg, ids, lengths, B, T, "forward", err);
+    if (rc) return rc;
 
     int lanes = forward_lanes(ws, B);
     if (lanes > 1) return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits,
@@ -294,16 +268,9 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
 
     TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
-
-    /* x(N,C) = LN(word + position + type [+ task]) */
-    TRY(be->embed(be, ws->x, ws->ids, NULL, p->word_emb, p->pos_emb, p->type_emb,
-                  p->task_emb, B, T, C, cfg->position_offset));
-    TRY(be->layernorm(be, ws->x, NULL, NULL, ws->x, p->emb_ln_w, p->emb_ln_b, N, C,
-                      cfg->layer_norm_eps));
-    for (int l = 0; l < cfg->num_hidden_layers; l++) {
-        int rc = layer_forward(cfg, &p->layers[l], ws, B, T, err);
-        if (rc) return rc;
-    }
+    /* x(N,C): the encoder, every layer in place (encoder.h) */
+    encoder_pass ps = {.drop = NULL, .row0 = 0};
+    if ((rc = encoder_forward(be, cfg, p, &ws->acts, &ps, B, T, err))) return rc;
     /* hidden_out(B,T,C) = x, the last hidden state */
     if (hidden_out)
         TRY(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));
@@ -312,15 +279,12 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
         return SM_OK;
     }
     /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); logits(B,K) = pooled · Wcᵀ + bc */
-    TRY(be->gather_cls(be, ws->cls, ws->x, B, T, C));
-    TRY(be->linear(be, ws->pooled, ws->cls, p->pool_w, p->pool_b, B, C, C));
-    TRY(be->tanh(be, ws->pooled, ws->pooled, (size_t)B * C));
+    if ((rc = encoder_head_forward(be, cfg, p, &ws->acts, &ps, B, T, logits != NULL, err)))
+        return rc;
     if (pooled_out)
         TRY(be->download(be, pooled_out, ws->pooled, (size_t)B * C * sizeof(float)));
-    if (logits) {
-        TRY(be->linear(be, ws->logits, ws->pooled, p->cls_w, p->cls_b, B, C, K));
+    if (logits)
         TRY(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
-    }
     TRY(be->synchronize(be));
     return SM_OK;
 }

@@ -1,11 +1,12 @@
-/* bert_train.c: forward with dropout and saved activations, cross-entropy,
- * and the backward pass of one workspace on one backend, written once
- * against the backend table. bert_train_lanes.c, above it, splits a batch
+/* bert_train.c: the training workspace, the loss, and the backward pass of
+ * one workspace on one backend, written once against the backend table;
+ * the forward is encoder.c's (the inference pass's), with dropout and
+ * every layer's activations saved. bert_train_lanes.c, above it, splits a batch
  * across lanes and holds bert_train.h's entry points for a whole batch; the
  * pretraining passes (bert_train_encode*) are here.
  *
- * Each layer is a *_forward / *_backward pair with the same arguments; the
- * backward runs in exact reverse order of the forward. Parameter gradients
+ * Each layer's backward runs in exact reverse order of encoder.c's
+ * layer_forward. Parameter gradients
  * accumulate (+=) into views of a gradient arena (see bert_train.h);
  * activation gradients are written. The workspace owns one activation arena
  * and one int arena, carved once at creation.
@@ -18,18 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "encoder.h"
 #include "errors.h"
-#include "rng.h"
 #include "ws_arena.h"
-
-/* Dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l layer l, the last the
- * classifier input, the one before it the dense input of a RoBERTa head. */
-#define SITE_EMB 0u
-#define SITE_ATTN(l) (1u + 3u * (unsigned)(l))
-#define SITE_HID1(l) (2u + 3u * (unsigned)(l))
-#define SITE_HID2(l) (3u + 3u * (unsigned)(l))
-#define SITE_CLS_IN 4094u
-#define SITE_CLS 4095u
 
 void bert_dropout_from_config(const bert_config *cfg, float override,
                               uint64_t seed, bert_dropout *d)
@@ -164,52 +156,29 @@ int bert_train_ws_arena(bert_train_ws *ws, char *err)
     ws->ids = ws->iarena;
     ws->lengths = ws->iarena + N;
     ws->labels = ws->iarena + N + B;
+    ws->acts = (encoder_acts){.ids = ws->ids, .lengths = ws->lengths, .r0 = ws->r0,
+                              .mean0 = ws->mean0, .rstd0 = ws->rstd0, .layers = ws->layers,
+                              .per_layer = 1, .x_out = ws->x_out, .att_drop = ws->att_drop,
+                              .cls = ws->cls, .cls_drop = ws->cls_drop, .pooled = ws->pooled,
+                              .pooled_drop = ws->pooled_drop, .logits = ws->logits};
     return SM_OK;
+}
+
+/* The pass options of ws's last forward, for its backward's dropout keys. */
+static encoder_pass pass_of(const bert_train_ws *ws)
+{
+    return (encoder_pass){.drop = &ws->drop, .row0 = ws->row0};
 }
 
 static uint64_t key_of(const bert_train_ws *ws, unsigned site, size_t per_row)
 {
-    const bert_dropout *d = &ws->drop;
-    return dropout_key(d->seed, d->step, site) +
-           (uint64_t)ws->row0 * per_row * 0xD1B54A32D192ED03ull;
+    encoder_pass ps = pass_of(ws);
+    return encoder_dropout_key(&ps, site, per_row);
 }
 
-/* ---- one encoder layer ---------------------------------------------------
- * layer_forward: a->x_in(N,C) -> x_out(N,C), saving a's activations.
- * layer_backward: dx(N,C) holds dL/dx_out on entry and dL/dx_in on return. */
-
-static int layer_forward(const bert_config *cfg, const bert_layer_params *lp,
-                         bert_train_ws *ws, layer_acts *a, float *x_out, int l,
-                         char *err)
-{
-    backend *be = ws->be;
-    int B = ws->B, T = ws->T, C = ws->C, H = ws->H, d = C / H, F = ws->F, N = B * T;
-    const bert_dropout *dr = &ws->drop;
-    float scale = 1.0f / sqrtf((float)d);
-    size_t NC = (size_t)N * C;
-
-    /* qkv(N,3C) = x_in · Wqkvᵀ + bqkv */
-    TRY(be->linear(be, a->qkv, a->x_in, lp->qkv_w, lp->qkv_b, N, C, 3 * C));
-    /* merged(N,C) = per head dropout(softmax(q kᵀ / sqrt(d))) v */
-    TRY(be->attention_train(be, a->merged, a->att, ws->att_drop, a->qkv, ws->lengths, B,
-                            T, H, d, scale, dr->attention, key_of(ws, SITE_ATTN(l), (size_t)H * T * T)));
-    /* r1(N,C) = dropout(merged · Woᵀ + bo) + x_in; x1 = LN1(r1) */
-    TRY(be->linear(be, a->r1, a->merged, lp->attn_out_w, lp->attn_out_b, N, C, C));
-    TRY(be->dropout(be, a->r1, a->r1, NC, dr->hidden, key_of(ws, SITE_HID1(l), (size_t)T * C)));
-    TRY(be->add(be, a->r1, a->r1, a->x_in, NC));
-    TRY(be->layernorm(be, a->x1, a->mean1, a->rstd1, a->r1, lp->ln1_w, lp->ln1_b, N, C,
-                      cfg->layer_norm_eps));
-    /* h(N,F) = x1 · W1ᵀ + b1; g = GELU(h) */
-    TRY(be->linear(be, a->h, a->x1, lp->ffn_in_w, lp->ffn_in_b, N, C, F));
-    TRY(be->gelu(be, a->g, a->h, (size_t)N * F));
-    /* r2(N,C) = dropout(g · W2ᵀ + b2) + x1; x_out = LN2(r2) */
-    TRY(be->linear(be, a->r2, a->g, lp->ffn_out_w, lp->ffn_out_b, N, F, C));
-    TRY(be->dropout(be, a->r2, a->r2, NC, dr->hidden, key_of(ws, SITE_HID2(l), (size_t)T * C)));
-    TRY(be->add(be, a->r2, a->r2, a->x1, NC));
-    TRY(be->layernorm(be, x_out, a->mean2, a->rstd2, a->r2, lp->ln2_w, lp->ln2_b, N, C,
-                      cfg->layer_norm_eps));
-    return SM_OK;
-}
+/* ---- one encoder layer's backward ----------------------------------------
+ * dx(N,C) holds dL/dx_out on entry and dL/dx_in on return; the layer's
+ * forward is encoder.c's. */
 
 static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
                           const bert_layer_params *lg, bert_train_ws *ws,
@@ -269,51 +238,24 @@ static int check_inputs(const bert_config *cfg, const bert_train_ws *ws, const i
         return sm_error(err, SM_ERR_INVALID,
                         "training: batch %d x %d tokens exceeds the workspace (%d x %d)", B, T,
                         ws->max_batch, ws->max_seq);
-    if (T + cfg->position_offset > cfg->max_position_embeddings)
-        return sm_error(err, SM_ERR_INVALID,
-                        "training: %d tokens exceed max_position_embeddings %d", T,
-                        cfg->max_position_embeddings);
-    for (int i = 0; i < B * T; i++)
-        if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
-            return sm_error(err, SM_ERR_INVALID,
-                            "training: token id %d at %d is outside the vocabulary (%d)",
-                            ids[i], i, cfg->vocab_size);
-    for (int b = 0; b < B; b++)
-        if (lengths[b] < 1 || lengths[b] > T)
-            return sm_error(err, SM_ERR_INVALID, "training: length %d of example %d is not in [1, %d]",
-                            lengths[b], b, T);
-    return SM_OK;
+    return encoder_check_tokens(cfg, ids, lengths, B, T, "training", err);
 }
 
-/* Embeddings and layers: ids (host, checked) -> ws->x_out(N,C). */
-static int encoder_forward(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                           const int *ids, const int *lengths, int B, int T,
-                           const bert_dropout *drop, char *err)
+/* Embeddings and layers: ids (host, checked) -> ws->x_out(N,C), each
+ * layer's activations saved (encoder.c). */
+static int encoder_forward_saved(const bert_config *cfg, const bert_params *p,
+                                 bert_train_ws *ws, const int *ids, const int *lengths, int B,
+                                 int T, const bert_dropout *drop, char *err)
 {
     backend *be = ws->be;
-    int C = ws->C, N = B * T, L = ws->L;
     ws->B = B;
     ws->T = T;
     if (drop) ws->drop = *drop;
     else memset(&ws->drop, 0, sizeof ws->drop);
-    const bert_dropout *dr = &ws->drop;
-
-    TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
+    TRY(be->upload(be, ws->ids, ids, (size_t)B * T * sizeof(int)));
     TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
-
-    /* x_in[0](N,C) = dropout(LN(word + position + type [+ task])) */
-    float *x0 = L ? ws->layers[0].x_in : ws->x_out;
-    TRY(be->embed(be, ws->r0, ws->ids, NULL, p->word_emb, p->pos_emb, p->type_emb,
-                  p->task_emb, B, T, C, cfg->position_offset));
-    TRY(be->layernorm(be, x0, ws->mean0, ws->rstd0, ws->r0, p->emb_ln_w, p->emb_ln_b, N, C,
-                      cfg->layer_norm_eps));
-    TRY(be->dropout(be, x0, x0, (size_t)N * C, dr->hidden, key_of(ws, SITE_EMB, (size_t)T * C)));
-    for (int l = 0; l < L; l++) {
-        float *out = l + 1 < L ? ws->layers[l + 1].x_in : ws->x_out;
-        int rc = layer_forward(cfg, &p->layers[l], ws, &ws->layers[l], out, l, err);
-        if (rc) return rc;
-    }
-    return SM_OK;
+    encoder_pass ps = pass_of(ws);
+    return encoder_forward(be, cfg, p, &ws->acts, &ps, B, T, err);
 }
 
 /* q = softmax(log(soft) / T) row by row into ws->host_q: the targets at
@@ -380,11 +322,10 @@ int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_tr
                            char *err)
 {
     backend *be = ws->be;
-    int C = ws->C, K = ws->K, rc;
+    int K = ws->K, rc;
 
     ws->ready = 0;
-    if ((rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err))) return rc;
-    const bert_dropout *dr = &ws->drop;
+    if ((rc = encoder_forward_saved(cfg, p, ws, ids, lengths, B, T, drop, err))) return rc;
     TRY(be->upload(be, ws->labels, tg->labels, (size_t)B * sizeof(int)));
     ws->distill = tg->soft != NULL;
     ws->alpha = tg->alpha;
@@ -394,23 +335,11 @@ int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_tr
         TRY(be->upload(be, ws->q, ws->host_q, (size_t)B * K * sizeof(float)));
     }
 
-    /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); a RoBERTa head
-     * (RobertaClassificationHead) drops out x[:,0,:] first:
-     * pooled = tanh(dropout(x[:,0,:]) · Wdᵀ + bd) */
-    TRY(be->gather_cls(be, ws->cls, ws->x_out, B, T, C));
-    const float *head_in = ws->cls;
-    if (bert_config_is_roberta(cfg)) {
-        TRY(be->dropout(be, ws->cls_drop, ws->cls, (size_t)B * C, dr->classifier,
-                        key_of(ws, SITE_CLS_IN, (size_t)C)));
-        head_in = ws->cls_drop;
-    }
-    TRY(be->linear(be, ws->pooled, head_in, p->pool_w, p->pool_b, B, C, C));
-    TRY(be->tanh(be, ws->pooled, ws->pooled, (size_t)B * C));
-    /* logits(B,K) = dropout(pooled) · Wcᵀ + bc; losses(B) = cross-entropy,
-     * or with soft targets the distillation loss */
-    TRY(be->dropout(be, ws->pooled_drop, ws->pooled, (size_t)B * C, dr->classifier,
-                    key_of(ws, SITE_CLS, (size_t)C)));
-    TRY(be->linear(be, ws->logits, ws->pooled_drop, p->cls_w, p->cls_b, B, C, K));
+    /* pooled(B,C) = tanh(dense(x[:,0,:])), logits(B,K) = dropout(pooled) · Wcᵀ + bc
+     * (encoder.c); losses(B) = cross-entropy, or with soft targets the
+     * distillation loss */
+    encoder_pass ps = pass_of(ws);
+    if ((rc = encoder_head_forward(be, cfg, p, &ws->acts, &ps, B, T, 1, err))) return rc;
     if (ws->distill)
         TRY(be->distill_loss(be, ws->losses, ws->probs, ws->probs_t, ws->logits, ws->labels, ws->q,
                              B, K, ws->temperature, ws->alpha));
@@ -434,7 +363,7 @@ int bert_train_encode(const bert_config *cfg, const bert_params *p, bert_train_w
     ws->ready = 0;
     int rc = check_inputs(cfg, ws, ids, lengths, B, T, err);
     if (!rc) rc = bert_train_ws_arena(ws, err);
-    if (!rc) rc = encoder_forward(cfg, p, ws, ids, lengths, B, T, drop, err);
+    if (!rc) rc = encoder_forward_saved(cfg, p, ws, ids, lengths, B, T, drop, err);
     if (rc) return rc;
     *x_out = ws->x_out;
     ws->ready = 2;

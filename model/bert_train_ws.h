@@ -9,22 +9,8 @@
 #include <stddef.h>
 
 #include "bert_train.h"
+#include "encoder.h"
 #include "lanes.h"
-
-/* What one layer saves for its backward pass. */
-typedef struct layer_acts {
-    float *x_in;          /* (N,C) layer input */
-    float *qkv;           /* (N,3C) */
-    float *att;           /* (B,H,T,T) attention probabilities, before dropout */
-    float *merged;        /* (N,C) attention output, input of attention.output.dense */
-    float *r1;            /* (N,C) dropout(dense) + x_in: input of LN1 */
-    float *mean1, *rstd1; /* (N) */
-    float *x1;            /* (N,C) LN1 output: FFN input */
-    float *h;             /* (N,F) intermediate before GELU */
-    float *g;             /* (N,F) GELU(h): input of output.dense */
-    float *r2;            /* (N,C) dropout(output.dense) + x1: input of LN2 */
-    float *mean2, *rstd2; /* (N) */
-} layer_acts;
 
 struct bert_train_ws {
     backend *be;
@@ -60,6 +46,7 @@ struct bert_train_ws {
     int *ids;             /* (N) */
     int *lengths;         /* (B) */
     int *labels;          /* (B) */
+    encoder_acts acts;    /* the saved activations as the forward pass (encoder.h) writes them */
     float *host_losses;   /* (B) host copy of losses */
     float *host_q;        /* (B,K) host: the targets tempered, before upload */
     /* the last forward's loss: soft targets (distill 1) with alpha and T */

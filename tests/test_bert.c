@@ -242,6 +242,19 @@ static void test_no_head_is_an_error(void **state)
     assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, logits, err),
                      SM_ERR_INVALID);
     assert_non_null(strstr(err, "999999"));
+    /* A length of 0, or past the padded width: the same check as
+     * training's (encoder_check_tokens), not a read past the batch. */
+    ids[1] = 10;
+    len = 0;
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, logits, err),
+                     SM_ERR_INVALID);
+    assert_non_null(strstr(err, "length 0 of example 0 is not in [1, 4]"));
+    len = 5;
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, logits, err),
+                     SM_ERR_INVALID);
+    assert_non_null(strstr(err, "length 5"));
+    len = 4;
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, logits, err), SM_OK);
     bert_workspace_free(ws);
     be->destroy(be);
     bert_model_free(m);
