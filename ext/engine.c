@@ -67,16 +67,17 @@ static char *gpu_reason(const sx_conn *c)
 }
 
 /* Device memory for a batch x seq workspace on a GPU backend: the
- * activations of bert_workspace_create (model/bert.c) plus the scratch the
- * plugin grows on demand for a forward pass (gpu/README.md: BF16 copies of
- * the matrix operands, per-head attention copies; each with the plugin's
- * 25% headroom) and a little for cuBLAS. An estimate, on the high side. */
+ * activations of bert_workspace_create (bert_workspace_bytes) plus the
+ * scratch the plugin grows on demand for a forward pass (gpu/README.md:
+ * BF16 copies of the matrix operands, per-head attention copies; each with
+ * the plugin's 25% headroom) and a little for cuBLAS. An estimate, on the
+ * high side. */
 static double ws_bytes(const bert_config *cfg, int batch, int seq)
 {
     double B = batch, T = seq, N = B * T, C = cfg->hidden_size,
-           F = cfg->intermediate_size, H = cfg->num_attention_heads, K = cfg->num_labels;
+           F = cfg->intermediate_size, H = cfg->num_attention_heads;
     double scores = B * H * T * T;
-    double act = 4.0 * (6 * N * C + N * F + scores + B * (2 * C + K)) + 4.0 * (N + B);
+    double act = (double)bert_workspace_bytes(cfg, batch, seq);
     double a = N * F > scores ? N * F : scores;
     double b = F * C > 3 * C * C ? F * C : 3 * C * C;
     if (N * C > b) b = N * C;

@@ -76,6 +76,27 @@ static void plan_buffers(void *ctx, ws_carver *c)
     ws->logits = ws_carve(c, B * (size_t)ws->K);
 }
 
+/* The workspace's size fields; N + B ints (ids, lengths) beside the floats. */
+static void set_sizes(bert_workspace *ws, const bert_config *cfg, int max_batch, int max_seq)
+{
+    ws->max_batch = max_batch;
+    ws->max_seq = max_seq;
+    ws->C = cfg->hidden_size;
+    ws->F = cfg->intermediate_size;
+    ws->H = cfg->num_attention_heads;
+    ws->K = cfg->num_labels;
+}
+
+size_t bert_workspace_bytes(const bert_config *cfg, int max_batch, int max_seq)
+{
+    bert_workspace ws = {0};
+    set_sizes(&ws, cfg, max_batch, max_seq);
+    ws_carver c = {NULL, 0};
+    plan_buffers(&ws, &c);
+    size_t ints = (size_t)max_batch * max_seq + (size_t)max_batch;
+    return c.at * sizeof(float) + ints * sizeof(int);
+}
+
 void bert_workspace_free(bert_workspace *ws)
 {
     if (!ws) return;
@@ -121,12 +142,7 @@ int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
     bert_workspace *ws = calloc(1, sizeof *ws);
     if (!ws) return sm_error(err, SM_ERR_NOMEM, "out of memory creating a workspace");
     ws->be = be;
-    ws->max_batch = max_batch;
-    ws->max_seq = max_seq;
-    ws->C = cfg->hidden_size;
-    ws->F = cfg->intermediate_size;
-    ws->H = cfg->num_attention_heads;
-    ws->K = cfg->num_labels;
+    set_sizes(ws, cfg, max_batch, max_seq);
     size_t N = (size_t)max_batch * max_seq;
     if (ws_arena_alloc(be, plan_buffers, ws, N + (size_t)max_batch, &ws->arena,
                        &ws->arena_floats, &ws->iarena)) {

@@ -169,6 +169,9 @@ typedef struct bert_workspace bert_workspace;
 int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
                           int max_seq, bert_workspace **out, char *err);
 void bert_workspace_free(bert_workspace *ws);
+/* The backend memory bert_workspace_create takes for max_batch x max_seq
+ * (its arenas, lanes aside), without allocating it. */
+size_t bert_workspace_bytes(const bert_config *cfg, int max_batch, int max_seq);
 backend *bert_workspace_backend(const bert_workspace *ws);
 /* Lanes, for a CPU backend with several threads: n single-threaded
  * workspaces of ws's size, each on its own single-threaded CPU backend, so

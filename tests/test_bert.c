@@ -260,6 +260,42 @@ static void test_no_head_is_an_error(void **state)
     bert_model_free(m);
 }
 
+/* The CPU backend's alloc, counting the bytes asked for. */
+static void *(*g_cpu_alloc)(backend *be, size_t bytes);
+static size_t g_alloc_bytes;
+
+static void *counting_alloc(backend *be, size_t bytes)
+{
+    g_alloc_bytes += bytes;
+    return g_cpu_alloc(be, bytes);
+}
+
+/* bert_workspace_bytes is what bert_workspace_create allocates (what
+ * ext/engine.c sizes GPU batches by). */
+static void test_workspace_bytes(void **state)
+{
+    (void)state;
+    bert_model *m = load("tests/fixtures/models/bert_tiny");
+    backend *cpu;
+    char err[SM_ERR_MAX] = "";
+    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    backend counting = *cpu;
+    g_cpu_alloc = cpu->alloc;
+    counting.alloc = counting_alloc;
+    const int shapes[][2] = {{1, 2}, {3, 17}, {32, 64}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        bert_workspace *ws;
+        g_alloc_bytes = 0;
+        assert_int_equal(bert_workspace_create(&counting, &m->cfg, shapes[i][0], shapes[i][1], &ws,
+                                               err),
+                         SM_OK);
+        assert_int_equal(g_alloc_bytes, bert_workspace_bytes(&m->cfg, shapes[i][0], shapes[i][1]));
+        bert_workspace_free(ws);
+    }
+    cpu->destroy(cpu);
+    bert_model_free(m);
+}
+
 /* Reads a whole file for the buffer-loading tests. */
 static char *slurp(const char *path, size_t *len)
 {
@@ -396,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_roberta_encoder_parity),
         cmocka_unit_test(test_end_to_end),
         cmocka_unit_test(test_no_head_is_an_error),
+        cmocka_unit_test(test_workspace_bytes),
         cmocka_unit_test(test_save_load_round_trip),
         cmocka_unit_test(test_bad_checkpoints),
     };
