@@ -1,7 +1,8 @@
 /* pretrain.c: masked-language-model pretraining: the unlabeled dataset,
- * pretrain_run's part of the loop (train_loop.h runs the epochs): masking,
- * the MLM loss over encoder and head, held-out loss; and saving encoder +
- * head as safetensors.
+ * pretrain_run, whose loop drives the run through train_loop.h (epochs,
+ * steps, micro-batches, the update) with its own masking, MLM loss over
+ * encoder and head and held-out loss; and saving encoder + head as
+ * safetensors.
  *
  * The loop's device arenas are laid out by pretrain_param_table (encoder,
  * then head). Owns, while it runs, one MLM workspace, host batch buffers
@@ -152,7 +153,6 @@ typedef struct run_state {
     int *lengths;            /* (batch_size) */
     int *T;                  /* (accumulation) padded length of each micro-batch */
     int *count;              /* (accumulation) predicted positions of each */
-    int got;                 /* predicted positions of the last forward */
     float *host;             /* (total) host copy read back at the end */
     mlm_masking mk;
     int max_pred;
@@ -230,63 +230,65 @@ static int evaluate(run_state *st, double *loss, char *err)
     return SM_OK;
 }
 
-/* ---- the loop's hooks: masking, the MLM loss, held-out loss ---------------------- */
+/* ---- a step's micro-batches, progress and the epoch's end ---------------------- */
 
-/* Masks the whole step first: the loss is the mean over all its predicted
- * positions, which is what it returns. */
-static long hook_step_begin(void *ctx, int epoch, const int *idx, int count)
+/* Masks every micro-batch of step s into its slot first: the loss is the
+ * mean over all the step's predicted positions, whose count it returns. */
+static long mask_step(run_state *st, const loop_step *s)
 {
-    run_state *st = ctx;
-    int micro = st->L->micro;
     long predicted = 0;
-    for (int mf = 0, k = 0; mf < count; mf += micro, k++) {
-        int B = count - mf < micro ? count - mf : micro;
-        st->count[k] = build_batch(st, idx + mf, B, epoch, k, &st->T[k]);
+    for (int k = 0; k < s->n_micro; k++) {
+        const int *idx;
+        int B;
+        loop_micro_rows(st->L, s, k, &idx, &B);
+        st->count[k] = build_batch(st, idx, B, s->epoch, k, &st->T[k]);
         predicted += st->count[k];
     }
     return predicted;
 }
 
-/* Micro-batch k was masked into slot k by hook_step_begin. */
-static int hook_forward(void *ctx, int k, const int *idx, int B, const bert_dropout *drop,
-                        double *loss, char *err)
+/* The MLM loss sum of micro-batch k of a step, masked into slot k by
+ * mask_step; *got: its predicted positions. */
+static int micro_forward(run_state *st, int k, const loop_micro *mb, double *loss, int *got,
+                         char *err)
 {
-    run_state *st = ctx;
-    (void)idx;
     size_t at = (size_t)k * st->L->micro * st->L->max_len;
     return bert_mlm_forward(&st->m->cfg, &st->p, &st->hp, st->ws, st->ids + at,
-                            st->lengths + (size_t)k * st->L->micro, st->labels + at, B, st->T[k],
-                            drop, loss, &st->got, err);
+                            st->lengths + (size_t)k * st->L->micro, st->labels + at, mb->rows,
+                            st->T[k], mb->drop, loss, got, err);
 }
 
-static int hook_backward(void *ctx, float scale, char *err)
+/* Backward of the last micro_forward, which predicted got positions. */
+static int micro_backward(run_state *st, int got, float scale, char *err)
 {
-    run_state *st = ctx;
-    if (!st->got) return SM_OK; /* nothing predicted: no gradient */
+    if (!got) return SM_OK; /* nothing predicted: no gradient */
     return bert_mlm_backward(&st->m->cfg, &st->p, &st->hp, &st->g, &st->hg, st->ws, scale, err);
 }
 
-static int hook_epoch_end(void *ctx, int epoch, double train_loss, char *err)
+/* Tells the caller's progress callback r (with the held-out loss at an
+ * epoch's end); its nonzero answer stops pretraining. */
+static int report(run_state *st, const loop_report *r, char *err)
 {
-    run_state *st = ctx;
-    int rc;
-    st->vloss = NAN;
-    if (st->L->n_valid && (rc = evaluate(st, &st->vloss, err))) return rc;
-    st->res->train_loss[epoch - 1] = train_loss;
-    st->res->valid_loss[epoch - 1] = st->vloss;
-    st->res->epochs = epoch;
-    return SM_OK;
-}
-
-static int hook_progress(void *ctx, const loop_report *r)
-{
-    run_state *st = ctx;
-    if (!st->o->progress) return 0;
+    if (!st->o->progress) return SM_OK;
     pretrain_progress pr = {0};
     LOOP_PROGRESS(pr, r);
     pr.predicted = r->denom;
     pr.valid_loss = r->epoch_done ? st->vloss : NAN;
-    return st->o->progress(st->o->user, &pr);
+    return st->o->progress(st->o->user, &pr) ? loop_stopped(st->L, r, err) : SM_OK;
+}
+
+/* After an epoch's steps: held-out loss, the epoch's results, progress. */
+static int end_epoch(run_state *st, int epoch, char *err)
+{
+    loop_report r;
+    int rc;
+    st->vloss = NAN;
+    if (st->L->n_valid && (rc = evaluate(st, &st->vloss, err))) return rc;
+    st->res->train_loss[epoch - 1] = loop_epoch_loss(st->L);
+    st->res->valid_loss[epoch - 1] = st->vloss;
+    st->res->epochs = epoch;
+    loop_epoch_report(st->L, &r);
+    return report(st, &r, err);
 }
 
 int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain_dataset *ds,
@@ -383,13 +385,27 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     res->n_train = L.n_train;
     res->n_valid = L.n_valid;
 
-    loop_hooks h = {.ctx = &st,
-                    .step_begin = hook_step_begin,
-                    .forward = hook_forward,
-                    .backward = hook_backward,
-                    .epoch_end = hook_epoch_end,
-                    .progress = hook_progress};
-    if ((rc = loop_run(&L, &h, err))) goto end;
+    /* The run: each step masked whole, its loss divided by the predicted
+     * positions, then its micro-batches from their slots. */
+    for (int epoch = 1; loop_epoch_begin(&L, epoch); epoch++) {
+        loop_step s;
+        loop_report r;
+        while (loop_next_step(&L, &s)) {
+            if ((rc = loop_step_begin(&L, &s, mask_step(&st, &s), err))) goto end;
+            for (int k = 0; k < s.n_micro; k++) {
+                loop_micro mb;
+                double loss;
+                int got;
+                if ((rc = loop_micro_batch(&L, &s, k, &mb, err)) ||
+                    (rc = micro_forward(&st, k, &mb, &loss, &got, err)) ||
+                    (rc = loop_add_loss(&L, &s, loss, err)) ||
+                    (rc = micro_backward(&st, got, s.scale, err)))
+                    goto end;
+            }
+            if ((rc = loop_step_end(&L, &s, &r, err)) || (rc = report(&st, &r, err))) goto end;
+        }
+        if ((rc = end_epoch(&st, epoch, err))) goto end;
+    }
     if ((rc = loop_download(&L, st.host, err))) goto end;
     /* Everything but the pooler (not trained, equal anyway) goes back. */
     memcpy(m->arena, st.host, st.enc_floats * sizeof *m->arena);

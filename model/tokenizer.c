@@ -1,13 +1,16 @@
 /* tokenizer.c: Hugging Face BertTokenizer (the slow, pure-Python one:
- * BasicTokenizer + WordpieceTokenizer) ported to C, id for id.
+ * BasicTokenizer + WordpieceTokenizer) ported to C, id for id, and the one
+ * tokenizer type behind tokenizer.h for both vocab.txt and tokenizer.json.
  *
- * Owns: the tokenizer struct, a private copy of the vocab bytes (one
- * NUL-terminated string per line), the per-id offset/length arrays and the
- * open-addressing hash table from token bytes to id. Nothing is shared with
- * the caller; tokenizer_free() releases all of it. Each tokenize call owns a
- * small workspace (stack buffers, heap only for words longer than 256 code
- * points) and frees it before returning, so one tokenizer may be used by many
- * threads at once.
+ * Owns the tokenizer struct: its vocabulary (vocab.c: token bytes and the
+ * table from bytes to id), the special ids and, for a tokenizer.json
+ * tokenizer, its pipeline (tokenizer_json.c), which tokenize and encode
+ * hand the text to. Calls vocab.h, tokenizer_json.h, utf8.h, errors.h,
+ * file_read.h and utf8proc; neither vocab.c nor tokenizer_json.c calls
+ * back. Nothing is shared with the caller; tokenizer_free() releases all
+ * of it. Each tokenize call owns a small workspace (stack buffers, heap only
+ * for words longer than 256 code points) and frees it before returning, so
+ * one tokenizer may be used by many threads at once.
  *
  * The pipeline, in the order transformers runs it for one text:
  *
@@ -39,10 +42,12 @@
  *
  * Vocab lines end at "\n", "\r\n" or a lone "\r" (Python's universal
  * newlines, as load_vocab() reads the file); a duplicate token maps to its
- * last id, as the Python dict does.
+ * last id, as the Python dict does (vocab_from_lines).
  */
 #include "tokenizer.h"
 #include "tokenizer_json.h"
+#include "vocab.h"
+#include "utf8.h"
 #include "errors.h"
 #include "file_read.h"
 
@@ -66,263 +71,38 @@ static const char *const special_names[N_SPECIAL] = {
 };
 enum { SP_PAD, SP_UNK, SP_CLS, SP_SEP, SP_MASK };
 
-/* A hash slot keeps short tokens inline, so the usual lookup (one
- * ideograph, or "##" and a few letters) touches one cache line. */
-#define SLOT_KEY 8
-typedef struct {
-    uint32_t hash;
-    int32_t id;   /* -1: empty slot */
-    uint32_t len; /* token bytes */
-    char key[SLOT_KEY]; /* the first SLOT_KEY bytes of the token */
-} slot;
-
 struct tokenizer {
-    char *text;        /* vocab bytes, each line NUL-terminated; owned */
-    uint32_t *off;     /* id -> offset of its token in text */
-    uint32_t *len;     /* id -> byte length of its token */
-    int n;             /* number of ids (lines) */
-    slot *table;       /* token bytes -> id; power-of-two size */
-    uint32_t mask;     /* table size - 1 */
-    size_t max_bytes;  /* longest token in bytes: bound for WordPiece */
+    vocab *vocab;      /* token bytes <-> id; owned */
     int do_lower_case;
     int special[N_SPECIAL]; /* ids of special_names[], -1 if absent */
     tj_pipeline *json; /* set for a tokenizer.json tokenizer: its pipeline */
 };
 
-/* ------------------------------------------------------------ vocabulary */
+/* ---------------------------------------------------------------- loading */
 
-static uint32_t fnv_step(uint32_t h, const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 16777619u;
-    return h;
-}
-#define FNV_SEED 2166136261u
-
-/* Does the token in slot sl equal pre+s? */
-static int slot_equals(const tokenizer *tok, const slot *sl, const char *pre,
-                       size_t plen, const char *s, size_t n)
-{
-    const char *t = sl->len <= SLOT_KEY ? sl->key : tok->text + tok->off[sl->id];
-    size_t i;
-    if (sl->len != plen + n)
-        return 0;
-    for (i = 0; i < plen; i++)
-        if (t[i] != pre[i])
-            return 0;
-    for (i = 0; i < n; i++)
-        if (t[plen + i] != s[i])
-            return 0;
-    return 1;
-}
-
-/* Id of the token pre+s (pre is "" or "##"), or -1. */
-static int lookup2(const tokenizer *tok, const char *pre, size_t plen,
-                   const char *s, size_t n)
-{
-    uint32_t h = fnv_step(fnv_step(FNV_SEED, (const unsigned char *)pre, plen),
-                          (const unsigned char *)s, n);
-    for (uint32_t i = h & tok->mask;; i = (i + 1) & tok->mask) {
-        const slot *sl = &tok->table[i];
-        if (sl->id < 0)
-            return -1;
-        if (sl->hash == h && slot_equals(tok, sl, pre, plen, s, n))
-            return sl->id;
-    }
-}
-
-/* Inserts id; a later duplicate replaces an earlier one, as in the Python
- * dict that load_vocab() builds. */
-static void table_insert(tokenizer *tok, int id)
-{
-    const char *s = tok->text + tok->off[id];
-    size_t n = tok->len[id];
-    uint32_t h = fnv_step(FNV_SEED, (const unsigned char *)s, n);
-    for (uint32_t i = h & tok->mask;; i = (i + 1) & tok->mask) {
-        slot *sl = &tok->table[i];
-        if (sl->id < 0) {
-            sl->hash = h;
-            sl->id = id;
-            sl->len = (uint32_t)n;
-            memcpy(sl->key, s, n < SLOT_KEY ? n : SLOT_KEY);
-            return;
-        }
-        if (sl->hash == h && slot_equals(tok, sl, "", 0, s, n)) {
-            sl->id = id;
-            return;
-        }
-    }
-}
-
-/* Decodes one code point from s[0..n) (n >= 1) the way Python's
- * bytes.decode("utf-8", errors="replace") does: an invalid or truncated
- * sequence becomes one U+FFFD per maximal subpart, and the byte that breaks
- * a sequence is not consumed. Returns the number of bytes consumed. */
-static size_t utf8_next(const unsigned char *s, size_t n, cp_t *out)
-{
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    size_t need;
-    cp_t v;
-
-    if (c < 0x80) {
-        *out = (cp_t)c;
-        return 1;
-    }
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 1;
-        v = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        v = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        v = c & 0x07;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
-    } else {
-        *out = 0xFFFD;
-        return 1;
-    }
-    for (size_t i = 1; i <= need; i++) {
-        if (i >= n || s[i] < lo || s[i] > hi) {
-            *out = 0xFFFD;
-            return i;
-        }
-        v = (v << 6) | (s[i] & 0x3F);
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    *out = v;
-    return need + 1;
-}
-
-size_t tokenizer_utf8_next(const unsigned char *s, size_t n, int32_t *out)
-{
-    return utf8_next(s, n, out);
-}
-
-static int valid_utf8(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        cp_t c;
-        size_t k = utf8_next(s + i, n - i, &c);
-        if (c == 0xFFFD && !(k == 3 && s[i] == 0xEF && s[i + 1] == 0xBF &&
-                             s[i + 2] == 0xBD))
-            return 0;
-        i += k;
-    }
-    return 1;
-}
-
-static size_t utf8_put(cp_t c, char *dst)
-{
-    return (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)dst);
-}
-
-/* Splits the copied vocab into lines in place. Line ends are "\n", "\r\n"
- * and a lone "\r" (Python's universal newlines, as load_vocab() reads the
- * file); a final line without a line end still counts. */
-static int split_lines(tokenizer *tok, size_t len, char *err)
-{
-    size_t n = 0, i, start;
-    char *t = tok->text;
-
-    for (i = 0; i < len; i++)
-        if (t[i] == '\n' || (t[i] == '\r' && (i + 1 == len || t[i + 1] != '\n')))
-            n++;
-    if (len > 0 && t[len - 1] != '\n' && t[len - 1] != '\r')
-        n++;
-    if (n > (size_t)INT_MAX / 4 || len > UINT32_MAX - 1)
-        return sm_error(err, SM_ERR_FORMAT,
-                        "vocab: %zu lines / %zu bytes is too large", n, len);
-    tok->off = malloc((n ? n : 1) * sizeof *tok->off);
-    tok->len = malloc((n ? n : 1) * sizeof *tok->len);
-    if (!tok->off || !tok->len)
-        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %zu lines", n);
-
-    tok->n = 0;
-    for (i = 0, start = 0; i <= len && (size_t)tok->n < n; i++) {
-        int eol = i == len || t[i] == '\n' || t[i] == '\r';
-        if (!eol)
-            continue;
-        if (!valid_utf8((const unsigned char *)t + start, i - start))
-            return sm_error(err, SM_ERR_FORMAT,
-                            "vocab: line %d is not valid UTF-8", tok->n + 1);
-        tok->off[tok->n] = (uint32_t)start;
-        tok->len[tok->n] = (uint32_t)(i - start);
-        if (i - start > tok->max_bytes)
-            tok->max_bytes = i - start;
-        tok->n++;
-        if (i < len && t[i] == '\r' && i + 1 < len && t[i + 1] == '\n')
-            t[i++] = '\0';
-        if (i < len)
-            t[i] = '\0';
-        start = i + 1;
-    }
-    return SM_OK;
-}
-
-int tokenizer_load_buffer(const char *vocab, size_t len, int do_lower_case,
+int tokenizer_load_buffer(const char *vocab_txt, size_t len, int do_lower_case,
                           tokenizer **out, char *err)
 {
     tokenizer *tok;
-    size_t cap = 16;
     int rc;
 
-    if (!out || (!vocab && len))
+    if (!out || (!vocab_txt && len))
         return sm_error(err, SM_ERR_INVALID, "tokenizer_load_buffer: NULL argument");
     *out = NULL;
     tok = calloc(1, sizeof *tok);
     if (!tok)
         return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
     tok->do_lower_case = do_lower_case != 0;
-    tok->text = malloc(len + 1);
-    if (!tok->text) {
-        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %zu bytes", len);
+    if ((rc = vocab_from_lines(vocab_txt, len, &tok->vocab, err)))
         goto fail;
-    }
-    if (len)
-        memcpy(tok->text, vocab, len);
-    tok->text[len] = '\0';
-    /* A token holding a NUL could never be matched (text is cleaned of
-     * control characters) nor shown whole: a damaged file, refused. */
-    {
-        const char *nul = len ? memchr(tok->text, '\0', len) : NULL;
-        if (nul) {
-            size_t line = 1;
-            for (const char *p = tok->text; p < nul; p++)
-                line += *p == '\n';
-            rc = sm_error(err, SM_ERR_FORMAT, "vocab: line %zu holds a NUL byte", line);
-            goto fail;
-        }
-    }
-    rc = split_lines(tok, len, err);
-    if (rc)
-        goto fail;
-
-    while (cap < (size_t)tok->n * 2)
-        cap *= 2;
-    tok->table = malloc(cap * sizeof *tok->table);
-    if (!tok->table) {
-        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %d tokens", tok->n);
-        goto fail;
-    }
-    for (size_t i = 0; i < cap; i++)
-        tok->table[i].id = -1;
-    tok->mask = (uint32_t)(cap - 1);
-    for (int id = 0; id < tok->n; id++)
-        table_insert(tok, id);
-
     for (int k = 0; k < N_SPECIAL; k++) {
         const char *s = special_names[k];
-        tok->special[k] = lookup2(tok, "", 0, s, strlen(s));
+        tok->special[k] = vocab_lookup(tok->vocab, s, strlen(s));
         if (tok->special[k] < 0 && k != SP_MASK) {
             rc = sm_error(err, SM_ERR_FORMAT,
                           "vocab: no %s token among %d lines; a BERT vocab.txt "
-                          "needs [CLS], [SEP], [PAD] and [UNK]", s, tok->n);
+                          "needs [CLS], [SEP], [PAD] and [UNK]", s,
+                          vocab_size(tok->vocab));
             goto fail;
         }
     }
@@ -350,109 +130,81 @@ int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
     return rc;
 }
 
-int tokenizer_new_from_pieces(const char *const *pieces, int n,
-                              tokenizer **out, char *err)
+int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
+                               char *err)
 {
-    tokenizer *tok;
-    size_t total = 0, cap = 16, at = 0;
-    int rc;
-
-    *out = NULL;
-    if (n < 0 || n > INT_MAX / 4)
-        return sm_error(err, SM_ERR_FORMAT, "vocab: %d tokens is out of range", n);
-    for (int i = 0; i < n; i++) {
-        total += strlen(pieces[i]) + 1;
-        if (total > UINT32_MAX - 1)
-            return sm_error(err, SM_ERR_FORMAT, "vocab: more than 4 GB of tokens");
-    }
-    tok = calloc(1, sizeof *tok);
-    if (!tok)
-        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
-    tok->text = malloc(total + 1);
-    tok->off = malloc((n ? (size_t)n : 1) * sizeof *tok->off);
-    tok->len = malloc((n ? (size_t)n : 1) * sizeof *tok->len);
-    while (cap < (size_t)n * 2)
-        cap *= 2;
-    tok->table = malloc(cap * sizeof *tok->table);
-    if (!tok->text || !tok->off || !tok->len || !tok->table) {
-        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %d tokens", n);
-        goto fail;
-    }
-    for (size_t i = 0; i < cap; i++)
-        tok->table[i].id = -1;
-    tok->mask = (uint32_t)(cap - 1);
-    for (int id = 0; id < n; id++) {
-        size_t l = strlen(pieces[id]);
-        memcpy(tok->text + at, pieces[id], l + 1);
-        tok->off[id] = (uint32_t)at;
-        tok->len[id] = (uint32_t)l;
-        if (l > tok->max_bytes)
-            tok->max_bytes = l;
-        at += l + 1;
-        if (lookup2(tok, "", 0, pieces[id], l) >= 0) {
-            rc = sm_error(err, SM_ERR_FORMAT, "vocab: token %d is a duplicate of "
-                          "token %d", id, lookup2(tok, "", 0, pieces[id], l));
-            goto fail;
-        }
-        table_insert(tok, id);
-        tok->n = id + 1;
-    }
-    tok->text[at] = '\0';
-    tok->n = n;
-    for (int k = 0; k < N_SPECIAL; k++)
-        tok->special[k] = -1;
-    *out = tok;
-    return SM_OK;
-fail:
-    tokenizer_free(tok);
-    return rc;
+    return tokenizer_load_json_buffer_flags(json, len, 0, out, err);
 }
 
-size_t tokenizer_max_token_bytes(const tokenizer *tok) { return tok->max_bytes; }
-
-void tokenizer_attach_json(tokenizer *tok, tj_pipeline *tj, int cls, int sep,
-                           int pad, int unk, int mask)
+int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
+                                     tokenizer **out, char *err)
 {
+    tj_pipeline *tj = NULL;
+    vocab *v = NULL;
+    tj_special sp;
+    tokenizer *tok;
+    int rc;
+
+    if (!out || (!json && len))
+        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_json_buffer: NULL argument");
+    *out = NULL;
+    rc = tj_load(json, len, flags & TOKENIZER_JSON_RUST_SCORES ? TJ_RUST_SCORES : 0,
+                 &v, &tj, &sp, err);
+    if (rc)
+        return rc;
+    tok = calloc(1, sizeof *tok);
+    if (!tok) {
+        tj_free(tj);
+        vocab_free(v);
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
+    }
+    tok->vocab = v;
     tok->json = tj;
-    tok->special[SP_CLS] = cls;
-    tok->special[SP_SEP] = sep;
-    tok->special[SP_PAD] = pad;
-    tok->special[SP_UNK] = unk;
-    tok->special[SP_MASK] = mask;
+    tok->special[SP_CLS] = sp.cls;
+    tok->special[SP_SEP] = sp.sep;
+    tok->special[SP_PAD] = sp.pad;
+    tok->special[SP_UNK] = sp.unk;
+    tok->special[SP_MASK] = sp.mask;
+    *out = tok;
+    return SM_OK;
+}
+
+int tokenizer_load_json_file(const char *path, tokenizer **out, char *err)
+{
+    return tokenizer_load_json_file_flags(path, 0, out, err);
+}
+
+int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
+                                   char *err)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    int rc;
+    if (!path || !out)
+        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_json_file: NULL argument");
+    *out = NULL;
+    if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &buf, &n, err)))
+        return rc;
+    rc = tokenizer_load_json_buffer_flags(buf, n, flags, out, err);
+    free(buf);
+    return rc;
 }
 
 int tokenizer_clone(const tokenizer *src, tokenizer **out, char *err)
 {
     tokenizer *tok;
-    size_t text_len = 0, slots = (size_t)src->mask + 1;
-    size_t ids = src->n ? (size_t)src->n : 1;
     int rc;
 
     *out = NULL;
-    /* the tokens are all that is read of text: up to the last one's NUL */
-    for (int id = 0; id < src->n; id++)
-        if ((size_t)src->off[id] + src->len[id] + 1 > text_len)
-            text_len = (size_t)src->off[id] + src->len[id] + 1;
-    if (!text_len)
-        text_len = 1;
     tok = malloc(sizeof *tok);
     if (!tok)
         return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory copying a tokenizer");
     *tok = *src; /* the plain values; every pointer is replaced below */
+    tok->vocab = NULL;
     tok->json = NULL;
-    tok->text = malloc(text_len);
-    tok->off = malloc(ids * sizeof *tok->off);
-    tok->len = malloc(ids * sizeof *tok->len);
-    tok->table = malloc(slots * sizeof *tok->table);
-    if (!tok->text || !tok->off || !tok->len || !tok->table) {
-        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory copying %d tokens", src->n);
+    if ((rc = vocab_clone(src->vocab, &tok->vocab, err)))
         goto fail;
-    }
-    memcpy(tok->text, src->text, text_len);
-    memcpy(tok->off, src->off, (size_t)src->n * sizeof *tok->off);
-    memcpy(tok->len, src->len, (size_t)src->n * sizeof *tok->len);
-    memcpy(tok->table, src->table, slots * sizeof *tok->table);
-    if (src->json && (rc = tj_clone(src->json, src->n, &tok->json, err)))
+    if (src->json && (rc = tj_clone(src->json, vocab_size(src->vocab), &tok->json, err)))
         goto fail;
     *out = tok;
     return SM_OK;
@@ -466,14 +218,11 @@ void tokenizer_free(tokenizer *tok)
     if (!tok)
         return;
     tj_free(tok->json);
-    free(tok->text);
-    free(tok->off);
-    free(tok->len);
-    free(tok->table);
+    vocab_free(tok->vocab);
     free(tok);
 }
 
-int tokenizer_vocab_size(const tokenizer *tok) { return tok ? tok->n : 0; }
+int tokenizer_vocab_size(const tokenizer *tok) { return tok ? vocab_size(tok->vocab) : 0; }
 int tokenizer_do_lower_case(const tokenizer *tok) { return tok ? tok->do_lower_case : 0; }
 int tokenizer_cls_id(const tokenizer *tok) { return tok ? tok->special[SP_CLS] : -1; }
 int tokenizer_sep_id(const tokenizer *tok) { return tok ? tok->special[SP_SEP] : -1; }
@@ -483,16 +232,14 @@ int tokenizer_mask_id(const tokenizer *tok) { return tok ? tok->special[SP_MASK]
 
 const char *tokenizer_token(const tokenizer *tok, int id)
 {
-    if (!tok || id < 0 || id >= tok->n)
-        return NULL;
-    return tok->text + tok->off[id];
+    return tok ? vocab_token(tok->vocab, id) : NULL;
 }
 
 int tokenizer_lookup(const tokenizer *tok, const char *token, size_t len)
 {
     if (!tok || (!token && len))
         return -1;
-    return lookup2(tok, "", 0, token ? token : "", len);
+    return vocab_lookup(tok->vocab, token ? token : "", len);
 }
 
 /* ------------------------------------------------------ character classes */
@@ -718,10 +465,16 @@ static int done(const workspace *w) { return w->n > w->limit; }
 
 /* --------------------------------------------------------------- WordPiece */
 
+static size_t utf8_put(cp_t c, char *dst)
+{
+    return (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)dst);
+}
+
 /* WordpieceTokenizer.tokenize for one basic token of n code points. */
 static void wordpiece(workspace *w, const cp_t *cp, size_t n)
 {
     const tokenizer *tok = w->tok;
+    size_t max_bytes = vocab_max_token_bytes(tok->vocab);
     char bytes[4 * MAX_WORD_CHARS];
     uint16_t off[MAX_WORD_CHARS + 1];
     int sub[MAX_WORD_CHARS];
@@ -742,8 +495,8 @@ static void wordpiece(workspace *w, const cp_t *cp, size_t n)
         int id = -1;
         while (end > start) {
             size_t blen = (size_t)(off[end] - off[start]);
-            if (plen + blen <= tok->max_bytes) {
-                id = lookup2(tok, "##", plen, bytes + off[start], blen);
+            if (plen + blen <= max_bytes) {
+                id = vocab_lookup_prefixed(tok->vocab, "##", plen, bytes + off[start], blen);
                 if (id >= 0)
                     break;
             }
@@ -1131,7 +884,7 @@ int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
     if (tok && tok->json) {
         if ((!text && len) || cap < 0 || (!ids && cap > 0))
             return sm_error(err, SM_ERR_INVALID, "tokenizer: NULL or negative argument");
-        return tj_tokenize(tok->json, tok, text, len, ids, cap, n_total, err);
+        return tj_tokenize(tok->json, tok->vocab, text, len, ids, cap, n_total, err);
     }
     rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, &n, err);
     if (n_total)
@@ -1148,7 +901,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
     if (tok && tok->json) {
         if (!ids || (!text && len))
             return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: NULL argument");
-        return tj_encode(tok->json, tok, text, len, max_length, ids, n,
+        return tj_encode(tok->json, tok->vocab, text, len, max_length, ids, n,
                          truncated, err);
     }
     if (!tok || !ids || max_length < 2)

@@ -4,14 +4,15 @@
  *
  * Owns the pipeline (tj_pipeline: the normalizer and pre-tokenizer steps,
  * the model settings, the added tokens, the post-processor ids, the decoded
- * Precompiled charsmap). The vocabulary lives in the tokenizer of
- * tokenizer.c, which this file builds with tokenizer_new_from_pieces and to
- * which it attaches the pipeline: one opaque type for both formats, so every
+ * Precompiled charsmap). The vocabulary is a vocab (vocab.c), which tj_load
+ * builds from the model's pieces and hands back with the pipeline;
+ * tokenizer.c wraps the two in its one opaque tokenizer type, so every
  * caller of tokenizer_encode / tokenizer_token keeps working and a model
- * never needs to know which file its tokenizer came from. (A second type
- * would have doubled every call site in bert, ext and the trainers for no
- * gain; the pipeline is immutable after loading and shared by threads like
- * the WordPiece tables.)
+ * never needs to know which file its tokenizer came from. (A second public
+ * type would have doubled every call site in bert, ext and the trainers for
+ * no gain; the pipeline is immutable after loading and shared by threads
+ * like the vocabulary.) Calls vocab.h, utf8.h, json_in.h, errors.h and
+ * utf8proc; never tokenizer.h, which is the caller.
  *
  * Supported, everything else is an error naming the component:
  *   model          Unigram (Viterbi over the pieces and their scores, the
@@ -29,7 +30,7 @@
  *                  RobertaProcessing, none
  *   added_tokens   matched in the raw text, leftmost longest, with lstrip and
  *                  rstrip (normalized=false and single_word=false only)
- * Invalid UTF-8 is repaired first (tokenizer_utf8_next: one U+FFFD per
+ * Invalid UTF-8 is repaired first (utf8.h's utf8_next: one U+FFFD per
  * maximal invalid subpart, as Python's errors="replace"), then the text runs
  * added-token split -> normalizer -> pre-tokenizer -> model -> template.
  *
@@ -40,8 +41,9 @@
  * looked up alone the same way and kept when none matches.
  */
 #include "tokenizer_json.h"
+#include "vocab.h"
+#include "utf8.h"
 #include "errors.h"
-#include "file_read.h"
 #include "json_in.h"
 
 #include <limits.h>
@@ -782,10 +784,10 @@ static void put(sink *k, int id)
 
 static int full(const sink *k) { return k->n > k->limit; }
 
-static int wordpiece(const tj_pipeline *tj, const tokenizer *tok, const char *s,
+static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
                      size_t n, sink *out)
 {
-    size_t nch = 0, start = 0, maxb = tokenizer_max_token_bytes(tok);
+    size_t nch = 0, start = 0, maxb = vocab_max_token_bytes(voc);
     int first_n = out->n;
     char *buf;
     for (size_t i = 0; i < n; nch++) {
@@ -815,10 +817,10 @@ static int wordpiece(const tj_pipeline *tj, const tokenizer *tok, const char *s,
         while (end > start) {
             if (pl + end - start <= maxb) {
                 if (start == 0) {
-                    id = tokenizer_lookup(tok, s, end);
+                    id = vocab_lookup(voc, s, end);
                 } else {
                     memcpy(buf + pl, s + start, end - start);
-                    id = tokenizer_lookup(tok, buf, pl + end - start);
+                    id = vocab_lookup(voc, buf, pl + end - start);
                 }
                 if (id >= 0)
                     break;
@@ -847,10 +849,10 @@ typedef struct {
     int set;
 } best_node;
 
-static int unigram(const tj_pipeline *tj, const tokenizer *tok, const char *s,
+static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
                    size_t n, sink *out, char *err)
 {
-    size_t maxb = tokenizer_max_token_bytes(tok);
+    size_t maxb = vocab_max_token_bytes(voc);
     double unk_score = tj->min_score - 10.0;
     best_node *b = calloc(n + 1, sizeof *b);
     size_t *stack = NULL, top = 0, e;
@@ -866,7 +868,7 @@ static int unigram(const tj_pipeline *tj, const tokenizer *tok, const char *s,
         for (end = at + 1; end <= n && end - at <= maxb; end++) {
             if (end < n && ((unsigned char)s[end] & 0xC0) == 0x80)
                 continue;
-            int id = tokenizer_lookup(tok, s + at, end - at);
+            int id = vocab_lookup(voc, s + at, end - at);
             if (id < 0)
                 continue;
             double cand = tj->scores[id] + here;
@@ -912,7 +914,7 @@ static int unigram(const tj_pipeline *tj, const tokenizer *tok, const char *s,
                 end = stack[--top];
         }
         prev = end;
-        int id = b[end].id == tj->unk_id ? tokenizer_lookup(tok, s + st, end - st)
+        int id = b[end].id == tj->unk_id ? vocab_lookup(voc, s + st, end - st)
                                          : b[end].id;
         if (id >= 0) {
             put(out, id);
@@ -954,7 +956,7 @@ static int added_at(const tj_pipeline *tj, const char *s, size_t n, size_t i)
     return best;
 }
 
-static int segment(const tj_pipeline *tj, const tokenizer *tok, const char *s,
+static int segment(const tj_pipeline *tj, const vocab *voc, const char *s,
                    size_t n, int first, sink *out, char *err)
 {
     sbuf norm = {0};
@@ -968,8 +970,8 @@ static int segment(const tj_pipeline *tj, const tokenizer *tok, const char *s,
     rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, &pc);
     for (size_t i = 0; i < pc.n && !rc && !full(out); i++) {
         const char *p = pc.text.p + pc.s[i].off;
-        rc = tj->model == M_UNIGRAM ? unigram(tj, tok, p, pc.s[i].len, out, err)
-                                    : wordpiece(tj, tok, p, pc.s[i].len, out);
+        rc = tj->model == M_UNIGRAM ? unigram(tj, voc, p, pc.s[i].len, out, err)
+                                    : wordpiece(tj, voc, p, pc.s[i].len, out);
     }
     free(norm.p);
     pc_free(&pc);
@@ -977,7 +979,7 @@ static int segment(const tj_pipeline *tj, const tokenizer *tok, const char *s,
                               : rc;
 }
 
-static int run(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
                size_t len, sink *out, char *err)
 {
     sbuf s = {0};
@@ -989,7 +991,7 @@ static int run(const tj_pipeline *tj, const tokenizer *tok, const char *text,
                         "longer than %zu", len, TJ_MAX_TEXT);
     while (i < len) { /* repair invalid UTF-8 */
         cp_t c;
-        size_t k = tokenizer_utf8_next((const unsigned char *)text + i, len - i, &c);
+        size_t k = utf8_next((const unsigned char *)text + i, len - i, &c);
         if (sb_cp(&s, c)) {
             free(s.p);
             return sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory");
@@ -1021,28 +1023,28 @@ static int run(const tj_pipeline *tj, const tokenizer *tok, const char *text,
                 break;
             a1 += k;
         }
-        rc = segment(tj, tok, s.p + seg, a0 - seg, seg == 0, out, err);
+        rc = segment(tj, voc, s.p + seg, a0 - seg, seg == 0, out, err);
         if (!rc && !full(out))
             put(out, a->id);
         i = seg = a1;
     }
     if (!rc && !full(out))
-        rc = segment(tj, tok, s.p ? s.p + seg : "", s.n - seg, seg == 0, out, err);
+        rc = segment(tj, voc, s.p ? s.p + seg : "", s.n - seg, seg == 0, out, err);
     free(s.p);
     return rc;
 }
 
-int tj_tokenize(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+int tj_tokenize(const tj_pipeline *tj, const vocab *voc, const char *text,
                 size_t len, int *ids, int cap, int *n_total, char *err)
 {
     sink k = {ids, cap, 0, INT_MAX - 1};
-    int rc = run(tj, tok, text ? text : "", len, &k, err);
+    int rc = run(tj, voc, text ? text : "", len, &k, err);
     if (n_total)
         *n_total = k.n;
     return rc;
 }
 
-int tj_encode(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+int tj_encode(const tj_pipeline *tj, const vocab *voc, const char *text,
               size_t len, int max_length, int *ids, int *n, int *truncated,
               char *err)
 {
@@ -1052,7 +1054,7 @@ int tj_encode(const tj_pipeline *tj, const tokenizer *tok, const char *text,
                         "expected at least %d (room for the special tokens)",
                         max_length, tj->n_before + tj->n_after);
     sink k = {ids + tj->n_before, room, 0, room};
-    rc = run(tj, tok, text ? text : "", len, &k, err);
+    rc = run(tj, voc, text ? text : "", len, &k, err);
     if (rc)
         return rc;
     if (truncated)
@@ -1415,10 +1417,10 @@ static double serde_f64(const json_in_value *v)
 }
 
 static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
-                      tokenizer **out, char *err)
+                      vocab **out, char *err)
 {
     const char *t = type_of(m);
-    const json_in_value *vocab = json_in_get(m, "vocab");
+    const json_in_value *entries = json_in_get(m, "vocab");
     const char **names = NULL;
     int rc, n;
 
@@ -1428,24 +1430,24 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
         return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: model has no \"type\"");
     if (strcmp(t, "Unigram") == 0) {
         tj->model = M_UNIGRAM;
-        if (!json_in_is(vocab, JSON_IN_ARRAY))
+        if (!json_in_is(entries, JSON_IN_ARRAY))
             return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: Unigram 'vocab' "
                             "must be an array of [piece, score]");
     } else if (strcmp(t, "WordPiece") == 0) {
         tj->model = M_WORDPIECE;
-        if (!json_in_is(vocab, JSON_IN_OBJECT))
+        if (!json_in_is(entries, JSON_IN_OBJECT))
             return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece 'vocab' "
                             "must be an object of token: id");
     } else {
         return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: model '%.64s' is "
                         "not supported; supported: WordPiece, Unigram", t);
     }
-    if (vocab->n == 0)
+    if (entries->n == 0)
         return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: the %s vocab is empty", t);
-    if (vocab->n > (size_t)INT_MAX / 8)
+    if (entries->n > (size_t)INT_MAX / 8)
         return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: %zu vocab entries is "
-                        "too many", vocab->n);
-    n = (int)vocab->n;
+                        "too many", entries->n);
+    n = (int)entries->n;
     names = calloc((size_t)n, sizeof *names);
     if (!names)
         return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
@@ -1457,7 +1459,7 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
         }
         tj->min_score = 1e300;
         for (int i = 0; i < n; i++) {
-            const json_in_value *e = &vocab->items[i];
+            const json_in_value *e = &entries->items[i];
             if (!json_in_is(e, JSON_IN_ARRAY) || e->n != 2 ||
                 !json_in_is(&e->items[0], JSON_IN_STRING) ||
                 !json_in_is(&e->items[1], JSON_IN_NUMBER)) {
@@ -1466,7 +1468,7 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
                 goto end;
             }
             names[i] = e->items[0].str;
-            tj->scores[i] = flags & TOKENIZER_JSON_RUST_SCORES
+            tj->scores[i] = flags & TJ_RUST_SCORES
                                 ? serde_f64(&e->items[1]) : e->items[1].d;
             if (tj->scores[i] < tj->min_score)
                 tj->min_score = tj->scores[i];
@@ -1479,8 +1481,8 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
         if ((rc = get_bool(m, "byte_fallback", 0, &tj->byte_fallback, "Unigram", err)))
             goto end;
     } else {
-        for (size_t i = 0; i < vocab->n; i++) {
-            const json_in_member *e = &vocab->members[i];
+        for (size_t i = 0; i < entries->n; i++) {
+            const json_in_member *e = &entries->members[i];
             int id = -1;
             if ((rc = get_id(&e->value, n, &id, "a WordPiece vocab id", err)))
                 goto end;
@@ -1499,7 +1501,7 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
                           "'unk_token'");
             goto end;
         }
-        const json_in_value *uid = json_in_get(vocab, u->str);
+        const json_in_value *uid = json_in_get(entries, u->str);
         if (!uid) {
             rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: WordPiece unk_token "
                           "'%.64s' is not in the vocab", u->str);
@@ -1529,7 +1531,7 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
             tj->max_chars = (int)mx->i;
         }
     }
-    rc = tokenizer_new_from_pieces(names, n, out, err);
+    rc = vocab_from_pieces(names, n, out, err);
     if (rc == SM_ERR_FORMAT) {
         char tmp[SM_ERR_MAX];
         snprintf(tmp, sizeof tmp, "tokenizer.json: %s", err ? err : "");
@@ -1540,7 +1542,7 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
         for (int b = 0; b < 256; b++) {
             char name[8];
             snprintf(name, sizeof name, "<0x%02X>", b);
-            tj->byte_ids[b] = tokenizer_lookup(*out, name, 6);
+            tj->byte_ids[b] = vocab_lookup(*out, name, 6);
         }
     }
 end:
@@ -1667,35 +1669,26 @@ static int load_post(tj_pipeline *tj, const json_in_value *p, int n_vocab, char 
     return unsupported(err, "post_processor", p);
 }
 
-static int named_id(const tokenizer *tok, const char *a, const char *b)
+static int named_id(const vocab *voc, const char *a, const char *b)
 {
-    int id = tokenizer_lookup(tok, a, strlen(a));
-    return id >= 0 ? id : tokenizer_lookup(tok, b, strlen(b));
+    int id = vocab_lookup(voc, a, strlen(a));
+    return id >= 0 ? id : vocab_lookup(voc, b, strlen(b));
 }
 
-int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
-                               char *err)
-{
-    return tokenizer_load_json_buffer_flags(json, len, 0, out, err);
-}
-
-int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
-                                     tokenizer **out, char *err)
+int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipeline **out,
+            tj_special *sp, char *err)
 {
     json_in_doc *doc = NULL;
     json_in_error je;
     const json_in_value *root;
     tj_pipeline *tj = NULL;
-    tokenizer *tok = NULL;
+    vocab *voc = NULL;
     int rc;
     static const char *const known[] = {
         "version", "truncation", "padding", "added_tokens", "normalizer",
         "pre_tokenizer", "model", "post_processor", "decoder"
     };
 
-    if (!out || (!json && len))
-        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_json_buffer: NULL argument");
-    *out = NULL;
     rc = json_in_parse(json ? json : "", len, &doc, &je);
     if (rc == SM_ERR_NOMEM)
         return sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
@@ -1727,48 +1720,29 @@ int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
         rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: no \"model\"");
         goto fail;
     }
-    if ((rc = load_model(tj, json_in_get(root, "model"), flags, &tok, err)))
+    if ((rc = load_model(tj, json_in_get(root, "model"), flags, &voc, err)))
         goto fail;
     const json_in_value *nv = json_in_get(root, "normalizer"),
                         *pv = json_in_get(root, "pre_tokenizer");
     if ((nv && (rc = add_norm(tj, nv, 0, err))) ||
         (pv && (rc = add_pre(tj, pv, 0, err))) ||
         (rc = load_added(tj, json_in_get(root, "added_tokens"),
-                         tokenizer_vocab_size(tok), err)) ||
+                         vocab_size(voc), err)) ||
         (rc = load_post(tj, json_in_get(root, "post_processor"),
-                        tokenizer_vocab_size(tok), err)))
+                        vocab_size(voc), err)))
         goto fail;
-    tokenizer_attach_json(tok, tj, tj->n_before ? tj->before[0] : -1,
-                          tj->n_after ? tj->after[0] : -1,
-                          named_id(tok, "<pad>", "[PAD]"), tj->unk_id,
-                          named_id(tok, "<mask>", "[MASK]"));
+    sp->cls = tj->n_before ? tj->before[0] : -1;
+    sp->sep = tj->n_after ? tj->after[0] : -1;
+    sp->pad = named_id(voc, "<pad>", "[PAD]");
+    sp->unk = tj->unk_id;
+    sp->mask = named_id(voc, "<mask>", "[MASK]");
     json_in_free(doc);
-    *out = tok;
+    *vocab_out = voc;
+    *out = tj;
     return SM_OK;
 fail:
     json_in_free(doc);
     tj_free(tj);
-    tokenizer_free(tok);
-    return rc;
-}
-
-int tokenizer_load_json_file(const char *path, tokenizer **out, char *err)
-{
-    return tokenizer_load_json_file_flags(path, 0, out, err);
-}
-
-int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
-                                   char *err)
-{
-    char *buf = NULL;
-    size_t n = 0;
-    int rc;
-    if (!path || !out)
-        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_json_file: NULL argument");
-    *out = NULL;
-    if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &buf, &n, err)))
-        return rc;
-    rc = tokenizer_load_json_buffer_flags(buf, n, flags, out, err);
-    free(buf);
+    vocab_free(voc);
     return rc;
 }

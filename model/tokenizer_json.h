@@ -1,37 +1,48 @@
-/* tokenizer_json.h: the seam between tokenizer.c (the vocabulary, the
- * public tokenizer type) and tokenizer_json.c (the tokenizer.json pipeline).
- * Internal to model/: callers use tokenizer.h only.
+/* tokenizer_json.h: the tokenizer.json pipeline (tokenizer_json.c) as
+ * tokenizer.c uses it: load a file into a vocabulary (vocab.h) and a
+ * pipeline, then tokenize and encode text with the two. The pipeline knows
+ * nothing of the tokenizer type; tokenizer.c wraps both in it. Internal to
+ * model/: callers use tokenizer.h.
  */
 #ifndef SM_TOKENIZER_JSON_H
 #define SM_TOKENIZER_JSON_H
 
 #include <stddef.h>
-#include <stdint.h>
 
-#include "tokenizer.h"
+#include "vocab.h"
 
 typedef struct tj_pipeline tj_pipeline;
 
-/* tokenizer.c: a tokenizer whose vocabulary is pieces[0..n) (id = index,
- * each copied); a duplicate piece is an error. No special ids are set. */
-int tokenizer_new_from_pieces(const char *const *pieces, int n,
-                              tokenizer **out, char *err);
-/* tokenizer.c: hands tj to tok (freed with it) and sets its special ids. */
-void tokenizer_attach_json(tokenizer *tok, tj_pipeline *tj, int cls, int sep,
-                           int pad, int unk, int mask);
-size_t tokenizer_max_token_bytes(const tokenizer *tok);
-/* tokenizer.c: one code point of s[0..n) (n >= 1), invalid UTF-8 repaired as
- * Python's errors="replace" does; returns the bytes consumed. */
-size_t tokenizer_utf8_next(const unsigned char *s, size_t n, int32_t *out);
+/* The special ids a loaded tokenizer.json gives, -1 for each it lacks: cls
+ * and sep are the first ids the post-processor puts before and after the
+ * text, unk is the model's unknown id, pad and mask are "<pad>"/"[PAD]" and
+ * "<mask>"/"[MASK]" when present. */
+typedef struct tj_special {
+    int cls, sep, pad, unk, mask;
+} tj_special;
 
-/* tokenizer_json.c */
+/* tj_load flag: Unigram scores read as the Rust tokenizers library reads
+ * them (tokenizer.h, TOKENIZER_JSON_RUST_SCORES). */
+#define TJ_RUST_SCORES 1
+
+/* Parses a tokenizer.json (len bytes, json may be NULL when len is 0):
+ * *vocab_out gets the model's pieces (id = index), *out the pipeline, *sp
+ * the special ids; on an error all are left unset and nothing is kept.
+ * Unsupported components are SM_ERR_UNSUPPORTED naming the component, a
+ * malformed file SM_ERR_FORMAT. */
+int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipeline **out,
+            tj_special *sp, char *err);
 void tj_free(tj_pipeline *tj);
-/* A deep copy of src, whose tokenizer has n_pieces ids (the Unigram
+/* A deep copy of src, whose vocabulary has n_pieces ids (the Unigram
  * scores' count); shares nothing with src. */
 int tj_clone(const tj_pipeline *src, int n_pieces, tj_pipeline **out, char *err);
-int tj_tokenize(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+/* The ids of text (len bytes, any bytes) without special tokens, as
+ * tokenizer_tokenize; v is the vocabulary tj_load made with tj. */
+int tj_tokenize(const tj_pipeline *tj, const vocab *v, const char *text,
                 size_t len, int *ids, int cap, int *n_total, char *err);
-int tj_encode(const tj_pipeline *tj, const tokenizer *tok, const char *text,
+/* The model input for one sequence, as tokenizer_encode: the
+ * post-processor's ids around the text's, cut to max_length. */
+int tj_encode(const tj_pipeline *tj, const vocab *v, const char *text,
               size_t len, int max_length, int *ids, int *n, int *truncated,
               char *err);
 

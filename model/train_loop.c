@@ -1,10 +1,12 @@
-/* train_loop.c: the loop under trainer_run and pretrain_run: option
- * checks, the seeded split and batch orders, the device arenas and the
- * epochs of optimizer steps with schedule, accumulation, interrupts,
- * divergence checks and progress.
+/* train_loop.c: the pieces trainer_run and pretrain_run build their loops
+ * from: option checks, the seeded split and batch orders, the device
+ * arenas and the epochs of optimizer steps with schedule, accumulation,
+ * interrupts, divergence checks and progress reports.
  *
  * Owns, while a run lasts, the row orders, the parameter and gradient
- * arenas and the optimizer; nothing is allocated per step.
+ * arenas and the optimizer; nothing is allocated per step. Calls down only
+ * (the backend table, optimizer.h, token_dataset.h, bert_dropout); the
+ * callers drive the run and are never called back.
  */
 #include "train_loop.h"
 
@@ -104,6 +106,8 @@ void loop_init(train_loop *L, const char *what, const loop_options *o, backend *
     L->total_steps = L->steps_per_epoch * o->epochs;
     if (o->max_steps && o->max_steps < L->total_steps) L->total_steps = o->max_steps;
     L->warmup = (long)ceil(L->total_steps * (double)o->warmup_ratio);
+    L->hp = (adamw_hparams){o->lr,           o->beta1,     o->beta2,  o->eps,
+                            o->weight_decay, o->grad_clip, o->head_lr};
     bert_dropout_from_config(&m->cfg, o->dropout, o->seed, &L->drop);
 }
 
@@ -218,83 +222,114 @@ static void report(const train_loop *L, int epoch, double loss, long denom, doub
     r->eta_sec = r->elapsed_sec / L->step * (double)(L->total_steps - L->step);
 }
 
-/* One optimizer step over rows idx[0..count); *loss_sum and *denom get its
- * loss sum and divisor. */
-static int step(train_loop *L, const loop_hooks *h, int epoch, const int *idx, int count,
-                double *loss_sum, long *denom, char *err)
+int loop_epoch_begin(train_loop *L, int epoch)
+{
+    if (epoch > L->o.epochs || L->step >= L->total_steps) return 0;
+    order_epoch(L, epoch);
+    L->epoch = epoch;
+    L->epoch_step = 0;
+    L->epoch_loss = 0;
+    L->epoch_denom = 0;
+    return 1;
+}
+
+int loop_next_step(train_loop *L, loop_step *s)
+{
+    int batch = L->o.batch_size;
+    if (L->epoch_step >= L->steps_per_epoch || L->step >= L->total_steps) return 0;
+    memset(s, 0, sizeof *s);
+    s->t0 = now_sec();
+    int first = L->batches[L->epoch_step++] * batch;
+    s->epoch = L->epoch;
+    s->idx = L->train_idx + first;
+    s->count = L->n_train - first < batch ? L->n_train - first : batch;
+    s->n_micro = (s->count + L->micro - 1) / L->micro;
+    return 1;
+}
+
+int loop_step_begin(train_loop *L, loop_step *s, long divisor, char *err)
 {
     backend *be = L->be;
-    const loop_options *o = &L->o;
     int rc;
-    *loss_sum = 0;
-    *denom = h->step_begin ? h->step_begin(h->ctx, epoch, idx, count) : count;
+    s->divisor = divisor;
+    s->scale = divisor ? 1.0f / (float)divisor : 0.0f;
     if ((rc = be->zero(be, L->grads, L->total * sizeof(float))))
         return sm_error(err, rc, "%s backend: clearing gradients failed", be->name);
-    float scale = *denom ? 1.0f / (float)*denom : 0.0f;
-    for (int k = 0, mf = 0; mf < count; k++, mf += L->micro) {
-        if (o->interrupt && o->interrupt(o->user))
-            return sm_error(err, SM_ERR_INTERRUPTED, "%s interrupted at epoch %d, step %ld",
-                            L->what, epoch, L->step + 1);
-        int B = count - mf < L->micro ? count - mf : L->micro;
-        double l;
-        L->drop.step = L->micro_step++;
-        if ((rc = h->forward(h->ctx, k, idx + mf, B, &L->drop, &l, err))) return rc;
-        if (!isfinite(l))
-            return sm_error(err, SM_ERR_INVALID,
-                            "%s diverged: the loss is %s at epoch %d, step %ld; try a lower lr",
-                            L->what, isnan(l) ? "NaN" : "infinite", epoch, L->step + 1);
-        *loss_sum += l;
-        if ((rc = h->backward(h->ctx, scale, err))) return rc;
-    }
     return SM_OK;
 }
 
-int loop_run(train_loop *L, const loop_hooks *h, char *err)
+void loop_micro_rows(const train_loop *L, const loop_step *s, int k, const int **idx,
+                     int *rows)
+{
+    int first = k * L->micro;
+    *idx = s->idx + first;
+    *rows = s->count - first < L->micro ? s->count - first : L->micro;
+}
+
+int loop_micro_batch(train_loop *L, const loop_step *s, int k, loop_micro *mb, char *err)
 {
     const loop_options *o = &L->o;
-    adamw_hparams hp = {o->lr,           o->beta1,     o->beta2,  o->eps,
-                        o->weight_decay, o->grad_clip, o->head_lr};
-    loop_report r;
-    int rc;
-    for (int epoch = 1; epoch <= o->epochs && L->step < L->total_steps; epoch++) {
-        order_epoch(L, epoch);
-        double epoch_loss = 0;
-        long epoch_denom = 0;
-        for (long s = 0; s < L->steps_per_epoch && L->step < L->total_steps; s++) {
-            double ts = now_sec();
-            int first = L->batches[s] * o->batch_size;
-            int count = L->n_train - first < o->batch_size ? L->n_train - first : o->batch_size;
-            double loss_sum;
-            long denom;
-            if ((rc = step(L, h, epoch, L->train_idx + first, count, &loss_sum, &denom, err)))
-                return rc;
-            float lr = lr_linear_schedule(o->lr, L->step, L->warmup, L->total_steps);
-            float norm = 0;
-            if (denom) {
-                if ((rc = adamw_step(L->opt, L->params, L->grads, &hp, lr, &norm, err))) return rc;
-            } else {
-                L->skipped_steps++;
-            }
-            L->step++;
-            L->examples_done += count;
-            L->denom_done += denom;
-            epoch_loss += loss_sum;
-            epoch_denom += denom;
-            L->train_time += now_sec() - ts;
-            report(L, epoch, denom ? loss_sum / (double)denom : NAN, denom, lr, &r);
-            r.grad_norm = norm;
-            if (h->progress(h->ctx, &r))
-                return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped at epoch %d, step %ld",
-                                L->what, epoch, L->step);
-        }
-        double train_loss = epoch_denom ? epoch_loss / (double)epoch_denom : NAN;
-        if ((rc = h->epoch_end(h->ctx, epoch, train_loss, err))) return rc;
-        report(L, epoch, train_loss, epoch_denom,
-               lr_linear_schedule(o->lr, L->step, L->warmup, L->total_steps), &r);
-        r.epoch_done = 1;
-        r.epoch_loss = train_loss;
-        if (h->progress(h->ctx, &r))
-            return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped after epoch %d", L->what, epoch);
-    }
+    if (o->interrupt && o->interrupt(o->user))
+        return sm_error(err, SM_ERR_INTERRUPTED, "%s interrupted at epoch %d, step %ld",
+                        L->what, s->epoch, L->step + 1);
+    loop_micro_rows(L, s, k, &mb->idx, &mb->rows);
+    L->drop.step = L->micro_step++;
+    mb->drop = &L->drop;
     return SM_OK;
+}
+
+int loop_add_loss(const train_loop *L, loop_step *s, double loss, char *err)
+{
+    if (!isfinite(loss))
+        return sm_error(err, SM_ERR_INVALID,
+                        "%s diverged: the loss is %s at epoch %d, step %ld; try a lower lr",
+                        L->what, isnan(loss) ? "NaN" : "infinite", s->epoch, L->step + 1);
+    s->loss_sum += loss;
+    return SM_OK;
+}
+
+int loop_step_end(train_loop *L, const loop_step *s, loop_report *r, char *err)
+{
+    const loop_options *o = &L->o;
+    float lr = lr_linear_schedule(o->lr, L->step, L->warmup, L->total_steps);
+    float norm = 0;
+    int rc;
+    if (s->divisor) {
+        if ((rc = adamw_step(L->opt, L->params, L->grads, &L->hp, lr, &norm, err))) return rc;
+    } else {
+        L->skipped_steps++;
+    }
+    L->step++;
+    L->examples_done += s->count;
+    L->denom_done += s->divisor;
+    L->epoch_loss += s->loss_sum;
+    L->epoch_denom += s->divisor;
+    L->train_time += now_sec() - s->t0;
+    report(L, s->epoch, s->divisor ? s->loss_sum / (double)s->divisor : NAN, s->divisor, lr, r);
+    r->grad_norm = norm;
+    return SM_OK;
+}
+
+double loop_epoch_loss(const train_loop *L)
+{
+    return L->epoch_denom ? L->epoch_loss / (double)L->epoch_denom : NAN;
+}
+
+void loop_epoch_report(const train_loop *L, loop_report *r)
+{
+    const loop_options *o = &L->o;
+    double loss = loop_epoch_loss(L);
+    report(L, L->epoch, loss, L->epoch_denom,
+           lr_linear_schedule(o->lr, L->step, L->warmup, L->total_steps), r);
+    r->epoch_done = 1;
+    r->epoch_loss = loss;
+}
+
+int loop_stopped(const train_loop *L, const loop_report *r, char *err)
+{
+    if (r->epoch_done)
+        return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped after epoch %d", L->what,
+                        r->epoch);
+    return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped at epoch %d, step %ld", L->what,
+                    r->epoch, r->step);
 }

@@ -1,11 +1,13 @@
 /* train_loop.h: what fine-tuning (trainer.c) and masked-LM pretraining
  * (pretrain.c) share: the checks of their common options, the seeded
  * validation split, each epoch's batch order, the device arenas for
- * parameters and gradients with their optimizer, and the epochs of AdamW
- * steps (warm-up + linear decay, gradient accumulation, interrupt polling,
- * divergence checks, progress with timing and ETA). What the two differ in
- * (batches, loss, validation, what is kept) comes in through loop_hooks.
- * Internal to model/.
+ * parameters and gradients with their optimizer, and the pieces of an
+ * epoch of AdamW steps (warm-up + linear decay, gradient accumulation,
+ * interrupt polling, divergence checks, progress with timing and ETA).
+ * trainer_run and pretrain_run each write their own loop and call down
+ * into these (the order is below, at "the run"); what the two differ in
+ * (batches, loss, validation, what is kept) stays in them, and nothing
+ * here calls back up. Internal to model/.
  *
  * Orders are splitmix64 streams keyed by the seed: the split from
  * (seed, 0x5011700), epoch e's shuffles from (seed, 0xE90C0000 + e); dropout
@@ -128,7 +130,12 @@ typedef struct train_loop {
     float *params, *grads;    /* (total) device arenas */
     size_t total;
     adamw *opt;               /* created by the caller for its table */
-    bert_dropout drop;
+    adamw_hparams hp;         /* from o */
+    bert_dropout drop;        /* its step is the micro-batch's (loop_micro_batch) */
+    int epoch;                /* the epoch under way (loop_epoch_begin) */
+    long epoch_step;          /* its steps begun */
+    double epoch_loss;        /* its steps' loss sums ... */
+    long epoch_denom;         /* ... and divisors */
     long step;                /* optimizer steps taken */
     long skipped_steps;       /* steps with a zero divisor: no update */
     long examples_done, denom_done;
@@ -152,33 +159,80 @@ int loop_upload(train_loop *L, size_t offset, const float *src, size_t n, char *
 int loop_download(train_loop *L, float *dst, char *err);
 void loop_free(train_loop *L);
 
-/* The parts of a run that differ; ctx is theirs. */
-typedef struct loop_hooks {
-    void *ctx;
-    /* May be NULL. Called with a step's rows idx[0..count) before its
-     * gradients are cleared; returns what the step's loss sum is divided by
-     * (without the hook: count). A step with 0 makes no update. */
-    long (*step_begin)(void *ctx, int epoch, const int *idx, int count);
-    /* Forward pass of the step's micro-batch k, rows idx[0..B), with
-     * dropout drop: *loss = its loss sum. */
-    int (*forward)(void *ctx, int k, const int *idx, int B, const bert_dropout *drop,
-                   double *loss, char *err);
-    /* Backward of the last forward: adds scale * d(loss sum) to L->grads. */
-    int (*backward)(void *ctx, float scale, char *err);
-    /* After an epoch's steps: validation and what to keep. train_loss is
-     * the epoch's mean loss, NAN when its divisor is 0. */
-    int (*epoch_end)(void *ctx, int epoch, double train_loss, char *err);
-    /* After every step and every epoch_end; nonzero stops training
-     * (SM_ERR_INTERRUPTED). */
-    int (*progress)(void *ctx, const loop_report *r);
-} loop_hooks;
+/* ---- the run ---------------------------------------------------------------------
+ *
+ * The caller's loop, in this order (each call that takes err returns a
+ * status; stop at the first that is not SM_OK):
+ *
+ *   for (int epoch = 1; loop_epoch_begin(L, epoch); epoch++) {
+ *       loop_step s;
+ *       loop_report r;
+ *       while (loop_next_step(L, &s)) {
+ *           loop_step_begin(L, &s, divisor, err);     gradients cleared
+ *           for (int k = 0; k < s.n_micro; k++) {
+ *               loop_micro mb;
+ *               loop_micro_batch(L, &s, k, &mb, err); interrupt polled
+ *               forward rows mb.idx[0..mb.rows) with mb.drop: loss sum
+ *               loop_add_loss(L, &s, loss, err);      a non-finite loss stops
+ *               backward, adding s.scale * d(loss sum) to L->grads
+ *           }
+ *           loop_step_end(L, &s, &r, err);            clipping, AdamW, schedule
+ *           progress with r; to stop: loop_stopped(L, &r, err)
+ *       }
+ *       validation with loop_epoch_loss(L); loop_epoch_report(L, &r); progress
+ *   }
+ */
 
-/* Runs the epochs: each shuffles the training rows, optionally sorts
- * windows of 50 batches by length, shuffles the batch order, then takes
- * its steps until total_steps. o.interrupt is polled before every
- * micro-batch; a non-finite loss stops with SM_ERR_INVALID naming the
- * step. */
-int loop_run(train_loop *L, const loop_hooks *h, char *err);
+/* One optimizer step, from loop_next_step to loop_step_end. */
+typedef struct loop_step {
+    int epoch;                /* 1-based */
+    const int *idx;           /* (count) the step's rows, into L->train_idx */
+    int count;
+    int n_micro;              /* its micro-batches: ceil(count / L->micro) */
+    long divisor;             /* what its loss sum is divided by (loop_step_begin) */
+    float scale;              /* 1 / divisor, 0 when divisor is 0: the backward's */
+    double loss_sum;          /* the micro-batches' so far (loop_add_loss) */
+    double t0;                /* when it began: step time */
+} loop_step;
+
+/* One micro-batch of a step. */
+typedef struct loop_micro {
+    const int *idx;           /* (rows) its rows, a slice of the step's */
+    int rows;
+    const bert_dropout *drop; /* its dropout key */
+} loop_micro;
+
+/* Starts epoch `epoch` (1-based) and returns 1, or returns 0 when the run
+ * is over (epoch past o.epochs, or total_steps taken). Shuffles the
+ * training rows, optionally sorts windows of 50 batches by length so each
+ * batch pads little, shuffles the batch order. */
+int loop_epoch_begin(train_loop *L, int epoch);
+/* Fills s with the next step of the epoch and returns 1, or returns 0 at
+ * the epoch's end or once total_steps are taken. */
+int loop_next_step(train_loop *L, loop_step *s);
+/* Clears the gradients for step s, whose loss sum is divided by divisor
+ * (rows, or predicted positions); a step with 0 makes no update. */
+int loop_step_begin(train_loop *L, loop_step *s, long divisor, char *err);
+/* Micro-batch k (0 <= k < s->n_micro) of step s: its rows only, for work
+ * done before its forward pass (masking, say). */
+void loop_micro_rows(const train_loop *L, const loop_step *s, int k, const int **idx,
+                     int *rows);
+/* Starts micro-batch k of step s: polls o.interrupt (SM_ERR_INTERRUPTED
+ * when it says stop), then fills mb with its rows and dropout key. */
+int loop_micro_batch(train_loop *L, const loop_step *s, int k, loop_micro *mb, char *err);
+/* Adds a micro-batch's loss sum to the step's; a NaN or infinite loss is
+ * SM_ERR_INVALID naming the epoch and step. */
+int loop_add_loss(const train_loop *L, loop_step *s, double loss, char *err);
+/* Ends step s: the AdamW update (clipped, at the scheduled lr) unless its
+ * divisor is 0, the counts and times; r gets the step's report. */
+int loop_step_end(train_loop *L, const loop_step *s, loop_report *r, char *err);
+/* The epoch's mean loss so far, NAN when its divisor is 0. */
+double loop_epoch_loss(const train_loop *L);
+/* The report at the epoch's end (epoch_done 1). */
+void loop_epoch_report(const train_loop *L, loop_report *r);
+/* SM_ERR_INTERRUPTED with the message for a progress callback that said
+ * stop on report r. */
+int loop_stopped(const train_loop *L, const loop_report *r, char *err);
 
 /* Training examples per second of step time so far. */
 double loop_examples_per_sec(const train_loop *L);

@@ -1,7 +1,8 @@
 /* trainer.c: fine-tuning behind train(): the labelled dataset, head
- * preparation, from-scratch models, and trainer_run's part of the loop
- * (train_loop.h runs the epochs): classification batches and loss,
- * validation accuracy, best-epoch selection.
+ * preparation, from-scratch models, and trainer_run, whose loop drives the
+ * run through train_loop.h (epochs, steps, micro-batches, the update) with
+ * its own classification batches and loss, validation accuracy and
+ * best-epoch selection.
  *
  * Everything random (split, shuffling, dropout, new weights) comes from
  * splitmix64 streams keyed by the seed, and every backend op is
@@ -375,31 +376,35 @@ static int evaluate(run_state *st, double *accuracy, char *err)
     return SM_OK;
 }
 
-/* ---- the loop's hooks: classification loss, accuracy, the best epoch ---------- */
+/* ---- a micro-batch, progress and the epoch's end --------------------------------- */
 
-static int hook_forward(void *ctx, int k, const int *idx, int B, const bert_dropout *drop,
-                        double *loss, char *err)
+/* The loss sum of micro-batch mb, with its dropout. */
+static int micro_forward(run_state *st, const loop_micro *mb, double *loss, char *err)
 {
-    run_state *st = ctx;
-    (void)k;
-    int T = build_batch(st, idx, B);
-    return batch_forward(st, B, T, drop, loss, NULL, err);
+    int T = build_batch(st, mb->idx, mb->rows);
+    return batch_forward(st, mb->rows, T, mb->drop, loss, NULL, err);
 }
 
-static int hook_backward(void *ctx, float scale, char *err)
+/* Tells the caller's progress callback r (with the validation accuracy at
+ * an epoch's end); its nonzero answer stops training. */
+static int report(run_state *st, const loop_report *r, char *err)
 {
-    run_state *st = ctx;
-    return bert_train_backward(&st->m->cfg, &st->p, &st->g, st->ws, scale, err);
+    if (!st->o->progress) return SM_OK;
+    trainer_progress pr = {0};
+    LOOP_PROGRESS(pr, r);
+    pr.valid_accuracy = r->epoch_done ? st->acc : NAN;
+    return st->o->progress(st->o->user, &pr) ? loop_stopped(st->L, r, err) : SM_OK;
 }
 
-static int hook_epoch_end(void *ctx, int epoch, double train_loss, char *err)
+/* After an epoch's steps: validation, what is kept, progress. */
+static int end_epoch(run_state *st, int epoch, char *err)
 {
-    run_state *st = ctx;
     trainer_result *res = st->res;
     int n_valid = st->L->n_valid, rc;
+    loop_report r;
     st->acc = NAN;
     if (n_valid && (rc = evaluate(st, &st->acc, err))) return rc;
-    res->train_loss[epoch - 1] = train_loss;
+    res->train_loss[epoch - 1] = loop_epoch_loss(st->L);
     res->valid_accuracy[epoch - 1] = st->acc;
     res->epochs = epoch;
     /* Keep the best epoch (the first of equals); without a split, the last. */
@@ -409,17 +414,8 @@ static int hook_epoch_end(void *ctx, int epoch, double train_loss, char *err)
         res->best_accuracy = st->acc;
         if ((rc = loop_download(st->L, st->best, err))) return rc;
     }
-    return SM_OK;
-}
-
-static int hook_progress(void *ctx, const loop_report *r)
-{
-    run_state *st = ctx;
-    if (!st->o->progress) return 0;
-    trainer_progress pr = {0};
-    LOOP_PROGRESS(pr, r);
-    pr.valid_accuracy = r->epoch_done ? st->acc : NAN;
-    return st->o->progress(st->o->user, &pr);
+    loop_epoch_report(st->L, &r);
+    return report(st, &r, err);
 }
 
 int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const trainer_options *o,
@@ -493,12 +489,25 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
     res->n_valid = L.n_valid;
     res->best_epoch = 0;
 
-    loop_hooks h = {.ctx = &st,
-                    .forward = hook_forward,
-                    .backward = hook_backward,
-                    .epoch_end = hook_epoch_end,
-                    .progress = hook_progress};
-    if ((rc = loop_run(&L, &h, err))) goto end;
+    /* The run: each step's rows in micro-batches, loss divided by the rows. */
+    for (int epoch = 1; loop_epoch_begin(&L, epoch); epoch++) {
+        loop_step s;
+        loop_report r;
+        while (loop_next_step(&L, &s)) {
+            if ((rc = loop_step_begin(&L, &s, s.count, err))) goto end;
+            for (int k = 0; k < s.n_micro; k++) {
+                loop_micro mb;
+                double loss;
+                if ((rc = loop_micro_batch(&L, &s, k, &mb, err)) ||
+                    (rc = micro_forward(&st, &mb, &loss, err)) ||
+                    (rc = loop_add_loss(&L, &s, loss, err)) ||
+                    (rc = bert_train_backward(&m->cfg, &st.p, &st.g, st.ws, s.scale, err)))
+                    goto end;
+            }
+            if ((rc = loop_step_end(&L, &s, &r, err)) || (rc = report(&st, &r, err))) goto end;
+        }
+        if ((rc = end_epoch(&st, epoch, err))) goto end;
+    }
     memcpy(m->arena, st.best, m->n_floats * sizeof *m->arena);
     res->steps = L.step;
     res->seconds = loop_elapsed(&L);

@@ -31,12 +31,12 @@ sources() {
     config) echo "model/config.c model/pooling.c model/json_in.c model/errors.c model/file_read.c" ;;
     pooling) echo "model/pooling.c model/json_in.c model/errors.c model/file_read.c" ;;
     json_in) echo "model/json_in.c model/errors.c" ;;
-    vocab | tokenize) echo "model/tokenizer.c model/tokenizer_json.c model/json_in.c" \
+    vocab | tokenize) echo "model/tokenizer.c model/tokenizer_json.c model/vocab.c model/json_in.c" \
         "model/errors.c model/file_read.c" ;;
-    tokenizer_json) echo "model/tokenizer.c model/tokenizer_json.c model/json_in.c" \
+    tokenizer_json) echo "model/tokenizer.c model/tokenizer_json.c model/vocab.c model/json_in.c" \
         "model/errors.c model/file_read.c" ;;
     stored_model) echo "model/bert_load.c model/bert_params.c model/config.c model/pooling.c" \
-        "model/safetensors.c model/tokenizer.c model/tokenizer_json.c model/model_dir.c" \
+        "model/safetensors.c model/tokenizer.c model/tokenizer_json.c model/vocab.c model/model_dir.c" \
         "model/errors.c model/file_read.c model/json_in.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
         "tokenizer_json, stored_model, pooling)" >&2; exit 2 ;;
