@@ -4,7 +4,7 @@ one process, on the same rows in the same run.
 
     scripts/test-scaleout.sh            # once: builds build/scaleout-venv
     build/scaleout-venv/bin/python bench/bench_ray.py [--rows 50000] [--runs 3]
-        [--workers 2] [--batch-size 1024] [--data ../shared/data]
+        [--workers 2] [--batch-size 1024] [--data ../shared/data] [--model DIR]
 
 What one run does, on a local Ray cluster of --workers CPUs:
 1. Rows: the scale-out tests' corpus (python/tests_scaleout/reviews.py: every
@@ -20,6 +20,12 @@ What one run does, on a local Ray cluster of --workers CPUs:
    batches counted, the once-per-job start-up not).
 4. The two alternate, --runs times each; medians are reported, with the
    labels of the two compared row by row.
+--model DIR runs a Hugging Face model directory instead of the built-in model
+(sentiment_load in the one process, ModelFiles.from_directory for Ray): with
+the smallest fixture model (tests/fixtures/models/bert_tiny) the figures are
+close to the ceiling of everything outside the encoder, what a GPU worker
+meets however fast its GPU (bench/bench_cpu_side.sh measures the encoder's
+share of such a run).
 Prints a Markdown section (for bench/RESULTS.md) and writes it to
 bench/out/ray-<time>.md.
 """
@@ -53,24 +59,30 @@ class TimedLabeller(sr.Labeller):
         return out.append_column("bench_t1", pa.array([t1] * n, pa.float64()))
 
 
-def in_process(rows, threads):
+def in_process(rows, threads, model_dir):
     conn = sqlite3.connect(":memory:")
     sqlite_sentiment.load(conn)
     conn.execute("SELECT sentiment_config('threads', ?)", (threads,))
+    name = "default"
+    if model_dir:
+        name = "bench"
+        conn.execute("SELECT sentiment_load(?, ?)", (name, model_dir))
     conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, text TEXT)")
     conn.executemany("INSERT INTO t VALUES (?, ?)", [r[:2] for r in rows])
-    conn.execute("SELECT sentiment('x')").fetchone()          # model loaded outside the timing
+    conn.execute("SELECT sentiment('x', ?)", (name,)).fetchone()  # model loaded outside the timing
     t0 = time.monotonic()
-    out = conn.execute("SELECT id, label, score, probs, truncated FROM classify('t', 'text')").fetchall()
+    out = conn.execute("SELECT id, label, score, probs, truncated FROM classify('t', 'text', ?)",
+                       (name,)).fetchall()
     seconds = time.monotonic() - t0
     device = conn.execute("SELECT sentiment_device()").fetchone()[0]
     conn.close()
     return len(rows) / seconds, {r[0]: r[1] for r in out}, device
 
 
-def through_ray(ds, n, workers, batch_size):
+def through_ray(ds, n, workers, batch_size, model_dir):
+    model = sr.ModelFiles.from_directory(model_dir) if model_dir else "default"
     t0 = time.monotonic()
-    out = sr.label_dataset(ds, column="text", num_workers=workers, threads=1,
+    out = sr.label_dataset(ds, column="text", model=model, num_workers=workers, threads=1,
                            batch_size=batch_size, labeller_cls=TimedLabeller).materialize()
     seconds = time.monotonic() - t0
     tab = out.to_arrow_refs()
@@ -95,7 +107,9 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=sr.DEFAULT_BATCH_SIZE)
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data"))
+    ap.add_argument("--model", default=None, help="a model directory (default: the built-in model)")
     a = ap.parse_args()
+    model_dir = os.path.abspath(a.model) if a.model else None
     os.environ["SENTIMENT_DATA_DIR"] = os.path.abspath(a.data)
     import reviews
     reviews.DATA_DIR = os.environ["SENTIMENT_DATA_DIR"]
@@ -116,9 +130,9 @@ def main():
     one, e2e, steady, differ = [], [], [], []
     device = ""
     for run in range(a.runs):
-        rate, ref, device = in_process(rows, a.workers)
+        rate, ref, device = in_process(rows, a.workers, model_dir)
         one.append(rate)
-        r_e2e, r_steady, labels = through_ray(ds, len(rows), a.workers, a.batch_size)
+        r_e2e, r_steady, labels = through_ray(ds, len(rows), a.workers, a.batch_size, model_dir)
         e2e.append(r_e2e)
         steady.append(r_steady)
         differ.append(sum(1 for i in ref if labels[i] != ref[i]))
@@ -140,11 +154,12 @@ def main():
         f"({time.strftime('%Y-%m-%d %H:%M')})",
         "",
         f"`build/scaleout-venv/bin/python bench/bench_ray.py --rows {a.rows} --runs {a.runs} "
-        f"--workers {a.workers} --batch-size {a.batch_size}`; Ray {ray.__version__}, "
+        f"--workers {a.workers} --batch-size {a.batch_size}"
+        f"{' --model ' + a.model if a.model else ''}`; Ray {ray.__version__}, "
         f"sentiment {sqlite_sentiment.__version__}, {cpu}, {os.cpu_count()} cores; "
         f"load average at the start {load_start[0]:.2f}, at the end {load_end[0]:.2f}.",
         f"Rows: {len(rows):,} reviews ({source}; {chars:.1f} characters on average), "
-        f"built-in model, device `{device}` in the one-process run (each Ray worker: the same "
+        f"{'model ' + a.model if a.model else 'built-in model'}, device `{device}` in the one-process run (each Ray worker: the same "
         "with 1 thread). Median of the runs, rows/s (each run's figures in the order they ran: "
         "one process, Ray):",
         "",
