@@ -11,16 +11,16 @@
 
 #include "sentiment_ext.h"
 
-const char *sx_arg_name(sqlite3_value *v, const char *fn, const char *what, char **errmsg)
+int sx_arg_name(sqlite3_value *v, const char *fn, const char *what, const char **out,
+                char **errmsg)
 {
     const char *t = (const char *)sqlite3_value_text(v);
-    *errmsg = NULL;
-    if (!t) return NULL;
-    if ((size_t)sqlite3_value_bytes(v) != strlen(t)) {
-        *errmsg = sqlite3_mprintf("%s: %s contains a NUL byte", fn, what);
-        return NULL;
-    }
-    return t;
+    *out = NULL;
+    if (!t) return sqlite3_value_type(v) == SQLITE_NULL ? SQLITE_OK : SQLITE_NOMEM;
+    if ((size_t)sqlite3_value_bytes(v) != strlen(t))
+        return sx_fail(errmsg, SQLITE_ERROR, fn, "%s contains a NUL byte", what);
+    *out = t;
+    return SQLITE_OK;
 }
 
 int sx_arg_has_nul(sqlite3_value *v)

@@ -112,16 +112,16 @@ static void bwStep(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                              "sentiment_models, e.g. 'default'");
                 return;
             }
-            name = sx_arg_name(argv[1], k_fn, "model name", &errmsg);
-            if (!name) {
+            if (sx_arg_name(argv[1], k_fn, "model name", &name, &errmsg) != SQLITE_OK) {
                 if (!errmsg) goto nomem;
                 fail(ctx, p, errmsg);
                 sqlite3_free(errmsg);
                 return;
             }
         }
-        if (sx_model_resolve(c, k_fn, name, &p->m, &errmsg)) {
-            fail(ctx, p, errmsg ? errmsg : k_fn);
+        if (sx_model_resolve(c, k_fn, name, &p->m, &errmsg) != SQLITE_OK) {
+            if (!errmsg) goto nomem;
+            fail(ctx, p, errmsg);
             sqlite3_free(errmsg);
             return;
         }
@@ -181,9 +181,10 @@ static int classify_pending(sqlite3_context *ctx, bw_ctx *p)
         lens[n] = r->len;
         idx[n++] = i;
     }
-    if (sx_engine_classify(c, k_fn, p->m, texts, lens, n, 0, probs, NULL, &errmsg)) {
-        sqlite3_result_error(ctx, errmsg ? errmsg : k_fn, -1);
-        rc = SQLITE_ERROR;
+    rc = sx_engine_classify(c, k_fn, p->m, texts, lens, n, 0, probs, NULL, &errmsg);
+    if (rc != SQLITE_OK) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else sqlite3_result_error_nomem(ctx);
         goto end;
     }
     for (int j = 0; j < n; j++) {

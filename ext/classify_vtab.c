@@ -210,12 +210,11 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
     cl_vtab *v = NULL;
     int rc;
 
-    if (argc > 6) {
-        *pzErr = sqlite3_mprintf("%s: expected CREATE VIRTUAL TABLE name USING "
-                                 "classify(source [, column] [, model]), got %d arguments",
-                                 k_fn, argc - 3);
-        return SQLITE_ERROR;
-    }
+    if (argc > 6)
+        return sx_fail(pzErr, SQLITE_ERROR, k_fn,
+                       "expected CREATE VIRTUAL TABLE name USING classify(source [, column] "
+                       "[, model]), got %d arguments",
+                       argc - 3);
     rc = sqlite3_declare_vtab(db, "CREATE TABLE x(id, label TEXT, score REAL, probs TEXT, "
                                   "truncated INTEGER, source HIDDEN, \"column\" HIDDEN, "
                                   "model HIDDEN, batch_size HIDDEN, embedding HIDDEN)");
@@ -342,12 +341,20 @@ static int same_id(sqlite3_value *a, sqlite3_value *b)
     return na == nb && (na == 0 || (pa && pb && !memcmp(pa, pb, (size_t)na)));
 }
 
+/* Where the cursor's errors go: its table's zErrMsg (sx_fail's errmsg). */
+static char **vt_err(cl_cursor *cur)
+{
+    return &cur->base.pVtab->zErrMsg;
+}
+
+/* Hands msg (a message naming classify(), or NULL: out of memory) to the
+ * table: SQLITE_ERROR, or SQLITE_NOMEM without a message. */
 static int set_error(cl_cursor *cur, char *msg)
 {
     sqlite3_vtab *vt = cur->base.pVtab;
     sqlite3_free(vt->zErrMsg);
     vt->zErrMsg = msg;
-    return SQLITE_ERROR;
+    return msg ? SQLITE_ERROR : SQLITE_NOMEM;
 }
 
 /* Reads the next batch from the source and classifies it. */
@@ -375,8 +382,8 @@ static int fill_batch(cl_cursor *cur)
              * other: SQLITE_INTERRUPT, SQLite's own "interrupted", which is
              * what applications test for. */
             if (step == SQLITE_INTERRUPT) return SQLITE_INTERRUPT;
-            return set_error(cur, sqlite3_mprintf("%s: reading the source failed: %s", k_fn,
-                                                  sqlite3_errmsg(v->db)));
+            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "reading the source failed: %s",
+                           sqlite3_errmsg(v->db));
         }
         sqlite3_value *id = sqlite3_column_value(cur->src, 0);
         if (cur->want_id && !same_id(id, cur->want_id)) continue;
@@ -429,9 +436,9 @@ static int fill_batch(cl_cursor *cur)
         }
     }
     if ((cur->labels && sx_engine_classify(v->c, k_fn, cur->m, texts, lens, n_text,
-                                           cur->batch_size, probs, trunc, &errmsg)) ||
+                                           cur->batch_size, probs, trunc, &errmsg) != SQLITE_OK) ||
         (cur->embed && sx_engine_embed(v->c, k_fn, cur->m, texts, lens, n_text,
-                                       cur->batch_size, emb, trunc, &errmsg))) {
+                                       cur->batch_size, emb, trunc, &errmsg) != SQLITE_OK)) {
         rc = set_error(cur, errmsg);
         errmsg = NULL;
         goto end;
@@ -498,11 +505,11 @@ static int prepare_stored(cl_cursor *cur, const char *sql)
     int rc = sx_prepare_from_schema(v->db, sql, &cur->src, &why);
     if (rc == SQLITE_NOMEM) return rc;
     if (rc != SQLITE_OK) {
-        rc = set_error(cur, sqlite3_mprintf("%s: the source stored in table '%s' is not run: "
-                                            "%s; SQL stored in a database schema may only read "
-                                            "ordinary tables and views and call the functions "
-                                            "a view may call (see PRAGMA trusted_schema)",
-                                            k_fn, v->name ? v->name : "?", why));
+        rc = sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                     "the source stored in table '%s' is not run: %s; SQL stored in a "
+                     "database schema may only read ordinary tables and views and call the "
+                     "functions a view may call (see PRAGMA trusted_schema)",
+                     v->name ? v->name : "?", why);
         sqlite3_free(why);
     }
     return rc;
@@ -524,10 +531,9 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
 
     cursor_reset(cur);
     if (idxNum & IDX_EMBED_ARG)
-        return set_error(cur, sqlite3_mprintf("%s: too many arguments on classify() - max 4 "
-                                              "(source, column, model, batch_size); embedding "
-                                              "is a result column, not an argument",
-                                              k_fn));
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "too many arguments on classify() - max 4 (source, column, model, "
+                       "batch_size); embedding is a result column, not an argument");
     cur->embed = (idxNum & IDX_EMBED) != 0;
     cur->labels = !(idxNum & IDX_NO_LABELS);
     cur->batch_size = v->c->batch_size;
@@ -543,16 +549,16 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
                 arg[bit] = (const char *)sqlite3_value_text(cur->args[bit]);
                 if (!arg[bit]) return SQLITE_NOMEM;
                 if (sx_arg_has_nul(cur->args[bit]))
-                    return set_error(cur, sqlite3_mprintf("%s: %s contains a NUL byte", k_fn,
-                                                          what[bit]));
+                    return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "%s contains a NUL byte",
+                                   what[bit]);
             }
         } else {
             sqlite3_int64 bs = sqlite3_value_int64(argv[a]);
             if (sqlite3_value_type(argv[a]) != SQLITE_INTEGER || bs < 1 || bs > 4096) {
                 const char *shown = (const char *)sqlite3_value_text(argv[a]);
-                return set_error(cur, sqlite3_mprintf("%s: batch_size must be an integer from "
-                                                      "1 to 4096, got '%s'",
-                                                      k_fn, shown ? shown : "NULL"));
+                return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                               "batch_size must be an integer from 1 to 4096, got '%s'",
+                               shown ? shown : "NULL");
             }
             cur->batch_size = (int)bs;
         }
@@ -566,9 +572,10 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     column = arg[1];
     model = arg[2];
     if (!source || !*source) {
-        return set_error(cur, sqlite3_mprintf("%s: expected classify(source, column [, model]) "
-                                              "with source a table name or a SELECT; got %s",
-                                              k_fn, source ? "''" : "no source"));
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "expected classify(source, column [, model]) with source a table name "
+                       "or a SELECT; got %s",
+                       source ? "''" : "no source");
     }
     cur->is_query = is_query(source);
     /* a query given in the query replaces a stored table source: the stored
@@ -579,10 +586,10 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     if (cur->is_query) {
         /* classify('SELECT ...', 'model'): the second argument is the model */
         if (column && model && *column)
-            return set_error(cur, sqlite3_mprintf("%s: a SELECT source takes its text from "
-                                                  "its second column; pass the model as the "
-                                                  "second argument, got column '%s'",
-                                                  k_fn, column));
+            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                           "a SELECT source takes its text from its second column; pass the "
+                           "model as the second argument, got column '%s'",
+                           column);
         if (column && !model) {
             model = column;
             model_is_column = 1;
@@ -593,19 +600,17 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
             const char *tail = NULL;
             rc = sqlite3_prepare_v2(v->db, source, -1, &cur->src, &tail);
             if (rc != SQLITE_OK)
-                return set_error(cur, sqlite3_mprintf("%s: cannot run the source query: %s",
-                                                      k_fn, sqlite3_errmsg(v->db)));
+                return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "cannot run the source query: %s",
+                               sqlite3_errmsg(v->db));
             while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r'))
                 tail++;
             if (!sx_sql_tail_empty(tail))
-                return set_error(cur, sqlite3_mprintf("%s: the source must be one query; "
-                                                      "got more after it: '%s'",
-                                                      k_fn, tail));
+                return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                               "the source must be one query; got more after it: '%s'", tail);
         }
         if (!sqlite3_stmt_readonly(cur->src))
-            return set_error(cur, sqlite3_mprintf("%s: the source query must only read; "
-                                                  "got '%s'",
-                                                  k_fn, source));
+            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                           "the source query must only read; got '%s'", source);
         if (sqlite3_column_count(cur->src) != 2) {
             int n = sqlite3_column_count(cur->src);
             sqlite3_str *names = sqlite3_str_new(NULL);
@@ -613,17 +618,19 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
                 sqlite3_str_appendf(names, "%s%s", i ? ", " : "",
                                     sqlite3_column_name(cur->src, i));
             char *list = sqlite3_str_finish(names);
-            rc = set_error(cur, sqlite3_mprintf("%s: the source query must return two columns "
-                                                "(id, text); it returns %d: %s",
-                                                k_fn, n, list ? list : "?"));
+            rc = sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                         "the source query must return two columns (id, text); it returns "
+                         "%d: %s",
+                         n, list ? list : "?");
             sqlite3_free(list);
             return rc;
         }
     } else {
         if (!column || !*column)
-            return set_error(cur, sqlite3_mprintf("%s: expected classify('%s', column [, model]): "
-                                                  "a table source needs the text column",
-                                                  k_fn, source));
+            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                           "expected classify('%s', column [, model]): a table source needs "
+                           "the text column",
+                           source);
         sql = select_sql(column, source, cur->want_id != NULL);
         if (!sql) return SQLITE_NOMEM;
         if (from_schema) {
@@ -636,14 +643,11 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
         }
         if (rc != SQLITE_OK) {
             const char *e = sqlite3_errmsg(v->db);
-            return set_error(cur, sqlite3_mprintf("%s: cannot read column '%s' of table '%s': "
-                                                  "%s%s",
-                                                  k_fn, column, source, e,
-                                                  strstr(e, "rowid")
-                                                      ? " (a WITHOUT ROWID table needs a "
-                                                        "SELECT source: classify('SELECT "
-                                                        "id, text FROM t'))"
-                                                      : ""));
+            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                           "cannot read column '%s' of table '%s': %s%s", column, source, e,
+                           strstr(e, "rowid") ? " (a WITHOUT ROWID table needs a SELECT "
+                                                "source: classify('SELECT id, text FROM t'))"
+                                              : "");
         }
         if (cur->want_id) {
             sqlite3_bind_value(cur->src, 1, cur->want_id);
@@ -651,7 +655,7 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
             cur->want_id = NULL;
         }
     }
-    if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg)) {
+    if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg) != SQLITE_OK) {
         if (model_is_column && errmsg) {
             char *hinted = sqlite3_mprintf("%s (a SELECT source takes the model as its second "
                                            "argument and its text from the query's second "
@@ -669,7 +673,7 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     /* Read CLASSIFY_BATCHES_PER_THREAD batches per engine thread at a time:
      * the engine sorts them by length together (less padding than one
      * batch's worth) and runs one batch per thread concurrently. */
-    if (sx_engine_backend(v->c, k_fn, &errmsg)) return set_error(cur, errmsg);
+    if (sx_engine_backend(v->c, k_fn, &errmsg) != SQLITE_OK) return set_error(cur, errmsg);
     cur->cap = cur->batch_size * sx_engine_parallel_batches(v->c) * CLASSIFY_BATCHES_PER_THREAD;
     cur->ids = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->ids);
     cur->texts = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->texts);

@@ -72,31 +72,32 @@
 
 static const char *const k_progress[] = {"auto", "off", "on"};
 
-/* Parses an integer argument; 0 on success. */
-static int int_value(sqlite3_value *v, int64_t *out)
+/* 1 when v is a whole number (INTEGER, a REAL without a fraction, TEXT of
+ * digits), then in *out. */
+static int whole_number(sqlite3_value *v, int64_t *out)
 {
     switch (sqlite3_value_type(v)) {
     case SQLITE_INTEGER:
         *out = sqlite3_value_int64(v);
-        return 0;
+        return 1;
     case SQLITE_FLOAT: {
         double d = sqlite3_value_double(v);
-        if (d != (double)(int64_t)d) return 1;
+        if (d != (double)(int64_t)d) return 0;
         *out = (int64_t)d;
-        return 0;
+        return 1;
     }
     case SQLITE_TEXT: {
         const char *t = (const char *)sqlite3_value_text(v);
         char *end;
         long long x;
-        if (!t || !*t) return 1;
+        if (!t || !*t) return 0;
         x = strtoll(t, &end, 10);
-        if (*end) return 1;
+        if (*end) return 0;
         *out = x;
-        return 0;
+        return 1;
     }
     default:
-        return 1;
+        return 0;
     }
 }
 
@@ -118,24 +119,21 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
                          char **errmsg)
 {
     char desc[sizeof c->be_desc];
-    if (sqlite3_value_type(v) != SQLITE_TEXT || strlen(shown) >= sizeof c->precision) {
-        *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16, bf16-fast or "
-                                  "int8, got '%s'",
-                                  fn, shown);
-        return 1;
-    }
-    if (sx_device_precision_check(fn, shown, errmsg)) return 1;
+    int rc;
+    if (sqlite3_value_type(v) != SQLITE_TEXT || strlen(shown) >= sizeof c->precision)
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "precision must be auto, fp32, tf32, bf16, bf16-fast or int8, got '%s'",
+                       shown);
+    if ((rc = sx_device_precision_check(fn, shown, errmsg)) != SQLITE_OK) return rc;
     /* a CPU-only precision with device auto: make the backend to know
      * whether it is a GPU (which refuses it below) */
     if (!c->be && (!sx_device_precision_cpu_ok(shown) ||
                    (sx_device_precision_cpu_only(shown) && strcmp(c->device, "cpu")))) {
-        if (!strcmp(c->device, "cpu")) {
-            *errmsg = sqlite3_mprintf("%s: precision '%s' %s; this connection runs on the CPU "
-                                      "(device 'cpu')",
-                                      fn, shown, sx_device_precision_cpu_why(shown));
-            return 1;
-        }
-        if (sx_engine_backend(c, fn, errmsg)) return 1;
+        if (!strcmp(c->device, "cpu"))
+            return sx_fail(errmsg, SQLITE_ERROR, fn,
+                           "precision '%s' %s; this connection runs on the CPU (device 'cpu')",
+                           shown, sx_device_precision_cpu_why(shown));
+        if ((rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) return rc;
     }
     if (c->be) {
         /* What a CPU connection runs depends on the model too (auto is
@@ -147,13 +145,14 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
                  sx_device_cpu_packing_for(c->precision, "builtin") ||
              sx_device_cpu_packing_for(shown, "") != sx_device_cpu_packing_for(c->precision, ""));
         snprintf(desc, sizeof desc, "%s", c->be_desc);
-        if (sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg)) return 1;
+        rc = sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg);
+        if (rc != SQLITE_OK) return rc;
         snprintf(c->be_desc, sizeof c->be_desc, "%s", desc);
         /* the workspaces hold the other precision's parameters */
         if (cpu_mode_changed) sx_engine_reset(c);
     }
     snprintf(c->precision, sizeof c->precision, "%s", shown);
-    return 0;
+    return SQLITE_OK;
 }
 
 static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -164,44 +163,48 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     const char *shown;
     char *errmsg = NULL;
     int64_t n = 0;
+    int rc = SQLITE_OK;
 
     if (sx_arg_has_nul(argv[0])) {
-        errmsg = sqlite3_mprintf("%s: key contains a NUL byte", fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "key contains a NUL byte");
         goto end;
     }
     if (!key || (strcmp(key, "device") && strcmp(key, "threads") && strcmp(key, "batch_size") &&
                  strcmp(key, "max_length") && strcmp(key, "progress") &&
                  strcmp(key, "precision"))) {
-        errmsg = sqlite3_mprintf("%s: unknown key '%s'; known: device, threads, batch_size, "
-                                 "max_length, progress, precision",
-                                 fn, key ? key : "NULL");
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "unknown key '%s'; known: device, threads, batch_size, max_length, "
+                     "progress, precision",
+                     key ? key : "NULL");
         goto end;
     }
     if (argc == 1) goto end;
     shown = (const char *)sqlite3_value_text(argv[1]);
     if (!shown) shown = "NULL";
     if (sx_arg_has_nul(argv[1])) {
-        errmsg = sqlite3_mprintf("%s: value for '%s' contains a NUL byte", fn, key);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "value for '%s' contains a NUL byte", key);
         goto end;
     }
 
     if (!strcmp(key, "device")) {
         if (sqlite3_value_type(argv[1]) != SQLITE_TEXT || strlen(shown) >= sizeof c->device) {
-            errmsg = sqlite3_mprintf("%s: device must be auto, cpu, cuda or cuda:N, got '%s'",
-                                     fn, shown);
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "device must be auto, cpu, cuda or cuda:N, got '%s'", shown);
             goto end;
         }
-        if (sx_device_check(fn, shown, &errmsg)) goto end;
+        if ((rc = sx_device_check(fn, shown, &errmsg)) != SQLITE_OK) goto end;
         if (!strcmp(shown, "cpu") && !sx_device_precision_cpu_ok(c->precision)) {
-            errmsg = sqlite3_mprintf("%s: device 'cpu': precision '%s' %s; set "
-                                     "sentiment_config('precision', 'auto') first",
-                                     fn, c->precision, sx_device_precision_cpu_why(c->precision));
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "device 'cpu': precision '%s' %s; set "
+                         "sentiment_config('precision', 'auto') first",
+                         c->precision, sx_device_precision_cpu_why(c->precision));
             goto end;
         }
         if (strncmp(shown, "cuda", 4) == 0 && sx_device_precision_cpu_only(c->precision)) {
-            errmsg = sqlite3_mprintf("%s: device '%s': precision '%s' runs on the CPU only; set "
-                                     "sentiment_config('precision', 'auto') first",
-                                     fn, shown, c->precision);
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "device '%s': precision '%s' runs on the CPU only; set "
+                         "sentiment_config('precision', 'auto') first",
+                         shown, c->precision);
             goto end;
         }
         if (strcmp(c->device, shown)) {
@@ -209,10 +212,9 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             sx_engine_reset(c);
         }
     } else if (!strcmp(key, "threads")) {
-        if (int_value(argv[1], &n) || n < 0 || n > 1024) {
-            errmsg = sqlite3_mprintf("%s: threads must be an integer from 0 (all cores) to "
-                                     "1024, got '%s'",
-                                     fn, shown);
+        if (!whole_number(argv[1], &n) || n < 0 || n > 1024) {
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "threads must be an integer from 0 (all cores) to 1024, got '%s'", shown);
             goto end;
         }
         if (c->threads != (int)n) {
@@ -220,39 +222,39 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             sx_engine_reset(c);
         }
     } else if (!strcmp(key, "batch_size")) {
-        if (int_value(argv[1], &n) || n < 1 || n > 4096) {
-            errmsg = sqlite3_mprintf("%s: batch_size must be an integer from 1 to 4096, got '%s'",
-                                     fn, shown);
+        if (!whole_number(argv[1], &n) || n < 1 || n > 4096) {
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "batch_size must be an integer from 1 to 4096, got '%s'", shown);
             goto end;
         }
         c->batch_size = (int)n;
     } else if (!strcmp(key, "max_length")) {
-        if (int_value(argv[1], &n) || n < 0 || n == 1 || n > 65536) {
-            errmsg = sqlite3_mprintf("%s: max_length must be 0 (the model's maximum) or an "
-                                     "integer from 2 to 65536, got '%s'",
-                                     fn, shown);
+        if (!whole_number(argv[1], &n) || n < 0 || n == 1 || n > 65536) {
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "max_length must be 0 (the model's maximum) or an integer from 2 to "
+                         "65536, got '%s'",
+                         shown);
             goto end;
         }
         c->max_length = (int)n;
     } else if (!strcmp(key, "precision")) {
-        if (set_precision(c, fn, argv[1], shown, &errmsg)) goto end;
+        rc = set_precision(c, fn, argv[1], shown, &errmsg);
     } else {
         int i;
         for (i = 0; i < 3; i++)
             if (sqlite3_value_type(argv[1]) == SQLITE_TEXT && !strcmp(shown, k_progress[i])) break;
         if (i == 3) {
-            errmsg = sqlite3_mprintf("%s: progress must be auto, on or off, got '%s'", fn, shown);
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "progress must be auto, on or off, got '%s'",
+                         shown);
             goto end;
         }
         c->progress = i;
     }
 end:
-    if (errmsg) {
-        sqlite3_result_error(ctx, errmsg, -1);
-        sqlite3_free(errmsg);
-    } else {
-        result_setting(ctx, c, key);
-    }
+    if (rc == SQLITE_OK) result_setting(ctx, c, key);
+    else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
+    sqlite3_free(errmsg);
 }
 
 static const struct {

@@ -93,31 +93,31 @@ static void plugin_path(char *out, size_t cap)
     snprintf(out, cap, "%.*s/%s", (int)dlen, dir, SX_CUDA_PLUGIN);
 }
 
-/* Loads the plugin once; 0 on success, else a message in err. */
-static int plugin_load(char *err, size_t cap)
+/* Loads the plugin once: SM_OK, else SM_ERR_DEVICE with why in err
+ * (SM_ERR_MAX bytes; what follows "is not available: " in messages, and
+ * sx_device_owner's error, of registry.c's convention). */
+static int plugin_load(char *err)
 {
     char path[4096];
-    int rc = 0;
+    int rc = SM_OK;
     pthread_mutex_lock(&g_plugin_lock);
     if (g_cuda_create) goto end;
     plugin_path(path, sizeof path);
     if (access(path, R_OK) != 0) {
-        snprintf(err, cap, "no CUDA support found: %.300s not present", path);
-        rc = 1;
+        rc = sm_error(err, SM_ERR_DEVICE, "no CUDA support found: %.300s not present", path);
         goto end;
     }
     if (!g_plugin) g_plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!g_plugin) {
-        snprintf(err, cap, "cannot load CUDA plugin %.200s: %.200s", path, dlerror());
-        rc = 1;
+        rc = sm_error(err, SM_ERR_DEVICE, "cannot load CUDA plugin %.200s: %.200s", path,
+                      dlerror());
         goto end;
     }
     g_cuda_count = (sx_cuda_count_fn)dlsym(g_plugin, "sentiment_cuda_device_count");
     g_cuda_create = (sx_cuda_create_fn)dlsym(g_plugin, "sentiment_cuda_backend_create");
-    if (!g_cuda_create) {
-        snprintf(err, cap, "CUDA plugin %.300s lacks sentiment_cuda_backend_create", path);
-        rc = 1;
-    }
+    if (!g_cuda_create)
+        rc = sm_error(err, SM_ERR_DEVICE, "CUDA plugin %.300s lacks sentiment_cuda_backend_create",
+                      path);
 end:
     pthread_mutex_unlock(&g_plugin_lock);
     return rc;
@@ -136,41 +136,41 @@ static int cuda_index(const char *spec)
     return n;
 }
 
+/* The error for a cuda:N beyond SX_MAX_GPUS. */
+static int too_many_gpus(const char *fn, const char *spec, char **errmsg)
+{
+    return sx_fail(errmsg, SQLITE_ERROR, fn,
+                   "device '%s' is not supported: at most %d GPUs (cuda:0 .. cuda:%d)", spec,
+                   SX_MAX_GPUS, SX_MAX_GPUS - 1);
+}
+
+static int unknown_device(const char *fn, const char *spec, char **errmsg)
+{
+    return sx_fail(errmsg, SQLITE_ERROR, fn,
+                   "unknown device '%s'; expected auto, cpu, cuda or cuda:N", spec);
+}
+
 int sx_device_check(const char *fn, const char *spec, char **errmsg)
 {
     char why[SM_ERR_MAX];
-    if (!strcmp(spec, "auto") || !strcmp(spec, "cpu")) return 0;
-    if (cuda_index(spec) < 0) {
-        *errmsg = sqlite3_mprintf("%s: unknown device '%s'; expected auto, cpu, cuda or cuda:N",
-                                  fn, spec);
-        return 1;
-    }
-    if (cuda_index(spec) >= SX_MAX_GPUS) {
-        *errmsg = sqlite3_mprintf("%s: device '%s' is not supported: at most %d GPUs (cuda:0 .. "
-                                  "cuda:%d)",
-                                  fn, spec, SX_MAX_GPUS, SX_MAX_GPUS - 1);
-        return 1;
-    }
-    if (plugin_load(why, sizeof why)) {
-        *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec, why);
-        return 1;
-    }
+    if (!strcmp(spec, "auto") || !strcmp(spec, "cpu")) return SQLITE_OK;
+    if (cuda_index(spec) < 0) return unknown_device(fn, spec, errmsg);
+    if (cuda_index(spec) >= SX_MAX_GPUS) return too_many_gpus(fn, spec, errmsg);
+    if (plugin_load(why) != SM_OK)
+        return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec, why);
     if (g_cuda_count) {
         int count = 0;
         why[0] = 0;
-        if (g_cuda_count(&count, why) != SM_OK || count < 1) {
-            *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec,
-                                      why[0] ? why : "no CUDA device found");
-            return 1;
-        }
-        if (cuda_index(spec) >= count) {
-            *errmsg = sqlite3_mprintf("%s: device '%s' does not exist; this machine has %d GPU%s "
-                                      "(cuda:0 .. cuda:%d)",
-                                      fn, spec, count, count == 1 ? "" : "s", count - 1);
-            return 1;
-        }
+        if (g_cuda_count(&count, why) != SM_OK || count < 1)
+            return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec,
+                           why[0] ? why : "no CUDA device found");
+        if (cuda_index(spec) >= count)
+            return sx_fail(errmsg, SQLITE_ERROR, fn,
+                           "device '%s' does not exist; this machine has %d GPU%s "
+                           "(cuda:0 .. cuda:%d)",
+                           spec, count, count == 1 ? "" : "s", count - 1);
     }
-    return 0;
+    return SQLITE_OK;
 }
 
 const char *sx_device_blas(void)
@@ -190,11 +190,9 @@ static int precision_known(const char *name, int cpu_only)
 
 int sx_device_precision_check(const char *fn, const char *name, char **errmsg)
 {
-    if (precision_known(name, 0)) return 0;
-    *errmsg = sqlite3_mprintf("%s: precision must be auto, fp32, tf32, bf16, bf16-fast or "
-                              "int8, got '%s'",
-                              fn, name);
-    return 1;
+    if (precision_known(name, 0)) return SQLITE_OK;
+    return sx_fail(errmsg, SQLITE_ERROR, fn,
+                   "precision must be auto, fp32, tf32, bf16, bf16-fast or int8, got '%s'", name);
 }
 
 int sx_device_precision_cpu_ok(const char *name)
@@ -282,38 +280,35 @@ int sx_device_set_precision(const char *fn, backend *be, const char *name, char 
                             size_t desc_cap, char **errmsg)
 {
     char err[SM_ERR_MAX];
+    int rc;
     if (!name || !*name) name = "auto";
     if (!be || be->host_memory) { /* the CPU: precision is chosen per packed weight */
         if (precision_known(name, 1)) {
             if (be && desc) cpu_desc(be, name, desc, desc_cap);
-            return 0;
+            return SQLITE_OK;
         }
-        *errmsg = sqlite3_mprintf("%s: precision '%s' %s; this connection runs on the CPU", fn,
-                                  name, sx_device_precision_cpu_why(name));
-        return 1;
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "precision '%s' %s; this connection runs on the CPU", name,
+                       sx_device_precision_cpu_why(name));
     }
-    if (sx_device_precision_cpu_only(name)) {
-        *errmsg = sqlite3_mprintf("%s: precision '%s' runs on the CPU only; this connection "
-                                  "runs on a CUDA device (set sentiment_config('device', 'cpu') "
-                                  "first)",
-                                  fn, name);
-        return 1;
-    }
+    if (sx_device_precision_cpu_only(name))
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "precision '%s' runs on the CPU only; this connection runs on a CUDA "
+                       "device (set sentiment_config('device', 'cpu') first)",
+                       name);
     err[0] = 0;
-    if (be->set_precision(be, name, err) != SM_OK) {
-        *errmsg = sqlite3_mprintf("%s: cannot set precision '%s': %s", fn, name,
-                                  err[0] ? err : "the backend refused it");
-        return 1;
-    }
+    if ((rc = be->set_precision(be, name, err)) != SM_OK)
+        return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s", name,
+                       err[0] ? err : "the backend refused it");
     if (desc) be->describe(be, desc, desc_cap);
-    return 0;
+    return SQLITE_OK;
 }
 
 int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
 {
     *free_bytes = *total_bytes = 0;
-    if (!be) return 1;
-    return be->mem_info(be, free_bytes, total_bytes) != SM_OK;
+    if (!be || be->mem_info(be, free_bytes, total_bytes) != SM_OK) return SQLITE_NOTFOUND;
+    return SQLITE_OK;
 }
 
 const char *sx_device_last_error(const backend *be)
@@ -330,8 +325,7 @@ int sx_device_owner(int gpu, backend **out, char *err)
     if (gpu < 0 || gpu >= SX_MAX_GPUS)
         return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", gpu,
                         SX_MAX_GPUS);
-    if (plugin_load(why, sizeof why))
-        return sm_error(err, SM_ERR_DEVICE, "%s", why);
+    if (plugin_load(why) != SM_OK) return sm_error(err, SM_ERR_DEVICE, "%s", why);
     pthread_mutex_lock(&g_owner_lock);
     if (!g_owner[gpu]) {
         why[0] = 0;
@@ -352,55 +346,46 @@ int sx_device_create(const char *fn, const char *spec, int threads, const char *
 {
     char err[SM_ERR_MAX];
     char why[SM_ERR_MAX] = "";
-    int idx = cuda_index(spec);
+    int idx = cuda_index(spec), rc;
 
     *out = NULL;
     *gpu = -1;
     if (!precision || !*precision) precision = "auto";
-    if (idx >= SX_MAX_GPUS) {
-        *errmsg = sqlite3_mprintf("%s: device '%s' is not supported: at most %d GPUs (cuda:0 .. "
-                                  "cuda:%d)",
-                                  fn, spec, SX_MAX_GPUS, SX_MAX_GPUS - 1);
-        return 1;
-    }
+    if (idx >= SX_MAX_GPUS) return too_many_gpus(fn, spec, errmsg);
     if (idx >= 0 || !strcmp(spec, "auto")) {
-        if (plugin_load(why, sizeof why) == 0) {
+        if (plugin_load(why) == SM_OK) {
             err[0] = 0;
-            if (g_cuda_create(idx < 0 ? 0 : idx, out, desc, desc_cap, err) == SM_OK) {
+            rc = g_cuda_create(idx < 0 ? 0 : idx, out, desc, desc_cap, err);
+            if (rc == SM_OK) {
                 if (strcmp(precision, "auto") &&
-                    sx_device_set_precision(fn, *out, precision, desc, desc_cap, errmsg)) {
+                    (rc = sx_device_set_precision(fn, *out, precision, desc, desc_cap,
+                                                  errmsg)) != SQLITE_OK) {
                     (*out)->destroy(*out);
                     *out = NULL;
-                    return 1;
+                    return rc;
                 }
                 *gpu = idx < 0 ? 0 : idx;
-                return 0;
+                return SQLITE_OK;
             }
             *out = NULL;
-            if (idx >= 0) {
-                *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec, err);
-                return 1;
-            }
+            if (idx >= 0)
+                return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "device '%s' is not available: %s",
+                               spec, err);
             snprintf(why, sizeof why, "%s", err);
         } else if (idx >= 0) {
-            *errmsg = sqlite3_mprintf("%s: device '%s' is not available: %s", fn, spec, why);
-            return 1;
+            return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec,
+                           why);
         }
     } else if (strcmp(spec, "cpu")) {
-        *errmsg = sqlite3_mprintf("%s: unknown device '%s'; expected auto, cpu, cuda or cuda:N",
-                                  fn, spec);
-        return 1;
+        return unknown_device(fn, spec, errmsg);
     }
-    if (!precision_known(precision, 1)) {
-        *errmsg = sqlite3_mprintf("%s: precision '%s' %s; device '%s' runs on the CPU%s%s%s",
-                                  fn, precision, sx_device_precision_cpu_why(precision), spec,
-                                  why[0] ? " (" : "", why, why[0] ? ")" : "");
-        return 1;
-    }
-    if (backend_cpu_create(threads, out, err) != SM_OK) {
-        *errmsg = sqlite3_mprintf("%s: cannot create the CPU backend: %s", fn, err);
-        return 1;
-    }
+    if (!precision_known(precision, 1))
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "precision '%s' %s; device '%s' runs on the CPU%s%s%s", precision,
+                       sx_device_precision_cpu_why(precision), spec, why[0] ? " (" : "", why,
+                       why[0] ? ")" : "");
+    if ((rc = backend_cpu_create(threads, out, err)) != SM_OK)
+        return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot create the CPU backend: %s", err);
     cpu_desc(*out, precision, desc, desc_cap);
-    return 0;
+    return SQLITE_OK;
 }

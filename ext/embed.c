@@ -64,42 +64,28 @@ void sx_embedding_blob(sqlite3_context *ctx, const float *v, int C)
     sqlite3_result_blob64(ctx, b, (sqlite3_uint64)C * 4, sqlite3_free);
 }
 
-/* The prompt argument: NULL (none) or TEXT without NUL bytes; else an
- * error result and -1. */
-static int prompt_arg(sqlite3_context *ctx, sqlite3_value *v, const char **prompt,
-                      size_t *len)
+/* The prompt argument: NULL (none) or TEXT without NUL bytes, at most
+ * EMBED_PROMPT_MAX bytes. */
+static int prompt_arg(sqlite3_value *v, const char **prompt, size_t *len, char **errmsg)
 {
     static const char *const type_names[] = {"?", "an integer", "a real", "text", "a blob",
                                              "NULL"};
     int type = sqlite3_value_type(v);
     *prompt = NULL;
     *len = 0;
-    if (type == SQLITE_NULL) return 0;
-    if (type != SQLITE_TEXT) {
-        char *msg = sqlite3_mprintf("%s: prompt must be TEXT such as 'query: ' (or NULL), got %s",
-                                    k_fn, type_names[type]);
-        sqlite3_result_error(ctx, msg ? msg : k_fn, -1);
-        sqlite3_free(msg);
-        return -1;
-    }
+    if (type == SQLITE_NULL) return SQLITE_OK;
+    if (type != SQLITE_TEXT)
+        return sx_fail(errmsg, SQLITE_ERROR, k_fn,
+                       "prompt must be TEXT such as 'query: ' (or NULL), got %s",
+                       type_names[type]);
     *prompt = (const char *)sqlite3_value_text(v);
-    if (!*prompt) {
-        sqlite3_result_error_nomem(ctx);
-        return -1;
-    }
+    if (!*prompt) return SQLITE_NOMEM;
     *len = (size_t)sqlite3_value_bytes(v);
-    if (sx_arg_has_nul(v)) {
-        sqlite3_result_error(ctx, "sentiment_embed(): prompt contains a NUL byte", -1);
-        return -1;
-    }
-    if (*len > EMBED_PROMPT_MAX) {
-        char *msg = sqlite3_mprintf("%s: prompt is %lld bytes; at most %d are accepted", k_fn,
-                                    (long long)*len, EMBED_PROMPT_MAX);
-        sqlite3_result_error(ctx, msg ? msg : k_fn, -1);
-        sqlite3_free(msg);
-        return -1;
-    }
-    return 0;
+    if (sx_arg_has_nul(v)) return sx_fail(errmsg, SQLITE_ERROR, k_fn, "prompt contains a NUL byte");
+    if (*len > EMBED_PROMPT_MAX)
+        return sx_fail(errmsg, SQLITE_ERROR, k_fn, "prompt is %lld bytes; at most %d are accepted",
+                       (long long)*len, EMBED_PROMPT_MAX);
+    return SQLITE_OK;
 }
 
 static void fn_embed(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -117,7 +103,12 @@ static void fn_embed(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         return;
     }
     if (!text) return; /* NULL result */
-    if (argc > 2 && prompt_arg(ctx, argv[2], &prompt, &plen)) return;
+    if (argc > 2 && prompt_arg(argv[2], &prompt, &plen, &errmsg) != SQLITE_OK) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else sqlite3_result_error_nomem(ctx);
+        sqlite3_free(errmsg);
+        return;
+    }
     m = sx_model_arg(ctx, c, k_fn, argc, argv, 1, &cached);
     if (!m) return;
     if (plen) {
@@ -138,8 +129,9 @@ static void fn_embed(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         sqlite3_result_error_nomem(ctx);
         goto end;
     }
-    if (sx_engine_embed(c, k_fn, m, &text, &len, 1, 1, emb, NULL, &errmsg)) {
-        sqlite3_result_error(ctx, errmsg ? errmsg : k_fn, -1);
+    if (sx_engine_embed(c, k_fn, m, &text, &len, 1, 1, emb, NULL, &errmsg) != SQLITE_OK) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else sqlite3_result_error_nomem(ctx);
         goto end;
     }
     sx_embedding_blob(ctx, emb, C);

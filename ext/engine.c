@@ -47,7 +47,7 @@ void sx_engine_reset(sx_conn *c)
 
 int sx_engine_backend(sx_conn *c, const char *fn, char **errmsg)
 {
-    if (c->be) return 0;
+    if (c->be) return SQLITE_OK;
     return sx_device_create(fn, c->device, c->threads, c->precision, &c->be, &c->gpu,
                             c->be_desc, sizeof c->be_desc, errmsg);
 }
@@ -86,15 +86,15 @@ static double ws_bytes(const bert_config *cfg, int batch, int seq)
 }
 
 /* On a backend with memory of its own (a GPU), the largest batch <= *batch
- * whose workspace fits in SX_GPU_MEM_SHARE of free memory; an error when
- * not even one row fits. Nothing changes when the backend cannot say what
- * is free (the CPU: host memory). */
+ * whose workspace fits in SX_GPU_MEM_SHARE of free memory; SQLITE_ERROR
+ * when not even one row fits. Nothing changes when the backend cannot say
+ * what is free (the CPU: host memory). */
 static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *batch, int seq,
                      char **errmsg)
 {
     size_t fr = 0, tot = 0;
     int b = *batch;
-    if (sx_device_mem_info(c->be, &fr, &tot)) return 0;
+    if (sx_device_mem_info(c->be, &fr, &tot) != SQLITE_OK) return SQLITE_OK;
     double room = SX_GPU_MEM_SHARE * (double)fr;
     if (ws_bytes(cfg, b, seq) > room) { /* the largest batch that fits */
         int lo = 1, hi = b - 1;
@@ -105,18 +105,15 @@ static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *ba
         }
         b = lo > 0 ? lo : 1;
     }
-    if (ws_bytes(cfg, b, seq) > room) {
-        *errmsg = sqlite3_mprintf("%s: not enough GPU memory on cuda:%d: one row of %d tokens "
-                                  "needs about %.1f MiB, %.1f MiB is free of %.1f MiB (at most "
-                                  "%d%% of what is free is used); lower "
-                                  "sentiment_config('max_length') or free GPU memory",
-                                  fn, c->gpu, seq, ws_bytes(cfg, 1, seq) / 1048576.0,
-                                  (double)fr / 1048576.0, (double)tot / 1048576.0,
-                                  (int)(SX_GPU_MEM_SHARE * 100 + 0.5));
-        return 1;
-    }
+    if (ws_bytes(cfg, b, seq) > room)
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "not enough GPU memory on cuda:%d: one row of %d tokens needs about "
+                       "%.1f MiB, %.1f MiB is free of %.1f MiB (at most %d%% of what is free "
+                       "is used); lower sentiment_config('max_length') or free GPU memory",
+                       c->gpu, seq, ws_bytes(cfg, 1, seq) / 1048576.0, (double)fr / 1048576.0,
+                       (double)tot / 1048576.0, (int)(SX_GPU_MEM_SHARE * 100 + 0.5));
     *batch = b;
-    return 0;
+    return SQLITE_OK;
 }
 
 /* A workspace for model m that holds up to *batch x seq (*batch may come
@@ -129,7 +126,7 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     char err[SM_ERR_MAX];
     sx_ws_slot *slot = NULL;
     const bert_params *p = NULL;
-    int i, want = *batch, asked = *batch;
+    int i, want = *batch, asked = *batch, rc;
 
     for (i = 0; i < SX_MAX_WORKSPACES; i++)
         if (c->ws[i].model == m) { slot = &c->ws[i]; break; }
@@ -138,7 +135,7 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
         if (*batch > slot->batch) *batch = slot->batch;
         *out = slot->ws;
         *params = slot->params;
-        return 0;
+        return SQLITE_OK;
     }
     if (slot) { /* grow: keep the larger of old and new sizes */
         if (slot->asked > want) want = asked = slot->asked;
@@ -167,18 +164,16 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     int named = c->precision[0] && strcmp(c->precision, "auto");
     if (rc_params != SM_OK && rc_params != SM_ERR_NOMEM && packing != BERT_FP32 && !named)
         rc_params = sx_registry_params(m, c->gpu, &p, err);
-    if (rc_params != SM_OK) {
-        *errmsg = sqlite3_mprintf("%s: %s", fn, err);
-        return 1;
-    }
-    if (fit_batch(c, fn, &m->bert->cfg, &want, seq, errmsg)) return 1;
-    if (bert_workspace_create(c->be, &m->bert->cfg, want, seq, &slot->ws, err) != SM_OK) {
+    if (rc_params != SM_OK) return sx_from_sm(rc_params, fn, err, errmsg);
+    if ((rc = fit_batch(c, fn, &m->bert->cfg, &want, seq, errmsg)) != SQLITE_OK) return rc;
+    if ((rc = bert_workspace_create(c->be, &m->bert->cfg, want, seq, &slot->ws, err)) != SM_OK) {
         char *why = gpu_reason(c);
         slot->ws = NULL;
-        *errmsg = sqlite3_mprintf("%s: cannot allocate a workspace for %d x %d tokens: %s%s",
-                                  fn, want, seq, err, why ? why : "");
+        rc = sx_fail(errmsg, sx_rc_from_sm(rc), fn,
+                     "cannot allocate a workspace for %d x %d tokens: %s%s", want, seq, err,
+                     why ? why : "");
         sqlite3_free(why);
-        return 1;
+        return rc;
     }
     sx_registry_retain(m);
     slot->model = m;
@@ -190,7 +185,7 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     if (*batch > want) *batch = want;
     *out = slot->ws;
     *params = p;
-    return 0;
+    return SQLITE_OK;
 }
 
 int sx_engine_parallel_batches(const sx_conn *c)
@@ -205,34 +200,31 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
                       int *truncated, char **errmsg)
 {
     char err[SM_ERR_MAX];
-    bert_workspace *ws;
-    const bert_params *params;
-    int *trunc = truncated, one = 0, rc = 1;
+    bert_workspace *ws = NULL;
+    const bert_params *params = NULL;
+    int *trunc = truncated, one = 0, rc;
     int bs = batch_size > 0 ? batch_size : c->batch_size;
     int seq = sx_engine_max_length(c, m->bert);
 
-    if (n <= 0) return 0;
+    if (n <= 0) return SQLITE_OK;
     if (!trunc) {
         trunc = n == 1 ? &one : sqlite3_malloc64((sqlite3_uint64)n * sizeof *trunc);
-        if (!trunc) {
-            *errmsg = sqlite3_mprintf("%s: out of memory", fn);
-            return 1;
-        }
+        if (!trunc) return sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
     }
     if (bs > n) bs = n;
-    if (sx_engine_backend(c, fn, errmsg)) goto end;
-    if (workspace_for(c, fn, m, &bs, seq, &ws, &params, errmsg)) goto end;
-    if ((embed ? bert_embed_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc, err)
+    if ((rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) goto end;
+    if ((rc = workspace_for(c, fn, m, &bs, seq, &ws, &params, errmsg)) != SQLITE_OK) goto end;
+    rc = embed ? bert_embed_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc, err)
                : bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
-                                     err)) != SM_OK) {
+                                     err);
+    if (rc != SM_OK) {
         char *why = gpu_reason(c);
-        *errmsg = sqlite3_mprintf("%s: %s%s", fn, err, why ? why : "");
+        rc = sx_fail(errmsg, sx_rc_from_sm(rc), fn, "%s%s", err, why ? why : "");
         sqlite3_free(why);
         goto end;
     }
     c->rows += n;
     for (int i = 0; i < n; i++) c->truncated += trunc[i] != 0;
-    rc = 0;
 end:
     if (trunc != truncated && trunc != &one) sqlite3_free(trunc);
     return rc;

@@ -98,10 +98,11 @@ static void state_free(ev_state *s)
 /* Classifies the pending rows into the confusion matrix. */
 static int flush(ev_state *s, char **errmsg)
 {
-    if (!s->n) return 0;
-    if (sx_engine_classify(s->c, EVAL_FN, s->m, (const char *const *)s->texts, s->lens, s->n, 0,
-                           s->probs, NULL, errmsg))
-        return 1;
+    int rc;
+    if (!s->n) return SQLITE_OK;
+    rc = sx_engine_classify(s->c, EVAL_FN, s->m, (const char *const *)s->texts, s->lens, s->n, 0,
+                            s->probs, NULL, errmsg);
+    if (rc != SQLITE_OK) return rc;
     for (int i = 0; i < s->n; i++) {
         int p = sx_argmax(s->probs + (size_t)i * s->K, s->K);
         s->conf[(size_t)s->gold[i] * s->K + p]++;
@@ -109,10 +110,10 @@ static int flush(ev_state *s, char **errmsg)
         s->texts[i] = NULL;
     }
     s->n = 0;
-    return 0;
+    return SQLITE_OK;
 }
 
-/* The labels argument, read with SQLite's json_each: 0 or an error. */
+/* The labels argument, read with SQLite's json_each. */
 static int parse_map(ev_state *s, sqlite3_value *v, char **errmsg)
 {
     sqlite3 *db = s->c->db;
@@ -137,11 +138,10 @@ static int parse_map(ev_state *s, sqlite3_value *v, char **errmsg)
         const char *type = (const char *)sqlite3_column_text(st, 2);
         if (!k || !t || !type) goto nomem;
         if (strcmp(type, "text") || bert_config_label_index(&s->m->bert->cfg, t) < 0) {
-            *errmsg = sqlite3_mprintf("%s: labels: '%s' maps to %s%s%s, which is not a label of "
-                                      "model '%s'",
-                                      EVAL_FN, k, strcmp(type, "text") ? "a JSON " : "'",
-                                      strcmp(type, "text") ? type : t,
-                                      strcmp(type, "text") ? "" : "'", s->model_name);
+            rc = sx_fail(errmsg, SQLITE_ERROR, EVAL_FN,
+                         "labels: '%s' maps to %s%s%s, which is not a label of model '%s'", k,
+                         strcmp(type, "text") ? "a JSON " : "'", strcmp(type, "text") ? type : t,
+                         strcmp(type, "text") ? "" : "'", s->model_name);
             goto end;
         }
         if (s->n_map == cap) {
@@ -159,18 +159,17 @@ static int parse_map(ev_state *s, sqlite3_value *v, char **errmsg)
     }
     if (rc != SQLITE_DONE) goto bad;
     sqlite3_finalize(st);
-    return 0;
+    return SQLITE_OK;
 bad:
-    *errmsg = sqlite3_mprintf("%s: labels must be a JSON object mapping labels of the data to "
-                              "labels of the model, e.g. '{\"0\":\"negative\",\"1\":"
-                              "\"positive\"}'",
-                              EVAL_FN);
+    rc = sx_fail(errmsg, SQLITE_ERROR, EVAL_FN,
+                 "labels must be a JSON object mapping labels of the data to labels of the "
+                 "model, e.g. '{\"0\":\"negative\",\"1\":\"positive\"}'");
     goto end;
 nomem:
-    *errmsg = sqlite3_mprintf("%s: out of memory", EVAL_FN);
+    rc = sx_fail(errmsg, SQLITE_NOMEM, EVAL_FN, "out of memory");
 end:
     sqlite3_finalize(st);
-    return 1;
+    return rc;
 }
 
 /* The model's label a row's label stands for (the label itself if none). */
@@ -188,13 +187,19 @@ static const char *map_label(ev_state *s, sqlite3_value *v, const char *label)
     return label;
 }
 
-static int gold_index(ev_state *s, const char *label, char **errmsg)
+/* The row's class in *out: the model's label index, else K + the index of
+ * the label among those the model lacks (added when new). */
+static int gold_index(ev_state *s, const char *label, int *out, char **errmsg)
 {
     int i = bert_config_label_index(&s->m->bert->cfg, label);
-    if (i >= 0) return i;
+    *out = i;
+    if (i >= 0) return SQLITE_OK;
     s->unknown++;
     for (i = 0; i < s->n_extra; i++)
-        if (!strcmp(s->extra[i], label)) return s->K + i;
+        if (!strcmp(s->extra[i], label)) {
+            *out = s->K + i;
+            return SQLITE_OK;
+        }
     if (s->n_extra == s->cap_extra) {
         int cap = s->cap_extra ? 2 * s->cap_extra : 4;
         char **e = sqlite3_realloc64(s->extra, (sqlite3_uint64)cap * sizeof *e);
@@ -208,10 +213,10 @@ static int gold_index(ev_state *s, const char *label, char **errmsg)
         s->cap_extra = cap;
     }
     if (!(s->extra[s->n_extra] = sqlite3_mprintf("%s", label))) goto nomem;
-    return s->K + s->n_extra++;
+    *out = s->K + s->n_extra++;
+    return SQLITE_OK;
 nomem:
-    *errmsg = sqlite3_mprintf("%s: out of memory", EVAL_FN);
-    return -1;
+    return sx_fail(errmsg, SQLITE_NOMEM, EVAL_FN, "out of memory");
 }
 
 static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -240,18 +245,15 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         *pp = s;
         if (argc > 2) {
             if (sqlite3_value_type(argv[2]) == SQLITE_NULL) {
-                errmsg = sqlite3_mprintf("%s: model name is NULL; expected a name from "
-                                         "sentiment_models, e.g. 'default'",
-                                         EVAL_FN);
+                sx_fail(&errmsg, SQLITE_ERROR, EVAL_FN,
+                        "model name is NULL; expected a name from sentiment_models, e.g. "
+                        "'default'");
                 goto fail;
             }
-            name = sx_arg_name(argv[2], EVAL_FN, "model name", &errmsg);
-            if (!name) {
-                if (errmsg) goto fail;
-                goto nomem;
-            }
+            if (sx_arg_name(argv[2], EVAL_FN, "model name", &name, &errmsg) != SQLITE_OK)
+                goto fail;
         }
-        if (sx_model_resolve(s->c, EVAL_FN, name, &s->m, &errmsg)) goto fail;
+        if (sx_model_resolve(s->c, EVAL_FN, name, &s->m, &errmsg) != SQLITE_OK) goto fail;
         s->model_name = sqlite3_mprintf("%s", name ? name : "default");
         s->K = s->m->bert->cfg.num_labels;
         s->probs = sqlite3_malloc64((sqlite3_uint64)EVAL_BATCH * s->K * sizeof *s->probs);
@@ -264,7 +266,7 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                       bert_config_label_index(cfg, "positive") >= 0;
         }
         if (argc > 3 && sqlite3_value_type(argv[3]) != SQLITE_NULL &&
-            parse_map(s, argv[3], &errmsg))
+            parse_map(s, argv[3], &errmsg) != SQLITE_OK)
             goto fail;
     }
     if (s->failed) return;
@@ -275,8 +277,7 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     label = (const char *)sqlite3_value_text(argv[1]);
     if (!label) goto nomem;
-    g = gold_index(s, map_label(s, argv[1], label), &errmsg);
-    if (g < 0) goto fail;
+    if (gold_index(s, map_label(s, argv[1], label), &g, &errmsg) != SQLITE_OK) goto fail;
     s->texts[s->n] = sqlite3_malloc64(len + 1);
     if (!s->texts[s->n]) goto nomem;
     memcpy(s->texts[s->n], text, len);
@@ -285,10 +286,10 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     s->gold[s->n] = g;
     s->n++;
     s->rows++;
-    if (s->n == EVAL_BATCH && flush(s, &errmsg)) goto fail;
+    if (s->n == EVAL_BATCH && flush(s, &errmsg) != SQLITE_OK) goto fail;
     return;
 nomem:
-    errmsg = sqlite3_mprintf("%s: out of memory", EVAL_FN);
+    sx_fail(&errmsg, SQLITE_NOMEM, EVAL_FN, "out of memory");
 fail:
     s->failed = 1;
     sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_evaluate(): out of memory", -1);
@@ -321,8 +322,9 @@ static void eval_final(sqlite3_context *ctx)
         return;
     }
     if (s->failed) goto end;
-    if (flush(s, &errmsg)) {
-        sqlite3_result_error(ctx, errmsg, -1);
+    if (flush(s, &errmsg) != SQLITE_OK) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else sqlite3_result_error_nomem(ctx);
         sqlite3_free(errmsg);
         goto end;
     }

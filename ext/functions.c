@@ -116,13 +116,11 @@ static sx_model *model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn,
             return m;
         }
         if (sqlite3_value_type(argv[i]) == SQLITE_NULL) {
-            errmsg = sqlite3_mprintf("%s: model name is NULL; expected a name from "
-                                     "sentiment_models, e.g. 'default'",
-                                     fn);
+            sx_fail(&errmsg, SQLITE_ERROR, fn,
+                    "model name is NULL; expected a name from sentiment_models, e.g. 'default'");
             goto end;
         }
-        name = sx_arg_name(argv[i], fn, "model name", &errmsg);
-        if (!name) goto end;
+        if (sx_arg_name(argv[i], fn, "model name", &name, &errmsg) != SQLITE_OK) goto end;
     }
     sx_model_resolve(c, fn, name, &m, &errmsg);
 end:
@@ -162,14 +160,14 @@ static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
                           const char *text, size_t len)
 {
     char err[SM_ERR_MAX];
-    int n = 0, *ids = NULL;
+    int n = 0, *ids = NULL, rc;
     sqlite3_str *s = NULL;
     const tokenizer *tok = m->bert->tok;
 
-    if (tokenizer_tokenize(tok, text, len, NULL, 0, &n, err) != SM_OK) goto fail;
+    if ((rc = tokenizer_tokenize(tok, text, len, NULL, 0, &n, err)) != SM_OK) goto fail;
     ids = sqlite3_malloc64((sqlite3_uint64)(n > 0 ? n : 1) * sizeof *ids);
     if (!ids) goto nomem;
-    if (tokenizer_tokenize(tok, text, len, ids, n, &n, err) != SM_OK) goto fail;
+    if ((rc = tokenizer_tokenize(tok, text, len, ids, n, &n, err)) != SM_OK) goto fail;
     s = sqlite3_str_new(NULL);
     sqlite3_str_appendchar(s, 1, '[');
     for (int i = 0; i < n; i++) {
@@ -183,8 +181,10 @@ static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
     sqlite3_free(ids);
     return;
 fail: {
-    char *msg = sqlite3_mprintf("%s: %s", fn, err);
-    sqlite3_result_error(ctx, msg ? msg : fn, -1);
+    char *msg = NULL;
+    sx_from_sm(rc, fn, err, &msg);
+    if (msg) sqlite3_result_error(ctx, msg, -1);
+    else sqlite3_result_error_nomem(ctx);
     sqlite3_free(msg);
     sqlite3_free(ids);
     return;
@@ -227,8 +227,9 @@ static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv,
             goto end;
         }
     }
-    if (sx_engine_classify(c, fn, m, &text, &len, 1, 1, probs, NULL, &errmsg)) {
-        sqlite3_result_error(ctx, errmsg ? errmsg : fn, -1);
+    if (sx_engine_classify(c, fn, m, &text, &len, 1, 1, probs, NULL, &errmsg) != SQLITE_OK) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else sqlite3_result_error_nomem(ctx);
         goto end;
     }
     top = sx_argmax(probs, k);
@@ -292,31 +293,29 @@ static void fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     const char *fn = "sentiment_load()";
     char *errmsg = NULL, *summary = NULL;
     const char *name, *path;
+    int rc;
     (void)argc;
 
     if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
-        errmsg = sqlite3_mprintf("%s: expected a model name (TEXT) as the first argument, "
-                                 "got %s",
-                                 fn, sqlite3_value_type(argv[0]) == SQLITE_NULL ? "NULL"
-                                                                                : "a non-text value");
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a model name (TEXT) as the first argument, got %s",
+                     sqlite3_value_type(argv[0]) == SQLITE_NULL ? "NULL" : "a non-text value");
         goto end;
     }
-    name = sx_arg_name(argv[0], fn, "model name", &errmsg);
-    if (!name) goto end;
+    if ((rc = sx_arg_name(argv[0], fn, "model name", &name, &errmsg)) != SQLITE_OK) goto end;
     if (sqlite3_value_type(argv[1]) == SQLITE_NULL) {
-        if (sx_model_register(c, fn, name, NULL, &errmsg)) goto end;
+        if ((rc = sx_model_register(c, fn, name, NULL, &errmsg)) != SQLITE_OK) goto end;
         summary = sqlite3_mprintf("%s: unregistered", name);
         goto end;
     }
     if (sqlite3_value_type(argv[1]) != SQLITE_TEXT) {
-        errmsg = sqlite3_mprintf("%s: expected a model directory path (TEXT) as the second "
-                                 "argument",
-                                 fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a model directory path (TEXT) as the second argument");
         goto end;
     }
-    path = sx_arg_name(argv[1], fn, "model directory path", &errmsg);
-    if (!path) goto end;
-    if (sx_model_register(c, fn, name, path, &errmsg)) goto end;
+    rc = sx_arg_name(argv[1], fn, "model directory path", &path, &errmsg);
+    if (rc != SQLITE_OK) goto end;
+    if ((rc = sx_model_register(c, fn, name, path, &errmsg)) != SQLITE_OK) goto end;
     for (sx_file_reg *r = c->files; r; r = r->next)
         if (!strcmp(r->name, name)) summary = model_summary(name, r->model->bert, r->path);
 end:
@@ -338,43 +337,39 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     void *weights = NULL;
     size_t weights_len = 0, tok_len = 0;
     sx_model *m = NULL;
-    int cached = 0;
+    int cached = 0, rc;
     int64_t version = 0;
     const char *name;
 
     if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
-        errmsg = sqlite3_mprintf("%s: expected a model name (TEXT) as the first argument", fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a model name (TEXT) as the first argument");
         goto end;
     }
-    name = sx_arg_name(argv[0], fn, "model name", &errmsg);
-    if (!name) {
-        if (errmsg) goto end;
-        sqlite3_result_error_nomem(ctx);
-        return;
-    }
-    if (sx_model_name_check(fn, name, 1, &errmsg)) goto end;
+    if ((rc = sx_arg_name(argv[0], fn, "model name", &name, &errmsg)) != SQLITE_OK) goto end;
+    if ((rc = sx_model_name_check(fn, name, 1, &errmsg)) != SQLITE_OK) goto end;
     if (argc == 1) {
         /* what the name means on this connection, never another model */
         int src = sx_model_source(c, name);
-        if (src == SX_SRC_FILE) {
-            if (sx_model_resolve(c, fn, name, &m, &errmsg)) goto end;
-        } else if (src == SX_SRC_DATABASE) {
-            if (sx_model_acquire_stored(c, fn, name, 0, &m, &errmsg)) goto end;
-        } else {
-            errmsg = sqlite3_mprintf("%s: no model named '%s' is registered or stored to save; "
-                                     "sentiment_save('%s', 'default') stores the built-in model "
-                                     "under that name",
-                                     fn, name, name);
-            goto end;
-        }
+        if (src == SX_SRC_FILE)
+            rc = sx_model_resolve(c, fn, name, &m, &errmsg);
+        else if (src == SX_SRC_DATABASE)
+            rc = sx_model_acquire_stored(c, fn, name, 0, &m, &errmsg);
+        else
+            rc = sx_fail(&errmsg, SQLITE_NOTFOUND, fn,
+                         "no model named '%s' is registered or stored to save; "
+                         "sentiment_save('%s', 'default') stores the built-in model under that "
+                         "name",
+                         name, name);
+        if (rc != SQLITE_OK) goto end;
     } else {
         m = model_arg(ctx, c, fn, argc, argv, 1, &cached);
         if (!m) return; /* error already set */
     }
-    if (bert_config_to_json(&m->bert->cfg, &config, err) != SM_OK ||
-        bert_model_save_safetensors(m->bert, ST_F32, &weights, &weights_len, err) != SM_OK ||
-        bert_model_tokenizer_file(m->bert, &tok_name, &tok_text, &tok_len, err) != SM_OK) {
-        errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", fn, err);
+    if ((rc = bert_config_to_json(&m->bert->cfg, &config, err)) != SM_OK ||
+        (rc = bert_model_save_safetensors(m->bert, ST_F32, &weights, &weights_len, err)) != SM_OK ||
+        (rc = bert_model_tokenizer_file(m->bert, &tok_name, &tok_text, &tok_len, err)) != SM_OK) {
+        rc = sx_fail(&errmsg, sx_rc_from_sm(rc), fn, "cannot serialise the model: %s", err);
         goto end;
     }
     {
@@ -388,22 +383,22 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         labels = sqlite3_str_finish(s);
     }
     if (!labels) {
-        errmsg = sqlite3_mprintf("%s: out of memory", fn);
+        rc = sx_fail(&errmsg, SQLITE_NOMEM, fn, "out of memory");
         goto end;
     }
     int is_json = !strcmp(tok_name, "tokenizer.json");
-    if (sx_store_put(c->db, name, config, strlen(config), is_json ? NULL : tok_text, tok_len,
-                     is_json ? tok_text : NULL, tok_len, labels, NULL, weights, weights_len,
-                     &version, &errmsg) != SQLITE_OK) {
-        char *inner = errmsg;
-        errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot store the model");
-        sqlite3_free(inner);
+    rc = sx_store_put(c->db, name, config, strlen(config), is_json ? NULL : tok_text, tok_len,
+                      is_json ? tok_text : NULL, tok_len, labels, NULL, weights, weights_len,
+                      &version, &errmsg);
+    if (rc != SQLITE_OK) {
+        if (errmsg) rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
         goto end;
     }
     sx_model_drop_memory(c, name); /* a model train() could not store, now stored */
 end:
-    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-    else sqlite3_result_int64(ctx, version);
+    if (rc == SQLITE_OK) sqlite3_result_int64(ctx, version);
+    else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
     sqlite3_free(errmsg);
     free(config);
     free(weights);
@@ -418,8 +413,9 @@ static void fn_device(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     char *errmsg = NULL;
     (void)argc;
     (void)argv;
-    if (sx_engine_backend(c, "sentiment_device()", &errmsg)) {
-        sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_device(): failed", -1);
+    if (sx_engine_backend(c, "sentiment_device()", &errmsg) != SQLITE_OK) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else sqlite3_result_error_nomem(ctx);
         sqlite3_free(errmsg);
         return;
     }

@@ -151,9 +151,9 @@ static void memo_put(sx_conn *c, const sx_store_row *row)
 }
 
 /* The stored version `version` (0: latest) of name, through the cache:
- * SQLITE_OK with a referenced entry; SQLITE_NOTFOUND; -1 with *errmsg
- * naming fn (the row does not load); an SQLite error code with an *errmsg
- * not naming fn (the table cannot be read). */
+ * SQLITE_OK with a referenced entry; SQLITE_NOTFOUND without a message;
+ * else an error naming fn (the table cannot be read, the row does not
+ * load). */
 static int acquire_stored(sx_conn *c, const char *fn, const char *base, int64_t version,
                           sx_model **out, char **errmsg)
 {
@@ -165,12 +165,10 @@ static int acquire_stored(sx_conn *c, const char *fn, const char *base, int64_t 
 
     *out = NULL;
     src = sx_store_find_row(c->db, base, version, &ref, errmsg);
-    if (src != SQLITE_OK) return src;
+    if (src == SQLITE_NOTFOUND) return src;
+    if (src != SQLITE_OK) return *errmsg ? sx_fail(errmsg, src, fn, "%s", *errmsg) : src;
     family = sx_store_family(c, base);
-    if (!family) {
-        *errmsg = sqlite3_mprintf("%s: out of memory", fn);
-        return -1;
-    }
+    if (!family) return sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
     memo = memo_find(c, &ref);
     if (memo) {
         /* unchanged since this connection hashed it */
@@ -186,35 +184,36 @@ static int acquire_stored(sx_conn *c, const char *fn, const char *base, int64_t 
         }
     }
     sqlite3_free(family);
-    if (lrc != SM_OK) {
-        *errmsg = sqlite3_mprintf("%s: cannot load model '%s' version %lld from the database: %s",
-                                  fn, base, (long long)ref.version, err);
-        return -1;
-    }
+    if (lrc != SM_OK)
+        return sx_fail(errmsg, sx_rc_from_sm(lrc), fn,
+                       "cannot load model '%s' version %lld from the database: %s", base,
+                       (long long)ref.version, err);
     return SQLITE_OK;
+}
+
+/* The latest stored version of name, 0 when there is none (or the store
+ * cannot be read: the caller's message says what was asked for). */
+static int64_t latest_version(sx_conn *c, const char *name)
+{
+    sx_store_ref latest;
+    char *ignored = NULL;
+    int found = sx_store_find_row(c->db, name, 0, &latest, &ignored) == SQLITE_OK;
+    sqlite3_free(ignored);
+    return found ? latest.version : 0;
 }
 
 int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_t version,
                             sx_model **out, char **errmsg)
 {
+    int64_t latest;
     int rc = acquire_stored(c, fn, name, version, out, errmsg);
-    if (rc == SQLITE_OK) return 0;
-    if (rc == SQLITE_NOTFOUND) {
-        sx_store_ref latest;
-        char *ignored = NULL;
-        if (version > 0 && sx_store_find_row(c->db, name, 0, &latest, &ignored) == SQLITE_OK)
-            *errmsg = sqlite3_mprintf("%s: no version %lld of model '%s'; the latest is %lld", fn,
-                                      (long long)version, name, (long long)latest.version);
-        else
-            *errmsg = sqlite3_mprintf("%s: no model named '%s' is stored in this database", fn,
-                                      name);
-        sqlite3_free(ignored);
-    } else if (rc != -1) {
-        char *inner = *errmsg;
-        *errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot read the store");
-        sqlite3_free(inner);
-    }
-    return 1;
+    if (rc != SQLITE_NOTFOUND) return rc;
+    if (version > 0 && (latest = latest_version(c, name)) > 0)
+        return sx_fail(errmsg, SQLITE_NOTFOUND, fn,
+                       "no version %lld of model '%s'; the latest is %lld", (long long)version,
+                       name, (long long)latest);
+    return sx_fail(errmsg, SQLITE_NOTFOUND, fn, "no model named '%s' is stored in this database",
+                   name);
 }
 
 /* ---- names ---- */
@@ -223,26 +222,17 @@ int sx_model_name_check(const char *fn, const char *name, int for_store,
                         char **errmsg)
 {
     size_t n = strlen(name);
-    if (n == 0 || n > SX_NAME_MAX) {
-        *errmsg = sqlite3_mprintf("%s: model name '%s' must be 1 to %d bytes", fn, name,
-                                  SX_NAME_MAX);
-        return 1;
-    }
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        if (*p == '@' || *p < 0x20) {
-            *errmsg = sqlite3_mprintf("%s: model name '%s' may not contain '@' or control "
-                                      "characters",
-                                      fn, name);
-            return 1;
-        }
-    }
-    if (for_store && !strcmp(name, "default")) {
-        *errmsg = sqlite3_mprintf("%s: 'default' is reserved for the built-in model; "
-                                  "choose another name",
-                                  fn);
-        return 1;
-    }
-    return 0;
+    if (n == 0 || n > SX_NAME_MAX)
+        return sx_fail(errmsg, SQLITE_ERROR, fn, "model name '%s' must be 1 to %d bytes", name,
+                       SX_NAME_MAX);
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p == '@' || *p < 0x20)
+            return sx_fail(errmsg, SQLITE_ERROR, fn,
+                           "model name '%s' may not contain '@' or control characters", name);
+    if (for_store && !strcmp(name, "default"))
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "'default' is reserved for the built-in model; choose another name");
+    return SQLITE_OK;
 }
 
 char *sx_model_known(sx_conn *c)
@@ -309,52 +299,50 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
 {
     char err[SM_ERR_MAX], canon[PATH_MAX];
     char *key = NULL;
-    int rc = 1;
+    int rc, lrc;
     struct stat sb;
 
     *out = NULL;
     errno = 0;
     if (!realpath(path, canon) || stat(canon, &sb) != 0) {
-        if (errno == ENOMEM)
-            *errmsg = sqlite3_mprintf("%s: out of memory", fn);
-        else
-            *errmsg = sqlite3_mprintf("%s: cannot open model directory '%s': no such directory",
-                                      fn, path);
-        goto end;
+        if (errno == ENOMEM) return sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "cannot open model directory '%s': no such directory", path);
     }
-    if (!S_ISDIR(sb.st_mode)) {
-        *errmsg = sqlite3_mprintf("%s: '%s' is not a directory; expected a Hugging Face model "
-                                  "directory (config.json, vocab.txt or tokenizer.json, "
-                                  "model.safetensors)",
-                                  fn, path);
-        goto end;
-    }
+    if (!S_ISDIR(sb.st_mode))
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "'%s' is not a directory; expected a Hugging Face model directory "
+                       "(config.json, vocab.txt or tokenizer.json, model.safetensors)",
+                       path);
     errno = 0;
     key = sx_model_dir_key(canon);
-    if (!key && errno == ENOMEM) { /* the files are there; the key's text is not */
-        *errmsg = sqlite3_mprintf("%s: out of memory", fn);
-        goto end;
-    }
-    if (!key) {
-        *errmsg = sqlite3_mprintf("%s: '%s' is not a model directory; expected config.json, "
-                                  "vocab.txt or tokenizer.json, and model.safetensors in it",
-                                  fn, path);
-        goto end;
-    }
+    if (!key && errno == ENOMEM) /* the files are there; the key's text is not */
+        return sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
+    if (!key)
+        return sx_fail(errmsg, SQLITE_ERROR, fn,
+                       "'%s' is not a model directory; expected config.json, vocab.txt or "
+                       "tokenizer.json, and model.safetensors in it",
+                       path);
     dir_ctx dctx = {db, canon};
-    int lrc = sx_registry_acquire(key, NULL, 0, load_dir, &dctx, out, err);
-    if (lrc == SM_ERR_INTERRUPTED) {
-        *errmsg = sqlite3_mprintf("%s: interrupted while loading '%s'", fn, path);
-        goto end;
-    }
-    if (lrc != SM_OK) {
-        *errmsg = sqlite3_mprintf("%s: cannot load model from '%s': %s", fn, path, err);
-        goto end;
-    }
-    rc = 0;
-end:
+    lrc = sx_registry_acquire(key, NULL, 0, load_dir, &dctx, out, err);
     sqlite3_free(key);
+    if (lrc == SM_ERR_INTERRUPTED)
+        rc = sx_fail(errmsg, SQLITE_INTERRUPT, fn, "interrupted while loading '%s'", path);
+    else if (lrc != SM_OK)
+        rc = sx_fail(errmsg, sx_rc_from_sm(lrc), fn, "cannot load model from '%s': %s", path,
+                     err);
+    else
+        rc = SQLITE_OK;
     return rc;
+}
+
+/* A registration's entry, freed with what it holds. */
+static void reg_free(sx_file_reg *r)
+{
+    sx_registry_release(r->model);
+    sqlite3_free(r->name);
+    sqlite3_free(r->path);
+    sqlite3_free(r);
 }
 
 int sx_model_register(sx_conn *c, const char *fn, const char *name,
@@ -363,25 +351,21 @@ int sx_model_register(sx_conn *c, const char *fn, const char *name,
     sx_file_reg **pp, *r = NULL;
     sx_model *m = NULL;
     char canon[PATH_MAX];
+    int rc;
 
-    if (sx_model_name_check(fn, name, 0, errmsg)) return 1;
+    if ((rc = sx_model_name_check(fn, name, 0, errmsg)) != SQLITE_OK) return rc;
     for (pp = &c->files; *pp; pp = &(*pp)->next)
         if (!strcmp((*pp)->name, name)) break;
     if (!path) { /* unregister */
-        if (!*pp) {
-            *errmsg = sqlite3_mprintf("%s: no model named '%s' was registered with sentiment_load()",
-                                      fn, name);
-            return 1;
-        }
+        if (!*pp)
+            return sx_fail(errmsg, SQLITE_NOTFOUND, fn,
+                           "no model named '%s' was registered with sentiment_load()", name);
         r = *pp;
         *pp = r->next;
-        sx_registry_release(r->model);
-        sqlite3_free(r->name);
-        sqlite3_free(r->path);
-        sqlite3_free(r);
-        return 0;
+        reg_free(r);
+        return SQLITE_OK;
     }
-    if (sx_model_acquire_dir(c->db, fn, path, &m, errmsg)) return 1;
+    if ((rc = sx_model_acquire_dir(c->db, fn, path, &m, errmsg)) != SQLITE_OK) return rc;
     if (!realpath(path, canon)) snprintf(canon, sizeof canon, "%s", path);
     if (*pp) { /* replace */
         r = *pp;
@@ -391,26 +375,24 @@ int sx_model_register(sx_conn *c, const char *fn, const char *name,
         r->path = p2;
         sx_registry_release(r->model);
         r->model = m;
-        return 0;
+        return SQLITE_OK;
     }
     r = sqlite3_malloc(sizeof *r);
     if (!r) goto nomem;
     r->name = sqlite3_mprintf("%s", name);
     r->path = sqlite3_mprintf("%s", canon);
     if (!r->name || !r->path) {
-        sqlite3_free(r->name);
-        sqlite3_free(r->path);
-        sqlite3_free(r);
+        r->model = NULL;
+        reg_free(r);
         goto nomem;
     }
     r->model = m;
     r->next = NULL;
     *pp = r; /* keep registration order: it is the listing order */
-    return 0;
+    return SQLITE_OK;
 nomem:
     sx_registry_release(m);
-    *errmsg = sqlite3_mprintf("%s: out of memory", fn);
-    return 1;
+    return sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
 }
 
 int sx_model_source(sx_conn *c, const char *name)
@@ -430,10 +412,7 @@ void sx_model_unregister_all(sx_conn *c)
     while (c->files) {
         sx_file_reg *r = c->files;
         c->files = r->next;
-        sx_registry_release(r->model);
-        sqlite3_free(r->name);
-        sqlite3_free(r->path);
-        sqlite3_free(r);
+        reg_free(r);
     }
 }
 
@@ -443,76 +422,59 @@ int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
     char base[SX_NAME_MAX + 32], err[SM_ERR_MAX];
     char *known = NULL;
     int64_t version = 0, found = 0;
-    int rc = 1, src;
+    int rc;
     sx_builtin b;
 
     *out = NULL;
     if (!name) name = "default";
-    if (strlen(name) > SX_NAME_MAX + 16) {
-        *errmsg = sqlite3_mprintf("%s: model name is too long (%d bytes at most)", fn, SX_NAME_MAX);
-        return 1;
-    }
+    if (strlen(name) > SX_NAME_MAX + 16)
+        return sx_fail(errmsg, SQLITE_ERROR, fn, "model name is too long (%d bytes at most)",
+                       SX_NAME_MAX);
     split_version(name, base, sizeof base, &version);
 
     /* 1. registered on this connection */
     for (sx_file_reg *r = c->files; r; r = r->next) {
         if (strcmp(r->name, base)) continue;
-        if (version > 1) {
-            *errmsg = sqlite3_mprintf("%s: model '%s' was loaded from a directory and has only "
-                                      "version 1; got '%s'",
-                                      fn, base, name);
-            return 1;
-        }
+        if (version > 1)
+            return sx_fail(errmsg, SQLITE_ERROR, fn,
+                           "model '%s' was loaded from a directory and has only version 1; "
+                           "got '%s'",
+                           base, name);
         sx_registry_retain(r->model);
         *out = r->model;
-        return 0;
+        return SQLITE_OK;
     }
 
     /* 2. stored in the database */
     if (strcmp(base, "default")) {
-        src = acquire_stored(c, fn, base, version, out, errmsg);
-        if (src == SQLITE_OK) {
-            rc = 0;
-            goto end;
-        }
-        if (src == -1) goto end;
-        if (src != SQLITE_NOTFOUND) {
-            char *inner = *errmsg;
-            *errmsg = sqlite3_mprintf("%s: %s", fn, inner);
-            sqlite3_free(inner);
-            goto end;
-        }
+        rc = acquire_stored(c, fn, base, version, out, errmsg);
+        if (rc != SQLITE_NOTFOUND) return rc;
     }
 
     /* 3. built in */
     if (!strcmp(base, "default") && version <= 1 && sx_builtin_get(&b)) {
-        if (sx_registry_acquire("builtin", NULL, 0, load_builtin, NULL, out, err) != SM_OK) {
-            *errmsg = sqlite3_mprintf("%s: cannot load the built-in model: %s", fn, err);
-            goto end;
-        }
-        rc = 0;
-        goto end;
+        rc = sx_registry_acquire("builtin", NULL, 0, load_builtin, NULL, out, err);
+        if (rc != SM_OK)
+            return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot load the built-in model: %s",
+                           err);
+        return SQLITE_OK;
     }
 
     known = sx_model_known(c);
-    if (version > 0) {
-        char *ignored = NULL;
-        sx_store_ref latest;
-        found = sx_store_find_row(c->db, base, 0, &latest, &ignored) == SQLITE_OK ? latest.version : 0;
-        sqlite3_free(ignored);
-    }
+    if (version > 0) found = latest_version(c, base);
     if (!strcmp(base, "default") && version <= 1)
-        *errmsg = sqlite3_mprintf("%s: no built-in model in this build; register one with "
-                                  "SELECT sentiment_load('default', '/path/to/model_dir') "
-                                  "or name a model (known: %s)",
-                                  fn, known ? known : "none");
+        rc = sx_fail(errmsg, SQLITE_NOTFOUND, fn,
+                     "no built-in model in this build; register one with SELECT "
+                     "sentiment_load('default', '/path/to/model_dir') or name a model "
+                     "(known: %s)",
+                     known ? known : "none");
     else if (found > 0)
-        *errmsg = sqlite3_mprintf("%s: no version %lld of model '%s'; the latest is %lld",
-                                  fn, (long long)version, base, (long long)found);
+        rc = sx_fail(errmsg, SQLITE_NOTFOUND, fn,
+                     "no version %lld of model '%s'; the latest is %lld", (long long)version,
+                     base, (long long)found);
     else
-        *errmsg = sqlite3_mprintf("%s: no model named '%s'; known: %s", fn, name,
-                                  known ? known : "none");
-end:
+        rc = sx_fail(errmsg, SQLITE_NOTFOUND, fn, "no model named '%s'; known: %s", name,
+                     known ? known : "none");
     sqlite3_free(known);
     return rc;
 }
@@ -536,16 +498,14 @@ int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
     char *key = NULL;
     sx_model *e = NULL;
     sx_file_reg *r = NULL, **pp;
+    int rc;
 
     key = sqlite3_mprintf("mem:%p:%llu", (void *)c, (unsigned long long)__atomic_add_fetch(
                                                          &counter, 1, __ATOMIC_RELAXED));
     if (!key) goto nomem;
-    if (sx_registry_acquire(key, NULL, 0, load_handed_over, model, &e, err) != SM_OK) {
-        sqlite3_free(key);
-        *errmsg = sqlite3_mprintf("%s: %s", fn, err);
-        return 1;
-    }
+    rc = sx_registry_acquire(key, NULL, 0, load_handed_over, model, &e, err);
     sqlite3_free(key);
+    if (rc != SM_OK) return sx_from_sm(rc, fn, err, errmsg);
     for (pp = &c->files; *pp; pp = &(*pp)->next)
         if (!strcmp((*pp)->name, name)) break;
     if (*pp) { /* replaces a registration of the same name */
@@ -553,7 +513,7 @@ int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
         sqlite3_free((*pp)->path);
         (*pp)->path = NULL;
         (*pp)->model = e;
-        return 0;
+        return SQLITE_OK;
     }
     r = sqlite3_malloc(sizeof *r);
     if (!r || !(r->name = sqlite3_mprintf("%s", name))) {
@@ -565,12 +525,11 @@ int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
     r->model = e;
     r->next = NULL;
     *pp = r;
-    return 0;
+    return SQLITE_OK;
 nomem:
     bert_model_free(*model);
     *model = NULL;
-    *errmsg = sqlite3_mprintf("%s: out of memory", fn);
-    return 1;
+    return sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
 }
 
 void sx_model_drop_memory(sx_conn *c, const char *name)

@@ -267,13 +267,9 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
         if (!strcmp(r->name, "default")) have_default = 1;
     }
     rc = add_database_rows(cur, c);
-    if (rc != SQLITE_OK) {
-        sqlite3_free(pCur->pVtab->zErrMsg);
-        pCur->pVtab->zErrMsg = sqlite3_mprintf("sentiment_models: cannot read "
-                                               SX_STORE_TABLE ": %s",
-                                               sqlite3_errstr(rc));
-        return rc;
-    }
+    if (rc != SQLITE_OK)
+        return sx_fail(&pCur->pVtab->zErrMsg, rc, "sentiment_models",
+                       "cannot read " SX_STORE_TABLE ": %s", sqlite3_errstr(rc));
     if (!have_default && sx_builtin_get(&b)) {
         bert_config cfg;
         char err[SM_ERR_MAX];

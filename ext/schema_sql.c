@@ -151,10 +151,10 @@ static int policy_read(sqlite3 *db, auth_ctx *a, char **why)
 
     rc = sqlite3_prepare_v2(db, "SELECT name, flags FROM pragma_function_list", -1, &st, NULL);
     if (rc != SQLITE_OK) {
-        rc = SQLITE_ERROR;
-        *why = sqlite3_mprintf("this SQLite cannot list its functions (PRAGMA function_list: "
-                               "%s), so no function can be allowed",
-                               sqlite3_errmsg(db));
+        rc = sx_fail(why, SQLITE_ERROR, NULL,
+                     "this SQLite cannot list its functions (PRAGMA function_list: %s), so no "
+                     "function can be allowed",
+                     sqlite3_errmsg(db));
         goto end;
     }
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -199,8 +199,8 @@ static int policy_read(sqlite3 *db, auth_ctx *a, char **why)
     if (rc == SQLITE_DONE) rc = SQLITE_OK;
 end:
     if (rc != SQLITE_OK && !*why)
-        *why = sqlite3_mprintf("cannot read the schema to check it: %s",
-                               rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
+        sx_fail(why, rc, NULL, "cannot read the schema to check it: %s",
+                rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
     sqlite3_finalize(st);
     sqlite3_finalize(dbs);
     return rc == SQLITE_OK && !*why ? SQLITE_OK : SQLITE_ERROR;
@@ -244,17 +244,17 @@ int sx_prepare_from_schema(sqlite3 *db, const char *sql, sqlite3_stmt **out, cha
             *why = a.denied;
             a.denied = NULL;
         } else {
-            *why = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+            sx_fail(why, rc, NULL, "%s", sqlite3_errmsg(db));
         }
     } else if (!*out) {
-        *why = sqlite3_mprintf("it holds no statement");
+        sx_fail(why, SQLITE_ERROR, NULL, "it holds no statement");
     } else if (!sx_sql_tail_empty(tail)) {
-        *why = sqlite3_mprintf("it holds more than one statement");
+        sx_fail(why, SQLITE_ERROR, NULL, "it holds more than one statement");
     } else if (!sqlite3_stmt_readonly(*out)) {
-        *why = sqlite3_mprintf("it does more than read");
+        sx_fail(why, SQLITE_ERROR, NULL, "it does more than read");
     } else if (a.calls == 0) {
         /* our authorizer never ran: do not trust what was prepared */
-        *why = sqlite3_mprintf("it could not be checked");
+        sx_fail(why, SQLITE_ERROR, NULL, "it could not be checked");
     } else {
         failed = 0;
     }

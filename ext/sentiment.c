@@ -109,9 +109,12 @@ sqlite3_sentiment_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines 
     for (size_t i = 0; i < sizeof aRegister / sizeof aRegister[0]; i++) {
         rc = aRegister[i].reg(db, c);
         if (rc != SQLITE_OK) {
-            if (pzErrMsg)
-                *pzErrMsg = sqlite3_mprintf("sentiment: cannot register %s: %s",
-                                            aRegister[i].what, sqlite3_errstr(rc));
+            /* *pzErrMsg is the loader's, set only here (sx_fail would free it) */
+            char *msg = NULL;
+            rc = sx_fail(&msg, rc, "sentiment", "cannot register %s: %s", aRegister[i].what,
+                         sqlite3_errstr(rc));
+            if (pzErrMsg) *pzErrMsg = msg;
+            else sqlite3_free(msg);
             break;
         }
     }

@@ -18,10 +18,52 @@
  *   models_vtab.c     the sentiment_models eponymous virtual table
  *   batch_window.c    sentiment_batch(): the window-function form of classify
  *   args.c            name/path arguments (no NUL bytes), the interrupt check
+ *   errors.c          the error convention below: sx_fail, sx_from_sm
  *
- * Naming: everything shared is prefixed sx_. Error messages handed between
- * files are sqlite3_mprintf'd strings (the caller frees them with
- * sqlite3_free) and already name the SQL function they belong to.
+ * Naming: everything shared is prefixed sx_.
+ *
+ * Errors. Every function of ext/ that can fail returns an SQLite result
+ * code, SQLITE_OK on success, else the code that says what kind of failure
+ * it was:
+ *   SQLITE_NOMEM       out of memory
+ *   SQLITE_INTERRUPT   sqlite3_interrupt() stopped it
+ *   SQLITE_NOTFOUND    the model, version or stored row named does not exist
+ *   SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, ...  SQLite's own code,
+ *                      passed on from the call that failed (READONLY also
+ *                      for a read-only main database, checked before a write)
+ *   SQLITE_CANTOPEN, SQLITE_IOERR  a file could not be created or written
+ *                      (sentiment_export)
+ *   SQLITE_ERROR       anything else: a bad argument, a file or row that
+ *                      does not load, a backend that failed
+ * and, where it takes a `char **errmsg`, a message there, sqlite3_mprintf'd
+ * and freed by the caller with sqlite3_free, of the form "fn: what went
+ * wrong", fn being the name the user called ("sentiment()", "train()",
+ * "classify()", "sentiment_models"):
+ *   sentiment(): no model named 'hotle'; known: default, hotel
+ * Files below the SQL surface that are given no fn (storage.c,
+ * schema_sql.c, train.c's storing) write the message without the prefix
+ * and their callers add it. *errmsg is set only on failure; a message
+ * already there is freed when a new one is set, so *errmsg starts NULL. A
+ * failure that leaves *errmsg NULL is out of memory (the message itself
+ * could not be made), except SQLITE_NOTFOUND where a lookup documents that
+ * it sets none (the caller says what was not found). A function whose only
+ * failure is out of memory returns SQLITE_NOMEM and takes no errmsg.
+ * sx_fail() formats a message and returns the code; sx_from_sm() turns a
+ * model/ status (SM_*, model/errors.h) and its err buffer into both. The
+ * SQL entry points (xFunc, xStep, xFinal, xFilter, ...) hand the message
+ * to sqlite3_result_error() or pVtab->zErrMsg (a function's error reaches
+ * SQLite as SQLITE_ERROR, whatever the code was), out of memory to
+ * sqlite3_result_error_nomem() or SQLITE_NOMEM.
+ *
+ * One part keeps model/'s convention (an SM_* status, a char
+ * err[SM_ERR_MAX]): the process-wide model cache (registry.c) and what it
+ * runs to load and place a model, the sx_loader callbacks,
+ * sx_store_row_open/sx_store_row_load and sx_device_owner. A load is model/
+ * code that the cache calls back under its load lock, and the cache, shared
+ * by every connection and outliving each, allocates with malloc, never
+ * with SQLite's allocator; its callers convert with sx_from_sm.
+ * Predicates ("1 when ...") and functions returning a pointer (NULL when
+ * out of memory) or a count are not error returns.
  */
 #ifndef SENTIMENT_EXT_H
 #define SENTIMENT_EXT_H
@@ -41,6 +83,28 @@ SQLITE_EXTENSION_INIT3
 
 /* GPUs a process can use (cuda:0 .. cuda:15). */
 #define SX_MAX_GPUS 16
+
+/* ------------------------------------------------------------------ */
+/* errors.c: the error convention (above).                              */
+
+/* Sets *errmsg (the old message freed) to "fn: " and the printf-style
+ * message, or to the message alone when fn is NULL, and returns rc;
+ * SQLITE_NOMEM with *errmsg NULL when the message cannot be allocated.
+ * errmsg NULL: nothing is formatted, rc is returned. fmt's arguments may
+ * include *errmsg itself (to prefix an inner message). fmt is checked as
+ * printf's, so SQLite's own %q, %Q and %w are not taken: quote with
+ * sqlite3_mprintf first. */
+int sx_fail(char **errmsg, int rc, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The SQLite result code for a model/ status: SM_OK -> SQLITE_OK,
+ * SM_ERR_NOMEM -> SQLITE_NOMEM, SM_ERR_INTERRUPTED -> SQLITE_INTERRUPT,
+ * every other SM_ERR_* (I/O, format, invalid, unsupported, device) ->
+ * SQLITE_ERROR. */
+int sx_rc_from_sm(int sm_rc);
+/* sx_rc_from_sm(sm_rc), and for a failure *errmsg "fn: err" (err as the
+ * model/ call wrote it; "out of memory", "interrupted" or "failed" when it
+ * is NULL or empty), as sx_fail. SM_OK touches nothing. */
+int sx_from_sm(int sm_rc, const char *fn, const char *err, char **errmsg);
 
 /* ------------------------------------------------------------------ */
 /* registry.c: the process-wide cache of loaded models.                */
@@ -186,7 +250,7 @@ void sx_conn_unref(void *c);    /* the one destructor */
 
 /* Drops backend and workspaces (after a device or threads change). */
 void sx_engine_reset(sx_conn *c);
-/* Makes sure c->be exists; *errmsg (sqlite3_mprintf'd) names fn. */
+/* Makes sure c->be exists (SQLITE_OK, or an error naming fn). */
 int sx_engine_backend(sx_conn *c, const char *fn, char **errmsg);
 /* Classifies n texts (none NULL or blank) with one engine call: probs gets
  * n x num_labels, truncated (may be NULL) gets n flags. batch_size <= 0 uses
@@ -211,7 +275,8 @@ int sx_engine_max_length(const sx_conn *c, const bert_model *m);
 /* ------------------------------------------------------------------ */
 /* device.c: choosing where inference runs.                             */
 
-/* Validates a device name; 0 or an error (sqlite3_mprintf'd, naming fn). */
+/* Validates a device name (and, for cuda:N, that GPU N exists):
+ * SQLITE_OK or SQLITE_ERROR naming fn. */
 int sx_device_check(const char *fn, const char *spec, char **errmsg);
 /* Creates the backend for spec ("auto": the GPU if there is one, else
  * the CPU) with precision (NULL or "" = auto); *gpu gets the GPU index or
@@ -219,8 +284,8 @@ int sx_device_check(const char *fn, const char *spec, char **errmsg);
 int sx_device_create(const char *fn, const char *spec, int threads,
                      const char *precision, backend **out, int *gpu,
                      char *desc, size_t desc_cap, char **errmsg);
-/* 0 when name is a precision (auto, fp32, tf32, bf16, bf16-fast, int8), else an
- * error naming fn and the allowed values. */
+/* SQLITE_OK when name is a precision (auto, fp32, tf32, bf16, bf16-fast,
+ * int8), else SQLITE_ERROR naming fn and the allowed values. */
 int sx_device_precision_check(const char *fn, const char *name, char **errmsg);
 /* 1 when the CPU computes in precision name: NULL, "", auto, fp32, bf16
  * on a CPU with AVX512-BF16, int8 on a CPU with AVX512-VNNI. */
@@ -247,13 +312,14 @@ bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key
  * desc gets its description (a CPU-only precision, int8, is an error). */
 int sx_device_set_precision(const char *fn, backend *be, const char *name,
                             char *desc, size_t desc_cap, char **errmsg);
-/* Free and total memory of a GPU backend's device: 0 on success, 1 on the
- * CPU or when the plugin cannot tell. */
+/* Free and total memory of a GPU backend's device: SQLITE_OK, or
+ * SQLITE_NOTFOUND (both 0) on the CPU or when the plugin cannot tell. */
 int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
 /* Why the last op of a GPU backend failed ("" on the CPU or when unknown). */
 const char *sx_device_last_error(const backend *be);
 /* The process-wide backend of GPU gpu that owns cached model weights,
- * created on first use and never destroyed. */
+ * created on first use and never destroyed. SM_OK or an SM_* status with
+ * err (registry.c's convention: it is called under the upload lock). */
 int sx_device_owner(int gpu, backend **out, char *err);
 /* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (cpu/blas.h). */
 const char *sx_device_blas(void);
@@ -264,13 +330,14 @@ const char *sx_device_blas(void);
 enum { SX_SRC_BUILTIN = 1, SX_SRC_DATABASE = 2, SX_SRC_FILE = 3 };
 
 /* Resolves name ("default" when NULL; "name@N" picks a database version)
- * and returns a referenced entry. */
+ * and returns a referenced entry. SQLITE_NOTFOUND (with its message) when
+ * there is no such model or version. */
 int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
                      sx_model **out, char **errmsg);
 /* The stored version `version` (0: latest) of name in the main database,
- * whatever this connection registered under that name; an error when it
- * is not stored or does not load (used by sentiment_use, sentiment_save,
- * sentiment_export). */
+ * whatever this connection registered under that name; SQLITE_NOTFOUND
+ * when it is not stored, an error when it does not load (used by
+ * sentiment_use, sentiment_save, sentiment_export). */
 int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_t version,
                             sx_model **out, char **errmsg);
 /* A registry acquire for a model directory (used by sentiment_load). A
@@ -284,15 +351,15 @@ int sx_model_register(sx_conn *c, const char *fn, const char *name,
 void sx_model_unregister_all(sx_conn *c);
 /* Registers *model (handed over; *model is NULL afterwards, also on error)
  * on this connection as name, in memory (source 'memory'), replacing a
- * registration of that name. 0 or 1 with *errmsg naming fn. */
+ * registration of that name. */
 int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
                              bert_model **model, char **errmsg);
 /* Drops the in-memory model called name, if there is one. */
 void sx_model_drop_memory(sx_conn *c, const char *name);
 /* The cache key for a file model directory, or NULL when unreadable. */
 char *sx_model_dir_key(const char *path);
-/* 0 when name is acceptable for registering (for_store: storing, where
- * 'default' is reserved). */
+/* SQLITE_OK when name is acceptable for registering (for_store: storing,
+ * where 'default' is reserved), else SQLITE_ERROR saying why. */
 int sx_model_name_check(const char *fn, const char *name, int for_store,
                         char **errmsg);
 /* The "known: ..." list for error messages (sqlite3_mprintf'd). */
@@ -436,10 +503,11 @@ int sx_text_blank(const char *text, size_t len);
 /* A text argument as bytes (*text NULL for NULL or blank input; a BLOB is
  * taken as UTF-8 bytes, numbers as their text). SQLITE_NOMEM on OOM. */
 int sx_value_text(sqlite3_value *v, const char **text, size_t *len);
-/* args.c: the TEXT of a name or path argument; NULL with *errmsg "fn: what
- * contains a NUL byte" when it holds one (never cut at the NUL), NULL with
- * *errmsg NULL when out of memory. */
-const char *sx_arg_name(sqlite3_value *v, const char *fn, const char *what, char **errmsg);
+/* args.c: the TEXT of a name or path argument in *out (NULL for SQL
+ * NULL): SQLITE_OK; SQLITE_ERROR with "fn: what contains a NUL byte" when
+ * it holds one (never cut at the NUL); SQLITE_NOMEM. */
+int sx_arg_name(sqlite3_value *v, const char *fn, const char *what, const char **out,
+                char **errmsg);
 /* 1 when a TEXT (or BLOB) value holds a NUL byte. */
 int sx_arg_has_nul(sqlite3_value *v);
 /* 1 while sqlite3_interrupt(db) is in effect (SQLite 3.40 has no

@@ -158,26 +158,21 @@ int sx_store_ensure(sqlite3 *db, char **errmsg)
         if (object_exists(db, k_objects[i].type, k_objects[i].name)) continue;
         /* unqualified, as in sql/schema.sql: CREATE puts them in main */
         int rc = sqlite3_exec(db, k_objects[i].sql, NULL, NULL, NULL);
-        if (rc != SQLITE_OK) {
-            *errmsg = sqlite3_mprintf("cannot create %s %s: %s", k_objects[i].type,
-                                      k_objects[i].name, sqlite3_errmsg(db));
-            return rc;
-        }
+        if (rc != SQLITE_OK)
+            return sx_fail(errmsg, rc, NULL, "cannot create %s %s: %s", k_objects[i].type,
+                           k_objects[i].name, sqlite3_errmsg(db));
     }
     int has = has_tokenizer_column(db);
     if (has < 0) {
         int rc = sqlite3_errcode(db) == SQLITE_OK ? SQLITE_ERROR : sqlite3_errcode(db);
-        *errmsg = sqlite3_mprintf("cannot read the columns of " SX_STORE_TABLE ": %s",
-                                  sqlite3_errmsg(db));
-        return rc;
+        return sx_fail(errmsg, rc, NULL, "cannot read the columns of " SX_STORE_TABLE ": %s",
+                       sqlite3_errmsg(db));
     }
     if (!has) {
         int rc = sqlite3_exec(db, k_add_tokenizer, NULL, NULL, NULL);
-        if (rc != SQLITE_OK) {
-            *errmsg = sqlite3_mprintf("cannot add the tokenizer column to " SX_STORE_TABLE
-                                      ": %s", sqlite3_errmsg(db));
-            return rc;
-        }
+        if (rc != SQLITE_OK)
+            return sx_fail(errmsg, rc, NULL, "cannot add the tokenizer column to " SX_STORE_TABLE
+                           ": %s", sqlite3_errmsg(db));
     }
     return SQLITE_OK;
 }
@@ -223,7 +218,7 @@ int sx_store_find_row(sqlite3 *db, const char *name, int64_t version, sx_store_r
     }
 end:
     if (rc != SQLITE_OK && rc != SQLITE_NOTFOUND)
-        *errmsg = sqlite3_mprintf("cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
+        rc = sx_fail(errmsg, rc, NULL, "cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
     return rc;
 }
@@ -362,17 +357,17 @@ int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version,
     }
     if (rc == SQLITE_DONE) rc = *version ? SQLITE_OK : SQLITE_NOTFOUND;
 end:
-    if (rc != SQLITE_OK && !*errmsg)
-        *errmsg = rc == SQLITE_NOTFOUND
-                      ? sqlite3_mprintf("no version %lld of model '%s'", (long long)from, name)
-                      : sqlite3_mprintf("cannot store model '%s': %s", name, sqlite3_errmsg(db));
+    if (rc == SQLITE_NOTFOUND && !*errmsg)
+        rc = sx_fail(errmsg, rc, NULL, "no version %lld of model '%s'", (long long)from, name);
+    else if (rc != SQLITE_OK && !*errmsg)
+        rc = sx_fail(errmsg, rc, NULL, "cannot store model '%s': %s", name, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     if (in_savepoint) {
         if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_copy", NULL, NULL, NULL);
         if (sqlite3_exec(db, "RELEASE sentiment_copy", NULL, NULL, NULL) != SQLITE_OK &&
             rc == SQLITE_OK) {
-            rc = SQLITE_ERROR;
-            *errmsg = sqlite3_mprintf("cannot commit model '%s': %s", name, sqlite3_errmsg(db));
+            rc = sx_fail(errmsg, SQLITE_ERROR, NULL, "cannot commit model '%s': %s", name,
+                         sqlite3_errmsg(db));
             sqlite3_exec(db, "ROLLBACK TO sentiment_copy", NULL, NULL, NULL);
             sqlite3_exec(db, "RELEASE sentiment_copy", NULL, NULL, NULL);
         }
@@ -425,15 +420,14 @@ int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *remov
     if (rc == SQLITE_DONE) rc = SQLITE_OK;
 end:
     if (rc != SQLITE_OK && rc != SQLITE_NOTFOUND && !*errmsg)
-        *errmsg = sqlite3_mprintf("cannot drop model '%s': %s", name, sqlite3_errmsg(db));
+        rc = sx_fail(errmsg, rc, NULL, "cannot drop model '%s': %s", name, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     if (in_savepoint) {
         if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_drop", NULL, NULL, NULL);
         if (sqlite3_exec(db, "RELEASE sentiment_drop", NULL, NULL, NULL) != SQLITE_OK &&
             rc == SQLITE_OK) {
-            rc = SQLITE_ERROR;
-            *errmsg = sqlite3_mprintf("cannot commit dropping model '%s': %s", name,
-                                      sqlite3_errmsg(db));
+            rc = sx_fail(errmsg, SQLITE_ERROR, NULL, "cannot commit dropping model '%s': %s", name,
+                         sqlite3_errmsg(db));
             sqlite3_exec(db, "ROLLBACK TO sentiment_drop", NULL, NULL, NULL);
             sqlite3_exec(db, "RELEASE sentiment_drop", NULL, NULL, NULL);
         }
@@ -483,7 +477,7 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
     if (rc == SQLITE_DONE) rc = SQLITE_OK;
 end:
     if (rc != SQLITE_OK && !*errmsg)
-        *errmsg = sqlite3_mprintf("cannot store model '%s': %s", name, sqlite3_errmsg(db));
+        rc = sx_fail(errmsg, rc, NULL, "cannot store model '%s': %s", name, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     if (in_savepoint) {
         if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_store", NULL, NULL, NULL);
@@ -550,7 +544,7 @@ static int take_write_lock(sqlite3 *db, int *ext, char **errmsg)
     }
     if (rc != SQLITE_OK) {
         *ext = sqlite3_extended_errcode(db);
-        *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+        rc = sx_fail(errmsg, rc, NULL, "%s", sqlite3_errmsg(db));
     }
     return rc;
 }
@@ -565,10 +559,7 @@ int sx_store_probe_write(sqlite3 *db, int *no_savepoint, int *ext, char **errmsg
     int in_user_txn = !sqlite3_get_autocommit(db);
     int rc = sqlite3_exec(db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL);
     *no_savepoint = rc != SQLITE_OK;
-    if (rc != SQLITE_OK) {
-        *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
-        return rc;
-    }
+    if (rc != SQLITE_OK) return sx_fail(errmsg, rc, NULL, "%s", sqlite3_errmsg(db));
     rc = take_write_lock(db, ext, errmsg);
     if (!in_user_txn) sqlite3_exec(db, "ROLLBACK TO sentiment_train_probe", NULL, NULL, NULL);
     sqlite3_exec(db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
@@ -581,10 +572,7 @@ int sx_store_train_begin(sqlite3 *db, int *open, int *ext, char **errmsg)
     for (;;) {
         *open = 0;
         rc = sqlite3_exec(db, "SAVEPOINT sentiment_train", NULL, NULL, NULL);
-        if (rc != SQLITE_OK) {
-            *errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
-            return rc;
-        }
+        if (rc != SQLITE_OK) return sx_fail(errmsg, rc, NULL, "%s", sqlite3_errmsg(db));
         *open = 1;
         rc = take_write_lock(db, ext, errmsg);
         if (rc != SQLITE_OK || sx_store_current(db)) return rc;
@@ -631,7 +619,7 @@ int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
         sqlite3_reset(st);
     }
     if (rc != SQLITE_OK)
-        *errmsg = sqlite3_mprintf("cannot write sentiment_train_log: %s", sqlite3_errmsg(db));
+        rc = sx_fail(errmsg, rc, NULL, "cannot write sentiment_train_log: %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
     return rc;
 }
@@ -640,7 +628,7 @@ int sx_store_train_commit(sqlite3 *db, char **errmsg)
 {
     int rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
     /* the commit itself failed (SQLite's busy handler already ran) */
-    if (rc != SQLITE_OK) *errmsg = sqlite3_mprintf("cannot commit: %s", sqlite3_errmsg(db));
+    if (rc != SQLITE_OK) rc = sx_fail(errmsg, rc, NULL, "cannot commit: %s", sqlite3_errmsg(db));
     return rc;
 }
 

@@ -73,25 +73,24 @@ static void fn_drop(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int rc;
 
     if (sqlite3_value_type(argv[0]) == SQLITE_TEXT && sx_arg_has_nul(argv[0])) {
-        errmsg = sqlite3_mprintf("%s: model name contains a NUL byte", fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "model name contains a NUL byte");
         goto end;
     }
     if (!name || !*name) {
-        errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
-                                 fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a stored model name (TEXT) as the first argument");
         goto end;
     }
     if (argc > 1) {
         if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
-            errmsg = sqlite3_mprintf("%s: expected a version number (INTEGER >= 1) as the "
-                                     "second argument",
-                                     fn);
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "expected a version number (INTEGER >= 1) as the second argument");
             goto end;
         }
         version = sqlite3_value_int64(argv[1]);
     }
     if (sqlite3_db_readonly(c->db, "main") == 1) {
-        errmsg = sqlite3_mprintf("%s: the database is read-only", fn);
+        rc = sx_fail(&errmsg, SQLITE_READONLY, fn, "the database is read-only");
         goto end;
     }
     rc = sx_store_drop(c->db, name, version, &removed, &errmsg);
@@ -101,45 +100,45 @@ static void fn_drop(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         int stored = sx_store_find_row(c->db, name, 0, &latest, &ignored) == SQLITE_OK;
         sqlite3_free(ignored);
         if (stored)
-            errmsg = sqlite3_mprintf("%s: no version %lld of model '%s'; the latest is %lld", fn,
-                                     (long long)version, name, (long long)latest.version);
+            rc = sx_fail(&errmsg, rc, fn, "no version %lld of model '%s'; the latest is %lld",
+                         (long long)version, name, (long long)latest.version);
         else if (sx_model_source(c, name) == SX_SRC_FILE)
-            errmsg = sqlite3_mprintf("%s: model '%s' is registered with sentiment_load(), not "
-                                     "stored in this database; sentiment_load('%s', NULL) "
-                                     "unregisters it",
-                                     fn, name, name);
+            rc = sx_fail(&errmsg, rc, fn,
+                         "model '%s' is registered with sentiment_load(), not stored in this "
+                         "database; sentiment_load('%s', NULL) unregisters it",
+                         name, name);
         else
-            errmsg = sqlite3_mprintf("%s: no model named '%s' is stored in this database", fn,
-                                     name);
-    } else if (rc != SQLITE_OK) {
-        char *inner = errmsg;
-        errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot drop the model");
-        sqlite3_free(inner);
+            rc = sx_fail(&errmsg, rc, fn, "no model named '%s' is stored in this database", name);
+    } else if (rc != SQLITE_OK && errmsg) {
+        rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
     }
 end:
-    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-    else sqlite3_result_int64(ctx, removed);
+    if (rc == SQLITE_OK) sqlite3_result_int64(ctx, removed);
+    else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
     sqlite3_free(errmsg);
 }
 
 /* ---- sentiment_export(name, dir) ---- */
 
-static int write_file(const char *dir, const char *file, const void *p, size_t n, char *err)
+static int write_file(const char *dir, const char *file, const void *p, size_t n,
+                      const char *fn, char **errmsg)
 {
     char path[4300];
     const char *b = p;
     int fd;
     if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
-        return sm_error(err, SM_ERR_IO, "path too long");
+        return sx_fail(errmsg, SQLITE_ERROR, fn, "path too long");
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) return sm_error(err, SM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (fd < 0)
+        return sx_fail(errmsg, SQLITE_CANTOPEN, fn, "cannot create %s: %s", path, strerror(errno));
     while (n > 0) {
         ssize_t w = write(fd, b, n);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = errno;
             close(fd);
-            return sm_error(err, SM_ERR_IO, "cannot write %s: %s", path, strerror(e));
+            return sx_fail(errmsg, SQLITE_IOERR, fn, "cannot write %s: %s", path, strerror(e));
         }
         b += w;
         n -= (size_t)w;
@@ -147,10 +146,11 @@ static int write_file(const char *dir, const char *file, const void *p, size_t n
     if (fsync(fd) != 0) {
         int e = errno;
         close(fd);
-        return sm_error(err, SM_ERR_IO, "cannot sync %s: %s", path, strerror(e));
+        return sx_fail(errmsg, SQLITE_IOERR, fn, "cannot sync %s: %s", path, strerror(e));
     }
-    if (close(fd) != 0) return sm_error(err, SM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    return SM_OK;
+    if (close(fd) != 0)
+        return sx_fail(errmsg, SQLITE_IOERR, fn, "cannot write %s: %s", path, strerror(errno));
+    return SQLITE_OK;
 }
 
 static const char *const k_files[] = {"config.json", "vocab.txt", "model.safetensors",
@@ -179,28 +179,30 @@ static void remove_tmp(const char *tmp)
 /* modules.json, 1_Pooling/config.json and (normalising) an empty
  * 2_Normalize/ in tmp, as sentence-transformers saves a model, when the
  * model has a pooling setting (model/pooling.h); nothing otherwise. */
-static int write_pooling(const char *tmp, const bert_config *cfg, char *err)
+static int write_pooling(const char *tmp, const bert_config *cfg, const char *fn, char **errmsg)
 {
-    char *modules = NULL, *pooling = NULL, path[4300];
+    char *modules = NULL, *pooling = NULL, path[4300], err[SM_ERR_MAX];
     int rc;
-    if (!cfg->pooling.set) return SM_OK;
+    if (!cfg->pooling.set) return SQLITE_OK;
     if ((rc = sm_pooling_files(&cfg->pooling, cfg->hidden_size, &modules, &pooling, err)))
-        return rc;
+        return sx_from_sm(rc, fn, err, errmsg);
     for (int i = 0; i < 1 + cfg->pooling.normalize && !rc; i++) {
         snprintf(path, sizeof path, "%s/%s", tmp, k_pooling_dirs[i]);
         if (mkdir(path, 0777) != 0)
-            rc = sm_error(err, SM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+            rc = sx_fail(errmsg, SQLITE_CANTOPEN, fn, "cannot create %s: %s", path,
+                         strerror(errno));
     }
-    if (!rc) rc = write_file(tmp, k_pooling_files[0], modules, strlen(modules), err);
-    if (!rc) rc = write_file(tmp, k_pooling_files[1], pooling, strlen(pooling), err);
+    if (!rc) rc = write_file(tmp, k_pooling_files[0], modules, strlen(modules), fn, errmsg);
+    if (!rc) rc = write_file(tmp, k_pooling_files[1], pooling, strlen(pooling), fn, errmsg);
     free(modules);
     free(pooling);
     return rc;
 }
 
-/* 0 when dir can be the export's target (absent with an existing parent,
- * or an empty directory), else an error in err. */
-static int check_target(const char *dir, char *parent, size_t cap, char *err)
+/* SQLITE_OK when dir can be the export's target (absent with an existing
+ * parent, or an empty directory), else an error. */
+static int check_target(const char *dir, char *parent, size_t cap, const char *fn,
+                        char **errmsg)
 {
     struct stat sb;
     const char *slash;
@@ -209,25 +211,28 @@ static int check_target(const char *dir, char *parent, size_t cap, char *err)
         struct dirent *de;
         int empty = 1;
         if (!S_ISDIR(sb.st_mode))
-            return sm_error(err, SM_ERR_INVALID, "'%s' exists and is not a directory", dir);
+            return sx_fail(errmsg, SQLITE_ERROR, fn, "'%s' exists and is not a directory", dir);
         d = opendir(dir);
-        if (!d) return sm_error(err, SM_ERR_IO, "cannot open '%s': %s", dir, strerror(errno));
+        if (!d)
+            return sx_fail(errmsg, SQLITE_CANTOPEN, fn, "cannot open '%s': %s", dir,
+                           strerror(errno));
         while ((de = readdir(d)))
             if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
         closedir(d);
         if (!empty)
-            return sm_error(err, SM_ERR_INVALID,
-                            "'%s' is not empty; expected a new or an empty directory", dir);
+            return sx_fail(errmsg, SQLITE_ERROR, fn,
+                           "'%s' is not empty; expected a new or an empty directory", dir);
     } else if (errno != ENOENT) {
-        return sm_error(err, SM_ERR_IO, "cannot use '%s': %s", dir, strerror(errno));
+        return sx_fail(errmsg, SQLITE_CANTOPEN, fn, "cannot use '%s': %s", dir, strerror(errno));
     }
     slash = strrchr(dir, '/');
     if (!slash) snprintf(parent, cap, ".");
     else if (slash == dir) snprintf(parent, cap, "/");
     else snprintf(parent, cap, "%.*s", (int)(slash - dir), dir);
     if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return sm_error(err, SM_ERR_INVALID, "the parent directory '%s' does not exist", parent);
-    return SM_OK;
+        return sx_fail(errmsg, SQLITE_ERROR, fn, "the parent directory '%s' does not exist",
+                       parent);
+    return SQLITE_OK;
 }
 
 static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -241,24 +246,24 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sx_model *m = NULL;
     sx_store_row row;
     sx_store_ref ref;
-    int have_row = 0, have_tmp = 0;
+    int have_row = 0, have_tmp = 0, rc = SQLITE_OK;
     (void)argc;
 
     memset(&row, 0, sizeof row);
     for (int i = 0; i < 2; i++)
         if (sqlite3_value_type(argv[i]) == SQLITE_TEXT && sx_arg_has_nul(argv[i])) {
-            errmsg = sqlite3_mprintf("%s: %s contains a NUL byte", fn,
-                                     i ? "directory path" : "model name");
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "%s contains a NUL byte",
+                         i ? "directory path" : "model name");
             goto end;
         }
     if (!spec || !*spec || strlen(spec) >= sizeof base) {
-        errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
-                                 fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a stored model name (TEXT) as the first argument");
         goto end;
     }
     if (!dir_arg || !*dir_arg || strlen(dir_arg) >= sizeof dir) {
-        errmsg = sqlite3_mprintf("%s: expected a directory path (TEXT) as the second argument",
-                                 fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a directory path (TEXT) as the second argument");
         goto end;
     }
     /* name@N picks a version */
@@ -274,49 +279,52 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = 0;
 
     /* load it (the checks of every load), then read the same bytes */
-    if (sx_model_acquire_stored(c, fn, base, version, &m, &errmsg)) goto end;
-    if (sx_store_find_row(c->db, base, version, &ref, &errmsg) != SQLITE_OK ||
-        sx_store_row_open(c->db, ref.rowid, &row, err) != SM_OK) {
-        if (!errmsg) errmsg = sqlite3_mprintf("%s: %s", fn, err);
+    rc = sx_model_acquire_stored(c, fn, base, version, &m, &errmsg);
+    if (rc != SQLITE_OK) goto end;
+    rc = sx_store_find_row(c->db, base, version, &ref, &errmsg);
+    if (rc != SQLITE_OK) {
+        if (rc == SQLITE_NOTFOUND) /* deleted since it was loaded */
+            rc = sx_fail(&errmsg, rc, fn, "model '%s' changed while it was exported; try again",
+                         spec);
+        else if (errmsg)
+            rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
+        goto end;
+    }
+    if ((rc = sx_store_row_open(c->db, ref.rowid, &row, err)) != SM_OK) {
+        rc = sx_from_sm(rc, fn, err, &errmsg);
         goto end;
     }
     have_row = 1;
     if (strcmp(row.key, m->key)) {
-        errmsg = sqlite3_mprintf("%s: model '%s' changed while it was exported; try again", fn,
-                                 spec);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "model '%s' changed while it was exported; try again", spec);
         goto end;
     }
-    if (check_target(dir, parent, sizeof parent, err) != SM_OK) {
-        errmsg = sqlite3_mprintf("%s: %s", fn, err);
-        goto end;
-    }
+    if ((rc = check_target(dir, parent, sizeof parent, fn, &errmsg)) != SQLITE_OK) goto end;
     for (unsigned n = 0;; n++) {
         snprintf(tmp, sizeof tmp, "%s.export-%ld-%u", dir, (long)getpid(), n);
         if (mkdir(tmp, 0777) == 0) break;
         if (errno != EEXIST || n > 1000) {
-            errmsg = sqlite3_mprintf("%s: cannot create a directory next to '%s': %s", fn, dir,
-                                     strerror(errno));
+            rc = sx_fail(&errmsg, SQLITE_CANTOPEN, fn, "cannot create a directory next to '%s': %s",
+                         dir, strerror(errno));
             goto end;
         }
     }
     have_tmp = 1;
     /* a tokenizer.json model has vocab '' (no vocab.txt is written); the
      * loader takes tokenizer.json first, as the stored row did */
-    if (write_file(tmp, k_files[0], row.config, row.config_len, err) != SM_OK ||
+    if ((rc = write_file(tmp, k_files[0], row.config, row.config_len, fn, &errmsg)) ||
         ((!row.tokenizer || row.vocab_len) &&
-         write_file(tmp, k_files[1], row.vocab, row.vocab_len, err) != SM_OK) ||
+         (rc = write_file(tmp, k_files[1], row.vocab, row.vocab_len, fn, &errmsg))) ||
         (row.tokenizer &&
-         write_file(tmp, k_files[3], row.tokenizer, row.tokenizer_len, err) != SM_OK) ||
-        write_file(tmp, k_files[2], row.weights, row.weights_len, err) != SM_OK ||
-        write_pooling(tmp, &m->bert->cfg, err) != SM_OK) {
-        errmsg = sqlite3_mprintf("%s: %s", fn, err);
+         (rc = write_file(tmp, k_files[3], row.tokenizer, row.tokenizer_len, fn, &errmsg))) ||
+        (rc = write_file(tmp, k_files[2], row.weights, row.weights_len, fn, &errmsg)) ||
+        (rc = write_pooling(tmp, &m->bert->cfg, fn, &errmsg)))
         goto end;
-    }
     if (rename(tmp, dir) != 0) {
-        errmsg = sqlite3_mprintf("%s: cannot create '%s': %s", fn, dir,
-                                 errno == ENOTEMPTY || errno == EEXIST
-                                     ? "it is no longer empty"
-                                     : strerror(errno));
+        rc = sx_fail(&errmsg, SQLITE_CANTOPEN, fn, "cannot create '%s': %s", dir,
+                     errno == ENOTEMPTY || errno == EEXIST ? "it is no longer empty"
+                                                           : strerror(errno));
         goto end;
     }
     have_tmp = 0;
@@ -331,8 +339,9 @@ end:
     if (have_tmp) remove_tmp(tmp);
     if (have_row) sx_store_row_close(&row);
     sx_registry_release(m);
-    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-    else sqlite3_result_text(ctx, dir, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK) sqlite3_result_text(ctx, dir, -1, SQLITE_TRANSIENT);
+    else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
     sqlite3_free(errmsg);
 }
 

@@ -268,7 +268,8 @@ static char *busy_reason(const char *msg, int ext, int waited_ms, int timeout_ms
 }
 
 /* First row: can the model be stored at all? Takes the write lock for a
- * moment (waiting as described above) and gives it back; creates nothing. */
+ * moment (waiting as described above) and gives it back; creates nothing.
+ * An error is SQLite's code for the lock or the savepoint that failed. */
 static int store_check(tr_state *s, char **errmsg)
 {
     sqlite3 *db = s->c->db;
@@ -280,16 +281,17 @@ static int store_check(tr_state *s, char **errmsg)
         msg = NULL;
         rc = sx_store_probe_write(db, &no_savepoint, &ext, &msg);
         if (no_savepoint) {
-            *errmsg = sqlite3_mprintf("%s: cannot store model '%s' from inside a statement "
-                                      "that writes (INSERT ... SELECT train(...) or CREATE "
-                                      "TABLE ... AS): run train() in a SELECT of its own (%s)",
-                                      TRAIN_FN, s->name, msg ? msg : sqlite3_errmsg(db));
+            rc = sx_fail(errmsg, rc, TRAIN_FN,
+                         "cannot store model '%s' from inside a statement that writes "
+                         "(INSERT ... SELECT train(...) or CREATE TABLE ... AS): run train() "
+                         "in a SELECT of its own (%s)",
+                         s->name, msg ? msg : sqlite3_errmsg(db));
             sqlite3_free(msg);
-            return 1;
+            return rc;
         }
         if (rc == SQLITE_OK) {
             sqlite3_free(msg);
-            return 0;
+            return SQLITE_OK;
         }
         if ((rc & 0xff) != SQLITE_BUSY || ext == SQLITE_BUSY_SNAPSHOT ||
             busy_wait(s, tries, timeout, &waited, &why))
@@ -299,13 +301,13 @@ static int store_check(tr_state *s, char **errmsg)
         char *reason = (rc & 0xff) == SQLITE_BUSY
                            ? busy_reason(msg ? msg : "database is locked", ext, waited, timeout, why)
                            : sqlite3_mprintf("%s", msg ? msg : sqlite3_errstr(rc));
-        *errmsg = sqlite3_mprintf("%s: model '%s' could not be stored in this database: %s; "
-                                  "nothing was trained",
-                                  TRAIN_FN, s->name, reason ? reason : "out of memory");
+        rc = sx_fail(errmsg, rc, TRAIN_FN,
+                     "model '%s' could not be stored in this database: %s; nothing was trained",
+                     s->name, reason ? reason : "out of memory");
         sqlite3_free(reason);
     }
     sqlite3_free(msg);
-    return 1;
+    return rc;
 }
 
 /* First-row setup: name, options, base, tokenizer, dataset. */
@@ -314,125 +316,115 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
 {
     char err[SM_ERR_MAX];
     const char *name;
-    int vocab_size;
+    int vocab_size, rc;
 
-    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
-        *errmsg = sqlite3_mprintf("%s: expected the name of the model to store (TEXT) as the "
-                                  "first argument",
-                                  TRAIN_FN);
-        return 1;
-    }
-    name = sx_arg_name(argv[0], TRAIN_FN, "model name", errmsg);
-    if (!name && !*errmsg) *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-    if (!name || sx_model_name_check(TRAIN_FN, name, 1, errmsg)) return 1;
+    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "expected the name of the model to store (TEXT) as the first argument");
+    if ((rc = sx_arg_name(argv[0], TRAIN_FN, "model name", &name, errmsg)) != SQLITE_OK ||
+        (rc = sx_model_name_check(TRAIN_FN, name, 1, errmsg)) != SQLITE_OK)
+        return rc;
     snprintf(s->name, sizeof s->name, "%s", name);
     if (argc > 3 && sqlite3_value_type(argv[3]) != SQLITE_NULL) {
-        if (sqlite3_value_type(argv[3]) != SQLITE_TEXT) {
-            *errmsg = sqlite3_mprintf("%s: options must be a JSON object (TEXT), e.g. "
-                                      "'{\"epochs\":3}'",
-                                      TRAIN_FN);
-            return 1;
-        }
-        const char *opts = sx_arg_name(argv[3], TRAIN_FN, "options text", errmsg);
-        if (!opts && !*errmsg) *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-        if (!opts || sx_train_options_parse(opts, &s->o, errmsg)) return 1;
-    } else if (sx_train_options_parse(NULL, &s->o, errmsg)) {
-        return 1;
+        const char *opts;
+        if (sqlite3_value_type(argv[3]) != SQLITE_TEXT)
+            return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                           "options must be a JSON object (TEXT), e.g. '{\"epochs\":3}'");
+        if ((rc = sx_arg_name(argv[3], TRAIN_FN, "options text", &opts, errmsg)) != SQLITE_OK ||
+            (rc = sx_train_options_parse(opts, &s->o, errmsg)) != SQLITE_OK)
+            return rc;
+    } else if ((rc = sx_train_options_parse(NULL, &s->o, errmsg)) != SQLITE_OK) {
+        return rc;
     }
-    if (sqlite3_db_readonly(s->c->db, "main") == 1) {
-        *errmsg = sqlite3_mprintf("%s: the database is read-only; model '%s' cannot be stored "
-                                  "(open it read-write)",
-                                  TRAIN_FN, s->name);
-        return 1;
-    }
+    if (sqlite3_db_readonly(s->c->db, "main") == 1)
+        return sx_fail(errmsg, SQLITE_READONLY, TRAIN_FN,
+                       "the database is read-only; model '%s' cannot be stored (open it "
+                       "read-write)",
+                       s->name);
     (void)ctx;
     /* Storing needs a savepoint, which SQLite refuses while a statement
      * writes (INSERT ... SELECT train(...), CREATE TABLE ... AS), and the
      * write lock: say so now rather than after training. */
     if (!s->probe &&
-        sqlite3_prepare_v2(s->c->db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK) {
-        *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-        return 1;
-    }
-    if (store_check(s, errmsg)) return 1;
+        sqlite3_prepare_v2(s->c->db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK)
+        return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
+    if ((rc = store_check(s, errmsg)) != SQLITE_OK) return rc;
     if (!s->o.none) {
         char *inner = NULL;
-        if (sx_model_resolve(s->c, TRAIN_FN, s->o.base, &s->base, &inner)) {
+        rc = sx_model_resolve(s->c, TRAIN_FN, s->o.base, &s->base, &inner);
+        if (rc == SQLITE_NOTFOUND) {
             char *known = sx_model_known(s->c);
-            if (inner && !strstr(inner, "no model named") && !strstr(inner, "no version") &&
-                !strstr(inner, "no built-in model")) {
-                *errmsg = inner; /* the base exists but cannot be loaded */
-                inner = NULL;
-            } else if (!strcmp(s->o.base, "default"))
-                *errmsg = sqlite3_mprintf("%s: no built-in model in this build to start from; "
-                                          "name a base model in the options, e.g. "
-                                          "'{\"base\":\"hotel\"}' (known: %s), or train from "
-                                          "scratch with '{\"base\":\"none\"}'",
-                                          TRAIN_FN, known ? known : "none");
+            if (!strcmp(s->o.base, "default"))
+                rc = sx_fail(errmsg, rc, TRAIN_FN,
+                             "no built-in model in this build to start from; name a base "
+                             "model in the options, e.g. '{\"base\":\"hotel\"}' (known: %s), "
+                             "or train from scratch with '{\"base\":\"none\"}'",
+                             known ? known : "none");
             else
-                *errmsg = sqlite3_mprintf("%s: unknown base model '%s'; known: %s, or \"none\" "
-                                          "to train from scratch",
-                                          TRAIN_FN, s->o.base, known ? known : "none");
+                rc = sx_fail(errmsg, rc, TRAIN_FN,
+                             "unknown base model '%s'; known: %s, or \"none\" to train from "
+                             "scratch",
+                             s->o.base, known ? known : "none");
             sqlite3_free(known);
             sqlite3_free(inner);
-            return 1;
+            return rc;
+        }
+        if (rc != SQLITE_OK) { /* the base exists but cannot be loaded */
+            sqlite3_free(*errmsg);
+            *errmsg = inner;
+            return rc;
         }
         int mx = bert_max_length(&s->base->bert->cfg);
-        if (s->o.max_length > mx) {
-            *errmsg = sqlite3_mprintf("%s: option 'max_length' must be %s (%d for base '%s'); "
-                                      "got %d",
-                                      TRAIN_FN, "an integer from 8 to the model's maximum length",
-                                      mx, s->o.base, s->o.max_length);
-            return 1;
-        }
+        if (s->o.max_length > mx)
+            return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                           "option 'max_length' must be %s (%d for base '%s'); got %d",
+                           "an integer from 8 to the model's maximum length", mx, s->o.base,
+                           s->o.max_length);
         s->max_len = s->o.max_length ? s->o.max_length : (mx < 128 ? mx : 128);
         s->tok = s->base->bert->tok;
     } else {
         s->max_len = s->o.max_length;
         if (s->o.vocab_path) {
-            if (sm_file_read(s->o.vocab_path, SM_FILE_MAX_VOCAB, &s->vocab_file,
-                             &s->vocab_file_len, err) != SM_OK) {
-                *errmsg = sqlite3_mprintf("%s: option 'vocab': %s", TRAIN_FN, err);
-                return 1;
-            }
-            if (tokenizer_load_buffer(s->vocab_file, s->vocab_file_len, s->o.do_lower_case,
-                                      &s->own_tok, err) != SM_OK) {
-                *errmsg = sqlite3_mprintf("%s: option 'vocab': '%s' is not a usable vocab.txt: %s",
-                                          TRAIN_FN, s->o.vocab_path, err);
-                return 1;
-            }
+            if ((rc = sm_file_read(s->o.vocab_path, SM_FILE_MAX_VOCAB, &s->vocab_file,
+                                   &s->vocab_file_len, err)) != SM_OK)
+                return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "option 'vocab': %s", err);
+            if ((rc = tokenizer_load_buffer(s->vocab_file, s->vocab_file_len, s->o.do_lower_case,
+                                            &s->own_tok, err)) != SM_OK)
+                return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN,
+                               "option 'vocab': '%s' is not a usable vocab.txt: %s",
+                               s->o.vocab_path, err);
             s->tok = s->own_tok;
-        } else if (vocab_builder_create(s->o.do_lower_case, &s->vb, err) != SM_OK) {
-            *errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
-            return 1;
+        } else if ((rc = vocab_builder_create(s->o.do_lower_case, &s->vb, err)) != SM_OK) {
+            return sx_from_sm(rc, TRAIN_FN, err, errmsg);
         }
     }
     if (s->tok) {
         vocab_size = tokenizer_vocab_size(s->tok);
         s->ids = malloc((size_t)s->max_len * sizeof *s->ids);
-        if (!s->ids || train_dataset_create(vocab_size, &s->ds, err) != SM_OK) {
-            *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-            return 1;
-        }
+        if (!s->ids || train_dataset_create(vocab_size, &s->ds, err) != SM_OK)
+            return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
     }
     s->all_int = 1;
     s->last_label = -1;
-    return 0;
+    return SQLITE_OK;
 }
 
-/* Index of a label name, adding it when new; -1 with *errmsg on error. */
-static int label_index(tr_state *s, const char *label, size_t len, char **errmsg)
+/* The index of a label name in *out, adding it when new. */
+static int label_index(tr_state *s, const char *label, size_t len, int *out, char **errmsg)
 {
     if (s->last_label >= 0 && strlen(s->labels[s->last_label]) == len &&
-        !memcmp(s->labels[s->last_label], label, len))
-        return s->last_label;
-    for (int i = 0; i < s->n_labels; i++)
-        if (strlen(s->labels[i]) == len && !memcmp(s->labels[i], label, len))
-            return s->last_label = i;
-    if (s->n_labels >= BERT_MAX_LABELS) {
-        *errmsg = sqlite3_mprintf("%s: more than %d distinct labels", TRAIN_FN, BERT_MAX_LABELS);
-        return -1;
+        !memcmp(s->labels[s->last_label], label, len)) {
+        *out = s->last_label;
+        return SQLITE_OK;
     }
+    for (int i = 0; i < s->n_labels; i++)
+        if (strlen(s->labels[i]) == len && !memcmp(s->labels[i], label, len)) {
+            *out = s->last_label = i;
+            return SQLITE_OK;
+        }
+    if (s->n_labels >= BERT_MAX_LABELS)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "more than %d distinct labels",
+                       BERT_MAX_LABELS);
     if (s->n_labels == s->cap_labels) {
         int cap = s->cap_labels ? 2 * s->cap_labels : 8;
         char **p = sqlite3_realloc64(s->labels, (sqlite3_uint64)cap * sizeof *p);
@@ -442,29 +434,31 @@ static int label_index(tr_state *s, const char *label, size_t len, char **errmsg
     }
     s->labels[s->n_labels] = sqlite3_mprintf("%.*s", (int)len, label);
     if (!s->labels[s->n_labels]) goto nomem;
-    return s->last_label = s->n_labels++;
+    *out = s->last_label = s->n_labels++;
+    return SQLITE_OK;
 nomem:
-    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-    return -1;
+    return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
 }
 
+/* Keeps a row's text for tokenizing once the vocabulary is built: SQLITE_OK
+ * or SQLITE_NOMEM. */
 static int keep_text(tr_state *s, const char *text, size_t len, int label)
 {
     if (s->texts_len + len > s->texts_cap) {
         size_t cap = s->texts_cap ? s->texts_cap : 65536;
         while (cap < s->texts_len + len) cap *= 2;
         char *p = realloc(s->texts, cap);
-        if (!p) return 1;
+        if (!p) return SQLITE_NOMEM;
         s->texts = p;
         s->texts_cap = cap;
     }
     if (s->rows >= s->kept_cap) {
         int cap = s->kept_cap ? 2 * s->kept_cap : 1024;
         size_t *e = realloc(s->text_end, (size_t)cap * sizeof *e);
-        if (!e) return 1;
+        if (!e) return SQLITE_NOMEM;
         s->text_end = e;
         int *l = realloc(s->text_label, (size_t)cap * sizeof *l);
-        if (!l) return 1;
+        if (!l) return SQLITE_NOMEM;
         s->text_label = l;
         s->kept_cap = cap;
     }
@@ -472,7 +466,7 @@ static int keep_text(tr_state *s, const char *text, size_t len, int label)
     s->texts_len += len;
     s->text_end[s->rows] = s->texts_len;
     s->text_label[s->rows] = label;
-    return 0;
+    return SQLITE_OK;
 }
 
 static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -483,7 +477,7 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     char *errmsg = NULL;
     const char *text, *label;
     size_t len, label_len;
-    int li, n, trunc;
+    int li = -1, n, trunc, rc;
 
     if (!pp) {
         sqlite3_result_error_nomem(ctx);
@@ -499,7 +493,7 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         memset(s, 0, sizeof *s);
         s->c = sqlite3_user_data(ctx);
         *pp = s;
-        if (state_init(s, ctx, argc, argv, &errmsg)) goto fail;
+        if (state_init(s, ctx, argc, argv, &errmsg) != SQLITE_OK) goto fail;
     }
     if (s->failed) return;
     {
@@ -507,10 +501,10 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
          * mistake (one model is trained), not a choice made on the first */
         const char *again = (const char *)sqlite3_value_text(argv[0]);
         if (sqlite3_value_type(argv[0]) != SQLITE_TEXT || !again || strcmp(again, s->name)) {
-            errmsg = sqlite3_mprintf("%s: the model name must be the same in every row; got '%s' "
-                                     "in row %lld after '%s'",
-                                     TRAIN_FN, again ? again : "NULL",
-                                     (long long)(s->rows + s->skipped + 1), s->name);
+            sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
+                    "the model name must be the same in every row; got '%s' in row %lld "
+                    "after '%s'",
+                    again ? again : "NULL", (long long)(s->rows + s->skipped + 1), s->name);
             goto fail;
         }
     }
@@ -523,41 +517,41 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     case SQLITE_INTEGER: break;
     case SQLITE_TEXT: s->all_int = 0; break;
     default:
-        errmsg = sqlite3_mprintf("%s: a label must be TEXT or INTEGER; got %s in row %lld",
-                                 TRAIN_FN,
-                                 sqlite3_value_type(argv[2]) == SQLITE_FLOAT ? "a REAL" : "a BLOB",
-                                 (long long)(s->rows + s->skipped + 1));
+        sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
+                "a label must be TEXT or INTEGER; got %s in row %lld",
+                sqlite3_value_type(argv[2]) == SQLITE_FLOAT ? "a REAL" : "a BLOB",
+                (long long)(s->rows + s->skipped + 1));
         goto fail;
     }
     label = (const char *)sqlite3_value_text(argv[2]);
     if (!label) goto nomem;
     label_len = (size_t)sqlite3_value_bytes(argv[2]);
     if (label_len == 0 || label_len >= BERT_LABEL_MAX || memchr(label, 0, label_len)) {
-        errmsg = sqlite3_mprintf("%s: label '%.40s' in row %lld must be 1 to %d bytes of text",
-                                 TRAIN_FN, label, (long long)(s->rows + s->skipped + 1),
-                                 BERT_LABEL_MAX - 1);
+        sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
+                "label '%.40s' in row %lld must be 1 to %d bytes of text", label,
+                (long long)(s->rows + s->skipped + 1), BERT_LABEL_MAX - 1);
         goto fail;
     }
-    li = label_index(s, label, label_len, &errmsg);
-    if (li < 0) goto fail;
+    if (label_index(s, label, label_len, &li, &errmsg) != SQLITE_OK) goto fail;
     if (s->tok) {
-        if (tokenizer_encode(s->tok, text, len, s->max_len, s->ids, &n, &trunc, err) != SM_OK ||
-            train_dataset_add(s->ds, s->ids, n, li, err) != SM_OK) {
-            errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+        if ((rc = tokenizer_encode(s->tok, text, len, s->max_len, s->ids, &n, &trunc, err)) !=
+                SM_OK ||
+            (rc = train_dataset_add(s->ds, s->ids, n, li, err)) != SM_OK) {
+            sx_from_sm(rc, TRAIN_FN, err, &errmsg);
             goto fail;
         }
         s->truncated += trunc != 0;
     } else {
-        if (vocab_builder_add(s->vb, text, len, err) != SM_OK) {
-            errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+        if ((rc = vocab_builder_add(s->vb, text, len, err)) != SM_OK) {
+            sx_from_sm(rc, TRAIN_FN, err, &errmsg);
             goto fail;
         }
-        if (keep_text(s, text, len, li)) goto nomem;
+        if (keep_text(s, text, len, li) != SQLITE_OK) goto nomem;
     }
     s->rows++;
     return;
 nomem:
-    errmsg = sqlite3_mprintf("%s: out of memory after %lld rows", TRAIN_FN, (long long)s->rows);
+    sx_fail(&errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory after %lld rows", (long long)s->rows);
 fail:
     s->failed = 1;
     if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
@@ -743,32 +737,29 @@ static char *report_json(const tr_state *s, int64_t version, int kept,
 static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
 {
     char err[SM_ERR_MAX];
-    int n, trunc;
+    int n, trunc, rc;
     size_t start = 0;
     s->ids = malloc((size_t)s->max_len * sizeof *s->ids);
-    if (!s->ids || train_dataset_create(tokenizer_vocab_size(m->tok), &s->ds, err) != SM_OK) {
-        *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-        return 1;
-    }
+    if (!s->ids || train_dataset_create(tokenizer_vocab_size(m->tok), &s->ds, err) != SM_OK)
+        return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
     for (int64_t i = 0; i < s->rows; i++) {
         size_t end = s->text_end[i];
-        if (tokenizer_encode(m->tok, s->texts + start, end - start, s->max_len, s->ids, &n,
-                             &trunc, err) != SM_OK ||
-            train_dataset_add(s->ds, s->ids, n, s->text_label[i], err) != SM_OK) {
-            *errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
-            return 1;
-        }
+        if ((rc = tokenizer_encode(m->tok, s->texts + start, end - start, s->max_len, s->ids, &n,
+                                   &trunc, err)) != SM_OK ||
+            (rc = train_dataset_add(s->ds, s->ids, n, s->text_label[i], err)) != SM_OK)
+            return sx_from_sm(rc, TRAIN_FN, err, errmsg);
         s->truncated += trunc != 0;
         start = end;
     }
     free(s->texts);
     s->texts = NULL;
-    return 0;
+    return SQLITE_OK;
 }
 
 /* Stores the model and its training log in one savepoint, waiting for the
- * write lock as store_check does. 0, or 1 with *errmsg the reason (not
- * naming the function), the database as it was. */
+ * write lock as store_check does. SQLITE_OK, or SQLite's code with *errmsg
+ * the reason (not naming the function: the caller's message says what was
+ * not stored), the database as it was. */
 static int store_model(tr_state *s, const char *config, const char *tok_name, const char *tok,
                        size_t tok_len, const char *labels_js, const char *metrics, const void *weights,
                        size_t weights_len, int kept, const bert_config *cfg,
@@ -794,14 +785,11 @@ static int store_model(tr_state *s, const char *config, const char *tok_name, co
         if (rc == SQLITE_OK) {
             /* before the commit: nothing may fail after it */
             *report = report_json(s, *version, kept, cfg, res);
-            if (!*report) {
-                rc = SQLITE_NOMEM;
-                msg = sqlite3_mprintf("out of memory");
-            }
+            if (!*report) rc = sx_fail(&msg, SQLITE_NOMEM, NULL, "out of memory");
         }
         if (rc == SQLITE_OK) {
             rc = sx_store_train_commit(db, &msg);
-            if (rc == SQLITE_OK) return 0;
+            if (rc == SQLITE_OK) return SQLITE_OK;
             sqlite3_free(*report);
             *report = NULL;
             committing = 1;
@@ -811,12 +799,15 @@ static int store_model(tr_state *s, const char *config, const char *tok_name, co
             busy_wait(s, tries, timeout, &waited, &why))
             break;
     }
-    if ((rc & 0xff) == SQLITE_BUSY && ext != SQLITE_OK)
-        *errmsg = busy_reason(msg ? msg : "database is locked", ext, waited, timeout, why);
-    else
-        *errmsg = sqlite3_mprintf("%s", msg ? msg : sqlite3_errstr(rc));
+    {
+        char *reason = (rc & 0xff) == SQLITE_BUSY && ext != SQLITE_OK
+                           ? busy_reason(msg ? msg : "database is locked", ext, waited, timeout, why)
+                           : sqlite3_mprintf("%s", msg ? msg : sqlite3_errstr(rc));
+        sqlite3_free(*errmsg);
+        *errmsg = reason;
+    }
     sqlite3_free(msg);
-    return 1;
+    return rc;
 }
 
 /* Renames the data's labels to the model's: by option "labels", else, on
@@ -836,11 +827,12 @@ static int map_labels(tr_state *s, char **errmsg)
                 for (j = 0; j < s->o.n_map; j++)
                     sqlite3_str_appendf(k, "%s'%s'", j ? ", " : "", s->o.map_from[j]);
                 char *keys = sqlite3_str_finish(k);
-                *errmsg = sqlite3_mprintf("%s: label '%s' is in the data but not in option "
-                                          "'labels' (which maps %s); map every label of the data",
-                                          TRAIN_FN, s->labels[i], keys ? keys : "");
+                int rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                                 "label '%s' is in the data but not in option 'labels' (which "
+                                 "maps %s); map every label of the data",
+                                 s->labels[i], keys ? keys : "");
                 sqlite3_free(keys);
-                return 1;
+                return rc;
             }
             char *t = sqlite3_mprintf("%s", s->o.map_to[j]);
             if (!t) goto nomem;
@@ -849,16 +841,16 @@ static int map_labels(tr_state *s, char **errmsg)
             s->labels_mapped = 1;
         }
         if (s->labels_mapped) s->all_int = 0;
-        return 0;
+        return SQLITE_OK;
     }
-    if (s->o.none || !s->base || s->n_labels != 2 || !s->all_int) return 0;
+    if (s->o.none || !s->base || s->n_labels != 2 || !s->all_int) return SQLITE_OK;
     const bert_config *cfg = &s->base->bert->cfg;
     if (cfg->num_labels != 2 || bert_config_label_index(cfg, "negative") < 0 ||
         bert_config_label_index(cfg, "positive") < 0)
-        return 0;
+        return SQLITE_OK;
     int i0 = !strcmp(s->labels[0], "0") ? 0 : !strcmp(s->labels[1], "0") ? 1 : -1;
     int i1 = !strcmp(s->labels[0], "1") ? 0 : !strcmp(s->labels[1], "1") ? 1 : -1;
-    if (i0 < 0 || i1 < 0) return 0;
+    if (i0 < 0 || i1 < 0) return SQLITE_OK;
     char *neg = sqlite3_mprintf("negative"), *pos = sqlite3_mprintf("positive");
     if (!neg || !pos) {
         sqlite3_free(neg);
@@ -871,10 +863,9 @@ static int map_labels(tr_state *s, char **errmsg)
     s->labels[i1] = pos;
     s->labels_mapped = 2;
     s->all_int = 0;
-    return 0;
+    return SQLITE_OK;
 nomem:
-    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-    return 1;
+    return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
 }
 
 static void train_final(sqlite3_context *ctx)
@@ -905,29 +896,29 @@ static void train_final(sqlite3_context *ctx)
     if (!s->probe && sqlite3_prepare_v2(db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK)
         goto nomem;
     if (on_interrupt(s)) {
-        errmsg = sqlite3_mprintf("%s: interrupted; nothing was stored", TRAIN_FN);
+        rc = sx_fail(&errmsg, SQLITE_INTERRUPT, TRAIN_FN, "interrupted; nothing was stored");
         goto end;
     }
     if (s->rows < TRAIN_MIN_ROWS) {
-        errmsg = sqlite3_mprintf("%s: %lld usable rows (%lld skipped for a NULL or empty text "
-                                 "or a NULL label); need at least %d",
-                                 TRAIN_FN, (long long)s->rows, (long long)s->skipped,
-                                 TRAIN_MIN_ROWS);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
+                     "%lld usable rows (%lld skipped for a NULL or empty text or a NULL "
+                     "label); need at least %d",
+                     (long long)s->rows, (long long)s->skipped, TRAIN_MIN_ROWS);
         goto end;
     }
     if (s->n_labels < 2) {
-        errmsg = sqlite3_mprintf("%s: every row has the label '%s'; need at least 2 distinct "
-                                 "labels",
-                                 TRAIN_FN, s->labels[0]);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
+                     "every row has the label '%s'; need at least 2 distinct labels",
+                     s->labels[0]);
         goto end;
     }
     if (sqlite3_db_readonly(db, "main") == 1) {
-        errmsg = sqlite3_mprintf("%s: the database is read-only; model '%s' cannot be stored",
-                                 TRAIN_FN, s->name);
+        rc = sx_fail(&errmsg, SQLITE_READONLY, TRAIN_FN,
+                     "the database is read-only; model '%s' cannot be stored", s->name);
         goto end;
     }
-    if (sx_engine_backend(s->c, TRAIN_FN, &errmsg)) goto end;
-    if (map_labels(s, &errmsg)) goto end;
+    if ((rc = sx_engine_backend(s->c, TRAIN_FN, &errmsg)) != SQLITE_OK) goto end;
+    if ((rc = map_labels(s, &errmsg)) != SQLITE_OK) goto end;
 
     /* The model, its head fitted to the labels in dataset order. */
     if (s->o.none) {
@@ -936,9 +927,10 @@ static void train_final(sqlite3_context *ctx)
         char *built = NULL;
         int n_tokens = 0;
         if (!vtext) {
-            if (vocab_builder_build(s->vb, s->o.vocab_min_count, s->o.vocab_size, &built, &vlen,
-                                    &n_tokens, err) != SM_OK) {
-                errmsg = sqlite3_mprintf("%s: building the vocabulary: %s", TRAIN_FN, err);
+            if ((rc = vocab_builder_build(s->vb, s->o.vocab_min_count, s->o.vocab_size, &built,
+                                          &vlen, &n_tokens, err)) != SM_OK) {
+                rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "building the vocabulary: %s",
+                             err);
                 goto end;
             }
             vtext = built;
@@ -947,16 +939,16 @@ static void train_final(sqlite3_context *ctx)
                                        (const char *const *)s->labels, s->o.t.seed, &m, err);
         free(built);
         if (rc != SM_OK) {
-            errmsg = sqlite3_mprintf("%s: cannot create the model: %s", TRAIN_FN, err);
+            rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot create the model: %s", err);
             goto end;
         }
-        if (!s->ds && tokenize_kept(s, m, &errmsg)) goto end;
+        if (!s->ds && (rc = tokenize_kept(s, m, &errmsg)) != SQLITE_OK) goto end;
     } else {
-        if (bert_model_clone(s->base->bert, &m, err) != SM_OK ||
-            trainer_prepare_head(m, s->n_labels, (const char *const *)s->labels, s->o.t.seed,
-                                 &kept, err) != SM_OK) {
-            errmsg = sqlite3_mprintf("%s: cannot prepare base model '%s': %s", TRAIN_FN,
-                                     s->o.base, err);
+        if ((rc = bert_model_clone(s->base->bert, &m, err)) != SM_OK ||
+            (rc = trainer_prepare_head(m, s->n_labels, (const char *const *)s->labels,
+                                       s->o.t.seed, &kept, err)) != SM_OK) {
+            rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN,
+                         "cannot prepare base model '%s': %s", s->o.base, err);
             goto end;
         }
     }
@@ -970,8 +962,8 @@ static void train_final(sqlite3_context *ctx)
             order[i] = sqlite3_mprintf("%s", m->cfg.id2label[i]);
             if (!order[i]) goto nomem;
         }
-        if (bert_model_permute_head(m, (const char *const *)s->labels, err) != SM_OK) {
-            errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+        if ((rc = bert_model_permute_head(m, (const char *const *)s->labels, err)) != SM_OK) {
+            rc = sx_from_sm(rc, TRAIN_FN, err, &errmsg);
             goto end;
         }
     } else {
@@ -1007,26 +999,26 @@ static void train_final(sqlite3_context *ctx)
             fprintf(stderr, "\r%*s\r", 100, "");
             fflush(stderr);
         }
-        if (rc == SM_ERR_INTERRUPTED) {
-            errmsg = sqlite3_mprintf("%s: %s; nothing was stored", TRAIN_FN,
-                                     s->log_failed ? "out of memory for the training log" : err);
+        if (rc == SM_ERR_INTERRUPTED && s->log_failed) { /* on_progress stopped it */
+            rc = sx_fail(&errmsg, SQLITE_NOMEM, TRAIN_FN,
+                         "out of memory for the training log; nothing was stored");
             goto end;
         }
         if (rc != SM_OK) {
-            errmsg = sqlite3_mprintf("%s: %s; nothing was stored", TRAIN_FN, err);
+            rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "%s; nothing was stored", err);
             goto end;
         }
     }
-    if (bert_model_permute_head(m, (const char *const *)order, err) != SM_OK) {
-        errmsg = sqlite3_mprintf("%s: %s", TRAIN_FN, err);
+    if ((rc = bert_model_permute_head(m, (const char *const *)order, err)) != SM_OK) {
+        rc = sx_from_sm(rc, TRAIN_FN, err, &errmsg);
         goto end;
     }
 
     /* Store: the model and its log in one savepoint. */
-    if (bert_config_to_json(&m->cfg, &config, err) != SM_OK ||
-        bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err) != SM_OK ||
-        bert_model_tokenizer_file(m, &tok_name, &tok, &tok_len, err) != SM_OK) {
-        errmsg = sqlite3_mprintf("%s: cannot serialise the model: %s", TRAIN_FN, err);
+    if ((rc = bert_config_to_json(&m->cfg, &config, err)) != SM_OK ||
+        (rc = bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err)) != SM_OK ||
+        (rc = bert_model_tokenizer_file(m, &tok_name, &tok, &tok_len, err)) != SM_OK) {
+        rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot serialise the model: %s", err);
         goto end;
     }
     {
@@ -1042,26 +1034,32 @@ static void train_final(sqlite3_context *ctx)
     metrics = report_json(s, 0, kept, &m->cfg, &res);
     if (!labels_js || !metrics) goto nomem;
     if (on_interrupt(s)) {
-        errmsg = sqlite3_mprintf("%s: interrupted; nothing was stored", TRAIN_FN);
+        rc = sx_fail(&errmsg, SQLITE_INTERRUPT, TRAIN_FN, "interrupted; nothing was stored");
         goto end;
     }
-    if (store_model(s, config, tok_name, tok, tok_len, labels_js, metrics, weights, weights_len, kept,
-                    &m->cfg, &res, &version, &report, &errmsg)) {
+    rc = store_model(s, config, tok_name, tok, tok_len, labels_js, metrics, weights, weights_len,
+                     kept, &m->cfg, &res, &version, &report, &errmsg);
+    if (rc != SQLITE_OK) {
         /* Trained but not stored: keep the model on this connection. */
         char *reason = errmsg, *inner = NULL;
         errmsg = NULL;
-        if (!sx_model_register_memory(s->c, TRAIN_FN, s->name, &m, &inner))
-            errmsg = sqlite3_mprintf("%s: model '%s' trained but not stored: %s; it is usable on "
-                                     "this connection as '%s' (source 'memory' in "
-                                     "sentiment_models) until the connection closes; store it "
-                                     "with SELECT sentiment_save('%q')",
-                                     TRAIN_FN, s->name, reason ? reason : "out of memory",
-                                     s->name, s->name);
-        else
-            errmsg = sqlite3_mprintf("%s: model '%s' trained but not stored: %s; it could not be "
-                                     "kept in memory either: %s",
-                                     TRAIN_FN, s->name, reason ? reason : "out of memory",
-                                     inner ? inner : "out of memory");
+        if (sx_model_register_memory(s->c, TRAIN_FN, s->name, &m, &inner) == SQLITE_OK) {
+            /* the name inside an SQL string literal ('' for '): sx_fail's
+             * format is checked as printf's, which has no %q */
+            char *quoted = sqlite3_mprintf("%q", s->name);
+            rc = sx_fail(&errmsg, rc, TRAIN_FN,
+                         "model '%s' trained but not stored: %s; it is usable on this "
+                         "connection as '%s' (source 'memory' in sentiment_models) until the "
+                         "connection closes; store it with SELECT sentiment_save('%s')",
+                         s->name, reason ? reason : "out of memory", s->name,
+                         quoted ? quoted : s->name);
+            sqlite3_free(quoted);
+        } else
+            rc = sx_fail(&errmsg, rc, TRAIN_FN,
+                         "model '%s' trained but not stored: %s; it could not be kept in "
+                         "memory either: %s",
+                         s->name, reason ? reason : "out of memory",
+                         inner ? inner : "out of memory");
         sqlite3_free(reason);
         sqlite3_free(inner);
         goto end;
@@ -1069,8 +1067,7 @@ static void train_final(sqlite3_context *ctx)
     sx_model_drop_memory(s->c, s->name); /* a stored version replaces it */
     goto end;
 nomem:
-    sqlite3_free(errmsg);
-    errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+    sx_fail(&errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
 end:
     if (s && !s->failed) {
         if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
@@ -1103,7 +1100,6 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     sx_conn *c = sqlite3_user_data(ctx);
     const char *fn = "sentiment_use()";
-    sqlite3_stmt *st = NULL;
     char *errmsg = NULL;
     const char *name;
     sx_store_ref ref;
@@ -1112,64 +1108,60 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     (void)argc;
 
     if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
-        errmsg = sqlite3_mprintf("%s: expected a stored model name (TEXT) as the first argument",
-                                 fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a stored model name (TEXT) as the first argument");
         goto end;
     }
-    name = sx_arg_name(argv[0], fn, "model name", &errmsg);
-    if (!name) goto end;
+    if ((rc = sx_arg_name(argv[0], fn, "model name", &name, &errmsg)) != SQLITE_OK) goto end;
     if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
-        errmsg = sqlite3_mprintf("%s: expected a version number (INTEGER >= 1) as the second "
-                                 "argument",
-                                 fn);
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a version number (INTEGER >= 1) as the second argument");
         goto end;
     }
     want = sqlite3_value_int64(argv[1]);
     rc = sx_store_find_row(c->db, name, want, &ref, &errmsg);
     if (rc == SQLITE_NOTFOUND) {
         if (sx_store_find_row(c->db, name, 0, &ref, &errmsg) == SQLITE_OK)
-            errmsg = sqlite3_mprintf("%s: no version %lld of model '%s'; the latest is %lld", fn,
-                                     (long long)want, name, (long long)ref.version);
-        else {
-            sqlite3_free(errmsg); /* a read error here says less than this */
-            errmsg = sqlite3_mprintf("%s: no model named '%s' is stored in this database", fn,
-                                     name);
-        }
+            rc = sx_fail(&errmsg, rc, fn, "no version %lld of model '%s'; the latest is %lld",
+                         (long long)want, name, (long long)ref.version);
+        else /* a read error here says less than this */
+            rc = sx_fail(&errmsg, rc, fn, "no model named '%s' is stored in this database", name);
         goto end;
     }
-    if (rc != SQLITE_OK) goto end;
+    if (rc != SQLITE_OK) {
+        if (errmsg) rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
+        goto end;
+    }
     if (sqlite3_db_readonly(c->db, "main") == 1) {
-        errmsg = sqlite3_mprintf("%s: the database is read-only", fn);
+        rc = sx_fail(&errmsg, SQLITE_READONLY, fn, "the database is read-only");
         goto end;
     }
     /* Load (and so verify) the version before it becomes current, inside
      * the savepoint that copies it, so what is copied is what was read. */
-    if (sqlite3_exec(c->db, "SAVEPOINT sentiment_use", NULL, NULL, NULL) != SQLITE_OK) {
-        errmsg = sqlite3_mprintf("%s: cannot store model '%s': %s", fn, name,
-                                 sqlite3_errmsg(c->db));
+    if ((rc = sqlite3_exec(c->db, "SAVEPOINT sentiment_use", NULL, NULL, NULL)) != SQLITE_OK) {
+        rc = sx_fail(&errmsg, rc, fn, "cannot store model '%s': %s", name, sqlite3_errmsg(c->db));
         goto end;
     }
     {
         sx_model *m = NULL;
-        if (sx_model_acquire_stored(c, fn, name, want, &m, &errmsg) == 0 &&
-            sx_store_copy(c->db, name, want, &version, &errmsg) != SQLITE_OK) {
-            char *inner = errmsg;
-            errmsg = sqlite3_mprintf("%s: %s", fn, inner ? inner : "cannot store the model");
-            sqlite3_free(inner);
+        rc = sx_model_acquire_stored(c, fn, name, want, &m, &errmsg);
+        if (rc == SQLITE_OK) {
+            rc = sx_store_copy(c->db, name, want, &version, &errmsg);
+            if (rc != SQLITE_OK && errmsg) rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
         }
         sx_registry_release(m);
     }
-    if (errmsg) sqlite3_exec(c->db, "ROLLBACK TO sentiment_use", NULL, NULL, NULL);
-    if (sqlite3_exec(c->db, "RELEASE sentiment_use", NULL, NULL, NULL) != SQLITE_OK && !errmsg) {
-        errmsg = sqlite3_mprintf("%s: cannot commit model '%s': %s", fn, name,
-                                 sqlite3_errmsg(c->db));
+    if (rc != SQLITE_OK) sqlite3_exec(c->db, "ROLLBACK TO sentiment_use", NULL, NULL, NULL);
+    if (sqlite3_exec(c->db, "RELEASE sentiment_use", NULL, NULL, NULL) != SQLITE_OK &&
+        rc == SQLITE_OK) {
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "cannot commit model '%s': %s", name,
+                     sqlite3_errmsg(c->db));
         sqlite3_exec(c->db, "ROLLBACK TO sentiment_use", NULL, NULL, NULL);
         sqlite3_exec(c->db, "RELEASE sentiment_use", NULL, NULL, NULL);
     }
 end:
-    sqlite3_finalize(st);
-    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-    else if (version) sqlite3_result_int64(ctx, version);
+    if (rc == SQLITE_OK) sqlite3_result_int64(ctx, version);
+    else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
     else sqlite3_result_error_nomem(ctx);
     sqlite3_free(errmsg);
 }

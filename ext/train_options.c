@@ -98,12 +98,12 @@ static char *known_options(void)
 }
 
 /* Option "labels": {"data label": "model label", ...}, each 1 to
- * BERT_LABEL_MAX - 1 bytes, no model label twice. 0 or an error. */
+ * BERT_LABEL_MAX - 1 bytes, no model label twice. */
 static int parse_label_map(const json_in_value *v, sx_train_options *o, char **errmsg)
 {
     size_t n = v->n;
     o->map_given = 1;
-    if (!n) return 0;
+    if (!n) return SQLITE_OK;
     o->map_from = sqlite3_malloc64(n * sizeof *o->map_from);
     o->map_to = sqlite3_malloc64(n * sizeof *o->map_to);
     if (!o->map_from || !o->map_to) goto nomem;
@@ -113,28 +113,25 @@ static int parse_label_map(const json_in_value *v, sx_train_options *o, char **e
         const char *t = json_in_is(to, JSON_IN_STRING) ? to->str : NULL;
         size_t tl = t ? to->n : 0;
         if (!*k || strlen(k) >= BERT_LABEL_MAX || !t || !tl || tl >= BERT_LABEL_MAX ||
-            strlen(t) != tl) {
-            *errmsg = sqlite3_mprintf("%s: option 'labels': '%.40s' must map to a label of the "
-                                      "model, 1 to %d bytes of text",
-                                      TRAIN_FN, k, BERT_LABEL_MAX - 1);
-            return 1;
-        }
+            strlen(t) != tl)
+            return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                           "option 'labels': '%.40s' must map to a label of the model, 1 to %d "
+                           "bytes of text",
+                           k, BERT_LABEL_MAX - 1);
         for (int i = 0; i < o->n_map; i++)
-            if (!strcmp(o->map_to[i], t)) {
-                *errmsg = sqlite3_mprintf("%s: option 'labels': '%s' and '%s' both map to '%s'; "
-                                          "map each label of the data to a different label",
-                                          TRAIN_FN, o->map_from[i], k, t);
-                return 1;
-            }
+            if (!strcmp(o->map_to[i], t))
+                return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                               "option 'labels': '%s' and '%s' both map to '%s'; map each label "
+                               "of the data to a different label",
+                               o->map_from[i], k, t);
         o->map_from[o->n_map] = sqlite3_mprintf("%s", k);
         o->map_to[o->n_map] = sqlite3_mprintf("%s", t);
         o->n_map++;
         if (!o->map_from[o->n_map - 1] || !o->map_to[o->n_map - 1]) goto nomem;
     }
-    return 0;
+    return SQLITE_OK;
 nomem:
-    *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
-    return 1;
+    return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
 }
 
 int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
@@ -144,7 +141,7 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
     const json_in_value *root = NULL, *v;
     const char *key;
     char got[64];
-    int rc = 1;
+    int rc = SQLITE_OK;
 
     memset(o, 0, sizeof *o);
     snprintf(o->base, sizeof o->base, "default");
@@ -154,9 +151,9 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
     o->do_lower_case = 1;
     o->vocab_min_count = 2;
     o->vocab_size = 30000;
-    if (!text) return 0;
+    if (!text) return SQLITE_OK;
     if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
-        *errmsg = sqlite3_mprintf("%s: out of memory parsing the options", TRAIN_FN);
+        rc = sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory parsing the options");
         goto end;
     }
     root = json_in_root(doc);
@@ -166,18 +163,19 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
         size_t tl = strlen(text), cut = tl > 80 ? 80 : tl;
         int valid = json_in_utf8_valid(text, tl);
         while (valid && cut < tl && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
-        *errmsg = sqlite3_mprintf("%s: options must be a JSON object, e.g. '{\"epochs\":3}'; "
-                                  "got %s%.*s%s%s%s",
-                                  TRAIN_FN, valid ? "'" : "text that is not valid UTF-8",
-                                  valid ? (int)cut : 0, text, valid ? (cut < tl ? "...'" : "'") : "",
-                                  root ? "" : ": ", root ? "" : jerr.reason);
+        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                     "options must be a JSON object, e.g. '{\"epochs\":3}'; got %s%.*s%s%s%s",
+                     valid ? "'" : "text that is not valid UTF-8", valid ? (int)cut : 0, text,
+                     valid ? (cut < tl ? "...'" : "'") : "", root ? "" : ": ",
+                     root ? "" : jerr.reason);
         goto end;
     }
     /* base first: the "none"-only options depend on it */
     v = json_in_get(root, "base");
     if (v) {
         if (!json_in_is(v, JSON_IN_STRING) || !v->n || v->n >= sizeof o->base) {
-            *errmsg = sqlite3_mprintf("%s: option 'base' must be %s", TRAIN_FN, k_opts[0].expect);
+            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "option 'base' must be %s",
+                         k_opts[0].expect);
             goto end;
         }
         snprintf(o->base, sizeof o->base, "%s", v->str);
@@ -193,16 +191,17 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
             if (!strcmp(k_opts[i].name, key)) break;
         if (i == N_OPTS) {
             char *known = known_options();
-            *errmsg = sqlite3_mprintf("%s: unknown option '%s'; known: %s", TRAIN_FN, key,
-                                      known ? known : "");
+            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "unknown option '%s'; known: %s", key,
+                         known ? known : "");
             sqlite3_free(known);
             goto end;
         }
         if (i == 0) continue;
         if (k_opts[i].none_only && !o->none) {
-            *errmsg = sqlite3_mprintf("%s: option '%s' applies only when training from scratch "
-                                      "(\"base\": \"none\")",
-                                      TRAIN_FN, key);
+            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                         "option '%s' applies only when training from scratch "
+                         "(\"base\": \"none\")",
+                         key);
             goto end;
         }
         switch (k_opts[i].kind) {
@@ -251,37 +250,38 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
         else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
         else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
         else if (!strcmp(key, "labels")) {
-            if (parse_label_map(v, o, errmsg)) goto end;
+            if ((rc = parse_label_map(v, o, errmsg)) != SQLITE_OK) goto end;
         }
         else if (!strcmp(key, "vocab")) {
             o->vocab_path = sqlite3_mprintf("%s", v->str);
             if (!o->vocab_path) {
-                *errmsg = sqlite3_mprintf("%s: out of memory", TRAIN_FN);
+                rc = sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
                 goto end;
             }
         }
         continue;
     bad:
-        *errmsg = sqlite3_mprintf("%s: option '%s' must be %s; got %s", TRAIN_FN, key,
-                                  k_opts[i].expect, json_in_describe(v, got, sizeof got));
+        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "option '%s' must be %s; got %s", key,
+                     k_opts[i].expect, json_in_describe(v, got, sizeof got));
         goto end;
     }
     if (o->t.accumulation > o->t.batch_size) {
-        *errmsg = sqlite3_mprintf("%s: option 'accumulation' (%d) must not exceed batch_size (%d)",
-                                  TRAIN_FN, o->t.accumulation, o->t.batch_size);
+        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                     "option 'accumulation' (%d) must not exceed batch_size (%d)",
+                     o->t.accumulation, o->t.batch_size);
         goto end;
     }
     if (o->none) {
         if (o->shape.hidden % o->shape.heads) {
-            *errmsg = sqlite3_mprintf("%s: option 'hidden' (%d) must be a multiple of 'heads' (%d)",
-                                      TRAIN_FN, o->shape.hidden, o->shape.heads);
+            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                         "option 'hidden' (%d) must be a multiple of 'heads' (%d)",
+                         o->shape.hidden, o->shape.heads);
             goto end;
         }
         if (!o->shape.intermediate) o->shape.intermediate = 4 * o->shape.hidden;
         if (o->max_length) o->shape.max_length = o->max_length;
         o->max_length = o->shape.max_length;
     }
-    rc = 0;
 end:
     json_in_free(doc);
     return rc;

@@ -30,9 +30,8 @@ typedef struct sx_train_options {
 } sx_train_options;
 
 /* Parses the options JSON (NULL: the defaults) into *o, which it clears
- * first. 0, or 1 with *errmsg (sqlite3_mprintf'd, naming train()) saying
- * which option is wrong and what it accepts; *o is then to be freed all
- * the same. */
+ * first. SQLITE_OK, or an error naming train() that says which option is
+ * wrong and what it accepts; *o is then to be freed all the same. */
 int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg);
 /* Frees what *o owns (not o itself). */
 void sx_train_options_free(sx_train_options *o);
