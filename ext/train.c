@@ -589,24 +589,24 @@ static int on_progress(void *user, const trainer_progress *p)
         s->cap_log = cap;
     }
     sx_train_log_row *r = &s->log[s->n_log++];
-    r->kind = p->epoch_done;
-    r->epoch = p->epoch;
-    r->step = p->step;
-    r->loss = p->epoch_done ? p->epoch_loss : p->loss;
-    r->lr = p->lr;
-    r->grad_norm = p->epoch_done ? NAN : (double)p->grad_norm;
-    r->valid_accuracy = p->epoch_done ? p->valid_accuracy : NAN;
-    r->examples_per_sec = p->examples_per_sec;
-    r->seconds = p->elapsed_sec;
+    r->kind = p->loop.epoch_done;
+    r->epoch = p->loop.epoch;
+    r->step = p->loop.step;
+    r->loss = p->loop.epoch_done ? p->loop.epoch_loss : p->loop.loss;
+    r->lr = p->loop.lr;
+    r->grad_norm = p->loop.epoch_done ? NAN : (double)p->loop.grad_norm;
+    r->valid_accuracy = p->loop.epoch_done ? p->valid_accuracy : NAN;
+    r->examples_per_sec = p->loop.examples_per_sec;
+    r->seconds = p->loop.elapsed_sec;
     sx_train_status_update(s->status, p);
     if (s->progress_on) {
         double t = now_s();
-        if (t - s->progress_last >= 0.25 || p->step == p->total_steps) {
+        if (t - s->progress_last >= 0.25 || p->loop.step == p->loop.total_steps) {
             s->progress_last = t;
             fprintf(stderr, "\rtrain %s: epoch %d/%d, step %ld/%ld, loss %.4f, %.0f examples/s, "
                             "ETA %.0fs   ",
-                    s->name, p->epoch, p->epochs, p->step, p->total_steps, r->loss,
-                    p->examples_per_sec, p->eta_sec);
+                    s->name, p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, r->loss,
+                    p->loop.examples_per_sec, p->loop.eta_sec);
             fflush(stderr);
         }
     }
@@ -652,8 +652,8 @@ static float fresh_head_encoder_lr(int hidden)
 static float train_head_lr(const sx_train_options *o, int kept)
 {
     if (o->head_lr > 0) return o->head_lr;
-    if (o->none || kept) return o->t.lr;
-    return o->t.lr > TRAIN_HEAD_LR ? o->t.lr : TRAIN_HEAD_LR;
+    if (o->none || kept) return o->t.loop.lr;
+    return o->t.loop.lr > TRAIN_HEAD_LR ? o->t.loop.lr : TRAIN_HEAD_LR;
 }
 
 static void json_num(sqlite3_str *s, double x)
@@ -703,7 +703,7 @@ static char *report_json(const tr_state *s, int64_t version, int kept,
                             s->labels_mapped == 2 ? "convention" : "option");
     }
     sqlite3_str_appendf(j, ",\"max_length\":%d,\"epochs\":%d,\"lr\":", s->max_len, r->epochs);
-    json_num(j, s->o.t.lr);
+    json_num(j, s->o.t.loop.lr);
     sqlite3_str_appendall(j, ",\"head_lr\":");
     json_num(j, s->head_lr);
     sqlite3_str_appendall(j, ",\"train_loss\":[");
@@ -936,7 +936,7 @@ static void train_final(sqlite3_context *ctx)
             vtext = built;
         }
         rc = bert_model_create_scratch(&s->o.shape, vtext, vlen, s->o.do_lower_case, s->n_labels,
-                                       (const char *const *)s->labels, s->o.t.seed, &m, err);
+                                       (const char *const *)s->labels, s->o.t.loop.seed, &m, err);
         free(built);
         if (rc != SM_OK) {
             rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot create the model: %s", err);
@@ -946,7 +946,7 @@ static void train_final(sqlite3_context *ctx)
     } else {
         if ((rc = bert_model_clone(s->base->bert, &m, err)) != SM_OK ||
             (rc = trainer_prepare_head(m, s->n_labels, (const char *const *)s->labels,
-                                       s->o.t.seed, &kept, err)) != SM_OK) {
+                                       s->o.t.loop.seed, &kept, err)) != SM_OK) {
             rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN,
                          "cannot prepare base model '%s': %s", s->o.base, err);
             goto end;
@@ -979,15 +979,15 @@ static void train_final(sqlite3_context *ctx)
     /* Train. */
     {
         trainer_options t = s->o.t;
-        t.max_length = s->max_len;
+        t.loop.max_length = s->max_len;
         if (!s->o.lr_given && !s->o.none && !kept) {
-            s->o.t.lr = fresh_head_encoder_lr(m->cfg.hidden_size);
-            t.lr = s->o.t.lr;
+            s->o.t.loop.lr = fresh_head_encoder_lr(m->cfg.hidden_size);
+            t.loop.lr = s->o.t.loop.lr;
         }
-        t.head_lr = s->head_lr = train_head_lr(&s->o, kept);
-        t.interrupt = on_interrupt;
+        t.loop.head_lr = s->head_lr = train_head_lr(&s->o, kept);
+        t.loop.interrupt = on_interrupt;
         t.progress = on_progress;
-        t.user = s;
+        t.loop.user = s;
         s->progress_on = s->c->progress == SX_PROGRESS_ON ||
                          (s->c->progress == SX_PROGRESS_AUTO && isatty(2));
         s->progress_last = now_s();

@@ -146,7 +146,7 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
     memset(o, 0, sizeof *o);
     snprintf(o->base, sizeof o->base, "default");
     trainer_options_default(&o->t);
-    o->t.epochs = 3;
+    o->t.loop.epochs = 3;
     o->shape = (bert_shape){4, 256, 4, 0, 128};
     o->do_lower_case = 1;
     o->vocab_min_count = 2;
@@ -180,7 +180,7 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
         }
         snprintf(o->base, sizeof o->base, "%s", v->str);
         o->none = !strcmp(o->base, "none");
-        if (o->none) o->t.lr = 5e-4f;
+        if (o->none) o->t.loop.lr = 5e-4f;
     }
     for (size_t m = 0; m < root->n; m++) {
         int i;
@@ -229,19 +229,19 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
             if (!json_in_is(v, JSON_IN_OBJECT)) goto bad;
             break;
         }
-        if (!strcmp(key, "epochs")) o->t.epochs = (int)x;
-        else if (!strcmp(key, "lr")) { o->t.lr = (float)x; o->lr_given = 1; }
+        if (!strcmp(key, "epochs")) o->t.loop.epochs = (int)x;
+        else if (!strcmp(key, "lr")) { o->t.loop.lr = (float)x; o->lr_given = 1; }
         else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
-        else if (!strcmp(key, "batch_size")) o->t.batch_size = (int)x;
-        else if (!strcmp(key, "accumulation")) o->t.accumulation = (int)x;
+        else if (!strcmp(key, "batch_size")) o->t.loop.batch_size = (int)x;
+        else if (!strcmp(key, "accumulation")) o->t.loop.accumulation = (int)x;
         else if (!strcmp(key, "max_length")) o->max_length = (int)x;
-        else if (!strcmp(key, "valid_fraction")) o->t.valid_fraction = (float)x;
-        else if (!strcmp(key, "seed")) o->t.seed = (uint64_t)v->i;
-        else if (!strcmp(key, "weight_decay")) o->t.weight_decay = (float)x;
-        else if (!strcmp(key, "warmup_ratio")) o->t.warmup_ratio = (float)x;
-        else if (!strcmp(key, "grad_clip")) o->t.grad_clip = (float)x;
-        else if (!strcmp(key, "dropout")) o->t.dropout = (float)x;
-        else if (!strcmp(key, "group_by_length")) o->t.group_by_length = (int)x;
+        else if (!strcmp(key, "valid_fraction")) o->t.loop.valid_fraction = (float)x;
+        else if (!strcmp(key, "seed")) o->t.loop.seed = (uint64_t)v->i;
+        else if (!strcmp(key, "weight_decay")) o->t.loop.weight_decay = (float)x;
+        else if (!strcmp(key, "warmup_ratio")) o->t.loop.warmup_ratio = (float)x;
+        else if (!strcmp(key, "grad_clip")) o->t.loop.grad_clip = (float)x;
+        else if (!strcmp(key, "dropout")) o->t.loop.dropout = (float)x;
+        else if (!strcmp(key, "group_by_length")) o->t.loop.group_by_length = (int)x;
         else if (!strcmp(key, "layers")) o->shape.layers = (int)x;
         else if (!strcmp(key, "hidden")) o->shape.hidden = (int)x;
         else if (!strcmp(key, "heads")) o->shape.heads = (int)x;
@@ -265,10 +265,10 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
                      k_opts[i].expect, json_in_describe(v, got, sizeof got));
         goto end;
     }
-    if (o->t.accumulation > o->t.batch_size) {
+    if (o->t.loop.accumulation > o->t.loop.batch_size) {
         rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
                      "option 'accumulation' (%d) must not exceed batch_size (%d)",
-                     o->t.accumulation, o->t.batch_size);
+                     o->t.loop.accumulation, o->t.loop.batch_size);
         goto end;
     }
     if (o->none) {

@@ -63,15 +63,15 @@ void sx_train_status_update(void *h, const trainer_progress *p)
     ts_entry *e = h;
     if (!e) return;
     pthread_mutex_lock(&g_ts_lock);
-    e->epoch = p->epoch;
-    e->epochs = p->epochs;
-    e->step = p->step;
-    e->total_steps = p->total_steps;
-    if (p->epoch_done) e->valid_accuracy = p->valid_accuracy;
-    else e->loss = p->loss;
-    e->eps = p->examples_per_sec;
-    e->seconds = p->elapsed_sec;
-    e->eta = p->eta_sec;
+    e->epoch = p->loop.epoch;
+    e->epochs = p->loop.epochs;
+    e->step = p->loop.step;
+    e->total_steps = p->loop.total_steps;
+    if (p->loop.epoch_done) e->valid_accuracy = p->valid_accuracy;
+    else e->loss = p->loop.loss;
+    e->eps = p->loop.examples_per_sec;
+    e->seconds = p->loop.elapsed_sec;
+    e->eta = p->loop.eta_sec;
     pthread_mutex_unlock(&g_ts_lock);
 }
 

@@ -115,9 +115,9 @@ int pretrain_param_table(const bert_config *cfg, bert_param_spec **specs, int *n
 void pretrain_options_default(pretrain_options *o)
 {
     memset(o, 0, sizeof *o);
-    LOOP_OPTIONS_DEFAULT(o);
-    o->epochs = 1;
-    o->lr = 1e-4f;
+    loop_options_default(&o->loop);
+    o->loop.epochs = 1;
+    o->loop.lr = 1e-4f;
     o->mask_prob = 0.15f;
     o->mask_token_frac = 0.8f;
     o->random_token_frac = 0.1f;
@@ -191,7 +191,7 @@ static int build_batch(run_state *st, const int *idx, int B, int epoch, int slot
     for (int b = 0; b < B; b++) {
         int *row = ids + (size_t)b * T, *lab = labels + (size_t)b * T;
         int n = token_dataset_row_ids(ds, idx[b], st->raw, max_len);
-        mlm_mask(&st->mk, mask_key(st->o->seed, epoch, idx[b]), st->raw, n, row, lab);
+        mlm_mask(&st->mk, mask_key(st->o->loop.seed, epoch, idx[b]), st->raw, n, row, lab);
         for (int t = 0; t < n; t++) {
             if (lab[t] == MLM_IGNORE) continue;
             if (count == st->max_pred) { /* beyond the head's buffers: not predicted */
@@ -271,10 +271,9 @@ static int report(run_state *st, const loop_report *r, char *err)
 {
     if (!st->o->progress) return SM_OK;
     pretrain_progress pr = {0};
-    LOOP_PROGRESS(pr, r);
-    pr.predicted = r->denom;
+    pr.loop = *r;
     pr.valid_loss = r->epoch_done ? st->vloss : NAN;
-    return st->o->progress(st->o->user, &pr) ? loop_stopped(st->L, r, err) : SM_OK;
+    return st->o->progress(st->o->loop.user, &pr) ? loop_stopped(st->L, r, err) : SM_OK;
 }
 
 /* After an epoch's steps: held-out loss, the epoch's results, progress. */
@@ -296,12 +295,12 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
 {
     train_loop L = {.be = be};
     run_state st = {.L = &L, .m = m, .ds = ds, .o = o, .res = res};
-    loop_options lo = LOOP_OPTIONS(o, o->max_steps);
+    const loop_options *lo = &o->loop;
     bert_param_spec *specs = NULL;
     int n_specs, rc = SM_OK;
 
     memset(res, 0, sizeof *res);
-    if ((rc = loop_check_sizes(&lo, err))) return rc;
+    if ((rc = loop_check_sizes(lo, err))) return rc;
     if (!(o->mask_prob > 0 && o->mask_prob < 1))
         return sm_error(err, SM_ERR_INVALID, "mask_prob %g: expected 0 < p < 1",
                         (double)o->mask_prob);
@@ -314,7 +313,7 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     if (o->max_predictions < 0)
         return sm_error(err, SM_ERR_INVALID, "max_predictions %d: expected >= 0",
                         o->max_predictions);
-    if ((rc = loop_check_optimizer(&lo, err))) return rc;
+    if ((rc = loop_check_optimizer(lo, err))) return rc;
     if (!m->tok)
         return sm_error(err, SM_ERR_INVALID, "pretraining: the model has no vocabulary");
     if (ds->t.vocab_size > m->cfg.vocab_size)
@@ -327,12 +326,12 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     st.mk.random_frac = o->random_token_frac;
     st.mk.vocab_size = m->cfg.vocab_size < st.mk.vocab_size ? m->cfg.vocab_size : st.mk.vocab_size;
 
-    loop_init(&L, "pretraining", &lo, be, &ds->t, m);
+    loop_init(&L, "pretraining", lo, be, &ds->t, m);
     if (L.n_train < 1)
         return sm_error(err, SM_ERR_INVALID,
                         "pretraining: %d rows leave none for training after holding out %d",
                         ds->t.rows, L.n_valid);
-    int slots = (o->batch_size + L.micro - 1) / L.micro;
+    int slots = (o->loop.batch_size + L.micro - 1) / L.micro;
     /* The head's rows per micro-batch: the mean plus 6 standard deviations
      * of the predicted count when every position is maskable. */
     double N = (double)L.micro * L.max_len, pm = o->mask_prob;
@@ -348,8 +347,8 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     st.lengths = malloc((size_t)slots * L.micro * sizeof *st.lengths);
     st.T = malloc((size_t)slots * sizeof *st.T);
     st.count = malloc((size_t)slots * sizeof *st.count);
-    res->train_loss = malloc((size_t)o->epochs * sizeof *res->train_loss);
-    res->valid_loss = malloc((size_t)o->epochs * sizeof *res->valid_loss);
+    res->train_loss = malloc((size_t)o->loop.epochs * sizeof *res->train_loss);
+    res->valid_loss = malloc((size_t)o->loop.epochs * sizeof *res->valid_loss);
     if (!st.raw || !st.ids || !st.labels || !st.lengths || !st.T || !st.count ||
         !res->train_loss || !res->valid_loss) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory setting up pretraining");

@@ -28,6 +28,7 @@
 #include "backend.h"
 #include "bert.h"
 #include "bert_mlm.h"
+#include "loop_options.h"
 
 /* ---- unlabeled rows --------------------------------------------------------- */
 
@@ -48,27 +49,17 @@ size_t pretrain_dataset_tokens(const pretrain_dataset *ds);
 /* ---- the loop ----------------------------------------------------------------- */
 
 typedef struct pretrain_progress {
-    int epoch, epochs;          /* 1-based */
-    long step, total_steps;     /* optimizer steps done, 1-based */
-    double loss;                /* this step's mean loss per predicted token */
-    long predicted;             /* this step's predicted positions */
-    double lr;
-    float grad_norm;            /* before clipping */
-    double examples_per_sec;
-    double elapsed_sec, eta_sec;
-    int epoch_done;             /* 1 on the call that ends an epoch: */
-    double epoch_loss;          /*   its mean training loss */
-    double valid_loss;          /*   held-out MLM loss, NAN with no split */
+    loop_report loop;           /* step, rate, timing (loop_options.h); its
+                                   loss is per predicted token and denom
+                                   the step's predicted positions */
+    double valid_loss;          /* at an epoch's end: held-out MLM loss,
+                                   NAN with no split */
 } pretrain_progress;
 
 typedef struct pretrain_options {
-    int epochs;              /* 1 */
-    long max_steps;          /* 0: all epochs; else stop after this many
-                                optimizer steps (the schedule spans them) */
-    float lr;                /* 1e-4 */
-    int batch_size;          /* 32 rows per optimizer step */
-    int accumulation;        /* 1 micro-batch per step */
-    int max_length;          /* 128 tokens; 0 = the model's maximum */
+    /* epochs 1, lr 1e-4, valid_fraction 0 (else rows held out, scored after
+     * each epoch with fixed masks), the rest loop_options_default's */
+    loop_options loop;
     float mask_prob;         /* 0.15 */
     float mask_token_frac;   /* 0.8 of the predicted become [MASK] */
     float random_token_frac; /* 0.1 a random token; the rest unchanged */
@@ -77,22 +68,9 @@ typedef struct pretrain_options {
                                 standard deviations when every position can
                                 be masked). Any beyond it in a micro-batch
                                 are not predicted (their tokens restored) */
-    float valid_fraction;    /* 0: none; else rows held out, scored after
-                                each epoch with fixed masks */
-    uint64_t seed;           /* 42: split, order, masks, dropout */
-    float weight_decay;      /* 0.01, not on biases and LayerNorm weights */
-    float warmup_ratio;      /* 0.1 of the steps */
-    float grad_clip;         /* 1.0; <= 0 disables */
-    float dropout;           /* < 0: the config's probabilities; else all */
-    float beta1, beta2, eps; /* 0.9, 0.999, 1e-8 */
-    int group_by_length;     /* 1: batches of similar lengths */
-    /* After every optimizer step and at the end of every epoch; nonzero
-     * stops (SM_ERR_INTERRUPTED). May be NULL. */
+    /* Called with loop.user after every optimizer step and at the end of
+     * every epoch; nonzero stops (SM_ERR_INTERRUPTED). May be NULL. */
     int (*progress)(void *user, const pretrain_progress *p);
-    /* Polled before every micro-batch; nonzero stops promptly
-     * (SM_ERR_INTERRUPTED). May be NULL. */
-    int (*interrupt)(void *user);
-    void *user;
 } pretrain_options;
 
 void pretrain_options_default(pretrain_options *o);

@@ -38,6 +38,23 @@ static double now_sec(void)
 
 /* ---- options ------------------------------------------------------------------- */
 
+void loop_options_default(loop_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch_size = 32;
+    o->accumulation = 1;
+    o->max_length = 128;
+    o->seed = 42;
+    o->weight_decay = 0.01f;
+    o->warmup_ratio = 0.1f;
+    o->grad_clip = 1.0f;
+    o->dropout = -1.0f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+    o->group_by_length = 1;
+}
+
 int loop_check_sizes(const loop_options *o, char *err)
 {
     if (o->epochs < 1 || o->epochs > 10000)

@@ -23,95 +23,15 @@
 #include "backend.h"
 #include "bert.h"
 #include "bert_train.h"
+#include "loop_options.h"
 #include "optimizer.h"
 #include "token_dataset.h"
-
-/* The options trainer_options and pretrain_options share (same meaning). */
-typedef struct loop_options {
-    int epochs;
-    long max_steps;           /* 0: all epochs */
-    float lr;
-    float head_lr;            /* the classification head's peak rate; 0: lr */
-    int batch_size, accumulation, max_length;
-    float valid_fraction;
-    uint64_t seed;
-    float weight_decay, warmup_ratio, grad_clip, dropout;
-    float beta1, beta2, eps;
-    int group_by_length;
-    int (*interrupt)(void *user);
-    void *user;
-} loop_options;
-
-/* A loop_options from a trainer_options or pretrain_options pointer (the
- * fields have the same names); head_lr, trainer_options' own, is set by
- * trainer_run. */
-#define LOOP_OPTIONS(o, max_steps_)                                                         \
-    ((loop_options){.epochs = (o)->epochs, .max_steps = (max_steps_), .lr = (o)->lr,      \
-                    .batch_size = (o)->batch_size, .accumulation = (o)->accumulation,     \
-                    .max_length = (o)->max_length, .valid_fraction = (o)->valid_fraction, \
-                    .seed = (o)->seed, .weight_decay = (o)->weight_decay,                 \
-                    .warmup_ratio = (o)->warmup_ratio, .grad_clip = (o)->grad_clip,       \
-                    .dropout = (o)->dropout, .beta1 = (o)->beta1, .beta2 = (o)->beta2,    \
-                    .eps = (o)->eps, .group_by_length = (o)->group_by_length,             \
-                    .interrupt = (o)->interrupt, .user = (o)->user})
-
-/* Sets the defaults trainer_options and pretrain_options share: 32 rows
- * per step in one micro-batch, 128 tokens, seed 42, AdamW (0.9, 0.999,
- * 1e-8) with weight decay 0.01, 10% warm-up, clipping at 1.0, the config's
- * dropout, batches grouped by length. */
-#define LOOP_OPTIONS_DEFAULT(o)      \
-    do {                             \
-        (o)->batch_size = 32;        \
-        (o)->accumulation = 1;       \
-        (o)->max_length = 128;       \
-        (o)->seed = 42;              \
-        (o)->weight_decay = 0.01f;   \
-        (o)->warmup_ratio = 0.1f;    \
-        (o)->grad_clip = 1.0f;       \
-        (o)->dropout = -1.0f;        \
-        (o)->beta1 = 0.9f;           \
-        (o)->beta2 = 0.999f;         \
-        (o)->eps = 1e-8f;            \
-        (o)->group_by_length = 1;    \
-    } while (0)
 
 /* epochs, max_steps, lr, batch_size, accumulation, max_length. */
 int loop_check_sizes(const loop_options *o, char *err);
 /* valid_fraction, weight_decay, warmup_ratio, grad_clip, dropout, the AdamW
  * betas and eps. */
 int loop_check_optimizer(const loop_options *o, char *err);
-
-/* What a progress callback is told; trainer_progress and pretrain_progress
- * add their own fields. */
-typedef struct loop_report {
-    int epoch, epochs;        /* 1-based */
-    long step, total_steps;   /* optimizer steps done */
-    double loss;              /* the step's mean loss (at an epoch's end, the epoch's) */
-    long denom;               /* its divisor: examples or predicted positions */
-    double lr;
-    float grad_norm;          /* before clipping; 0 at an epoch's end */
-    double examples_per_sec;  /* training examples so far / training time */
-    double elapsed_sec, eta_sec;
-    int epoch_done;           /* 1 at an epoch's end: */
-    double epoch_loss;        /*   its mean loss */
-} loop_report;
-
-/* Copies the fields every progress struct shares from loop_report *r. */
-#define LOOP_PROGRESS(pr, r)                           \
-    do {                                               \
-        (pr).epoch = (r)->epoch;                       \
-        (pr).epochs = (r)->epochs;                     \
-        (pr).step = (r)->step;                         \
-        (pr).total_steps = (r)->total_steps;           \
-        (pr).loss = (r)->loss;                         \
-        (pr).lr = (r)->lr;                             \
-        (pr).grad_norm = (r)->grad_norm;               \
-        (pr).examples_per_sec = (r)->examples_per_sec; \
-        (pr).elapsed_sec = (r)->elapsed_sec;           \
-        (pr).eta_sec = (r)->eta_sec;                   \
-        (pr).epoch_done = (r)->epoch_done;             \
-        (pr).epoch_loss = (r)->epoch_loss;             \
-    } while (0)
 
 /* The loop's state, laid out by loop_init; freed by loop_free. */
 typedef struct train_loop {

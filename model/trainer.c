@@ -274,10 +274,10 @@ fail:
 void trainer_options_default(trainer_options *o)
 {
     memset(o, 0, sizeof *o);
-    LOOP_OPTIONS_DEFAULT(o);
-    o->epochs = 3;
-    o->lr = 5e-5f;
-    o->valid_fraction = 0.1f;
+    loop_options_default(&o->loop);
+    o->loop.epochs = 3;
+    o->loop.lr = 5e-5f;
+    o->loop.valid_fraction = 0.1f;
     o->distill_alpha = 0.5f;
     o->distill_temperature = 1.0f;
 }
@@ -391,9 +391,9 @@ static int report(run_state *st, const loop_report *r, char *err)
 {
     if (!st->o->progress) return SM_OK;
     trainer_progress pr = {0};
-    LOOP_PROGRESS(pr, r);
+    pr.loop = *r;
     pr.valid_accuracy = r->epoch_done ? st->acc : NAN;
-    return st->o->progress(st->o->user, &pr) ? loop_stopped(st->L, r, err) : SM_OK;
+    return st->o->progress(st->o->loop.user, &pr) ? loop_stopped(st->L, r, err) : SM_OK;
 }
 
 /* After an epoch's steps: validation, what is kept, progress. */
@@ -423,14 +423,13 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
 {
     train_loop L = {.be = be};
     run_state st = {.L = &L, .m = m, .ds = ds, .o = o, .res = res, .best_acc = -1};
-    loop_options lo = LOOP_OPTIONS(o, 0);
+    const loop_options *lo = &o->loop;
     int rc = SM_OK;
 
-    lo.head_lr = o->head_lr;
 
     memset(res, 0, sizeof *res);
     res->best_accuracy = NAN;
-    if ((rc = loop_check_sizes(&lo, err)) || (rc = loop_check_optimizer(&lo, err))) return rc;
+    if ((rc = loop_check_sizes(lo, err)) || (rc = loop_check_optimizer(lo, err))) return rc;
     if (!m->has_head || !m->p.cls_w)
         return sm_error(err, SM_ERR_INVALID, "training: the model has no classification head");
     st.K = m->cfg.num_labels;
@@ -452,7 +451,7 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
         return sm_error(err, SM_ERR_INVALID,
                         "training: the dataset's vocabulary (%d) is larger than the model's (%d)",
                         ds->t.vocab_size, m->cfg.vocab_size);
-    loop_init(&L, "training", &lo, be, &ds->t, m);
+    loop_init(&L, "training", lo, be, &ds->t, m);
     if (L.n_train < 2)
         return sm_error(err, SM_ERR_INVALID,
                         "training: %d rows leave %d for training after holding out %d for "
@@ -469,8 +468,8 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
         goto end;
     }
     st.best = malloc(m->n_floats * sizeof *st.best);
-    res->train_loss = malloc((size_t)o->epochs * sizeof *res->train_loss);
-    res->valid_accuracy = malloc((size_t)o->epochs * sizeof *res->valid_accuracy);
+    res->train_loss = malloc((size_t)o->loop.epochs * sizeof *res->train_loss);
+    res->valid_accuracy = malloc((size_t)o->loop.epochs * sizeof *res->valid_accuracy);
     if (!st.ids || !st.lengths || !st.labels || !st.logits || !st.best || !res->train_loss ||
         !res->valid_accuracy) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory setting up training");

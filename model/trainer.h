@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "bert.h"
+#include "loop_options.h"
 
 /* ---- examples ----------------------------------------------------------- */
 
@@ -77,48 +78,24 @@ int bert_model_create_scratch(const bert_shape *shape, const char *vocab,
 /* ---- training ------------------------------------------------------------ */
 
 typedef struct trainer_progress {
-    int epoch, epochs;         /* 1-based */
-    long step, total_steps;    /* optimizer steps done, 1-based */
-    double loss;               /* mean loss of this step */
-    double lr;                 /* learning rate of this step */
-    float grad_norm;           /* before clipping */
-    double examples_per_sec;   /* training examples so far / training time */
-    double elapsed_sec, eta_sec;
-    int epoch_done;            /* 1 on the call that ends an epoch: */
-    double epoch_loss;         /*   its mean training loss */
-    double valid_accuracy;     /*   validation accuracy, NAN with no split */
+    loop_report loop;          /* step, loss, rate, timing (loop_options.h) */
+    double valid_accuracy;     /* at an epoch's end: validation accuracy,
+                                  NAN with no split */
 } trainer_progress;
 
 typedef struct trainer_options {
-    int epochs;              /* 3 */
-    float lr;                /* 5e-5 */
-    float head_lr;           /* 0: lr; else the classification head's peak
-                                learning rate (its own AdamW group, same
-                                schedule); train() sets it for fresh heads */
-    int batch_size;          /* 32 examples per optimizer step */
-    int accumulation;        /* 1: micro-batches per step (memory holds
-                                ceil(batch_size / accumulation) examples) */
-    int max_length;          /* 128 tokens; 0 = the model's maximum */
-    float valid_fraction;    /* 0.1 held out; 0 = none (keeps the last epoch) */
-    uint64_t seed;           /* 42: split, shuffling, dropout, fresh heads */
-    float weight_decay;      /* 0.01, not on biases and LayerNorm weights */
-    float warmup_ratio;      /* 0.1 of the steps */
-    float grad_clip;         /* 1.0; <= 0 disables */
-    float dropout;           /* < 0: the config's probabilities; else all */
-    float beta1, beta2, eps; /* 0.9, 0.999, 1e-8 */
-    int group_by_length;     /* 1: batches of similar lengths (less padding) */
+    /* epochs 3, lr 5e-5, valid_fraction 0.1 (0 = none: the last epoch is
+     * kept), the rest loop_options_default's */
+    loop_options loop;
     /* With soft targets in the dataset, the distillation loss of
      * bert_train.h: weight of the soft term (0.5) and temperature (1).
      * Validation accuracy counts a row without a label as right when the
      * model's top label is its targets' top label. */
     float distill_alpha, distill_temperature;
-    /* Called after every optimizer step and at the end of every epoch;
-     * nonzero return stops training (SM_ERR_INTERRUPTED). May be NULL. */
+    /* Called with loop.user after every optimizer step and at the end of
+     * every epoch; nonzero return stops training (SM_ERR_INTERRUPTED). May
+     * be NULL. */
     int (*progress)(void *user, const trainer_progress *p);
-    /* Polled before every micro-batch; nonzero stops training promptly
-     * (SM_ERR_INTERRUPTED). May be NULL. */
-    int (*interrupt)(void *user);
-    void *user;
 } trainer_options;
 
 void trainer_options_default(trainer_options *o);

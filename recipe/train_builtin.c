@@ -166,26 +166,26 @@ static int average_with(bert_model *m, const char *dir, float w, char *err)
 static int progress(void *user, const trainer_progress *p)
 {
     (void)user;
-    if (p->epoch_done)
-        fprintf(stderr, "\nepoch %d/%d: train loss %.4f, validation accuracy %.4f\n", p->epoch,
-                p->epochs, p->epoch_loss, p->valid_accuracy);
-    else if (p->step % 20 == 0 || p->step == p->total_steps)
+    if (p->loop.epoch_done)
+        fprintf(stderr, "\nepoch %d/%d: train loss %.4f, validation accuracy %.4f\n", p->loop.epoch,
+                p->loop.epochs, p->loop.epoch_loss, p->valid_accuracy);
+    else if (p->loop.step % 20 == 0 || p->loop.step == p->loop.total_steps)
         fprintf(stderr, "\repoch %d/%d step %ld/%ld loss %.4f lr %.2e %.0f ex/s eta %.0f s   ",
-                p->epoch, p->epochs, p->step, p->total_steps, p->loss, p->lr,
-                p->examples_per_sec, p->eta_sec);
+                p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, p->loop.loss, p->loop.lr,
+                p->loop.examples_per_sec, p->loop.eta_sec);
     return 0;
 }
 
 static int pretrain_progress_line(void *user, const pretrain_progress *p)
 {
     (void)user;
-    if (p->epoch_done)
-        fprintf(stderr, "\npretrain epoch %d/%d: loss %.4f, held-out loss %.4f\n", p->epoch,
-                p->epochs, p->epoch_loss, p->valid_loss);
-    else if (p->step % 20 == 0 || p->step == p->total_steps)
+    if (p->loop.epoch_done)
+        fprintf(stderr, "\npretrain epoch %d/%d: loss %.4f, held-out loss %.4f\n", p->loop.epoch,
+                p->loop.epochs, p->loop.epoch_loss, p->valid_loss);
+    else if (p->loop.step % 20 == 0 || p->loop.step == p->loop.total_steps)
         fprintf(stderr, "\rpretrain %d/%d step %ld/%ld loss %.4f lr %.2e %.0f ex/s eta %.0f s   ",
-                p->epoch, p->epochs, p->step, p->total_steps, p->loss, p->lr,
-                p->examples_per_sec, p->eta_sec);
+                p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, p->loop.loss, p->loop.lr,
+                p->loop.examples_per_sec, p->loop.eta_sec);
     return 0;
 }
 
@@ -277,12 +277,12 @@ static int pretrain(const recipe *r, const review_data *d, int n_train, bert_mod
     if ((rc = mlm_head_for(r, &m->cfg, &head, err))) goto end;
     pretrain_options o;
     pretrain_options_default(&o);
-    o.epochs = r->pretrain_epochs;
-    o.lr = r->pretrain_lr;
-    o.batch_size = r->batch;
-    o.max_length = r->shape.max_length;
-    o.valid_fraction = 0.01f;
-    o.seed = r->seed;
+    o.loop.epochs = r->pretrain_epochs;
+    o.loop.lr = r->pretrain_lr;
+    o.loop.batch_size = r->batch;
+    o.loop.max_length = r->shape.max_length;
+    o.loop.valid_fraction = 0.01f;
+    o.loop.seed = r->seed;
     o.progress = pretrain_progress_line;
     if ((rc = pretrain_run(m, head, be, ds, &o, &res, err))) goto end;
     fprintf(stderr, "pretrained in %.0f s (%.1f examples/s)\n", res.seconds, res.examples_per_sec);
@@ -551,12 +551,12 @@ int main(int argc, char **argv)
 
     trainer_options opt;
     trainer_options_default(&opt);
-    opt.epochs = r.epochs;
-    opt.lr = r.lr;
-    opt.batch_size = r.batch;
-    opt.max_length = r.shape.max_length;
-    opt.valid_fraction = 0.05f;
-    opt.seed = r.seed;
+    opt.loop.epochs = r.epochs;
+    opt.loop.lr = r.lr;
+    opt.loop.batch_size = r.batch;
+    opt.loop.max_length = r.shape.max_length;
+    opt.loop.valid_fraction = 0.05f;
+    opt.loop.seed = r.seed;
     opt.progress = progress;
     opt.distill_alpha = r.alpha;
     opt.distill_temperature = r.temperature;

@@ -440,9 +440,9 @@ static int count_progress(void *user, const pretrain_progress *p)
 {
     counter *c = user;
     c->calls++;
-    c->last_step = p->step;
-    if (p->epoch_done) c->epochs_seen++;
-    else c->predicted += p->predicted;
+    c->last_step = p->loop.step;
+    if (p->loop.epoch_done) c->epochs_seen++;
+    else c->predicted += p->loop.denom;
     return 0;
 }
 
@@ -457,15 +457,15 @@ static void test_pretrain_learns(void **state)
     pretrain_dataset *ds = synthetic(m->cfg.vocab_size, 400, 5);
     pretrain_options o;
     pretrain_options_default(&o);
-    o.epochs = 8;
-    o.lr = 3e-3f;
-    o.batch_size = 16;
-    o.valid_fraction = 0.1f;
-    o.dropout = 0.0f;
+    o.loop.epochs = 8;
+    o.loop.lr = 3e-3f;
+    o.loop.batch_size = 16;
+    o.loop.valid_fraction = 0.1f;
+    o.loop.dropout = 0.0f;
     o.mask_prob = 0.2f;
     counter c = {0};
     o.progress = count_progress;
-    o.user = &c;
+    o.loop.user = &c;
     pretrain_result r;
     int rc = pretrain_run(m, h, be, ds, &o, &r, err);
     if (rc) print_error("%s\n", err);
@@ -487,8 +487,8 @@ static void test_pretrain_learns(void **state)
     assert_true(r.valid_loss[r.epochs - 1] < 2.5);
     assert_true(r.train_loss[r.epochs - 1] < r.train_loss[0]);
     /* max_steps cuts the run short */
-    o.max_steps = 7;
-    o.valid_fraction = 0;
+    o.loop.max_steps = 7;
+    o.loop.valid_fraction = 0;
     o.progress = NULL;
     pretrain_result_free(&r);
     assert_int_equal(pretrain_run(m, h, be, ds, &o, &r, err), SM_OK);
@@ -515,14 +515,14 @@ static void test_pretrain_deterministic(void **state)
     pretrain_dataset *ds = synthetic(m[0]->cfg.vocab_size, 48, 3);
     pretrain_options o;
     pretrain_options_default(&o);
-    o.epochs = 2;
-    o.lr = 1e-3f;
-    o.batch_size = 16;
-    o.accumulation = 2;
-    o.dropout = 0.1f;
+    o.loop.epochs = 2;
+    o.loop.lr = 1e-3f;
+    o.loop.batch_size = 16;
+    o.loop.accumulation = 2;
+    o.loop.dropout = 0.1f;
     pretrain_result r[3];
     for (int i = 0; i < 3; i++) {
-        o.seed = i < 2 ? 5 : 6;
+        o.loop.seed = i < 2 ? 5 : 6;
         int rc = pretrain_run(m[i], h[i], be, ds, &o, &r[i], err);
         if (rc) print_error("%s\n", err);
         assert_int_equal(rc, SM_OK);
@@ -555,11 +555,11 @@ static void test_pretrain_interrupt_nan_and_options(void **state)
     memcpy(hbefore, h->arena, h->n_floats * sizeof *hbefore);
     pretrain_options o;
     pretrain_options_default(&o);
-    o.batch_size = 8;
-    o.accumulation = 2;
+    o.loop.batch_size = 8;
+    o.loop.accumulation = 2;
     counter c = {.stop_after = 5};
-    o.interrupt = stop_interrupt;
-    o.user = &c;
+    o.loop.interrupt = stop_interrupt;
+    o.loop.user = &c;
     pretrain_result r;
     assert_int_equal(pretrain_run(m, h, be, ds, &o, &r, err), SM_ERR_INTERRUPTED);
     assert_non_null(strstr(err, "interrupted"));
@@ -569,7 +569,7 @@ static void test_pretrain_interrupt_nan_and_options(void **state)
     assert_null(r.train_loss);
 
     /* A NaN in the head: the loss is NaN, reported, nothing changed. */
-    o.interrupt = NULL;
+    o.loop.interrupt = NULL;
     h->p.bias[600] = NAN;
     memcpy(hbefore, h->arena, h->n_floats * sizeof *hbefore);
     assert_int_equal(pretrain_run(m, h, be, ds, &o, &r, err), SM_ERR_INVALID);
@@ -588,7 +588,7 @@ static void test_pretrain_interrupt_nan_and_options(void **state)
     assert_int_equal(pretrain_run(m, h, be, ds, &o, &r, err), SM_ERR_INVALID);
     assert_non_null(strstr(err, "mask_token_frac"));
     pretrain_options_default(&o);
-    o.batch_size = 0;
+    o.loop.batch_size = 0;
     assert_int_equal(pretrain_run(m, h, be, ds, &o, &r, err), SM_ERR_INVALID);
     assert_non_null(strstr(err, "batch_size 0"));
     int ids[3] = {2, 999999, 3};
@@ -629,7 +629,7 @@ static void test_save_load_finetune(void **state)
     pretrain_dataset *ds = synthetic(m->cfg.vocab_size, 32, 4);
     pretrain_options o;
     pretrain_options_default(&o);
-    o.batch_size = 8;
+    o.loop.batch_size = 8;
     pretrain_result r;
     assert_int_equal(pretrain_run(m, h, be, ds, &o, &r, err), SM_OK);
     pretrain_result_free(&r);
@@ -689,9 +689,9 @@ static void test_save_load_finetune(void **state)
     }
     trainer_options to;
     trainer_options_default(&to);
-    to.epochs = 2;
-    to.batch_size = 8;
-    to.valid_fraction = 0;
+    to.loop.epochs = 2;
+    to.loop.batch_size = 8;
+    to.loop.valid_fraction = 0;
     trainer_result tr;
     rc = trainer_run(base, be, tds, &to, &tr, err);
     if (rc) print_error("%s\n", err);

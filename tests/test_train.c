@@ -522,10 +522,10 @@ static int count_progress(void *user, const trainer_progress *p)
 {
     counter *c = user;
     c->calls++;
-    c->last_step = p->step;
-    if (p->epoch_done) {
+    c->last_step = p->loop.step;
+    if (p->loop.epoch_done) {
         c->epochs_seen++;
-        assert_true(p->examples_per_sec > 0);
+        assert_true(p->loop.examples_per_sec > 0);
     }
     return 0;
 }
@@ -544,14 +544,14 @@ static void test_trainer_learns(void **state)
 
     trainer_options o;
     trainer_options_default(&o);
-    o.epochs = 8;
-    o.lr = 3e-3f;
-    o.batch_size = 16;
-    o.valid_fraction = 0.25f;
-    o.dropout = 0.0f;
+    o.loop.epochs = 8;
+    o.loop.lr = 3e-3f;
+    o.loop.batch_size = 16;
+    o.loop.valid_fraction = 0.25f;
+    o.loop.dropout = 0.0f;
     counter c = {0};
     o.progress = count_progress;
-    o.user = &c;
+    o.loop.user = &c;
     trainer_result r;
     int rc = trainer_run(m, be, ds, &o, &r, err);
     if (rc) print_error("%s\n", err);
@@ -600,11 +600,11 @@ static void test_trainer_distills(void **state)
     }
     trainer_options o;
     trainer_options_default(&o);
-    o.epochs = 8;
-    o.lr = 3e-3f;
-    o.batch_size = 16;
-    o.valid_fraction = 0.25f;
-    o.dropout = 0.0f;
+    o.loop.epochs = 8;
+    o.loop.lr = 3e-3f;
+    o.loop.batch_size = 16;
+    o.loop.valid_fraction = 0.25f;
+    o.loop.dropout = 0.0f;
     o.distill_alpha = 1.0f;
     trainer_result r;
     int rc = trainer_run(m, be, ds, &o, &r, err);
@@ -657,14 +657,14 @@ static void test_trainer_deterministic(void **state)
     train_dataset *ds = synthetic(m[0]->cfg.vocab_size, 48, 3, 3);
     trainer_options o;
     trainer_options_default(&o);
-    o.epochs = 2;
-    o.lr = 1e-3f;
-    o.batch_size = 16;
-    o.accumulation = 2;
-    o.dropout = 0.1f;
+    o.loop.epochs = 2;
+    o.loop.lr = 1e-3f;
+    o.loop.batch_size = 16;
+    o.loop.accumulation = 2;
+    o.loop.dropout = 0.1f;
     trainer_result r[3];
     for (int i = 0; i < 3; i++) {
-        o.seed = i < 2 ? 5 : 6;
+        o.loop.seed = i < 2 ? 5 : 6;
         int rc = trainer_run(m[i], be, ds, &o, &r[i], err);
         if (rc) print_error("%s\n", err);
         assert_int_equal(rc, SM_OK);
@@ -691,11 +691,11 @@ static void test_trainer_interrupt_and_nan(void **state)
     memcpy(before, m->arena, m->n_floats * sizeof *before);
     trainer_options o;
     trainer_options_default(&o);
-    o.batch_size = 8;
-    o.accumulation = 2;
+    o.loop.batch_size = 8;
+    o.loop.accumulation = 2;
     counter c = {.stop_after = 5};
-    o.interrupt = stop_interrupt;
-    o.user = &c;
+    o.loop.interrupt = stop_interrupt;
+    o.loop.user = &c;
     trainer_result r;
     assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INTERRUPTED);
     assert_non_null(strstr(err, "interrupted"));
@@ -704,7 +704,7 @@ static void test_trainer_interrupt_and_nan(void **state)
     assert_null(r.train_loss);
 
     /* A NaN in the parameters: the loss is NaN, reported, model untouched. */
-    o.interrupt = NULL;
+    o.loop.interrupt = NULL;
     m->p.cls_b[1] = NAN;
     memcpy(before, m->arena, m->n_floats * sizeof *before);
     assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
@@ -713,11 +713,11 @@ static void test_trainer_interrupt_and_nan(void **state)
 
     /* Bad options and data are errors with the value named. */
     trainer_options_default(&o);
-    o.batch_size = 0;
+    o.loop.batch_size = 0;
     assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
     assert_non_null(strstr(err, "batch_size 0"));
     trainer_options_default(&o);
-    o.valid_fraction = 0.99f;
+    o.loop.valid_fraction = 0.99f;
     assert_int_equal(trainer_run(m, be, ds, &o, &r, err), SM_ERR_INVALID);
     int ids[3] = {2, 600, 3};
     assert_int_equal(train_dataset_add(ds, ids, 3, 7, err), SM_OK);
@@ -878,10 +878,10 @@ static void test_scratch_model(void **state)
     backend *be = cpu_backend(1);
     trainer_options o;
     trainer_options_default(&o);
-    o.epochs = 6;
-    o.lr = 1e-3f;
-    o.batch_size = 8;
-    o.valid_fraction = 0;
+    o.loop.epochs = 6;
+    o.loop.lr = 1e-3f;
+    o.loop.batch_size = 8;
+    o.loop.valid_fraction = 0;
     trainer_result r;
     rc = trainer_run(m, be, ds, &o, &r, err);
     if (rc) print_error("%s\n", err);

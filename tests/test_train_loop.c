@@ -63,8 +63,7 @@ static void dataset_free(token_dataset *ds)
 static loop_options options(void)
 {
     loop_options o;
-    memset(&o, 0, sizeof o);
-    LOOP_OPTIONS_DEFAULT(&o);
+    loop_options_default(&o);
     o.epochs = 3;
     o.lr = 1e-3f;
     o.batch_size = 8;
