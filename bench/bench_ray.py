@@ -198,12 +198,13 @@ def main():
         "machine for that), batches large enough that Ray's per-task cost stays small "
         "(here a batch is ~0.5 s of work), and no shared bottleneck such as one file server.",
         "",
-        "At an H200 rate: pending a GPU measurement (bench/RESULTS.md has none yet). With "
-        "`num_gpus=1` one worker per GPU, rows/s = machines x GPUs per machine x r_gpu, where "
-        "r_gpu is classify's rows/s on one H200 for this model and these reviews (from "
-        "`make gpu-check` / a classify run with `sentiment_config('device','cuda')`); e.g. 10 "
-        "machines x 8 GPUs x r_gpu. A GPU worker also needs CPU for tokenizing and SQLite "
-        "(1 CPU per worker by default; raise `threads` if tokenizing cannot keep up).",
+        "At a GPU's rate (not measured on this machine): with `num_gpus=1/k`, k workers share "
+        "a GPU and rows/s per GPU = min(r_gpu, k x r_side), where r_gpu is classify's rows/s "
+        "on that GPU for this model and these rows (a classify run with "
+        "`sentiment_config('device','cuda')`, or `make gpu-check`) and r_side a worker's rate "
+        "outside the encoder, one CPU each: this script with `--model "
+        "tests/fixtures/models/bert_tiny` less that model's encoder time "
+        "(bench/bench_cpu_side.sh); bench/RESULTS.md has both and the arithmetic.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -66,7 +66,11 @@ Workers and devices:
                  CUDA_VISIBLE_DEVICES at it, so the worker uses device
                  'cuda:0' (its GPU), and the encoder batch (default 256) is
                  shrunk by the engine to what that GPU's free memory holds,
-                 as classify does.
+                 as classify does. A fraction shares a GPU: num_gpus=0.125
+                 puts eight workers on each. One worker's CPU side (Arrow to
+                 SQLite, tokenizing, SQLite to Arrow) caps it at about 18,000
+                 rows/s a CPU (bench/RESULTS.md), well below what a large GPU
+                 can encode, so a fraction is how a GPU is kept busy.
     device, precision, max_length, encoder_batch_size
                  sentiment_config settings for every worker.
     batch_size   rows per Ray batch (one classify call), default 1024.

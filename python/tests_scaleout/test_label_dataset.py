@@ -132,6 +132,31 @@ def test_worker_killed_mid_job_every_row_exactly_once(ray_cluster, corpus, refer
     assert_same_labels(as_labels(out), {r[0]: reference[r[0]] for r in rows}, "after a kill")
 
 
+def test_workers_per_gpu(monkeypatch):
+    """The pool's size on a cluster with GPUs, from what Ray reports of its
+    nodes (faked here: no GPU is needed to count): one worker per GPU with
+    num_gpus=1, several sharing each GPU with a fraction (a worker's CPU side
+    caps its rate, bench/RESULTS.md), dead nodes not counted."""
+    import ray
+    nodes = [{"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0}},
+             {"Alive": True, "Resources": {"CPU": 32.0, "GPU": 4.0}},
+             {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}},
+             {"Alive": True, "Resources": {"CPU": 16.0}}]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    workers, kw = sr._pool_args(None, 1, 1, None)
+    assert (workers, kw["num_gpus"], kw["num_cpus"]) == (12, 1, 1)
+    workers, kw = sr._pool_args(None, 1, 0.25, None)
+    assert (workers, kw["num_gpus"]) == (48, 0.25)
+    workers, _ = sr._pool_args(3, 1, 0.25, None)
+    assert workers == 3
+    # CPU workers leave one CPU a node for reading: (64-1) + (32-1) + (16-1)
+    workers, kw = sr._pool_args(None, 1, 0, None)
+    assert workers == 109 and "num_gpus" not in kw
+    monkeypatch.setattr(ray, "nodes", lambda: [nodes[3]])
+    with pytest.raises(RuntimeError, match="no GPU"):
+        sr._pool_args(None, 1, 0.5, None)
+
+
 def test_gpu_option(ray_cluster):
     import ray.data
     ds = ray.data.from_arrow(pa.table({"id": [1], "text": ["房间很干净"]}))
