@@ -18,7 +18,9 @@
 # loop directives only and links no OpenMP runtime.
 #
 # The rooms (DESIGN.md): model/ reaches hardware only through the backend
-# table (model/backend.h), so model/ compiles without -Icpu; cpu/ (the CPU
+# table (model/backend.h), so model/ compiles without -Icpu; its sub-rooms
+# (format/, tokenize/, encoder/, train/, each on the include path) depend
+# one way, in that order; cpu/ (the CPU
 # backend and its kernels) and ext/ (which makes the CPU backend through
 # cpu/backend_cpu.h) get -Icpu, as do tests and benchmarks.
 # scripts/check-layout.sh (part of make test) checks the include rule.
@@ -28,11 +30,12 @@ CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp-simd
-CPPFLAGS += -Imodel -Iext
+MODEL_ROOMS := model model/format model/tokenize model/encoder model/train
+CPPFLAGS += $(addprefix -I,$(MODEL_ROOMS)) -Iext
 LDLIBS   += -lutf8proc -lcjson -ljansson -lm -lpthread -ldl
 SAN      ?=
 
-MODEL_SRC := $(sort $(wildcard model/*.c))
+MODEL_SRC := $(sort $(foreach r,$(MODEL_ROOMS),$(wildcard $(r)/*.c)))
 CPU_SRC   := $(sort $(wildcard cpu/*.c))
 EXT_SRC   := $(sort $(wildcard ext/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))

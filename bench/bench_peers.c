@@ -192,7 +192,7 @@ static void work_free(work *w)
     free(w->padded);
 }
 
-/* The softmax classify uses (model/classifier.c). */
+/* The softmax classify uses (model/encoder/classifier.c). */
 static void softmax(float *x, int K)
 {
     float mx = x[0];

@@ -203,7 +203,7 @@ def fuse(work, manifest):
 def classify_order(lengths, threads):
     """The order classify runs rows in: windows of WINDOW_BATCHES x BATCH x
     threads rows, each sorted by length (ties by position, as
-    model/classifier.c sorts them)."""
+    model/encoder/classifier.c sorts them)."""
     window = WINDOW_BATCHES * BATCH * threads
     order = []
     for first in range(0, len(lengths), window):

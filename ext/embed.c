@@ -12,7 +12,7 @@
  * The result is hidden_size float32 values, little-endian, 4 x hidden_size
  * bytes: the BLOB format sqlite-vec's functions and vec0 tables take. How
  * the token states become one vector is the model's pooling setting
- * (model/pooling.h): a sentence-transformers directory's modules.json and
+ * (model/format/pooling.h): a sentence-transformers directory's modules.json and
  * 1_Pooling/config.json (mean or CLS pooling, then L2 normalisation when
  * it lists a Normalize module), kept when the model is stored and written
  * back by sentiment_export(); a model without one is mean-pooled over its

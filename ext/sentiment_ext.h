@@ -261,7 +261,7 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
                        char **errmsg);
 /* The same batching for sentence embeddings: emb gets n x hidden_size
  * floats, each text pooled as the model's pooling setting says
- * (model/pooling.h). Needs no classification head. */
+ * (model/format/pooling.h). Needs no classification head. */
 int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
                     const size_t *lens, int n, int batch_size, float *emb, int *truncated,
                     char **errmsg);

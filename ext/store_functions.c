@@ -178,7 +178,7 @@ static void remove_tmp(const char *tmp)
 
 /* modules.json, 1_Pooling/config.json and (normalising) an empty
  * 2_Normalize/ in tmp, as sentence-transformers saves a model, when the
- * model has a pooling setting (model/pooling.h); nothing otherwise. */
+ * model has a pooling setting (model/format/pooling.h); nothing otherwise. */
 static int write_pooling(const char *tmp, const bert_config *cfg, const char *fn, char **errmsg)
 {
     char *modules = NULL, *pooling = NULL, path[4300], err[SM_ERR_MAX];

@@ -5,6 +5,9 @@
 #   - no file of model/ includes a header of cpu/ or gpu/ (programs, such as
 #     recipe/train_builtin, make their CPU backend through cpu/backend_cpu.h
 #     as tests and benchmarks do);
+#   - model/'s rooms depend one way, in the order model/ itself (backend
+#     table, errors, RNG, threads), format/, tokenize/, encoder/, train/: a
+#     file includes headers of its own room and of rooms before it only;
 #   - ext/ includes no gpu/ header (the CUDA plugin is dlopen'd) and of
 #     cpu/ only backend_cpu.h (ext/device.c makes the CPU backend there);
 #   - no file outside cpu/ and gpu/ tests a backend's name
@@ -57,6 +60,24 @@ outside_files=$(find . -path ./.git -prune -o -path ./build -prune -o -path './b
 report "model/ includes a cpu/ or gpu/ header" "$(inc "$cpu_h|$gpu_h")" $model_files
 # shellcheck disable=SC2086
 report "ext/ includes a gpu/ header" "$(inc "$gpu_h")" $ext_files
+# model/'s rooms, in order: each may include only its own and earlier rooms' headers
+rooms="model model/format model/tokenize model/encoder model/train"
+n_rooms=0
+for room in $rooms; do
+    later=""
+    seen=0
+    for r in $rooms; do
+        if [ "$seen" -eq 1 ]; then
+            h=$(headers_of "$r")
+            [ -z "$h" ] || later="${later:+$later|}$h"
+        fi
+        [ "$r" = "$room" ] && seen=1
+    done
+    files=$(find "$room" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \) -print | sort)
+    # shellcheck disable=SC2086
+    [ -z "$later" ] || report "$room/ includes a header of a later room of model/" "$(inc "$later")" $files
+    n_rooms=$((n_rooms + 1))
+done
 ext_cpu_h=$(printf '%s' "$cpu_h" | tr '|' '\n' | grep -v -x 'backend_cpu\\\.h' | paste -sd '|' -)
 # shellcheck disable=SC2086
 [ -z "$ext_cpu_h" ] || report "ext/ includes a cpu/ header other than backend_cpu.h" "$(inc "$ext_cpu_h")" $ext_files
@@ -71,5 +92,6 @@ report "a backend's name is tested" \
 n_model=$(printf '%s\n' "$model_files" | grep -c .)
 n_ext=$(printf '%s\n' "$ext_files" | grep -c .)
 n_out=$(printf '%s\n' "$outside_files" | grep -c .)
-echo "check-layout: ok: $n_model model/ files include no cpu/ or gpu/ header, $n_ext ext/ files" \
+echo "check-layout: ok: $n_model model/ files include no cpu/ or gpu/ header and its $n_rooms rooms" \
+    "depend one way, $n_ext ext/ files" \
     "only cpu/backend_cpu.h, $n_out files outside cpu/ and gpu/ test no backend's name"

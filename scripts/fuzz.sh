@@ -27,17 +27,17 @@ mkdir -p "$OUT"
 # helper. json_in checks the JSON reader against jansson.
 sources() {
     case $1 in
-    safetensors) echo "model/safetensors.c model/json_in.c model/errors.c model/file_read.c" ;;
-    config) echo "model/config.c model/pooling.c model/json_in.c model/errors.c model/file_read.c" ;;
-    pooling) echo "model/pooling.c model/json_in.c model/errors.c model/file_read.c" ;;
-    json_in) echo "model/json_in.c model/errors.c" ;;
-    vocab | tokenize) echo "model/tokenizer.c model/tokenizer_json.c model/vocab.c model/json_in.c" \
-        "model/errors.c model/file_read.c" ;;
-    tokenizer_json) echo "model/tokenizer.c model/tokenizer_json.c model/vocab.c model/json_in.c" \
-        "model/errors.c model/file_read.c" ;;
-    stored_model) echo "model/bert_load.c model/bert_params.c model/config.c model/pooling.c" \
-        "model/safetensors.c model/tokenizer.c model/tokenizer_json.c model/vocab.c model/model_dir.c" \
-        "model/errors.c model/file_read.c model/json_in.c" ;;
+    safetensors) echo "model/format/safetensors.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
+    config) echo "model/format/config.c model/format/pooling.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
+    pooling) echo "model/format/pooling.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
+    json_in) echo "model/format/json_in.c model/errors.c" ;;
+    vocab | tokenize) echo "model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/json_in.c" \
+        "model/errors.c model/format/file_read.c" ;;
+    tokenizer_json) echo "model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/json_in.c" \
+        "model/errors.c model/format/file_read.c" ;;
+    stored_model) echo "model/encoder/bert_load.c model/encoder/bert_params.c model/format/config.c model/format/pooling.c" \
+        "model/format/safetensors.c model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/model_dir.c" \
+        "model/errors.c model/format/file_read.c model/format/json_in.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
         "tokenizer_json, stored_model, pooling)" >&2; exit 2 ;;
     esac
@@ -315,7 +315,7 @@ if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
         bin=$OUT/fuzz_$t
         echo "== building $bin"
         # shellcheck disable=SC2046
-        clang -g -O1 -std=gnu11 -Wall -Wextra -Imodel \
+        clang -g -O1 -std=gnu11 -Wall -Wextra -Imodel -Imodel/format -Imodel/tokenize -Imodel/encoder -Imodel/train \
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
             "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"
         mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
@@ -338,7 +338,7 @@ else
     for t in $TARGETS; do
         bin=$OUT/replay_$t
         # shellcheck disable=SC2046
-        ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -Imodel -DFUZZ_STANDALONE \
+        ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -Imodel -Imodel/format -Imodel/tokenize -Imodel/encoder -Imodel/train -DFUZZ_STANDALONE \
             -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"
         mkdir -p "$OUT/corpus/$t"

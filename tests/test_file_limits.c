@@ -1,5 +1,5 @@
 /* test_file_limits.c: files from outside are read only when they are regular
- * files within their size caps (model/file_read.h), through every path that
+ * files within their size caps (model/format/file_read.h), through every path that
  * reads one: a model directory (bert_model_load_dir, sentiment_load), a
  * vocab file (tokenizer_load_file, train()'s "vocab" option) and
  * model.safetensors. A FIFO must be refused at once, never waited on: every

@@ -1,5 +1,5 @@
 /* test_gemm_bf16.c: the BF16 linear layers (cpu/gemm_bf16.c) and BF16
- * inference of the encoder (model/bert_packed.c).
+ * inference of the encoder (model/encoder/bert_packed.c).
  *
  * Everywhere: BF16 rounding of chosen values (ties to even, NaN, infinity,
  * overflow, every BF16 value round-trips), packing round trips with their

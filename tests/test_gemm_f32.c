@@ -1,5 +1,5 @@
 /* test_gemm_f32.c: the packed FP32 linear layers (cpu/gemm_f32.c) and
- * FP32 inference of the encoder with packed weights (model/bert_packed.c).
+ * FP32 inference of the encoder with packed weights (model/encoder/bert_packed.c).
  *
  * Everywhere: the packed layout and its padding; the plain C kernel
  * against a double-precision reference within the error bound of a

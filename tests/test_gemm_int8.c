@@ -1,5 +1,5 @@
 /* test_gemm_int8.c: the INT8 linear layers (cpu/gemm_int8.c) and INT8
- * inference of the encoder (model/bert_packed.c).
+ * inference of the encoder (model/encoder/bert_packed.c).
  *
  * Everywhere: weight quantization of chosen values (per-row scale, ties to
  * even, zero rows, padding, column sums, the packed layout), activation

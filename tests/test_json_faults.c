@@ -1,6 +1,6 @@
 /* test_json_faults.c: every allocation a JSON parser makes can fail.
  *
- * For each parser (jansson, cJSON, and model/json_in.c, the one we parse
+ * For each parser (jansson, cJSON, and model/format/json_in.c, the one we parse
  * outside bytes with) and each input below, parses the input with the Nth
  * allocation failing, for N = 1, 2, ... until a parse makes fewer than N
  * allocations. Each parse runs in a child process, so a parser that aborts or

@@ -1,4 +1,4 @@
-/* test_json_in.c: the strict parser for outside JSON (model/json_in.c):
+/* test_json_in.c: the strict parser for outside JSON (model/format/json_in.c):
  * what it accepts, what it refuses and why, exact integers, duplicate keys
  * among a million, nesting depth, UTF-8, lookups and error positions.
  */

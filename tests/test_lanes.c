@@ -1,4 +1,4 @@
-/* test_lanes.c: lane sets and the two ways to run on them (model/lanes.h):
+/* test_lanes.c: lane sets and the two ways to run on them (model/encoder/lanes.h):
  * every piece and item runs exactly once, on its own lane; the error that
  * comes back is the lowest failing lane's (lanes_run) or a failing item's
  * (lanes_for_each), with its own message; a backend without lanes has none.

@@ -1,5 +1,5 @@
 /* test_model_clone.c: bert_model_clone and bert_model_permute_head
- * (model/bert_clone.h).
+ * (model/encoder/bert_clone.h).
  *
  * A clone must compute exactly as its source and share nothing with it.
  * For the fixture models (a WordPiece BERT classifier, tests/fixtures/train/

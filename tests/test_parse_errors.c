@@ -1,7 +1,7 @@
 /* test_parse_errors.c: an error about bytes that failed to parse gives the
  * position and what was expected, and never quotes the bytes: config.json,
  * a safetensors header and a vocab file, read from a file or stored as
- * BLOBs in a database (model/json_in.h gives the position and reason).
+ * BLOBs in a database (model/format/json_in.h gives the position and reason).
  * Every input below carries a secret word; no message may contain it.
  */
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* test_sha256.c: model/sha256.c against the FIPS 180-4 example vectors
+/* test_sha256.c: model/format/sha256.c against the FIPS 180-4 example vectors
  * (NIST CSRC "SHA-256" examples and the one-million-'a' vector), for both
  * the portable and the SHA-NI block functions, whole and fed in pieces.
  * Prints the hashing speed (not asserted).

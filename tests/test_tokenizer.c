@@ -1,4 +1,4 @@
-/* test_tokenizer.c: model/tokenizer.c against Hugging Face BertTokenizer.
+/* test_tokenizer.c: model/tokenize/tokenizer.c against Hugging Face BertTokenizer.
  *
  * The golden tests run every string of tests/fixtures/tokenizer_golden.tsv
  * (vocab.txt) and tokenizer_golden_unicode.tsv (vocab_unicode.txt), written by

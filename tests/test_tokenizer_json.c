@@ -1,4 +1,4 @@
-/* test_tokenizer_json.c: model/tokenizer_json.c against the Rust tokenizers
+/* test_tokenizer_json.c: model/tokenize/tokenizer_json.c against the Rust tokenizers
  * library (transformers' XLMRobertaTokenizerFast and BertTokenizerFast).
  *
  * The golden tests run every string of

@@ -1,4 +1,4 @@
-/* test_train_loop.c: model/train_loop.c driven as trainer_run and
+/* test_train_loop.c: model/train/train_loop.c driven as trainer_run and
  * pretrain_run drive it, call by call, with no model forward in between.
  *
  * Checked against what the loop promises, each property computed here from

@@ -1,4 +1,4 @@
-/* test_vocab.c: model/vocab.c, the vocabulary both tokenizers share.
+/* test_vocab.c: model/tokenize/vocab.c, the vocabulary both tokenizers share.
  *
  * Every lookup is checked against a reference: a linear search over the
  * tokens as the input lists them (for vocab.txt lines, the last id of a

@@ -1,5 +1,5 @@
 /* fuzz_pooling.c: libFuzzer target for the sentence-transformers pooling
- * files (model/pooling.c): the input is parsed as modules.json, as
+ * files (model/format/pooling.c): the input is parsed as modules.json, as
  * 1_Pooling/config.json and as config.json's "embedding_pooling" value.
  * An accepted modules.json names a plain directory for the Pooling module;
  * an accepted pooling config writes back out (sm_pooling_files) and parses

@@ -1,5 +1,5 @@
 /* fuzz_tokenizer_json.c: libFuzzer target for the tokenizer.json loader and
- * the pipeline it builds (model/tokenizer_json.c).
+ * the pipeline it builds (model/tokenize/tokenizer_json.c).
  *
  * The input is the file. When it loads, every id must map to a token that
  * looks itself up to the same id, and tokenizing a few fixed strings and the

@@ -16,18 +16,7 @@
 
 #include "bert.h"
 
-/* Dropout for one training micro-step. Probabilities in [0, 1); all zero
- * (or a forward for evaluation) means no dropout. The mask of every site is
- * a function of (seed, step, site, element) only (rng.h). */
-typedef struct bert_dropout {
-    float hidden;     /* embeddings, attention output, FFN output */
-    float attention;  /* attention probabilities */
-    float classifier; /* pooled vector before the classifier; for a RoBERTa
-                         head also the <s> vector before classifier.dense,
-                         as RobertaClassificationHead drops out both */
-    uint64_t seed;
-    uint64_t step;    /* distinct per micro-batch */
-} bert_dropout;
+/* bert_dropout (bert.h): the training forward's dropout. */
 
 /* Fills d from the config (classifier_dropout < 0 means hidden_dropout_prob).
  * override >= 0 replaces all three probabilities. */

@@ -53,6 +53,19 @@ typedef struct bert_params {
     float *cls_b;      /* (K) or NULL */
 } bert_params;
 
+/* Dropout for one training micro-step. Probabilities in [0, 1); all zero
+ * (or a forward for evaluation) means no dropout. The mask of every site is
+ * a function of (seed, step, site, element) only (rng.h). */
+typedef struct bert_dropout {
+    float hidden;     /* embeddings, attention output, FFN output */
+    float attention;  /* attention probabilities */
+    float classifier; /* pooled vector before the classifier; for a RoBERTa
+                         head also the <s> vector before classifier.dense,
+                         as RobertaClassificationHead drops out both */
+    uint64_t seed;
+    uint64_t step;    /* distinct per micro-batch */
+} bert_dropout;
+
 /* One row of the size table. `name` is the Hugging Face name without the
  * model prefix ("embeddings.word_embeddings.weight", ...), except the head,
  * which is "classifier.weight"/"classifier.bias" as in transformers
@@ -196,7 +209,7 @@ int bert_forward_hidden(const bert_config *cfg, const bert_params *p, bert_works
                         const int *ids, const int *lengths, int B, int T, float *hidden_out,
                         char *err);
 
-/* Text in, probabilities out (model/classifier.c): tokenizes each text,
+/* Text in, probabilities out (model/encoder/classifier.c): tokenizes each text,
  * orders the batch by token length to cut padding, runs the encoder in
  * batches of at most batch_size, softmaxes and writes probs(n,K) in input
  * order. truncated (n, may be NULL) gets 1 where text was cut to max_length
@@ -206,7 +219,7 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
                         const size_t *lens, int n, int max_length,
                         int batch_size, float *probs, int *truncated,
                         char *err);
-/* Text in, sentence embeddings out (model/classifier.c): the same batching
+/* Text in, sentence embeddings out (model/encoder/classifier.c): the same batching
  * as bert_classify_texts, each text's last hidden state pooled as
  * m->cfg.pooling says (pooling.h) into emb(n, hidden_size), in input
  * order. Needs no head. */
@@ -216,7 +229,7 @@ int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *
 /* Longest input the model takes (positions minus the RoBERTa offset). */
 int bert_max_length(const bert_config *cfg);
 
-/* A model's parameters on a backend (model/bert_device.c): the host arena
+/* A model's parameters on a backend (model/encoder/bert_device.c): the host arena
  * uploaded once into one allocation of be, with the views bound to it, so a
  * GPU backend runs bert_forward with &dp->p. On the CPU backend nothing is
  * copied: p points into the host arena. The copy is read-only to its users
@@ -234,7 +247,7 @@ int bert_params_to_backend(backend *be, const bert_model *m,
                            bert_device_params **out, char *err);
 void bert_device_params_free(bert_device_params *dp);
 
-/* Packed weights for inference (model/bert_packed.c): the encoder's linear
+/* Packed weights for inference (model/encoder/bert_packed.c): the encoder's linear
  * layers (query/key/value, attention output, FFN in and out) with weights
  * packed once by a backend (pack_weight, backend.h): converted to BF16
  * (FP32 sums), quantized to INT8 (inputs quantized per token, INT32 sums)

@@ -22,7 +22,6 @@
 
 #include "backend.h"
 #include "bert.h"
-#include "bert_train.h"
 
 /* Dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l layer l, the last the
  * classifier input, the one before it the dense input of a RoBERTa head. */
