@@ -56,7 +56,7 @@ classify_once() { # seconds of one whole classify process
         "CREATE TABLE out AS SELECT id, label, score FROM classify('r', 'text', 'tiny');" \
         >/dev/null
     e=$(now)
-    echo "$e - $s" | bc
+    awk -v s="$s" -v e="$e" 'BEGIN {printf "%.3f\n", e - s}'
 }
 encoder_once() { # seconds of the encoder alone, same shape and lengths
     build/bench/bench_encoder --layers 2 --hidden 64 --heads 4 --intermediate 128 --batch 32 \
