@@ -6,6 +6,15 @@
  * an error instead. sqlite3_is_interrupted() is SQLite 3.41+; on older
  * libraries the interrupt is seen by stepping a trivial statement, which
  * fails with SQLITE_INTERRUPT while sqlite3_interrupt() is in effect.
+ *
+ * Long C work inside one SQL call (tokenizing a huge text, one batch) runs
+ * no opcodes of the caller's statement, so a progress handler
+ * (sqlite3_progress_handler, what Datasette's time limit is) would not be
+ * called until it ends. An sx_poll steps one statement of its own, kept
+ * prepared for the whole piece of work: its opcode counter accumulates
+ * across steps, so the handler is called every N / 4 polls, and its
+ * non-zero answer fails the step with SQLITE_INTERRUPT, which the work then
+ * reports as "interrupted".
  */
 #include <string.h>
 
@@ -27,6 +36,31 @@ int sx_arg_has_nul(sqlite3_value *v)
 {
     const char *t = (const char *)sqlite3_value_text(v);
     return t && (size_t)sqlite3_value_bytes(v) != strlen(t);
+}
+
+void sx_poll_begin(sx_poll *p, sqlite3 *db)
+{
+    p->db = db;
+    p->st = NULL;
+    p->stopped = 0;
+    if (db && sqlite3_prepare_v2(db, "SELECT 1", -1, &p->st, NULL) != SQLITE_OK) p->st = NULL;
+}
+
+int sx_poll_stop(void *poll)
+{
+    sx_poll *p = poll;
+    if (!p || !p->db || p->stopped) return p && p->stopped;
+    if (!p->st) return p->stopped = sx_db_interrupted(p->db);
+    int rc = sqlite3_step(p->st);
+    sqlite3_reset(p->st);
+    p->stopped = rc == SQLITE_INTERRUPT;
+    return p->stopped;
+}
+
+void sx_poll_end(sx_poll *p)
+{
+    sqlite3_finalize(p->st);
+    p->st = NULL;
 }
 
 int sx_db_interrupted(sqlite3 *db)

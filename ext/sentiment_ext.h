@@ -513,6 +513,19 @@ int sx_arg_has_nul(sqlite3_value *v);
 /* 1 while sqlite3_interrupt(db) is in effect (SQLite 3.40 has no
  * sqlite3_is_interrupted). */
 int sx_db_interrupted(sqlite3 *db);
+/* A stop check for long work inside one SQL call (args.c): 1 once
+ * sqlite3_interrupt(db) is in effect or the connection's progress handler
+ * asked to stop (it is called every few polls). sx_poll_stop has the
+ * int (*)(void *) shape model/'s stop callbacks take. Begin and end on the
+ * same thread, around the work; end before returning to SQLite. */
+typedef struct sx_poll {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    int stopped;
+} sx_poll;
+void sx_poll_begin(sx_poll *p, sqlite3 *db);
+int sx_poll_stop(void *poll);
+void sx_poll_end(sx_poll *p);
 /* Index of the top label (ties -> lowest index). */
 int sx_argmax(const float *probs, int k);
 /* P(positive) for a positive/negative model, else P(top label). */
