@@ -393,6 +393,24 @@ int sx_store_list(sqlite3 *db, sqlite3_stmt **out);
 /* Creates the table if missing. */
 int sx_store_ensure(sqlite3 *db, char **errmsg);
 
+/* The transaction rule of storage.c (its header): a write of the store is
+ * a transaction of its own in autocommit mode, else a savepoint nested in
+ * the caller's; ending it with rc != SQLITE_OK, or a commit that fails,
+ * rolls it back so the connection is left as it was. */
+typedef struct sx_store_txn {
+    const char *savepoint;      /* a constant name */
+    int outer;                  /* the connection was in autocommit mode */
+    int open;
+} sx_store_txn;
+int sx_store_txn_begin(sqlite3 *db, sx_store_txn *t, const char *savepoint, char **errmsg);
+/* Commits (rc SQLITE_OK) or undoes t; returns rc, or the commit's error
+ * ("cannot commit <what>: ...") with *errmsg. */
+int sx_store_txn_end(sqlite3 *db, sx_store_txn *t, int rc, const char *what, char **errmsg);
+/* SQLITE_OK while a transaction is open; after SQLite rolled it back (an
+ * I/O error, a full disk, out of memory) an error saying so, so that no
+ * write meant for it runs as a transaction of its own. */
+int sx_store_txn_alive(sqlite3 *db, char **errmsg);
+
 /* Where a stored version is, and the database's change stamp read inside
  * the same read transaction (see models.c for how the stamp is used). */
 typedef struct sx_store_ref {
@@ -469,22 +487,24 @@ typedef struct sx_train_log_row {
  * savepoint could not be opened (SQLite refuses one while a statement
  * writes: INSERT ... SELECT train(...)). */
 int sx_store_probe_write(sqlite3 *db, int *no_savepoint, int *ext, char **errmsg);
-/* Opens savepoint sentiment_train and takes the write lock inside it.
+/* Opens savepoint sentiment_train (t) and takes the write lock inside it.
  * When the store's tables are missing or out of date (sx_store_current),
  * creates them and commits that first (undoing a schema change would abort
- * the running statement), then opens the savepoint again. *open is 1 when
- * the savepoint is open, also after a failure: then undo it with
+ * the running statement), then opens the savepoint again; a view or other
+ * object in the way of a table is an error, never a loop. t->open is 1
+ * when the savepoint is open, also after a failure: then undo it with
  * sx_store_train_rollback. */
-int sx_store_train_begin(sqlite3 *db, int *open, int *ext, char **errmsg);
+int sx_store_train_begin(sqlite3 *db, sx_store_txn *t, int *ext, char **errmsg);
 /* Appends rows[0..n) to sentiment_train_log as version `version` of name
  * (creating the table if missing); "cannot write sentiment_train_log: ..." */
 int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
                        const sx_train_log_row *rows, int n, char **errmsg);
-/* Releases savepoint sentiment_train (the commit, outside a transaction of
- * the caller's); "cannot commit: ..." on failure, the savepoint still open. */
-int sx_store_train_commit(sqlite3 *db, char **errmsg);
-/* Rolls savepoint sentiment_train back and closes it. */
-void sx_store_train_rollback(sqlite3 *db);
+/* Ends t with a commit (outside a transaction of the caller's); a commit
+ * that fails is rolled back and its error returned ("cannot commit the
+ * model: ..."). */
+int sx_store_train_commit(sqlite3 *db, sx_store_txn *t, char **errmsg);
+/* Rolls t back (the transaction when it is t's own) and closes it. */
+void sx_store_train_rollback(sqlite3 *db, sx_store_txn *t);
 /* Appends the distinct stored names, ", "-separated, to s. */
 void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count);
 /* "db:<file>:<name>" ("db:#<n>:<name>" for an in-memory database, n

@@ -24,6 +24,29 @@
  * A stored model's identity in the process-wide cache is the SHA-256 of
  * the bytes it is built from (sx_store_row_open), never anything the
  * database says about itself (its uid column is informational only).
+ *
+ * The transaction rule. After any function here returns, the connection's
+ * transaction state is what it was before the call, and a version number
+ * is reported only after the commit that stored it returned SQLITE_OK:
+ *   - called in autocommit mode, a write is a transaction of its own (an
+ *     outermost savepoint); when anything in it fails, the commit included
+ *     (SQLITE_BUSY from a reader in a rollback-journal database, SQLITE_FULL,
+ *     SQLITE_IOERR), the whole transaction is rolled back (ROLLBACK, which
+ *     never needs a lock: a RELEASE after ROLLBACK TO would be a second
+ *     commit that can fail the same way and leave the transaction open);
+ *   - called inside the caller's transaction, a write is a nested savepoint,
+ *     undone with ROLLBACK TO on failure; the caller's transaction stays
+ *     open, and its COMMIT is the caller's. When SQLite itself rolled that
+ *     transaction back after an I/O error, out of memory or a full disk,
+ *     the error says so (nothing of it is left to keep).
+ * sx_store_txn_begin / sx_store_txn_end are that rule, for every write here
+ * and for sentiment_use (train.c).
+ *
+ * The objects are trusted only as SQLite trusts them: a view, index or
+ * trigger in the way of one of the store's names is an error naming it
+ * (never created over, never looped on), and a stored version that is not
+ * an INTEGER, or the largest INTEGER, is an error rather than a next
+ * version that would be a REAL.
  */
 #include <math.h>
 #include <pthread.h>
@@ -92,16 +115,35 @@ static const struct {
     {"trigger", "sentiment_model_store_rename", k_schema_rename},
 };
 
+/* The type ('table', 'view', 'index', 'trigger') of the object of main
+ * named name, sqlite3_mprintf'd, or NULL when there is none. */
+static char *object_type(sqlite3 *db, const char *name)
+{
+    sqlite3_stmt *st = NULL;
+    char *type = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT type FROM main.sqlite_schema WHERE name = ?1 COLLATE NOCASE",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            type = sqlite3_mprintf("%s", (const char *)sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    return type;
+}
+
+/* 1 when main has the object, 0 when it has not, -1 when that cannot be
+ * read (then the caller reports sqlite3_errmsg). */
 static int object_exists(sqlite3 *db, const char *type, const char *name)
 {
     sqlite3_stmt *st = NULL;
-    int found = 0;
+    int found = -1;
     if (sqlite3_prepare_v2(db,
                            "SELECT 1 FROM main.sqlite_schema WHERE type = ?1 AND name = ?2",
                            -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, type, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-        found = sqlite3_step(st) == SQLITE_ROW;
+        int rc = sqlite3_step(st);
+        found = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
     }
     sqlite3_finalize(st);
     return found;
@@ -118,6 +160,73 @@ int sx_store_exists(sqlite3 *db)
         found = sqlite3_step(st) == SQLITE_ROW;
     sqlite3_finalize(st);
     return found;
+}
+
+/* ---- the transaction rule (see the top of this file) ------------------- */
+
+int sx_store_txn_begin(sqlite3 *db, sx_store_txn *t, const char *savepoint, char **errmsg)
+{
+    char sql[80];
+    t->savepoint = savepoint;
+    t->outer = sqlite3_get_autocommit(db);
+    t->open = 0;
+    snprintf(sql, sizeof sql, "SAVEPOINT %s", savepoint);
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) return sx_fail(errmsg, rc, NULL, "%s", sqlite3_errmsg(db));
+    t->open = 1;
+    return SQLITE_OK;
+}
+
+/* SQLITE_OK while t is still open: an I/O error, a full disk or out of
+ * memory can make SQLite roll the whole transaction back, and a write run
+ * after that would be a transaction of its own, outside t. */
+int sx_store_txn_alive(sqlite3 *db, char **errmsg)
+{
+    if (!sqlite3_get_autocommit(db)) return SQLITE_OK;
+    int rc = sqlite3_errcode(db) == SQLITE_OK ? SQLITE_ABORT : sqlite3_errcode(db);
+    return sx_fail(errmsg, rc, NULL, "the transaction was rolled back by SQLite: %s",
+                   sqlite3_errmsg(db));
+}
+
+/* Undoes t: the whole transaction when it is t's own, else the savepoint.
+ * 1 when the caller's transaction had already been rolled back by SQLite. */
+static int txn_undo(sqlite3 *db, sx_store_txn *t)
+{
+    char sql[96];
+    if (t->outer) {
+        if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        return 0;
+    }
+    if (sqlite3_get_autocommit(db)) return 1;
+    snprintf(sql, sizeof sql, "ROLLBACK TO %s; RELEASE %s", t->savepoint, t->savepoint);
+    sqlite3_exec(db, sql, NULL, NULL, NULL);
+    return 0;
+}
+
+int sx_store_txn_end(sqlite3 *db, sx_store_txn *t, int rc, const char *what, char **errmsg)
+{
+    char sql[80];
+    if (!t->open) return rc;
+    t->open = 0;
+    if (rc == SQLITE_OK) {
+        snprintf(sql, sizeof sql, "RELEASE %s", t->savepoint);
+        int crc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+        if (crc == SQLITE_OK && (!t->outer || sqlite3_get_autocommit(db))) return SQLITE_OK;
+        if (crc == SQLITE_OK) crc = SQLITE_ERROR; /* still in a transaction: not committed */
+        rc = sx_fail(errmsg, crc, NULL, "cannot commit %s: %s", what,
+                     crc == SQLITE_ERROR && sqlite3_errcode(db) == SQLITE_OK
+                         ? "the transaction did not end"
+                         : sqlite3_errmsg(db));
+    }
+    if (txn_undo(db, t) && errmsg && *errmsg) {
+        char *m = sqlite3_mprintf("%s (SQLite rolled back the enclosing transaction: none of "
+                                  "its changes were kept)", *errmsg);
+        if (m) {
+            sqlite3_free(*errmsg);
+            *errmsg = m;
+        }
+    }
+    return rc;
 }
 
 int sx_store_list(sqlite3 *db, sqlite3_stmt **out)
@@ -148,14 +257,32 @@ static int has_tokenizer_column(sqlite3 *db)
 int sx_store_current(sqlite3 *db)
 {
     for (size_t i = 0; i < sizeof k_objects / sizeof k_objects[0]; i++)
-        if (!object_exists(db, k_objects[i].type, k_objects[i].name)) return 0;
+        if (object_exists(db, k_objects[i].type, k_objects[i].name) != 1) return 0;
     return has_tokenizer_column(db) == 1;
+}
+
+static int schema_read_error(sqlite3 *db, char **errmsg)
+{
+    int rc = sqlite3_errcode(db) == SQLITE_OK ? SQLITE_ERROR : sqlite3_errcode(db);
+    return sx_fail(errmsg, rc, NULL, "cannot read the schema: %s", sqlite3_errmsg(db));
 }
 
 int sx_store_ensure(sqlite3 *db, char **errmsg)
 {
     for (size_t i = 0; i < sizeof k_objects / sizeof k_objects[0]; i++) {
-        if (object_exists(db, k_objects[i].type, k_objects[i].name)) continue;
+        int found = object_exists(db, k_objects[i].type, k_objects[i].name);
+        if (found < 0) return schema_read_error(db, errmsg);
+        if (found) continue;
+        char *other = object_type(db, k_objects[i].name);
+        if (other) {
+            int rc = sx_fail(errmsg, SQLITE_ERROR, NULL,
+                             "the database has %s %s named %s where the model store keeps a %s; "
+                             "drop or rename it to store models here",
+                             strchr("aeiou", other[0]) ? "an" : "a", other, k_objects[i].name,
+                             k_objects[i].type);
+            sqlite3_free(other);
+            return rc;
+        }
         /* unqualified, as in sql/schema.sql: CREATE puts them in main */
         int rc = sqlite3_exec(db, k_objects[i].sql, NULL, NULL, NULL);
         if (rc != SQLITE_OK)
@@ -324,23 +451,76 @@ int sx_store_row_load(const sx_store_row *row, bert_model **out, char *err)
     return bert_model_load_files(&f, out, err);
 }
 
+/* The version a new row of name gets: one more than the largest stored.
+ * Refuses a store whose versions of name are not all INTEGERs or whose
+ * largest is the largest INTEGER (one more would be a REAL). */
+static int next_version(sqlite3 *db, const char *name, int64_t *next, char **errmsg)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db,
+                                "SELECT count(*) FILTER (WHERE typeof(version) != 'integer'), "
+                                "coalesce(max(version), 0) FROM main." SX_STORE_TABLE
+                                " WHERE name = ?1",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+    }
+    if (rc != SQLITE_ROW) {
+        rc = sx_fail(errmsg, rc == SQLITE_DONE ? SQLITE_ERROR : rc, NULL, "cannot read the versions "
+                     "of model '%s': %s", name, sqlite3_errmsg(db));
+    } else if (sqlite3_column_int64(st, 0) > 0) {
+        rc = sx_fail(errmsg, SQLITE_MISMATCH, NULL, "%lld stored versions of model '%s' are not "
+                     "INTEGERs (" SX_STORE_TABLE ".version was written by something else); "
+                     "expected whole numbers", (long long)sqlite3_column_int64(st, 0), name);
+    } else if (sqlite3_column_int64(st, 1) == INT64_MAX || sqlite3_column_int64(st, 1) < 0) {
+        rc = sx_fail(errmsg, SQLITE_RANGE, NULL, "model '%s' has version %lld, after which there "
+                     "is no version number; store it under another name", name,
+                     (long long)sqlite3_column_int64(st, 1));
+    } else {
+        *next = sqlite3_column_int64(st, 1) + 1;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Steps an INSERT ... RETURNING version to its end: SQLITE_OK with the
+ * version, or an error (a trigger that ignored the row inserts none). */
+static int step_insert(sqlite3_stmt *st, const char *name, int64_t *version,
+                       char **errmsg)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        return sx_fail(errmsg, SQLITE_CONSTRAINT, NULL, "cannot store model '%s': no row was "
+                       "inserted (a trigger on " SX_STORE_TABLE " ignored it)", name);
+    if (rc != SQLITE_ROW) return rc;
+    int64_t v = sqlite3_column_int64(st, 0);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) return rc == SQLITE_ROW ? SQLITE_ERROR : rc;
+    *version = v;
+    return SQLITE_OK;
+}
+
 int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version, char **errmsg)
 {
     sqlite3_stmt *st = NULL;
-    int rc, in_savepoint = 0;
+    sx_store_txn t;
+    int64_t next = 0, v = 0;
+    char what[SX_NAME_MAX + 16];
 
     *version = 0;
-    rc = sqlite3_exec(db, "SAVEPOINT sentiment_copy", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) goto end;
-    in_savepoint = 1;
-    rc = sx_store_ensure(db, errmsg);
-    if (rc != SQLITE_OK) goto end;
+    snprintf(what, sizeof what, "model '%s'", name);
+    int rc = sx_store_txn_begin(db, &t, "sentiment_copy", errmsg);
+    if (rc != SQLITE_OK) return rc;
+    if ((rc = sx_store_ensure(db, errmsg)) != SQLITE_OK) goto end;
+    if ((rc = next_version(db, name, &next, errmsg)) != SQLITE_OK) goto end;
+    if ((rc = sx_store_txn_alive(db, errmsg)) != SQLITE_OK) goto end;
     rc = sqlite3_prepare_v2(db,
                             "INSERT INTO main." SX_STORE_TABLE
                             "(name, version, config, vocab, labels, metrics, safetensors, "
                             "tokenizer) "
-                            "SELECT name, (SELECT max(version) FROM main." SX_STORE_TABLE
-                            " WHERE name = ?1) + 1, config, vocab, labels, "
+                            "SELECT name, ?3, config, vocab, labels, "
                             "CASE WHEN json_valid(metrics) AND json_type(metrics) = 'object' "
                             "THEN json_set(metrics, '$.restored_from', ?2) "
                             "ELSE json_object('restored_from', ?2) END, safetensors, tokenizer "
@@ -350,28 +530,22 @@ int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version,
     if (rc != SQLITE_OK) goto end;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, from);
+    sqlite3_bind_int64(st, 3, next);
     rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *version = sqlite3_column_int64(st, 0);
+    if (rc == SQLITE_DONE) {
+        rc = sx_fail(errmsg, SQLITE_NOTFOUND, NULL, "no version %lld of model '%s'",
+                     (long long)from, name);
+    } else if (rc == SQLITE_ROW) {
+        v = sqlite3_column_int64(st, 0);
         rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) rc = SQLITE_OK;
     }
-    if (rc == SQLITE_DONE) rc = *version ? SQLITE_OK : SQLITE_NOTFOUND;
 end:
-    if (rc == SQLITE_NOTFOUND && !*errmsg)
-        rc = sx_fail(errmsg, rc, NULL, "no version %lld of model '%s'", (long long)from, name);
-    else if (rc != SQLITE_OK && !*errmsg)
+    if (rc != SQLITE_OK && !*errmsg)
         rc = sx_fail(errmsg, rc, NULL, "cannot store model '%s': %s", name, sqlite3_errmsg(db));
     sqlite3_finalize(st);
-    if (in_savepoint) {
-        if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_copy", NULL, NULL, NULL);
-        if (sqlite3_exec(db, "RELEASE sentiment_copy", NULL, NULL, NULL) != SQLITE_OK &&
-            rc == SQLITE_OK) {
-            rc = sx_fail(errmsg, SQLITE_ERROR, NULL, "cannot commit model '%s': %s", name,
-                         sqlite3_errmsg(db));
-            sqlite3_exec(db, "ROLLBACK TO sentiment_copy", NULL, NULL, NULL);
-            sqlite3_exec(db, "RELEASE sentiment_copy", NULL, NULL, NULL);
-        }
-    }
+    rc = sx_store_txn_end(db, &t, rc, what, errmsg);
+    if (rc == SQLITE_OK) *version = v;
     return rc;
 }
 
@@ -379,16 +553,19 @@ int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *remov
                   char **errmsg)
 {
     sqlite3_stmt *st = NULL;
-    int rc, in_savepoint = 0;
+    sx_store_txn t;
+    int64_t n = 0;
+    char what[SX_NAME_MAX + 32];
 
     *removed = 0;
     if (!sx_store_exists(db)) return SQLITE_NOTFOUND;
-    rc = sqlite3_exec(db, "SAVEPOINT sentiment_drop", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) goto end;
-    in_savepoint = 1;
+    snprintf(what, sizeof what, "dropping model '%s'", name);
+    int rc = sx_store_txn_begin(db, &t, "sentiment_drop", errmsg);
+    if (rc != SQLITE_OK) return rc;
     /* the log table and the triggers, for a database of an earlier release */
     rc = sx_store_ensure(db, errmsg);
     if (rc != SQLITE_OK) goto end;
+    if ((rc = sx_store_txn_alive(db, errmsg)) != SQLITE_OK) goto end;
     rc = sqlite3_prepare_v2(db,
                             "DELETE FROM main." SX_STORE_TABLE
                             " WHERE name = ?1 AND (?2 = 0 OR version = ?2)",
@@ -398,10 +575,10 @@ int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *remov
     sqlite3_bind_int64(st, 2, version);
     rc = sqlite3_step(st);
     if (rc != SQLITE_DONE) goto end;
-    *removed = sqlite3_changes64(db);
+    n = sqlite3_changes64(db);
     sqlite3_finalize(st);
     st = NULL;
-    if (*removed == 0) {
+    if (n == 0) {
         rc = SQLITE_NOTFOUND;
         goto end;
     }
@@ -422,17 +599,8 @@ end:
     if (rc != SQLITE_OK && rc != SQLITE_NOTFOUND && !*errmsg)
         rc = sx_fail(errmsg, rc, NULL, "cannot drop model '%s': %s", name, sqlite3_errmsg(db));
     sqlite3_finalize(st);
-    if (in_savepoint) {
-        if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_drop", NULL, NULL, NULL);
-        if (sqlite3_exec(db, "RELEASE sentiment_drop", NULL, NULL, NULL) != SQLITE_OK &&
-            rc == SQLITE_OK) {
-            rc = sx_fail(errmsg, SQLITE_ERROR, NULL, "cannot commit dropping model '%s': %s", name,
-                         sqlite3_errmsg(db));
-            sqlite3_exec(db, "ROLLBACK TO sentiment_drop", NULL, NULL, NULL);
-            sqlite3_exec(db, "RELEASE sentiment_drop", NULL, NULL, NULL);
-        }
-    }
-    if (rc != SQLITE_OK) *removed = 0;
+    rc = sx_store_txn_end(db, &t, rc, what, errmsg);
+    if (rc == SQLITE_OK) *removed = n;
     return rc;
 }
 
@@ -443,19 +611,21 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
                  size_t weights_len, int64_t *version, char **errmsg)
 {
     sqlite3_stmt *st = NULL;
-    int rc, in_savepoint = 0;
+    sx_store_txn t;
+    int64_t next = 0, v = 0;
+    char what[SX_NAME_MAX + 16];
 
-    rc = sqlite3_exec(db, "SAVEPOINT sentiment_store", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) goto end;
-    in_savepoint = 1;
-    rc = sx_store_ensure(db, errmsg);
-    if (rc != SQLITE_OK) goto end;
+    *version = 0;
+    snprintf(what, sizeof what, "model '%s'", name);
+    int rc = sx_store_txn_begin(db, &t, "sentiment_store", errmsg);
+    if (rc != SQLITE_OK) return rc;
+    if ((rc = sx_store_ensure(db, errmsg)) != SQLITE_OK) goto end;
+    if ((rc = next_version(db, name, &next, errmsg)) != SQLITE_OK) goto end;
+    if ((rc = sx_store_txn_alive(db, errmsg)) != SQLITE_OK) goto end;
     rc = sqlite3_prepare_v2(db,
                             "INSERT INTO main." SX_STORE_TABLE
                             "(name, version, config, vocab, labels, metrics, safetensors, "
-                            "tokenizer) "
-                            "SELECT ?1, coalesce(max(version), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7 "
-                            "FROM main." SX_STORE_TABLE " WHERE name = ?1 "
+                            "tokenizer) VALUES (?1, ?8, ?2, ?3, ?4, ?5, ?6, ?7) "
                             "RETURNING version",
                             -1, &st, NULL);
     if (rc != SQLITE_OK) goto end;
@@ -470,19 +640,14 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
     sqlite3_bind_text(st, 4, labels, -1, SQLITE_STATIC);
     if (metrics) sqlite3_bind_text(st, 5, metrics, -1, SQLITE_STATIC);
     sqlite3_bind_blob64(st, 6, weights, weights_len, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) goto end;
-    *version = sqlite3_column_int64(st, 0);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    sqlite3_bind_int64(st, 8, next);
+    rc = step_insert(st, name, &v, errmsg);
 end:
     if (rc != SQLITE_OK && !*errmsg)
         rc = sx_fail(errmsg, rc, NULL, "cannot store model '%s': %s", name, sqlite3_errmsg(db));
     sqlite3_finalize(st);
-    if (in_savepoint) {
-        if (rc != SQLITE_OK) sqlite3_exec(db, "ROLLBACK TO sentiment_store", NULL, NULL, NULL);
-        sqlite3_exec(db, "RELEASE sentiment_store", NULL, NULL, NULL);
-    }
+    rc = sx_store_txn_end(db, &t, rc, what, errmsg);
+    if (rc == SQLITE_OK) *version = v;
     return rc;
 }
 
@@ -556,32 +721,38 @@ int sx_store_probe_write(sqlite3 *db, int *no_savepoint, int *ext, char **errmsg
      * transaction that changed the schema aborts every running statement,
      * this one included. Outside one, the probe is a transaction of its
      * own, and rolling it back touches only write cursors. */
-    int in_user_txn = !sqlite3_get_autocommit(db);
-    int rc = sqlite3_exec(db, "SAVEPOINT sentiment_train_probe", NULL, NULL, NULL);
+    sx_store_txn t;
+    int rc = sx_store_txn_begin(db, &t, "sentiment_train_probe", errmsg);
     *no_savepoint = rc != SQLITE_OK;
-    if (rc != SQLITE_OK) return sx_fail(errmsg, rc, NULL, "%s", sqlite3_errmsg(db));
+    if (rc != SQLITE_OK) return rc;
     rc = take_write_lock(db, ext, errmsg);
-    if (!in_user_txn) sqlite3_exec(db, "ROLLBACK TO sentiment_train_probe", NULL, NULL, NULL);
-    sqlite3_exec(db, "RELEASE sentiment_train_probe", NULL, NULL, NULL);
-    return rc;
+    if (t.outer) {
+        /* nothing to keep: the whole probe transaction goes */
+        sx_store_txn_end(db, &t, SQLITE_ABORT, "the lock probe", NULL);
+        return rc;
+    }
+    return sx_store_txn_end(db, &t, rc, "the lock probe", errmsg);
 }
 
-int sx_store_train_begin(sqlite3 *db, int *open, int *ext, char **errmsg)
+int sx_store_train_begin(sqlite3 *db, sx_store_txn *t, int *ext, char **errmsg)
 {
     int rc;
-    for (;;) {
-        *open = 0;
-        rc = sqlite3_exec(db, "SAVEPOINT sentiment_train", NULL, NULL, NULL);
-        if (rc != SQLITE_OK) return sx_fail(errmsg, rc, NULL, "%s", sqlite3_errmsg(db));
-        *open = 1;
+    /* twice at most: the second time the tables are there */
+    for (int pass = 0;; pass++) {
+        rc = sx_store_txn_begin(db, t, "sentiment_train", errmsg);
+        if (rc != SQLITE_OK) return rc;
         rc = take_write_lock(db, ext, errmsg);
+        if (rc == SQLITE_OK) rc = sx_store_txn_alive(db, errmsg);
         if (rc != SQLITE_OK || sx_store_current(db)) return rc;
+        if (pass > 0)
+            return sx_fail(errmsg, SQLITE_ERROR, NULL, "the model store's tables are still "
+                           "missing after creating them");
         /* The tables (or the column a table of an earlier release lacks)
          * are created and committed on their own: undoing a schema change
          * would abort the statement train() runs in. Then again, with the
          * tables there. */
         rc = sx_store_ensure(db, errmsg);
-        if (rc == SQLITE_OK) rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+        rc = sx_store_txn_end(db, t, rc, "the model store's tables", errmsg);
         if (rc != SQLITE_OK) return rc;
     }
 }
@@ -593,7 +764,9 @@ int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
     char *ignored = NULL;
     /* the log table with the store's other tables and triggers (one
      * schema, above); its own message gives way to the one below */
-    int rc = sx_store_ensure(db, &ignored);
+    int rc = sx_store_txn_alive(db, errmsg);
+    if (rc != SQLITE_OK) return rc;
+    rc = sx_store_ensure(db, &ignored);
     sqlite3_free(ignored);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(db,
@@ -624,16 +797,14 @@ int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
     return rc;
 }
 
-int sx_store_train_commit(sqlite3 *db, char **errmsg)
+int sx_store_train_commit(sqlite3 *db, sx_store_txn *t, char **errmsg)
 {
-    int rc = sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
-    /* the commit itself failed (SQLite's busy handler already ran) */
-    if (rc != SQLITE_OK) rc = sx_fail(errmsg, rc, NULL, "cannot commit: %s", sqlite3_errmsg(db));
-    return rc;
+    /* the commit itself failed (SQLite's busy handler already ran): rolled
+     * back, the connection as it was before train() stored */
+    return sx_store_txn_end(db, t, SQLITE_OK, "the model", errmsg);
 }
 
-void sx_store_train_rollback(sqlite3 *db)
+void sx_store_train_rollback(sqlite3 *db, sx_store_txn *t)
 {
-    sqlite3_exec(db, "ROLLBACK TO sentiment_train", NULL, NULL, NULL);
-    sqlite3_exec(db, "RELEASE sentiment_train", NULL, NULL, NULL);
+    sx_store_txn_end(db, t, SQLITE_ABORT, "the model", NULL);
 }

@@ -771,11 +771,12 @@ static int store_model(tr_state *s, const char *config, const char *tok_name, co
     const char *why = NULL;
     char *msg = NULL;
     for (int tries = 0;; tries++) {
-        int open;
+        sx_store_txn t;
         sqlite3_free(msg);
         msg = NULL;
-        rc = sx_store_train_begin(db, &open, &ext, &msg);
-        if (!open) break;
+        rc = sx_store_train_begin(db, &t, &ext, &msg);
+        if (!t.open) break;
+        if (rc == SQLITE_OK) rc = sx_store_txn_alive(db, &msg);
         if (rc == SQLITE_OK)
             rc = sx_store_put(db, s->name, config, strlen(config),
                               strcmp(tok_name, "tokenizer.json") ? tok : NULL, tok_len,
@@ -788,13 +789,14 @@ static int store_model(tr_state *s, const char *config, const char *tok_name, co
             if (!*report) rc = sx_fail(&msg, SQLITE_NOMEM, NULL, "out of memory");
         }
         if (rc == SQLITE_OK) {
-            rc = sx_store_train_commit(db, &msg);
+            rc = sx_store_train_commit(db, &t, &msg);
             if (rc == SQLITE_OK) return SQLITE_OK;
             sqlite3_free(*report);
             *report = NULL;
+            *version = 0;
             committing = 1;
         }
-        sx_store_train_rollback(db);
+        sx_store_train_rollback(db, &t);
         if (committing || (rc & 0xff) != SQLITE_BUSY || ext == SQLITE_BUSY_SNAPSHOT ||
             busy_wait(s, tries, timeout, &waited, &why))
             break;
@@ -1138,26 +1140,24 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     /* Load (and so verify) the version before it becomes current, inside
      * the savepoint that copies it, so what is copied is what was read. */
-    if ((rc = sqlite3_exec(c->db, "SAVEPOINT sentiment_use", NULL, NULL, NULL)) != SQLITE_OK) {
-        rc = sx_fail(&errmsg, rc, fn, "cannot store model '%s': %s", name, sqlite3_errmsg(c->db));
-        goto end;
-    }
     {
+        sx_store_txn t;
+        char what[SX_NAME_MAX + 16];
+        snprintf(what, sizeof what, "model '%s'", name);
+        if ((rc = sx_store_txn_begin(c->db, &t, "sentiment_use", &errmsg)) != SQLITE_OK) {
+            rc = sx_fail(&errmsg, rc, fn, "cannot store model '%s': %s", name, errmsg);
+            goto end;
+        }
         sx_model *m = NULL;
         rc = sx_model_acquire_stored(c, fn, name, want, &m, &errmsg);
-        if (rc == SQLITE_OK) {
-            rc = sx_store_copy(c->db, name, want, &version, &errmsg);
-            if (rc != SQLITE_OK && errmsg) rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
-        }
+        if (rc == SQLITE_OK) rc = sx_store_copy(c->db, name, want, &version, &errmsg);
         sx_registry_release(m);
-    }
-    if (rc != SQLITE_OK) sqlite3_exec(c->db, "ROLLBACK TO sentiment_use", NULL, NULL, NULL);
-    if (sqlite3_exec(c->db, "RELEASE sentiment_use", NULL, NULL, NULL) != SQLITE_OK &&
-        rc == SQLITE_OK) {
-        rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "cannot commit model '%s': %s", name,
-                     sqlite3_errmsg(c->db));
-        sqlite3_exec(c->db, "ROLLBACK TO sentiment_use", NULL, NULL, NULL);
-        sqlite3_exec(c->db, "RELEASE sentiment_use", NULL, NULL, NULL);
+        rc = sx_store_txn_end(c->db, &t, rc, what, &errmsg);
+        if (rc != SQLITE_OK) {
+            version = 0;
+            if (errmsg && strncmp(errmsg, fn, strlen(fn)))
+                rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
+        }
     }
 end:
     if (rc == SQLITE_OK) sqlite3_result_int64(ctx, version);
