@@ -13,27 +13,38 @@ temporary table, classifies them with the extension's classify table
 (batched, each batch sorted by length), writes them out and clears the
 table, so memory does not grow with the number of rows. Every input column
 is kept; added are label, score and one prob_<label> column per label of the
-model (in JSON Lines a probs object), with --prefix before each name. A
-progress bar (rows, rows/s, ETA) is drawn on stderr when it is a terminal.
+model (in JSON Lines a probs object), with --prefix before each name; when
+the input already has a column of such a name and --prefix is not given,
+the prefix is pred_ (said on stderr), so no row has a name twice. Texts cut
+to the model's maximum length are counted on stderr. A progress bar (rows,
+rows/s, ETA) is drawn on stderr when it is a terminal.
+
+Input: CSV, TSV and JSON Lines are UTF-8 (a byte-order mark skipped), or
+GB18030 when they are not valid UTF-8 but are valid GB18030 (said on
+stderr), or what --encoding names; stdin is CSV unless --format says else.
 
 A malformed row (a CSV row with the wrong number of fields or a stray
 quote, a JSON line that is not an object or lacks the column, ...) stops
 the run with a message naming the row and what was wrong, and exit status
 1; with --skip-bad-rows such rows are left out of the output and each is
-reported on stderr. When --output names a file, it is written under a
-temporary name and renamed when complete, so a failed run leaves no
-half-written output.
+reported on stderr. When --output names a regular file, it is written
+under a temporary name (tempfile.mkstemp, in the same directory) and
+renamed over it when complete, so a failed run leaves no half-written
+output; a link is followed to its target; a device, a FIFO or /dev/stdout
+is written directly. A write that fails (a full disk) is one line on
+stderr and exit status 1.
 
 train loads the rows into a temporary table of the database given by --db
 and runs the train() aggregate over it, which stores the fine-tuned model
 in that database (use it with --model NAME --db DB). evaluate runs
-sentiment_evaluate() and prints its JSON report. Labels that are whole
+sentiment_evaluate() and prints its report as tables (--json: the JSON). Labels that are whole
 numbers are read as integers, so 0/1 mean negative/positive on the built-in
 model, as in SQL.
 
-Exit status: 0 done, 1 the data or the model failed (the message says
-which row or what), 2 the command line is wrong (an unknown option, a
-column or file that is not there), 130 interrupted (Ctrl-C).
+Exit status: 0 done, 1 the data, the model or a write failed (the message
+says which row or what), 2 the command line is wrong (an unknown option,
+model, format or encoding, a column or file that is not there, Parquet
+without pyarrow), 130 interrupted (Ctrl-C).
 
 Only the standard library is needed; Parquet needs pyarrow.
 """
