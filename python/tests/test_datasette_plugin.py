@@ -61,7 +61,7 @@ async def test_plugin_listed(db_path):
     r = await ds.client.get("/-/plugins.json")
     ours = [p for p in r.json() if p["name"] == "sqlite-sentiment"]
     assert ours, r.json()
-    assert {"prepare_connection", "handle_exception"} <= set(ours[0]["hooks"])
+    assert {"prepare_connection", "handle_exception", "asgi_wrapper"} <= set(ours[0]["hooks"])
 
 
 async def test_functions_in_sql(db_path, texts, expected):
