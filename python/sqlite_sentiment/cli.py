@@ -13,27 +13,38 @@ temporary table, classifies them with the extension's classify table
 (batched, each batch sorted by length), writes them out and clears the
 table, so memory does not grow with the number of rows. Every input column
 is kept; added are label, score and one prob_<label> column per label of the
-model (in JSON Lines a probs object), with --prefix before each name. A
-progress bar (rows, rows/s, ETA) is drawn on stderr when it is a terminal.
+model (in JSON Lines a probs object), with --prefix before each name; when
+the input already has a column of such a name and --prefix is not given,
+the prefix is pred_ (said on stderr), so no row has a name twice. Texts cut
+to the model's maximum length are counted on stderr. A progress bar (rows,
+rows/s, ETA) is drawn on stderr when it is a terminal.
+
+Input: CSV, TSV and JSON Lines are UTF-8 (a byte-order mark skipped), or
+GB18030 when they are not valid UTF-8 but are valid GB18030 (said on
+stderr), or what --encoding names; stdin is CSV unless --format says else.
 
 A malformed row (a CSV row with the wrong number of fields or a stray
 quote, a JSON line that is not an object or lacks the column, ...) stops
 the run with a message naming the row and what was wrong, and exit status
 1; with --skip-bad-rows such rows are left out of the output and each is
-reported on stderr. When --output names a file, it is written under a
-temporary name and renamed when complete, so a failed run leaves no
-half-written output.
+reported on stderr. When --output names a regular file, it is written
+under a temporary name (tempfile.mkstemp, in the same directory) and
+renamed over it when complete, so a failed run leaves no half-written
+output; a link is followed to its target; a device, a FIFO or /dev/stdout
+is written directly. A write that fails (a full disk) is one line on
+stderr and exit status 1.
 
 train loads the rows into a temporary table of the database given by --db
 and runs the train() aggregate over it, which stores the fine-tuned model
 in that database (use it with --model NAME --db DB). evaluate runs
-sentiment_evaluate() and prints its JSON report. Labels that are whole
+sentiment_evaluate() and prints its report as tables (--json: the JSON). Labels that are whole
 numbers are read as integers, so 0/1 mean negative/positive on the built-in
 model, as in SQL.
 
-Exit status: 0 done, 1 the data or the model failed (the message says
-which row or what), 2 the command line is wrong (an unknown option, a
-column or file that is not there), 130 interrupted (Ctrl-C).
+Exit status: 0 done, 1 the data, the model or a write failed (the message
+says which row or what), 2 the command line is wrong (an unknown option,
+model, format or encoding, a column or file that is not there, Parquet
+without pyarrow), 130 interrupted (Ctrl-C).
 
 Only the standard library is needed; Parquet needs pyarrow.
 """
@@ -41,14 +52,19 @@ Only the standard library is needed; Parquet needs pyarrow.
 import argparse
 import json
 import os
+import re
+import stat
 import sys
+import tempfile
 import threading
 import time
+import unicodedata
 import urllib.request
 
 from . import ExtensionLoadingUnavailable, load
-from .tabular import (FORMATS, AddedColumns, BadRow, InputError, OutputError, column_values,
-                      format_of, open_reader, open_writer)
+from .tabular import (DEFAULT_PREFIX, FORMATS, AddedColumns, BadRow, InputError, OutputError, check_encoding,
+                      column_values, format_of, open_reader, open_writer,
+                      pyarrow_or_usage_error)
 
 PROG = "sqlite-sentiment"
 CHUNK_TABLE = "sentiment_cli_chunk"
@@ -124,9 +140,10 @@ def configure(conn, args, progress):
                 raise Failure(str(e), 2)
 
 
-def resolve_model(conn, model):
+def resolve_model(conn, model, db=None):
     """The model name to pass to the extension and its labels, in class
-    order. A directory is registered with sentiment_load() first."""
+    order. A directory is registered with sentiment_load() first. db: the
+    --db given (an unknown model without one: the hint to give it)."""
     if model is None:
         model = "default"
     if os.path.isdir(model):
@@ -139,7 +156,11 @@ def resolve_model(conn, model):
     try:
         probs = conn.execute("SELECT sentiment_probs('x', ?)", (model,)).fetchall()[0][0]
     except Exception as e:
-        raise Failure(str(e).replace("sentiment_probs()", "--model"), 2)
+        msg = str(e).replace("sentiment_probs()", "--model")
+        if db is None and "no model named" in msg:
+            msg += (f"; a model trained with `{PROG} train` or train() is stored in a "
+                    "database: pass --db DB")
+        raise Failure(msg, 2)
     return model, list(json.loads(probs))
 
 
@@ -190,13 +211,14 @@ class Progress:
         self.last = t
         elapsed = max(t - self.start, 1e-9)
         rate = rows / elapsed
-        line = f"{self.what}: {rows:,} rows, {rate:,.0f} rows/s"
+        line = f"{self.what}: {_plural(rows, 'row')}, {rate:,.0f} rows/s"
         if self.total and done is not None:
             frac = min(done / self.total, 1.0)
             fill = int(frac * self.WIDTH)
             eta = elapsed * (1 - frac) / frac if frac > 0 else 0
             bar = "#" * fill + "-" * (self.WIDTH - fill)
-            line = f"{self.what} [{bar}] {frac * 100:3.0f}% {rows:,} rows, {rate:,.0f} rows/s, ETA {_hms(eta)}"
+            line = (f"{self.what} [{bar}] {frac * 100:3.0f}% {_plural(rows, 'row')}, {rate:,.0f} rows/s, "
+                    f"ETA {_hms(eta)}")
         sys.stderr.write("\r" + line + "\x1b[K")
         sys.stderr.flush()
         self.shown = True
@@ -239,42 +261,138 @@ class BadRows:
 
 # ---- output files --------------------------------------------------------
 
+# /dev/stdout and its kin: the file descriptors this process already has.
+_FD_PATH = re.compile(r"/(dev/(stdout|stderr|fd/[0-9]+)|proc/(self|[0-9]+)/fd/[0-9]+)\Z")
+
+
+class _PositionedSink:
+    """A binary stream that counts what is written, for pyarrow's Parquet
+    writer on a pipe or device, which cannot tell its position."""
+
+    def __init__(self, f):
+        self.f, self.n, self.closed = f, 0, False
+
+    def write(self, b):
+        self.f.write(b)
+        self.n += len(b)
+        return len(b)
+
+    def tell(self):
+        return self.n
+
+    def flush(self):
+        self.f.flush()
+
+    def writable(self):
+        return True
+
+    def close(self):
+        self.closed = True
+        self.f.close()
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class Output:
-    """stdout, or a file written under a temporary name and renamed into
-    place on success (removed on failure)."""
+    """Where label writes (target: a text stream, or a binary one for
+    Parquet), in one of three ways:
+    - stdout (no --output, or '-');
+    - directly, for what is not a regular file: a character device
+      (/dev/null, /dev/full), a FIFO, /dev/stdout and /dev/fd/N (opened to
+      append, so a shell's >> is kept). Nothing is renamed or removed there;
+    - a regular file (or a name not yet taken) is written under a temporary
+      name that tempfile.mkstemp makes in its directory (random, O_EXCL,
+      never through a link) and renamed over it on success, removed on
+      failure. A symbolic link given as --output is followed: its target
+      is replaced and the link kept. An existing file keeps its permission
+      bits (and, as root, its owner); a new one gets 0666 less the umask."""
 
     def __init__(self, path, binary_format):
-        self.path = path
+        self.path, self.binary = path, binary_format
+        self.tmp = self.final = None
+        self.name = "stdout" if path in (None, "-") else path
         if path in (None, "-"):
             if binary_format:
                 raise Failure("Parquet cannot be written to stdout; give --output FILE", 2)
-            self.tmp = None
             self.target = _stdout()
+            return
+        try:
+            st = os.stat(path)            # through links
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            raise Failure(f"--output {path}: {e.strerror}", 2)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise Failure(f"--output {path}: a directory, expected a file", 2)
+        if _FD_PATH.match(path) or (st is not None and not stat.S_ISREG(st.st_mode)):
+            self._open_direct(path, st)
+            return
+        final = os.path.realpath(path)
+        d = os.path.dirname(final)
+        if not os.path.isdir(d):
+            raise Failure(f"--output {path}: directory {d} does not exist", 2)
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.",
+                                            suffix=".part", dir=d)
+        except OSError as e:
+            raise Failure(f"--output {path}: cannot create a file in {d}: {e.strerror}", 2)
+        self.final = final
+        try:
+            os.fchmod(fd, st.st_mode & 0o7777 if st is not None else 0o666 & ~_umask())
+            if st is not None and os.geteuid() == 0:
+                os.fchown(fd, st.st_uid, st.st_gid)
+        except OSError:
+            pass                          # kept as mkstemp made it (0600)
+        self.target = os.fdopen(fd, "wb") if binary_format else \
+            open(fd, "w", encoding="utf-8", newline="")
+
+    def _open_direct(self, path, st):
+        regular = st is not None and stat.S_ISREG(st.st_mode)
+        flags = os.O_WRONLY | os.O_NOCTTY | (os.O_APPEND if regular else 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError as e:
+            raise Failure(f"--output {path}: {e.strerror}", 2)
+        if self.binary:
+            self.target = _PositionedSink(os.fdopen(fd, "wb"))
         else:
-            d = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(d):
-                raise Failure(f"--output {path}: directory {d} does not exist", 2)
-            self.tmp = os.path.join(d, f".{os.path.basename(path)}.part-{os.getpid()}")
-            self.target = self.tmp if binary_format else open(
-                self.tmp, "w", encoding="utf-8", newline="")
+            self.target = open(fd, "w", encoding="utf-8", newline="")
+
+    def write_failed(self, e):
+        """The Failure for an OSError while writing."""
+        return Failure(f"cannot write {self.name}: {e.strerror or e}")
+
+    def _is_stdout(self):
+        return bool(_STDOUT) and self.target is _STDOUT[0]
 
     def commit(self):
-        if self.tmp is None:
+        if self._is_stdout():
             self.target.flush()
             return
-        if not isinstance(self.target, str):
+        if not getattr(self.target, "closed", False):
             self.target.close()
-        os.replace(self.tmp, self.path)
+        if self.tmp is not None:
+            os.replace(self.tmp, self.final)
+            self.tmp = None
 
     def abort(self):
-        if self.tmp is None:
+        if self._is_stdout():
             return
-        if not isinstance(self.target, str):
-            self.target.close()
         try:
-            os.remove(self.tmp)
-        except FileNotFoundError:
-            pass
+            if not getattr(self.target, "closed", False):
+                self.target.close()
+        except OSError:
+            pass                          # what could not be written is dropped
+        if self.tmp is not None:
+            try:
+                os.remove(self.tmp)
+            except FileNotFoundError:
+                pass
+            self.tmp = None
 
 
 _STDOUT = []
@@ -292,11 +410,33 @@ def _stdout():
 
 # ---- label ---------------------------------------------------------------
 
+def _plural(n, word, plural=None):
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
+def _note_encoding(reader):
+    if getattr(reader, "detected", None):
+        print(f"{PROG}: {reader.name} is not valid UTF-8 but is valid "
+              f"{reader.detected.upper()}: read as {reader.detected.upper()} "
+              "(--encoding to say which)", file=sys.stderr)
+
+
+def _open_input(path, fmt, column, also=(), encoding=None):
+    if fmt == "parquet" and encoding is not None:
+        raise Failure("--encoding is for CSV, TSV and JSON Lines; Parquet's text is UTF-8", 2)
+    try:
+        reader = open_reader(path, fmt, column, also, encoding)
+    except InputError as e:
+        raise Failure(str(e), 2 if e.usage else 1)
+    _note_encoding(reader)
+    return reader
+
+
 def cmd_label(args):
     fmt_in = format_of(args.input, args.format)
     if args.output_format:
         fmt_out = args.output_format
-    elif args.output and args.output != "-":
+    elif args.output and args.output != "-" and not _FD_PATH.match(args.output):
         try:
             fmt_out = format_of(args.output)
         except InputError:
@@ -305,44 +445,58 @@ def cmd_label(args):
         fmt_out = fmt_in
     if args.chunk_size < 1:
         raise Failure("--chunk-size must be at least 1", 2)
+    if args.encoding is not None:
+        check_encoding(args.encoding)
+    if "parquet" in (fmt_in, fmt_out):
+        pyarrow_or_usage_error()
 
     progress_on = _progress_wanted(args)
     conn = connect(args.db, readonly=True)
     configure(conn, args, "off")
-    model, labels = resolve_model(conn, args.model)
-    added = AddedColumns(args.prefix, labels)
+    model, labels = resolve_model(conn, args.model, args.db)
+    added = AddedColumns(args.prefix or "", labels)
 
     out = Output(args.output, fmt_out == "parquet")
     try:
-        if args.input != "-" and os.path.isfile(args.input) and os.path.getsize(args.input) == 0:
-            # An empty file: no header, no rows; the output is empty too.
-            if fmt_out == "parquet":
-                open(out.target, "wb").close()
-            out.commit()
-            print(f"{PROG}: {args.input} is empty: 0 rows", file=sys.stderr)
-            return 0
         try:
-            reader = open_reader(args.input, fmt_in, args.column)
-        except InputError as e:
-            raise Failure(str(e), 2 if e.usage else 1)
-        _check_collisions(reader.columns, added.names(fmt_out))
-        writer = open_writer(fmt_out, out.target, reader, added)
-        rows = _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on)
-        writer.close()
-        out.commit()
+            if args.input != "-" and os.path.isfile(args.input) \
+                    and os.path.getsize(args.input) == 0:
+                # An empty file: no header, no rows; the output is empty too.
+                out.commit()
+                print(f"{PROG}: {args.input} is empty: 0 rows", file=sys.stderr)
+                return 0
+            reader = _open_input(args.input, fmt_in, args.column, encoding=args.encoding)
+            if reader.columns is not None:
+                _settle_prefix(added, reader.columns, fmt_out, args.prefix)
+            writer = open_writer(fmt_out, out.target, reader, added)
+            rows = _label_stream(conn, reader, writer, model, added, fmt_out, args,
+                                 progress_on)
+            writer.close()
+            out.commit()
+        except OSError as e:
+            if isinstance(e, BrokenPipeError) and out._is_stdout():
+                raise
+            raise out.write_failed(e) from None
     except BaseException:
         out.abort()
         raise
     return rows
 
 
-def _check_collisions(columns, names):
-    if not columns:
+def _settle_prefix(added, columns, fmt_out, given):
+    """No added name may be a column of the input: with --prefix, an error;
+    without, the prefix pred_ (pred2_, ...) is taken, and said."""
+    if given is not None:
+        clash = added.clashes(columns, fmt_out)
+        if clash:
+            raise Failure(f"the input already has a column {clash[0]!r}, also with --prefix "
+                          f"{given!r}; choose another --prefix", 2)
         return
-    for n in names:
-        if n in columns:
-            raise Failure(f"the input already has a column {n!r}; name the added columns "
-                          "with --prefix, e.g. --prefix predicted_", 2)
+    clash = added.avoid(columns, fmt_out)
+    if clash:
+        names = ", ".join(added.names(fmt_out))
+        print(f"{PROG}: the input already has a column {clash[0]!r}: the added columns are "
+              f"named {names} (--prefix to choose)", file=sys.stderr)
 
 
 def _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on):
@@ -352,27 +506,31 @@ def _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on
     insert = f"INSERT INTO temp.{CHUNK_TABLE}(text) VALUES (?)"
     # Each label's probability is taken out of probs in SQL (json_extract),
     # not parsed row by row in Python; a label JSON paths cannot name
-    # (holding a quote or backslash) is read in Python instead.
+    # (holding a quote or backslash) is read in Python instead. score is
+    # written as probs writes each probability (%.6g), so that all the
+    # numbers of a row have one format.
     labels = added.labels
     plain = all('"' not in l and "\\" not in l for l in labels)
     extract = "".join(f", json_extract(probs, ?)" for _ in labels) if plain else ""
-    query = f"SELECT label, score, probs{extract} FROM classify('{CHUNK_TABLE}', 'text', ?)"
+    score = "CASE WHEN score IS NULL THEN NULL ELSE CAST(printf('%.6g', score) AS REAL) END"
+    query = (f"SELECT label, {score}, probs{extract}, truncated "
+             f"FROM classify('{CHUNK_TABLE}', 'text', ?)")
     params = tuple(f'$."{l}"' for l in labels) + (model,) if plain else (model,)
     clear = f"DELETE FROM temp.{CHUNK_TABLE}"
-    done = 0
+    done = truncated = 0
     checked = reader.columns is not None
     for texts, rows in reader.chunks(args.chunk_size, bad):
         if not checked and isinstance(rows, list) and rows and isinstance(rows[0], dict):
-            _check_collisions(list(rows[0]), added.names(fmt_out))
+            # JSON Lines: every key of the first chunk's rows counts.
+            keys = {}
+            for r in rows:
+                keys.update(dict.fromkeys(r))
+            _settle_prefix(added, list(keys), fmt_out, args.prefix)
             checked = True
         conn.execute("BEGIN")
         conn.executemany(insert, ((t,) for t in texts))
         try:
             results = conn.execute(query, params).fetchall()
-            if not plain:
-                results = [(l, sc, p, *([None] * len(labels) if p is None else
-                                       [json.loads(p).get(x) for x in labels]))
-                           for l, sc, p in results]
         except Exception as e:
             conn.execute("ROLLBACK")
             raise Failure(f"rows {done + 1}-{done + len(texts)}: {e}")
@@ -380,6 +538,13 @@ def _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on
         conn.execute("COMMIT")
         if len(results) != len(texts):
             raise Failure(f"classify returned {len(results)} rows for {len(texts)}")
+        truncated += sum(1 for r in results if r[-1])
+        if plain:
+            results = [r[:-1] for r in results]
+        else:
+            results = [(l, sc, p, *([None] * len(labels) if p is None else
+                                   [json.loads(p).get(x) for x in labels]))
+                       for l, sc, p, _ in results]
         base = done
 
         def where(k, base=base):
@@ -393,12 +558,17 @@ def _label_stream(conn, reader, writer, model, added, fmt_out, args, progress_on
         progress.update(done, reader.bytes_read())
     progress.update(done, reader.size, force=True)
     progress.end()
-    if bad.count or reader.replaced_bytes or progress_on:
-        notes = [f"{done:,} rows labeled"]
+    if bad.count or reader.replaced_bytes or truncated or progress_on:
+        notes = [f"{_plural(done, 'row')} labeled"]
+        if truncated:
+            notes.append(f"{_plural(truncated, 'text')} truncated to the model's maximum "
+                         "length (sentiment_config max_length)")
         if bad.count:
-            notes.append(f"{bad.count:,} bad rows skipped")
+            notes.append(f"{_plural(bad.count, 'bad row')} skipped")
         if reader.replaced_bytes:
-            notes.append(f"{reader.replaced_bytes:,} invalid UTF-8 bytes replaced by U+FFFD")
+            enc = "UTF-8" if reader.encoding == "utf-8" else reader.encoding.upper()
+            notes.append(f"{_plural(reader.replaced_bytes, f'invalid {enc} byte')} "
+                         "replaced by U+FFFD")
         elapsed = time.monotonic() - progress.start
         notes.append(f"{elapsed:.1f} s")
         print(f"{PROG}: " + ", ".join(notes), file=sys.stderr)
@@ -414,10 +584,9 @@ def _load_rows(conn, args, progress_on):
     column's INTEGER affinity), as train() and sentiment_evaluate() expect
     for the 0/1 convention."""
     fmt = format_of(args.file, args.format)
-    try:
-        reader = open_reader(args.file, fmt, args.text_column, also=(args.label_column,))
-    except InputError as e:
-        raise Failure(str(e), 2 if e.usage else 1)
+    if fmt == "parquet":
+        pyarrow_or_usage_error()
+    reader = _open_input(args.file, fmt, args.text_column, (args.label_column,), args.encoding)
     progress = Progress(progress_on, "reading", getattr(reader, "size", None))
     bad = BadRows(args.skip_bad_rows, progress)
     conn.execute(f"DROP TABLE IF EXISTS temp.{ROWS_TABLE}")
@@ -434,7 +603,11 @@ def _load_rows(conn, args, progress_on):
     progress.end()
     reader.close()
     if bad.count:
-        print(f"{PROG}: {bad.count:,} bad rows skipped", file=sys.stderr)
+        print(f"{PROG}: {_plural(bad.count, 'bad row')} skipped", file=sys.stderr)
+    if reader.replaced_bytes:
+        enc = "UTF-8" if reader.encoding == "utf-8" else reader.encoding.upper()
+        print(f"{PROG}: {_plural(reader.replaced_bytes, f'invalid {enc} byte')} replaced "
+              "by U+FFFD", file=sys.stderr)
     return n
 
 
@@ -476,7 +649,7 @@ def cmd_train(args):
 def cmd_evaluate(args):
     conn = connect(args.db, readonly=True)
     configure(conn, args, "off")
-    model, _ = resolve_model(conn, args.model)
+    model, _ = resolve_model(conn, args.model, args.db)
     if args.labels is not None:
         try:
             json.loads(args.labels)
@@ -490,13 +663,68 @@ def cmd_evaluate(args):
         params = (model, args.labels)
     row = run_interruptibly(conn, sql, params)
     report = json.loads(row[0][0])
-    _stdout().write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    if args.json:
+        _stdout().write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    else:
+        _stdout().write(evaluation_table(report))
     if report.get("accuracy") is not None:
         print(f"{PROG}: {model}: accuracy {report['accuracy']:.4f}, macro-F1 "
               f"{report['macro_f1']:.4f} on {report['rows']:,} rows", file=sys.stderr)
     if report.get("warning"):
         print(f"{PROG}: warning: {report['warning']}", file=sys.stderr)
     return 0
+
+
+def _width(s):
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
+
+
+def _table(rows, right_from=1):
+    """Rows of cells as aligned text: the first column(s) left, the others
+    right-aligned; CJK characters count two columns."""
+    widths = [max(_width(r[j]) for r in rows) for j in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c + " " * (w - _width(c)) if j < right_from else " " * (w - _width(c)) + c
+                 for j, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _fig(x):
+    return "-" if x is None else f"{x:.4f}"
+
+
+def evaluation_table(report):
+    """sentiment_evaluate()'s report as text: the totals, per label
+    precision, recall, F1 and support, the confusion matrix."""
+    out = [f"model     {report.get('model')}",
+           f"rows      {report.get('rows', 0):,}"
+           + (f" ({_plural(report['skipped'], 'row')} skipped: no text or no label)"
+              if report.get("skipped") else ""),
+           f"accuracy  {_fig(report.get('accuracy'))}",
+           f"macro-F1  {_fig(report.get('macro_f1'))}"]
+    if report.get("unknown_labels"):
+        out.append(f"unknown   {_plural(report['unknown_labels'], 'row')} with a label the "
+                   "model does not have")
+    if report.get("label_map"):
+        out.append("labels    " + ", ".join(f"{k} = {v}" for k, v in report["label_map"].items())
+                   + f" (by {report.get('label_map_by')})")
+    text = "\n".join(out) + "\n"
+    per = report.get("labels") or {}
+    if per:
+        rows = [["label", "precision", "recall", "F1", "support"]]
+        for name, f in per.items():
+            rows.append([str(name), _fig(f.get("precision")), _fig(f.get("recall")),
+                         _fig(f.get("f1")), f"{f.get('support', 0):,}"])
+        text += "\n" + _table(rows)
+    conf = report.get("confusion") or {}
+    if conf.get("labels") and conf.get("matrix"):
+        names = [str(l) for l in conf["labels"]]
+        rows = [["true \\ predicted", *names]]
+        rows += [[n, *(f"{v:,}" for v in r)] for n, r in zip(names, conf["matrix"])]
+        text += "\nconfusion matrix (rows: true label, columns: predicted)\n" + _table(rows)
+    return text
 
 
 # ---- the command line ----------------------------------------------------
@@ -512,7 +740,11 @@ def _parser():
 
     def common(sp):
         sp.add_argument("--format", choices=FORMATS,
-                        help="input format (default: from the file name's extension)")
+                        help="input format (default: from the file name's extension; "
+                        "csv for stdin)")
+        sp.add_argument("--encoding", help="text encoding of a CSV, TSV or JSON Lines input "
+                        "(default: UTF-8, a byte-order mark skipped; GB18030 when the bytes "
+                        "are not valid UTF-8 but are valid GB18030, said on stderr)")
         sp.add_argument("--db", help="SQLite database holding trained models (train: where "
                         "the model is stored)")
         sp.add_argument("--skip-bad-rows", action="store_true",
@@ -533,7 +765,8 @@ def _parser():
     lp.add_argument("--output", "-o", help="output file (default: stdout); its extension "
                     "picks the format, else the input's")
     lp.add_argument("--output-format", choices=FORMATS)
-    lp.add_argument("--prefix", default="", help="prefix of the added column names")
+    lp.add_argument("--prefix", help="prefix of the added column names (default: none; "
+                    f"{DEFAULT_PREFIX} when the input already has a column of such a name)")
     lp.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK,
                     help=f"rows per classify call (default {DEFAULT_CHUNK})")
     lp.add_argument("--batch-size", dest="batch_size", type=int,
@@ -565,6 +798,8 @@ def _parser():
                             "model directory")
             sp.add_argument("--labels", help="JSON object mapping the file's labels to the "
                             "model's, e.g. '{\"0\":\"negative\",\"1\":\"positive\"}'")
+            sp.add_argument("--json", action="store_true",
+                            help="print sentiment_evaluate()'s JSON report instead of tables")
         sp.set_defaults(func=func)
     return p
 
@@ -574,10 +809,16 @@ def main(argv=None):
     try:
         args.func(args)
         if _STDOUT:
-            _STDOUT[0].flush()
+            try:
+                _STDOUT[0].flush()
+            except BrokenPipeError:
+                raise
+            except OSError as e:
+                raise Failure(f"cannot write stdout: {e.strerror or e}") from None
         return 0
     except Failure as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        _drop_stdout()
         return e.status
     except InputError as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
@@ -590,11 +831,31 @@ def main(argv=None):
         return 130
     except BrokenPipeError:
         # stdout closed early (| head): not an error of ours.
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        _drop_stdout()
         return 0
+    except RecursionError:
+        print(f"{PROG} {args.command}: a value is nested too deeply", file=sys.stderr)
+        return 1
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"{PROG} {args.command}: {where}{e.strerror or e}", file=sys.stderr)
+        _drop_stdout()
+        return 1
+
+
+def _drop_stdout():
+    """After a failure: what is still buffered for stdout (which may be the
+    device that failed) goes nowhere, so that nothing more is said at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return                       # not a real file (tests): nothing to drop
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

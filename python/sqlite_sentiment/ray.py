@@ -19,20 +19,25 @@ classify reads it), so a worker is exactly as fast as classify.
     report = sr.label_sqlite_files(paths, "reviews", "comment", "review_labels")
 
 label_dataset(ds, column, ...) -> ray.data.Dataset
-    Every input column, unchanged, plus label (TEXT), score (P(positive) for
-    a negative/positive model, else P(top label)), probs (JSON label ->
-    probability) and truncated (the text was cut to the model's maximum
-    length), as classify gives them, and error. A row whose text cannot be
+    Every input column, unchanged, plus label (string), score (float64:
+    P(positive) for a negative/positive model, else P(top label)), probs (a
+    struct with one float64 field per label of the model, in class order:
+    probs.positive in SQL engines, r["probs"]["positive"] in Python) and
+    truncated (bool: the text was cut to the model's maximum length), as
+    classify gives them, and error. A row whose text cannot be
     classified has NULL label/score/probs/truncated and says why in error:
     "text is NULL", "text is blank", "text is int, not a string", "invalid
     UTF-8 at byte 5" (bytes that are valid UTF-8 are classified as text).
     Exactly when label is NULL, error is not. The job never stops for one row.
-    Output columns are renamed with prefix= (e.g. "pred_") when the input
-    already has a column of that name.
+    prefix= goes before each added name. When the input already has a
+    column of an added name and prefix is not given, the prefix "pred_"
+    ("pred2_", ... if that is taken too) is used and said on stderr (on the
+    driver when the schema is known beforehand, else in the workers' log);
+    a prefix given that still clashes is an error. No row has a name twice.
 
 label_sqlite_files(paths, table, column, out_table, ...) -> list of dict
-    One file per task. Each file gets out_table(id, label, score, probs,
-    truncated, error), id being the source rowid (or id_column). It is
+    One file per task. Each file gets out_table(id, label, score, probs
+    (JSON text, as sentiment_probs gives it), truncated, error), id being the source rowid (or id_column). It is
     written as a staging table (sentiment_staging_<out_table>) in chunks and
     renamed to out_table in one transaction, so a worker killed at any point
     leaves either no out_table or a complete one; a file that already has
@@ -87,6 +92,7 @@ connection, Labeller is the callable class label_dataset hands to
 map_batches (use it in your own pipelines), ShardLabeller labels files.
 """
 
+import json
 import os
 import shutil
 import sqlite3
@@ -188,7 +194,11 @@ class ModelFiles:
             if not dst.startswith(os.path.join(directory, "")):
                 raise ValueError(f"ModelFiles: file name {rel!r} leaves the model directory")
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-            with open(dst, "wb") as f:
+            # A new file, never through a link (directory is the worker's
+            # private mkdtemp, but a file name is never trusted to be free).
+            fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                         0o600)
+            with os.fdopen(fd, "wb") as f:
                 f.write(data)
 
 
@@ -288,7 +298,8 @@ class Engine:
                                   ) from None
             self.model = model
             # Load it now: a bad model or device fails here, once per worker.
-            self.conn.execute("SELECT sentiment('x', ?)", (model,)).fetchone()
+            probs = self.conn.execute("SELECT sentiment_probs('x', ?)", (model,)).fetchone()[0]
+            self.labels = list(json.loads(probs))      # the model's, in class order
             self.conn.execute("CREATE TEMP TABLE sx_batch(pos INTEGER PRIMARY KEY, text TEXT)")
         except BaseException:
             self.close()
@@ -354,6 +365,27 @@ def _output_names(prefix):
     return [prefix + c for c in OUTPUT_COLUMNS]
 
 
+def _choose_prefix(names, prefix):
+    """prefix, or when it is None a prefix under which no added name is in
+    names: "" when none clashes, else "pred_", "pred2_", ... (said on
+    stderr)."""
+    if prefix is not None:
+        return prefix
+    taken = set(names)
+    k = 0
+    while True:
+        p = "" if k == 0 else "pred_" if k == 1 else f"pred{k}_"
+        if not taken.intersection(_output_names(p)):
+            break
+        k += 1
+    if p:
+        import sys
+        clash = [n for n in OUTPUT_COLUMNS if n in taken]
+        print(f"label_dataset: the input already has column(s) {clash}; the added columns "
+              f"are named {_output_names(p)} (prefix= to choose)", file=sys.stderr)
+    return p
+
+
 def _check_columns(names, column, id_column, out_names):
     if column not in names:
         raise KeyError(f"label_dataset: no text column {column!r}; columns: {names}")
@@ -378,7 +410,7 @@ class Labeller:
     copy, fetched once per actor)."""
 
     def __init__(self, column, id_column="id", model="default", model_files=None, *,
-                 prefix="", device=None, threads=1, encoder_batch_size=None,
+                 prefix=None, device=None, threads=1, encoder_batch_size=None,
                  max_length=None, precision=None, use_gpu=False):
         if model_files is not None and not isinstance(model_files, ModelFiles):
             import ray
@@ -390,20 +422,27 @@ class Labeller:
                 encoder_batch_size = DEFAULT_GPU_ENCODER_BATCH
         self.column = column
         self.id_column = id_column
-        self.names = _output_names(prefix)
+        self.prefix = prefix
+        self.names = None if prefix is None else _output_names(prefix)
         self.engine = Engine(model, model_files, device=device, threads=threads,
                              encoder_batch_size=encoder_batch_size, max_length=max_length,
                              precision=precision)
+        import pyarrow as pa
+        self.probs_type = pa.struct([pa.field(l, pa.float64()) for l in self.engine.labels])
 
     def __call__(self, batch):
+        import json
         import pyarrow as pa
 
         if not isinstance(batch, pa.Table):
             batch = pa.Table.from_pandas(batch, preserve_index=False) \
                 if hasattr(batch, "columns") else pa.table(batch)
+        if self.names is None:       # decided on the first batch's columns
+            self.names = _output_names(_choose_prefix(batch.column_names, None))
         _check_columns(batch.column_names, self.column, self.id_column, self.names)
         label, score, probs, trunc, error = self.engine.label(batch.column(self.column).to_pylist())
-        types = (pa.string(), pa.float64(), pa.string(), pa.bool_(), pa.string())
+        probs = [None if p is None else json.loads(p) for p in probs]
+        types = (pa.string(), pa.float64(), self.probs_type, pa.bool_(), pa.string())
         for name, values, typ in zip(self.names, (label, score, probs, trunc, error), types):
             batch = batch.append_column(name, pa.array(values, type=typ))
         return batch
@@ -444,7 +483,7 @@ def _pool_args(num_workers, threads, num_gpus, max_retries):
 def label_dataset(ds, column="text", *, id_column="id", model="default", database=None,
                   batch_size=DEFAULT_BATCH_SIZE, num_workers=None, threads=1, num_gpus=0,
                   device=None, precision=None, max_length=None, encoder_batch_size=None,
-                  prefix="", max_retries=None, labeller_cls=Labeller, labeller_kwargs=None):
+                  prefix=None, max_retries=None, labeller_cls=Labeller, labeller_kwargs=None):
     """Labels column of the Ray Dataset ds; returns the labelled Dataset
     (lazy, as Ray Data is: write_parquet, take_all, iter_batches run it).
     See the module's documentation for the arguments. labeller_cls (a
@@ -457,6 +496,7 @@ def label_dataset(ds, column="text", *, id_column="id", model="default", databas
     # a while, so an error is best said before any starts.
     columns = ds.columns(fetch_if_missing=False)
     if columns is not None:
+        prefix = _choose_prefix(columns, prefix)
         _check_columns(columns, column, id_column, _output_names(prefix))
     name, files = _resolve_model(model, database)
     files_ref = ray.put(files) if files is not None else None

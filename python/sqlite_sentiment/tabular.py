@@ -17,8 +17,14 @@ Formats:
   jsonl  one JSON object per line (.jsonl, .ndjson); blank lines skipped.
   parquet  with pyarrow (pip install pyarrow); the text column must be a
          string column.
-Text is read as UTF-8; invalid bytes are replaced by U+FFFD (as the
-extension does for invalid UTF-8) and counted (`replaced_bytes`).
+Encoding: UTF-8 by default, a byte-order mark (as Excel writes) skipped;
+when the first MiB is not valid UTF-8 but is valid GB18030 (what Chinese
+Excel and Windows write), the file is read as GB18030 (`detected` says so).
+`encoding` names another (any Python codec name). Bytes invalid in the
+encoding are replaced by U+FFFD (as the extension does for invalid UTF-8)
+and counted (`replaced_bytes`); a row in which more than
+MAX_REPLACED_BYTES bytes had to be replaced is a BadRow (the file is
+most likely in another encoding).
 """
 
 import codecs
@@ -26,6 +32,7 @@ import csv
 import io
 import json
 import os
+import re
 import sys
 
 FORMATS = ("csv", "tsv", "jsonl", "parquet")
@@ -34,6 +41,11 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
 
 # One field or JSON line larger than this is a bad row, not a memory blow-up.
 MAX_FIELD_BYTES = 16 << 20
+# A row with more bytes than this replaced by U+FFFD is refused: a stray
+# byte is repaired, a text in another encoding is not turned into U+FFFDs.
+MAX_REPLACED_BYTES = 3
+# How much of the input the encoding is guessed from.
+SNIFF_BYTES = 1 << 20
 
 
 class BadRow(Exception):
@@ -55,9 +67,12 @@ class InputError(Exception):
 
 
 def format_of(path, given=None):
-    """The format named by --format, else by the file's extension."""
+    """The format named by --format, else by the file's extension; CSV for
+    stdin ('-'), as csvkit does."""
     if given:
         return given
+    if path == "-":
+        return "csv"
     ext = os.path.splitext(path)[1].lower()
     if ext in _EXTENSIONS:
         return _EXTENSIONS[ext]
@@ -65,11 +80,28 @@ def format_of(path, given=None):
                      f"give --format ({', '.join(FORMATS)})", usage=True)
 
 
-def _counting_replace(counter):
-    def handler(err):
-        counter[0] += err.end - err.start
-        return ("\ufffd", err.end)
-    return handler
+def check_encoding(name):
+    """The codec's canonical name, or InputError (usage) for an unknown one."""
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        raise InputError(f"--encoding {name}: unknown encoding (e.g. utf-8, gb18030, big5)",
+                         usage=True)
+    try:
+        "x".encode(info.name).decode(info.name)
+    except Exception:
+        raise InputError(f"--encoding {name}: not a text encoding", usage=True)
+    return info.name
+
+
+def _valid_prefix(data, encoding):
+    """Whether data is valid in encoding (a character cut off at the end
+    is allowed)."""
+    try:
+        codecs.getincrementaldecoder(encoding)().decode(data, final=False)
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 class _CountingRaw(io.RawIOBase):
@@ -89,12 +121,14 @@ class _CountingRaw(io.RawIOBase):
 
 class Reader:
     """Base: opens `path` ('-' for stdin) and counts bytes read. `column` is
-    the text column; `also` lists other columns every row must have."""
+    the text column; `also` lists other columns every row must have.
+    `encoding`: None to detect (UTF-8, else GB18030), or a codec name."""
 
-    def __init__(self, path, column, also=()):
+    def __init__(self, path, column, also=(), encoding=None):
         self.path, self.column, self.also = path, column, tuple(also)
         self.name = "<stdin>" if path == "-" else path
-        self.replaced = [0]
+        self.replaced = [0]          # bytes replaced in the whole input
+        self._row_replaced = [0]     # in the row being read
         if path == "-":
             raw = sys.stdin.buffer
             self.size = None
@@ -102,16 +136,58 @@ class Reader:
             raw = open(path, "rb")
             self.size = os.fstat(raw.fileno()).st_size
         self._raw = _CountingRaw(raw)
+        self._buf = io.BufferedReader(self._raw, SNIFF_BYTES)
         self.columns = None
+        self.detected = None
+        if encoding is not None:
+            self.encoding = check_encoding(encoding)
+        else:
+            self.encoding = "utf-8"
+            sample = self._buf.peek(SNIFF_BYTES)
+            if not sample.startswith(codecs.BOM_UTF8) and not _valid_prefix(sample, "utf-8") \
+                    and _valid_prefix(sample, "gb18030"):
+                self.encoding = self.detected = "gb18030"
+        self._errors = f"sqlite_sentiment.replace.{id(self)}"
+        total, row = self.replaced, self._row_replaced
+
+        def handler(err):
+            n = err.end - err.start
+            total[0] += n
+            row[0] += n
+            return ("\ufffd", err.end)
+        codecs.register_error(self._errors, handler)
 
     def bytes_read(self):
         return self._raw.n
 
-    def text_stream(self):
-        name = f"sqlite_sentiment.replace.{id(self)}"
-        codecs.register_error(name, _counting_replace(self.replaced))
-        return io.TextIOWrapper(io.BufferedReader(self._raw, 1 << 16), encoding="utf-8",
-                                errors=name, newline="")
+    def _decode(self, line, first):
+        try:
+            s = line.decode(self.encoding)
+        except UnicodeDecodeError:
+            s = line.decode(self.encoding, self._errors)
+        if first and s.startswith("\ufeff"):
+            s = s[1:]                # a byte-order mark
+        return s
+
+    def text_lines(self):
+        """The input's lines, decoded (each with its line end)."""
+        first = True
+        for line in self._buf:
+            yield self._decode(line, first)
+            first = False
+
+    def _too_many_replaced(self, text):
+        """Why a row whose decoding replaced too many bytes is refused, or
+        None. The count is reset for the next row."""
+        n = self._row_replaced[0]
+        self._row_replaced[0] = 0
+        if n <= MAX_REPLACED_BYTES or not (isinstance(text, str) and "\ufffd" in text):
+            return None
+        self.replaced[0] -= n        # the row is not used
+        hint = ("give --encoding (e.g. gb18030, big5)" if self.detected is None else
+                "give --encoding")
+        return (f"{n} bytes are not valid {self.encoding.upper()}; read anyway they would "
+                f"change the text to U+FFFD characters; is the file in another encoding? {hint}")
 
     @property
     def replaced_bytes(self):
@@ -141,15 +217,15 @@ class Reader:
 class DelimitedReader(Reader):
     """CSV and TSV: rows are lists aligned with `columns` (the header)."""
 
-    def __init__(self, path, column, fmt, also=()):
-        super().__init__(path, column, also)
+    def __init__(self, path, column, fmt, also=(), encoding=None):
+        super().__init__(path, column, also, encoding)
         self.fmt = fmt
         csv.field_size_limit(MAX_FIELD_BYTES)
         if fmt == "tsv":
             kw = dict(delimiter="\t", quoting=csv.QUOTE_NONE)
         else:
             kw = dict(strict=True)
-        self._csv = csv.reader(self.text_stream(), **kw)
+        self._csv = csv.reader(self.text_lines(), **kw)
         self._line = 0
         self.columns = self._header()
         self.text_index = None
@@ -171,6 +247,7 @@ class DelimitedReader(Reader):
                 raise InputError(f"{self.name}: line {self._csv.line_num}: header: {e}")
             self._line = self._csv.line_num
             if row:
+                self._row_replaced[0] = 0
                 return row
 
     def rows(self):
@@ -188,12 +265,20 @@ class DelimitedReader(Reader):
             except csv.Error as e:
                 self.row_number += 1
                 self._line = self._csv.line_num
+                self._row_replaced[0] = 0
                 yield BadRow(self._where(start), str(e))
                 continue
             self._line = self._csv.line_num
             if not row:
                 continue
             self.row_number += 1
+            if len(row) == n:
+                why = self._too_many_replaced(row[i])
+                if why:
+                    yield BadRow(self._where(start), why)
+                    continue
+            else:
+                self._row_replaced[0] = 0
             if len(row) != n:
                 yield BadRow(self._where(start),
                              f"{len(row)} field{'s' if len(row) != 1 else ''}, "
@@ -209,27 +294,29 @@ class DelimitedReader(Reader):
 class JsonLinesReader(Reader):
     """JSON Lines: rows are dicts."""
 
-    def __init__(self, path, column, also=()):
-        super().__init__(path, column, also)
-        self._f = self.text_stream()
+    def __init__(self, path, column, also=(), encoding=None):
+        super().__init__(path, column, also, encoding)
         self.row_number = 0
 
     def rows(self):
         col = self.column
         line_no = 0
+        read = self._buf.readline
         while True:
-            line = self._f.readline(MAX_FIELD_BYTES + 1)
-            if not line:
+            raw = read(MAX_FIELD_BYTES + 1)
+            if not raw:
                 return
             line_no += 1
-            if len(line) > MAX_FIELD_BYTES and not line.endswith("\n"):
+            if len(raw) > MAX_FIELD_BYTES and not raw.endswith(b"\n"):
                 while True:     # skip the rest of the line
-                    more = self._f.readline(1 << 20)
-                    if not more or more.endswith("\n"):
+                    more = read(1 << 20)
+                    if not more or more.endswith(b"\n"):
                         break
                 self.row_number += 1
                 yield BadRow(self._where(line_no), f"line longer than {MAX_FIELD_BYTES >> 20} MiB")
                 continue
+            self._row_replaced[0] = 0
+            line = self._decode(raw, line_no == 1)
             if not line.strip():
                 continue
             self.row_number += 1
@@ -237,6 +324,9 @@ class JsonLinesReader(Reader):
                 obj = json.loads(line)
             except ValueError as e:
                 yield BadRow(self._where(line_no), f"not valid JSON: {e}")
+                continue
+            except RecursionError:
+                yield BadRow(self._where(line_no), "not valid JSON here: nested too deeply")
                 continue
             if not isinstance(obj, dict):
                 yield BadRow(self._where(line_no),
@@ -254,7 +344,7 @@ class JsonLinesReader(Reader):
                     yield BadRow(self._where(line_no),
                                  f"{col!r} is a JSON {_json_kind(text)}, expected a string")
                     continue
-            bad = self._check_also(obj)
+            bad = self._check_also(obj) or self._too_many_replaced(text)
             if bad:
                 yield BadRow(self._where(line_no), bad)
                 continue
@@ -293,14 +383,20 @@ def _pyarrow():
         import pyarrow
         import pyarrow.parquet
     except ImportError:
-        raise InputError("Parquet needs pyarrow: pip install pyarrow")
+        raise InputError("Parquet needs pyarrow, which is not installed: pip install pyarrow",
+                         usage=True)
     return pyarrow
+
+
+def pyarrow_or_usage_error():
+    """pyarrow, or InputError (usage: exit status 2) saying to install it."""
+    return _pyarrow()
 
 
 class ParquetReader:
     """Parquet: chunks are record batches; every row is good."""
 
-    def __init__(self, path, column, also=()):
+    def __init__(self, path, column, also=(), encoding=None):
         pa = _pyarrow()
         if path == "-":
             raise InputError("Parquet cannot be read from stdin; give a file")
@@ -324,6 +420,7 @@ class ParquetReader:
         self.size = self._file.metadata.num_rows   # progress in rows
         self.row_number = 0
         self.replaced_bytes = 0
+        self.detected = None
 
     def bytes_read(self):
         return self.row_number
@@ -340,9 +437,10 @@ class ParquetReader:
             close()
 
 
-def open_reader(path, fmt, column, also=()):
+def open_reader(path, fmt, column, also=(), encoding=None):
     """A reader of `path` ('-': stdin) whose rows give the text of `column`;
-    every row must also have the columns in `also`."""
+    every row must also have the columns in `also`. `encoding`: see the
+    module's documentation (not for Parquet)."""
     if path != "-" and not os.path.exists(path):
         raise InputError(f"{path}: no such file", usage=True)
     if path != "-" and os.path.isdir(path):
@@ -350,9 +448,9 @@ def open_reader(path, fmt, column, also=()):
     if fmt == "parquet":
         return ParquetReader(path, column, also)
     if fmt in ("csv", "tsv"):
-        return DelimitedReader(path, column, fmt, also)
+        return DelimitedReader(path, column, fmt, also, encoding)
     if fmt == "jsonl":
-        return JsonLinesReader(path, column, also)
+        return JsonLinesReader(path, column, also, encoding)
     raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}", usage=True)
 
 
@@ -371,13 +469,27 @@ class OutputError(Exception):
     """A row that the output format cannot hold."""
 
 
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+
+# The prefix label takes when an added name is already a column of the
+# input and --prefix was not given; then pred2_, pred3_, ...
+DEFAULT_PREFIX = "pred_"
+
+
 class AddedColumns:
     """Names of what label adds to each row: label, score and, per label of
     the model, prob_<label> (CSV, TSV, Parquet) or one probs object (JSON
-    Lines); all with the given prefix."""
+    Lines); all with the given prefix. int_labels: every label of the model
+    is a whole number (a model trained on integer labels), so JSON Lines and
+    Parquet write the label as a number, as the input had it."""
 
     def __init__(self, prefix, labels):
         self.labels = list(labels)
+        self.int_labels = bool(self.labels) and all(_INTEGER.match(l) for l in self.labels)
+        self.set_prefix(prefix)
+
+    def set_prefix(self, prefix):
+        self.prefix = prefix
         self.label = prefix + "label"
         self.score = prefix + "score"
         self.probs = prefix + "probs"
@@ -387,6 +499,30 @@ class AddedColumns:
         if fmt == "jsonl":
             return [self.label, self.score, self.probs]
         return [self.label, self.score, *self.prob_columns]
+
+    def clashes(self, columns, fmt):
+        taken = set(columns)
+        return [n for n in self.names(fmt) if n in taken]
+
+    def avoid(self, columns, fmt):
+        """Sets a prefix under which no added name is one of columns (the
+        input's): DEFAULT_PREFIX, else pred2_, pred3_, ... Returns the
+        names that clashed under the current prefix ([] when none did and
+        nothing changed)."""
+        clash = self.clashes(columns, fmt)
+        if clash:
+            k = 1
+            while True:
+                p = DEFAULT_PREFIX if k == 1 else f"pred{k}_"
+                self.set_prefix(p)
+                if not self.clashes(columns, fmt):
+                    break
+                k += 1
+        return clash
+
+    def label_value(self, label):
+        """The label as it is written to JSON Lines and Parquet."""
+        return int(label) if self.int_labels and label is not None else label
 
 
 def _cell(v):
@@ -455,7 +591,7 @@ class DelimitedWriter:
             if tsv:
                 out.append([*row, *map(_text, res[:2]), *map(_text, res[3:])])
             else:
-                out.append([*row, res[0], res[1], *res[3:]])
+                out.append([*row, *res[:2], *res[3:]])
         if out:
             self._write(out, where)
 
@@ -465,24 +601,29 @@ class DelimitedWriter:
 
 class JsonLinesWriter:
     """JSON Lines out: each row's object with label, score and probs added
-    (the extension's JSON object, copied as it is)."""
+    (the extension's JSON object, copied as it is). A row that has a key of
+    the added names itself is an error: no object gets a key twice."""
 
     def __init__(self, stream, in_columns, added):
         self.stream, self.in_columns, self.added = stream, in_columns, added
-        a = added
-        self._keys = [json.dumps(k, ensure_ascii=False) for k in (a.label, a.score, a.probs)]
 
     def write(self, rows, results, where):
         if not isinstance(rows, list):
             rows = rows.to_pylist()      # a Parquet record batch
-        kl, ks, kp = self._keys
+        a = self.added
         dumps = json.dumps
+        names = (a.label, a.score, a.probs)
+        kl, ks, kp = (dumps(k, ensure_ascii=False) for k in names)
         out = []
-        for row, (label, score, probs, *_) in zip(rows, results):
+        for k, (row, (label, score, probs, *_)) in enumerate(zip(rows, results)):
             obj = dict(zip(self.in_columns, row)) if isinstance(row, list) else row
+            if a.label in obj or a.score in obj or a.probs in obj:
+                key = next(n for n in names if n in obj)
+                raise OutputError(f"{where(k)}: the row has a key {key!r} of its own, which "
+                                  "the added keys would repeat; name them with --prefix")
             head = dumps(obj, ensure_ascii=False, default=str)[:-1]
             sep = ", " if len(head) > 1 else ""
-            out.append(f"{head}{sep}{kl}: {dumps(label, ensure_ascii=False)}, "
+            out.append(f"{head}{sep}{kl}: {dumps(a.label_value(label), ensure_ascii=False)}, "
                        f"{ks}: {dumps(score)}, {kp}: {'null' if probs is None else probs}}}")
         if out:
             self.stream.write("\n".join(out) + "\n")
@@ -496,16 +637,19 @@ class ParquetWriter:
     Parquet, strings from CSV/TSV, inferred from JSON Lines), label (string),
     score and prob_<label> (float64)."""
 
-    def __init__(self, path, in_columns, added, in_schema=None):
+    def __init__(self, sink, in_columns, added, in_schema=None):
         self.pa = _pyarrow()
-        self.path, self.in_columns, self.added = path, in_columns, added
+        self.path, self.in_columns, self.added = sink, in_columns, added
         self.in_schema = in_schema
         self._writer = None
 
     def _result_arrays(self, results):
         pa = self.pa
-        arrays = [pa.array([r[0] for r in results], pa.string()),
-                  pa.array([r[1] for r in results], pa.float64())]
+        if self.added.int_labels:
+            labels = pa.array([self.added.label_value(r[0]) for r in results], pa.int64())
+        else:
+            labels = pa.array([r[0] for r in results], pa.string())
+        arrays = [labels, pa.array([r[1] for r in results], pa.float64())]
         for j in range(len(self.added.labels)):
             arrays.append(pa.array([r[3 + j] for r in results], pa.float64()))
         return arrays
@@ -538,7 +682,8 @@ class ParquetWriter:
                 fields = list(self.in_schema)
             else:
                 fields = [pa.field(c, pa.string()) for c in (self.in_columns or [])]
-            fields += [pa.field(self.added.label, pa.string()),
+            fields += [pa.field(self.added.label,
+                                pa.int64() if self.added.int_labels else pa.string()),
                        pa.field(self.added.score, pa.float64())]
             fields += [pa.field(c, pa.float64()) for c in self.added.prob_columns]
             self._writer = pa.parquet.ParquetWriter(self.path, pa.schema(fields))

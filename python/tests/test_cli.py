@@ -250,7 +250,7 @@ def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     src = tmp_path / "u.csv"
     src.write_bytes("text\n好".encode() + b"\xff" + "吃\n".encode())
     rc, out, err = run("label", str(src), check_rc=0)
-    assert "1 invalid UTF-8 bytes replaced by U+FFFD" in err, err
+    assert "1 invalid UTF-8 byte replaced by U+FFFD" in err, err
     assert_matches(read_csv(out), ["好\ufffd吃"], reference(["好\ufffd吃"]))
 
 
@@ -291,11 +291,13 @@ def test_missing_column(tmp_path):
     assert read_csv(out)[0]["label"] == reference(["好"])[0][0]
 
 
-def test_existing_output_column_needs_prefix(tmp_path):
+def test_existing_output_column_gets_a_prefix(tmp_path):
     src = tmp_path / "l.csv"
     write_csv(src, ["text", "label"], [["好", "1"]])
-    rc, _, err = run("label", str(src))
-    assert rc == 2 and "already has a column 'label'" in err and "--prefix" in err, err
+    _, out, err = run("label", str(src), check_rc=0)
+    assert "already has a column 'label'" in err and "--prefix" in err, err
+    assert list(read_csv(out)[0]) == ["text", "label", "pred_label", "pred_score",
+                                      "pred_prob_negative", "pred_prob_positive"]
 
 
 def test_unknown_model_and_format(tmp_path):
@@ -365,7 +367,7 @@ def test_train_then_label_and_evaluate(tmp_path):
     sql_report = json.loads(conn.execute(
         "SELECT sentiment_evaluate(text, label, 'shop') FROM t").fetchone()[0])
     _, out, err = run("evaluate", str(src), "--text-column", "review", "--label-column", "y",
-                      "--model", "shop", "--db", str(db), check_rc=0)
+                      "--model", "shop", "--db", str(db), "--json", check_rc=0)
     assert json.loads(out) == sql_report
     assert f"accuracy {sql_report['accuracy']:.4f}" in err
 
@@ -385,7 +387,7 @@ def test_evaluate_builtin_with_label_map(tmp_path):
         for y, t in rows:
             f.write(json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n")
     labels = json.dumps({"差评": "negative", "好评": "positive"}, ensure_ascii=False)
-    _, out, _ = run("evaluate", str(src), "--labels", labels, check_rc=0)
+    _, out, _ = run("evaluate", str(src), "--labels", labels, "--json", check_rc=0)
     got = json.loads(out)
     conn = sqlite3.connect(":memory:")
     sqlite_sentiment.load(conn)

@@ -61,7 +61,7 @@ async def test_plugin_listed(db_path):
     r = await ds.client.get("/-/plugins.json")
     ours = [p for p in r.json() if p["name"] == "sqlite-sentiment"]
     assert ours, r.json()
-    assert {"prepare_connection", "handle_exception"} <= set(ours[0]["hooks"])
+    assert {"prepare_connection", "handle_exception", "asgi_wrapper"} <= set(ours[0]["hooks"])
 
 
 async def test_functions_in_sql(db_path, texts, expected):
@@ -88,7 +88,7 @@ async def test_functions_in_sql(db_path, texts, expected):
 async def test_admin_functions_refused(db_path, tmp_path):
     ds = await make_datasette(db_path)
     target = tmp_path / "exported"
-    for sql, _ in ((f"select sentiment_export('default', '{target}')", "sentiment_export"),
+    for sql, name in ((f"select sentiment_export('default', '{target}')", "sentiment_export"),
                       ("select sentiment_config('threads', '1')", "sentiment_config"),
                       ("select sentiment_load('x', '/etc')", "sentiment_load"),
                       ("select sentiment_save('x')", "sentiment_save"),
@@ -98,9 +98,18 @@ async def test_admin_functions_refused(db_path, tmp_path):
                       ("select * from classify('select 1, sentiment_export(''default'', "
                        f"''{target}'')')", "sentiment_export")):
         r = await ds.client.get("/reviews.json", params={"sql": sql})
-        assert r.status_code == 400, (sql, r.text)
-        assert "user-defined function raised exception" in r.json()["error"], (sql, r.text)
+        assert r.status_code == 403, (sql, r.text)
+        # The visitor is told which function and why, in plain text.
+        error = r.json()["error"]
+        assert f"{name}() is turned off on this Datasette" in error, (sql, r.text)
+        assert "admin_functions" in error and "<" not in error, error
     assert not target.exists()
+    r = await ds.client.get("/reviews", params={"sql": "select sentiment_save('x')"})
+    assert r.status_code == 403 and "sentiment_save() is turned off" in r.text, r.text
+    # The connection still works.
+    r = await ds.client.get("/reviews.json", params={
+        "sql": "select sentiment('送得太慢了') as s", "_shape": "array"})
+    assert r.status_code == 200, r.text
     # Reading a setting is still allowed, and so is everything that classifies.
     r = await ds.client.get("/reviews.json", params={
         "sql": "select sentiment_config('batch_size') as b, sentiment_tokens('好') as t",
@@ -142,9 +151,10 @@ async def test_time_limit_stops_cleanly_with_advice(big_db, sql):
     assert "LIMIT" in r.text
     # Stopped within an engine call of the limit, not after the whole table.
     assert elapsed < 2.0, elapsed
-    # The JSON API says the same.
+    # The JSON API says the same, as text, not HTML.
     r = await ds.client.get("/reviews.json", params={"sql": sql})
     assert r.status_code == 400 and "time limit" in r.json()["error"]
+    assert "<" not in r.json()["error"] and "LIMIT" in r.json()["error"], r.json()
     # The connection still works.
     r = await ds.client.get("/reviews.json", params={
         "sql": "select sentiment('送得太慢了') as s", "_shape": "array"})

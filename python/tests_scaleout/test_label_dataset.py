@@ -48,7 +48,14 @@ def test_parquet_every_row_once_same_labels_as_classify(ray_cluster, corpus, ref
     assert all((r["text"], r["source"], r["gold"]) == by_id[r["id"]][1:] for r in out)
     worst = assert_same_labels(as_labels(out), reference, "Ray vs classify in one process")
     print(f"largest score difference: {worst:.2e}")
-    assert all(r["error"] is None and r["probs"].startswith("{") for r in out)
+    assert all(r["error"] is None for r in out)
+    # probs is a struct (one float64 per label), not JSON text.
+    probs_type = pq.read_schema(str(tmp_path / "out" / os.listdir(tmp_path / "out")[0])
+                                ).field("probs").type
+    assert pa.types.is_struct(probs_type), probs_type
+    assert [(f.name, f.type) for f in probs_type] == [("negative", pa.float64()),
+                                                      ("positive", pa.float64())]
+    assert all(r["probs"]["positive"] == pytest.approx(r["score"], abs=1e-5) for r in out)
 
 
 def test_csv_input(ray_cluster, corpus, reference, tmp_path):
@@ -91,10 +98,14 @@ def test_whole_column_of_wrong_type(ray_cluster):
 def test_output_column_clash_and_prefix(ray_cluster):
     import ray.data
     ds = ray.data.from_arrow(pa.table({"id": [1], "text": ["房间很干净"], "label": [1]}))
-    with pytest.raises(Exception, match="already has column.*prefix="):
-        sr.label_dataset(ds, column="text").take_all()
-    (row,) = sr.label_dataset(ds, column="text", prefix="pred_").take_all()
+    # Without prefix=: pred_, said on stderr; no column twice.
+    (row,) = sr.label_dataset(ds, column="text").take_all()
     assert row["label"] == 1 and row["pred_label"] == "positive" and row["pred_error"] is None
+    assert row["pred_probs"]["positive"] == pytest.approx(row["pred_score"], abs=1e-5)
+    (row,) = sr.label_dataset(ds, column="text", prefix="p_").take_all()
+    assert row["label"] == 1 and row["p_label"] == "positive"
+    with pytest.raises(Exception, match="already has column.*prefix="):
+        sr.label_dataset(ds, column="text", prefix="").take_all()
 
 
 def test_missing_columns_named(ray_cluster):
