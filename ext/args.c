@@ -1,5 +1,6 @@
 /* args.c: checks on SQL arguments that name something (a model, a path, a
- * setting) and the connection's interrupt, shared by the functions.
+ * setting) and the connection's interrupt, shared by the functions, and the
+ * admin switch (sx_admin_refused).
  *
  * A TEXT value may hold a NUL byte (CAST(x'610062' AS TEXT)); C string code
  * would cut it at the NUL and act on another name ('a'), so such a name is
@@ -36,6 +37,22 @@ int sx_arg_has_nul(sqlite3_value *v)
 {
     const char *t = (const char *)sqlite3_value_text(v);
     return t && (size_t)sqlite3_value_bytes(v) != strlen(t);
+}
+
+int sx_admin_refused(sqlite3_context *ctx, const sx_conn *c, const char *fn)
+{
+    if (!c || !c->admin_off) return 0;
+    char *msg = sqlite3_mprintf(
+        "%s is turned off on this connection: it reads or writes files, stores models or "
+        "changes settings, and the application that opened the database turned such functions "
+        "off for the SQL it runs (sentiment_config('admin_functions', 'off'); on Datasette the "
+        "site's owner turns them on with the plugin setting admin_functions of sqlite-sentiment)",
+        fn);
+    if (msg) sqlite3_result_error(ctx, msg, -1);
+    else sqlite3_result_error_nomem(ctx);
+    sqlite3_result_error_code(ctx, SQLITE_AUTH);
+    sqlite3_free(msg);
+    return 1;
 }
 
 void sx_poll_begin(sx_poll *p, sqlite3 *db)

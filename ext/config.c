@@ -53,6 +53,14 @@
  *               cuda while the precision is int8); with device auto the
  *               backend is made to find out, so auto on a machine with a
  *               GPU refuses int8 too.
+ *   admin_functions  'on' (default) or 'off': off turns this connection's
+ *               functions that read or write files, store, drop or train
+ *               models or change settings (sentiment_load, sentiment_save,
+ *               sentiment_use, sentiment_drop, sentiment_export, train and
+ *               the two-argument sentiment_config itself) into an error that
+ *               says so, for good: nothing turns them back on in that
+ *               connection. For an application that runs SQL it did not
+ *               write (Datasette turns them off for its visitors).
  *
  * Reading a setting works anywhere; setting one (the two-argument form) is
  * SQLITE_DIRECTONLY, so a view or trigger cannot change a connection.
@@ -109,6 +117,8 @@ static void result_setting(sqlite3_context *ctx, sx_conn *c, const char *key)
     else if (!strcmp(key, "max_length")) sqlite3_result_int(ctx, c->max_length);
     else if (!strcmp(key, "precision"))
         sqlite3_result_text(ctx, c->precision[0] ? c->precision : "auto", -1, SQLITE_TRANSIENT);
+    else if (!strcmp(key, "admin_functions"))
+        sqlite3_result_text(ctx, c->admin_off ? "off" : "on", -1, SQLITE_STATIC);
     else sqlite3_result_text(ctx, k_progress[c->progress], -1, SQLITE_STATIC);
 }
 
@@ -171,14 +181,15 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     if (!key || (strcmp(key, "device") && strcmp(key, "threads") && strcmp(key, "batch_size") &&
                  strcmp(key, "max_length") && strcmp(key, "progress") &&
-                 strcmp(key, "precision"))) {
+                 strcmp(key, "precision") && strcmp(key, "admin_functions"))) {
         rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
                      "unknown key '%s'; known: device, threads, batch_size, max_length, "
-                     "progress, precision",
+                     "progress, precision, admin_functions",
                      key ? key : "NULL");
         goto end;
     }
     if (argc == 1) goto end;
+    if (sx_admin_refused(ctx, c, fn)) return; /* 'off' is for good */
     shown = (const char *)sqlite3_value_text(argv[1]);
     if (!shown) shown = "NULL";
     if (sx_arg_has_nul(argv[1])) {
@@ -239,6 +250,15 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         c->max_length = (int)n;
     } else if (!strcmp(key, "precision")) {
         rc = set_precision(c, fn, argv[1], shown, &errmsg);
+    } else if (!strcmp(key, "admin_functions")) {
+        /* 'on' is only what it already is: once off, this branch is not
+         * reached (sx_admin_refused above) */
+        if (sqlite3_value_type(argv[1]) != SQLITE_TEXT || (strcmp(shown, "off") && strcmp(shown, "on"))) {
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "admin_functions must be on or off, got '%s'",
+                         shown);
+            goto end;
+        }
+        c->admin_off = !strcmp(shown, "off");
     } else {
         int i;
         for (i = 0; i < 3; i++)

@@ -296,6 +296,8 @@ static void fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int rc;
     (void)argc;
 
+    if (sx_admin_refused(ctx, c, fn)) return;
+
     if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
         rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
                      "expected a model name (TEXT) as the first argument, got %s",
@@ -340,6 +342,8 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int cached = 0, rc;
     int64_t version = 0;
     const char *name;
+
+    if (sx_admin_refused(ctx, c, fn)) return;
 
     if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
         rc = sx_fail(&errmsg, SQLITE_ERROR, fn,

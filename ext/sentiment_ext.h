@@ -228,6 +228,7 @@ typedef struct sx_conn {
     int batch_size;
     int max_length;             /* 0 = the model's maximum */
     int progress;               /* SX_PROGRESS_* */
+    int admin_off;              /* sentiment_config('admin_functions', 'off') was called */
     char precision[16];         /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast", "int8" */
     /* engine (engine.c) */
     backend *be;
@@ -538,6 +539,11 @@ int sx_db_interrupted(sqlite3 *db);
  * asked to stop (it is called every few polls). sx_poll_stop has the
  * int (*)(void *) shape model/'s stop callbacks take. Begin and end on the
  * same thread, around the work; end before returning to SQLite. */
+/* 1, with the error set on ctx, when the application turned this
+ * connection's admin functions off (sentiment_config('admin_functions',
+ * 'off')): the DIRECTONLY functions that read or write files, store or drop
+ * models, train or change settings call it first (args.c). */
+int sx_admin_refused(sqlite3_context *ctx, const sx_conn *c, const char *fn);
 typedef struct sx_poll {
     sqlite3 *db;
     sqlite3_stmt *st;

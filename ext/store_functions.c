@@ -72,6 +72,8 @@ static void fn_drop(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int64_t version = 0, removed = 0;
     int rc;
 
+    if (sx_admin_refused(ctx, c, fn)) return;
+
     if (sqlite3_value_type(argv[0]) == SQLITE_TEXT && sx_arg_has_nul(argv[0])) {
         rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "model name contains a NUL byte");
         goto end;
@@ -248,6 +250,8 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sx_store_ref ref;
     int have_row = 0, have_tmp = 0, rc = SQLITE_OK;
     (void)argc;
+
+    if (sx_admin_refused(ctx, c, fn)) return;
 
     memset(&row, 0, sizeof row);
     for (int i = 0; i < 2; i++)

@@ -479,6 +479,7 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     size_t len, label_len;
     int li = -1, n, trunc, rc;
 
+    if (sx_admin_refused(ctx, sqlite3_user_data(ctx), TRAIN_FN)) return;
     if (!pp) {
         sqlite3_result_error_nomem(ctx);
         return;
@@ -1108,6 +1109,8 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int64_t want, version = 0;
     int rc;
     (void)argc;
+
+    if (sx_admin_refused(ctx, c, fn)) return;
 
     if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
         rc = sx_fail(&errmsg, SQLITE_ERROR, fn,

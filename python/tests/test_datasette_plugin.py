@@ -101,7 +101,7 @@ async def test_admin_functions_refused(db_path, tmp_path):
         assert r.status_code == 403, (sql, r.text)
         # The visitor is told which function and why, in plain text.
         error = r.json()["error"]
-        assert f"{name}() is turned off on this Datasette" in error, (sql, r.text)
+        assert f"{name}() is turned off on this connection" in error, (sql, r.text)
         assert "admin_functions" in error and "<" not in error, error
     assert not target.exists()
     r = await ds.client.get("/reviews", params={"sql": "select sentiment_save('x')"})
