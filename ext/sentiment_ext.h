@@ -517,7 +517,9 @@ int sx_db_interrupted(sqlite3 *db);
  * sqlite3_interrupt(db) is in effect or the connection's progress handler
  * asked to stop (it is called every few polls). sx_poll_stop has the
  * int (*)(void *) shape model/'s stop callbacks take. Begin and end on the
- * same thread, around the work; end before returning to SQLite. */
+ * same thread, around the work; end before returning to SQLite, except in
+ * an aggregate's context, which may keep one across its calls (its opcode
+ * count then accumulates over the query) and ends it in xFinal. */
 typedef struct sx_poll {
     sqlite3 *db;
     sqlite3_stmt *st;
