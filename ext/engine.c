@@ -14,7 +14,10 @@
  * SX_GPU_MEM_SHARE of what is free, the batch shrinks to the largest that
  * fits (the setting is unchanged; classify just runs more batches), and
  * when even one row does not, the error says how much was needed and how
- * much is free. Failures on a GPU carry the plugin's last error, which says
+ * much is free. A workspace that runs out of memory in a pass (its lanes'
+ * workspaces, made on first use at its size, did not fit) is dropped, and one
+ * that could not be made is not kept, so one out-of-memory at a large
+ * batch_size leaves the connection working at a smaller one. Failures on a GPU carry the plugin's last error, which says
  * what CUDA reported. sx_engine_classify() and sx_engine_embed() are the
  * one place SQL-facing code calls the encoder: texts in, probabilities or
  * pooled embeddings out, rows and truncations counted.
@@ -188,6 +191,16 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     return SQLITE_OK;
 }
 
+/* Forgets model m's workspace after an out-of-memory inside a pass (its
+ * lanes' workspaces are made on first use at the workspace's batch size, so
+ * keeping it would fail the same way at any smaller batch_size): the next
+ * call makes one of the size it asks for, and the memory is given back. */
+static void drop_workspace(sx_conn *c, sx_model *m)
+{
+    for (int i = 0; i < SX_MAX_WORKSPACES; i++)
+        if (c->ws[i].model == m) slot_clear(&c->ws[i]);
+}
+
 int sx_engine_parallel_batches(const sx_conn *c)
 {
     return c->be ? c->be->lanes(c->be) : 1;
@@ -217,6 +230,7 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
     rc = embed ? bert_embed_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc, err)
                : bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
                                      err);
+    if (rc == SM_ERR_NOMEM) drop_workspace(c, m);
     if (rc != SM_OK) {
         char *why = gpu_reason(c);
         rc = sx_fail(errmsg, sx_rc_from_sm(rc), fn, "%s%s", err, why ? why : "");
