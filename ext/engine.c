@@ -20,11 +20,13 @@
  * batch_size leaves the connection working at a smaller one. Failures on a GPU carry the plugin's last error, which says
  * what CUDA reported. sx_engine_classify() and sx_engine_embed() are the
  * one place SQL-facing code calls the encoder: texts in, probabilities or
- * pooled embeddings out, rows and truncations counted.
+ * pooled embeddings out, rows and truncations counted, and texts that are
+ * mostly not Chinese (sx_text_not_chinese) counted too.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "errors.h"
 #include "sentiment_ext.h"
@@ -206,6 +208,34 @@ int sx_engine_parallel_batches(const sx_conn *c)
     return c->be ? c->be->lanes(c->be) : 1;
 }
 
+/* Han (Chinese) ideographs: the CJK Unified Ideographs blocks and their
+ * extensions, the compatibility ideographs and the ideographic number zero. */
+static int is_han(utf8proc_int32_t cp)
+{
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+           (cp >= 0x20000 && cp <= 0x323AF) || (cp >= 0xF900 && cp <= 0xFAFF) || cp == 0x3007;
+}
+
+int sx_text_not_chinese(const char *text, size_t len)
+{
+    size_t i = 0, letters = 0, han = 0;
+    while (i < len) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i,
+                                              (utf8proc_ssize_t)(len - i), &cp);
+        if (k <= 0) { /* an invalid byte: not a letter */
+            i++;
+            continue;
+        }
+        i += (size_t)k;
+        utf8proc_category_t cat = utf8proc_category(cp);
+        if (cat < UTF8PROC_CATEGORY_LU || cat > UTF8PROC_CATEGORY_LO) continue;
+        letters++;
+        han += is_han(cp);
+    }
+    return letters > 0 && 2 * han < letters;
+}
+
 /* sx_engine_classify (embed 0: out is probs) and sx_engine_embed (embed 1:
  * out is emb). */
 static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
@@ -238,7 +268,10 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
         goto end;
     }
     c->rows += n;
-    for (int i = 0; i < n; i++) c->truncated += trunc[i] != 0;
+    for (int i = 0; i < n; i++) {
+        c->truncated += trunc[i] != 0;
+        c->not_chinese += sx_text_not_chinese(texts[i], lens[i]);
+    }
 end:
     if (trunc != truncated && trunc != &one) sqlite3_free(trunc);
     return rc;

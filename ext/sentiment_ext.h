@@ -243,6 +243,7 @@ typedef struct sx_conn {
     /* counters (sentiment_debug) */
     int64_t rows;               /* texts classified */
     int64_t truncated;          /* of which cut to max_length */
+    int64_t not_chinese;        /* of which mostly not Chinese (sx_text_not_chinese) */
 } sx_conn;
 
 void sx_conn_ref(sx_conn *c);
@@ -269,6 +270,11 @@ int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *
  * lane of the backend (the CPU: one per thread, see bert.h), else 1.
  * Callers that read rows in batches read this many batches per call. */
 int sx_engine_parallel_batches(const sx_conn *c);
+/* 1 when fewer than half of the text's letters (Unicode categories L*) are
+ * Han ideographs: English, Russian, Japanese kana ... Texts without letters
+ * (digits, emoji, punctuation) give 0. Linear in len; invalid UTF-8 bytes
+ * are not letters. */
+int sx_text_not_chinese(const char *text, size_t len);
 /* The effective max_length for a model on this connection. */
 int sx_engine_max_length(const sx_conn *c, const bert_model *m);
 
