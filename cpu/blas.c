@@ -1,12 +1,27 @@
 /* blas.c: loads OpenBLAS at run time with a kernel family that fits the CPU
  * (see blas.h for why) and exposes sgemm. Owns the library handle, which
- * stays loaded for the life of the process. */
+ * stays loaded for the life of the process.
+ *
+ * Memory: OpenBLAS maps a buffer of BUFFER_SIZE (128 MiB on x86-64 since
+ * 0.3.x: 32 << 22) for each thread that calls it, on that thread's first
+ * large product, and when that mmap fails it retries forever (tens of
+ * thousands of failed mmap calls a second: under an address-space limit,
+ * RLIMIT_AS, the call never returns). So each thread test-maps that much
+ * before its first OpenBLAS call; while it cannot, its products are
+ * computed here by a plain loop (correct, slower; blas_fallback_products
+ * counts them) and the test is repeated on the next call. OpenBLAS is
+ * loaded with OPENBLAS_NUM_THREADS=1 (unless the user set it; restored
+ * after loading), so its own threads, which we never use
+ * (openblas_set_num_threads(1)), do not each map a buffer at load time. */
 #include "blas.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #include "errors.h"
 
@@ -43,7 +58,10 @@ static void load_once(void)
     const char *core = getenv("OPENBLAS_CORETYPE");
     if (!core && (core = core_for_this_cpu()))
         setenv("OPENBLAS_CORETYPE", core, 0);
+    int set_threads_env = !getenv("OPENBLAS_NUM_THREADS");
+    if (set_threads_env) setenv("OPENBLAS_NUM_THREADS", "1", 0);
     void *lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (set_threads_env) unsetenv("OPENBLAS_NUM_THREADS");
     if (!lib) {
         g_blas.status = sm_error(g_blas.error, SM_ERR_UNSUPPORTED,
                                  "cannot load OpenBLAS (libopenblas.so.0): %s; "
@@ -74,13 +92,62 @@ int blas_load(char *err)
     return SM_OK;
 }
 
+/* What OpenBLAS maps per calling thread (its BUFFER_SIZE on x86-64). */
+#define BLAS_BUFFER_BYTES ((size_t)32 << 22)
+
+static _Thread_local int t_buffer_ok; /* this thread's OpenBLAS buffer fitted */
+static atomic_llong g_fallback_products;
+
+/* 1 when BLAS_BUFFER_BYTES of address space can be mapped now. */
+static int buffer_fits(void)
+{
+    void *p = mmap(NULL, BLAS_BUFFER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED) return 0;
+    munmap(p, BLAS_BUFFER_BYTES);
+    return 1;
+}
+
+/* Row-major C = alpha op(A) op(B) + beta C by plain loops (beta 0: C is
+ * not read, as in BLAS). */
+static void loop_sgemm(int transA, int transB, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc)
+{
+    for (int i = 0; i < M; i++) {
+        float *c = C + (size_t)i * ldc;
+        if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof *c);
+        else if (beta != 1.0f)
+            for (int j = 0; j < N; j++) c[j] *= beta;
+        for (int k = 0; k < K; k++) {
+            float a = alpha * (transA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+            if (!transB) {
+                const float *b = B + (size_t)k * ldb;
+                for (int j = 0; j < N; j++) c[j] += a * b[j];
+            } else {
+                for (int j = 0; j < N; j++) c[j] += a * B[(size_t)j * ldb + k];
+            }
+        }
+    }
+}
+
 void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta,
                 float *C, int ldc)
 {
+    if (!t_buffer_ok && !(t_buffer_ok = buffer_fits())) {
+        atomic_fetch_add_explicit(&g_fallback_products, 1, memory_order_relaxed);
+        loop_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     g_blas.sgemm(CBLAS_ROW_MAJOR, transA ? CBLAS_TRANS : CBLAS_NO_TRANS,
                  transB ? CBLAS_TRANS : CBLAS_NO_TRANS, M, N, K, alpha, A, lda, B,
                  ldb, beta, C, ldc);
+}
+
+long long blas_fallback_products(void)
+{
+    return atomic_load_explicit(&g_fallback_products, memory_order_relaxed);
 }
 
 void blas_set_threads(int n)

@@ -13,11 +13,17 @@
  * classifies rows in batches like classify (which needs a table or a query
  * as text; this works on any expression in any query). It is an aggregate
  * window function: the window frame is the current row and the next N
- * rows; when the current row has not been classified yet, every
- * not-yet-classified row of the frame goes to the engine in one call
- * (ordered by length, in encoder batches of sentiment_config('batch_size')),
- * so N + 1 rows are classified at a time. N = 255 is a good default; larger
- * N uses more memory and does not batch better than batch_size.
+ * rows; when the current row has not been classified yet, the frame's
+ * not-yet-classified rows from the current row on go to the engine, at most
+ * one batch of sentiment_config('batch_size') rows per lane of the backend
+ * (one per CPU thread) in one call, so each result costs at most about one
+ * batch's time, however large the frame (UNBOUNDED FOLLOWING too). Between
+ * those calls SQLite runs the query's own opcodes, and each call first
+ * checks for interruption (sx_poll: sqlite3_interrupt() or the connection's
+ * progress handler, Datasette's time limit), so a long query stops within a
+ * batch of being asked to, with SQLITE_INTERRUPT ("interrupted"). N = 255 is
+ * a good default; larger N uses more memory (the frame's texts are kept
+ * until classified) and does not batch better than batch_size.
  *
  * The frame must be exactly `ROWS BETWEEN CURRENT ROW AND N FOLLOWING` (N
  * >= 0, or UNBOUNDED FOLLOWING to classify a whole partition at once).
@@ -57,6 +63,11 @@ typedef struct bw_ctx {
     int head, count, cap;
     sqlite3_int64 steps, values, inverses_since_value;
     int failed;
+    sx_poll poll;            /* begun at the first engine call, ended in
+                                bwFinal: one statement for the whole query,
+                                so its opcode count (what the progress
+                                handler is called on) accumulates */
+    int polling;
 } bw_ctx;
 
 static bw_row *row_at(bw_ctx *p, int i)
@@ -155,7 +166,8 @@ static void bwInverse(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     p->inverses_since_value++;
 }
 
-/* Classifies every pending row of the frame in one engine call. */
+/* Classifies the pending rows of the frame from the current row on, at
+ * most one batch per lane of them, in one engine call. */
 static int classify_pending(sqlite3_context *ctx, bw_ctx *p)
 {
     sx_conn *c = sqlite3_user_data(ctx);
@@ -164,24 +176,36 @@ static int classify_pending(sqlite3_context *ctx, bw_ctx *p)
     float *probs = NULL;
     int *idx = NULL, n = 0, rc = SQLITE_NOMEM;
     int K = p->m->bert->cfg.num_labels;
+    int bs = c->batch_size > 0 ? c->batch_size : 1;
+    int lanes = sx_engine_parallel_batches(c);
     char *errmsg = NULL;
 
-    texts = sqlite3_malloc64((sqlite3_uint64)p->count * sizeof *texts);
-    lens = sqlite3_malloc64((sqlite3_uint64)p->count * sizeof *lens);
-    idx = sqlite3_malloc64((sqlite3_uint64)p->count * sizeof *idx);
-    probs = sqlite3_malloc64((sqlite3_uint64)p->count * K * sizeof *probs);
+    if (!p->polling) {
+        sx_poll_begin(&p->poll, c->db);
+        p->polling = 1;
+    }
+    if (sx_poll_stop(&p->poll)) {
+        sqlite3_result_error_code(ctx, SQLITE_INTERRUPT);
+        return SQLITE_INTERRUPT;
+    }
+    int most = lanes > 1 && bs <= p->count / lanes ? bs * lanes : bs;
+    if (most > p->count) most = p->count;
+    texts = sqlite3_malloc64((sqlite3_uint64)most * sizeof *texts);
+    lens = sqlite3_malloc64((sqlite3_uint64)most * sizeof *lens);
+    idx = sqlite3_malloc64((sqlite3_uint64)most * sizeof *idx);
+    probs = sqlite3_malloc64((sqlite3_uint64)most * K * sizeof *probs);
     if (!texts || !lens || !idx || !probs) {
         sqlite3_result_error_nomem(ctx);
         goto end;
     }
-    for (int i = 0; i < p->count; i++) {
+    for (int i = 0; i < p->count && n < most; i++) {
         bw_row *r = row_at(p, i);
         if (r->state != ROW_PENDING) continue;
         texts[n] = r->text;
         lens[n] = r->len;
         idx[n++] = i;
     }
-    rc = sx_engine_classify(c, k_fn, p->m, texts, lens, n, 0, probs, NULL, &errmsg);
+    rc = sx_engine_classify(c, k_fn, p->m, texts, lens, n, bs, probs, NULL, &errmsg);
     if (rc != SQLITE_OK) {
         if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
         else sqlite3_result_error_nomem(ctx);
@@ -246,6 +270,8 @@ static void bwFinal(sqlite3_context *ctx)
     sqlite3_free(p->q);
     p->q = NULL;
     p->count = 0;
+    if (p->polling) sx_poll_end(&p->poll);
+    p->polling = 0;
     sx_registry_release(p->m);
     p->m = NULL;
 }

@@ -14,14 +14,19 @@
  * SX_GPU_MEM_SHARE of what is free, the batch shrinks to the largest that
  * fits (the setting is unchanged; classify just runs more batches), and
  * when even one row does not, the error says how much was needed and how
- * much is free. Failures on a GPU carry the plugin's last error, which says
+ * much is free. A workspace that runs out of memory in a pass (its lanes'
+ * workspaces, made on first use at its size, did not fit) is dropped, and one
+ * that could not be made is not kept, so one out-of-memory at a large
+ * batch_size leaves the connection working at a smaller one. Failures on a GPU carry the plugin's last error, which says
  * what CUDA reported. sx_engine_classify() and sx_engine_embed() are the
  * one place SQL-facing code calls the encoder: texts in, probabilities or
- * pooled embeddings out, rows and truncations counted.
+ * pooled embeddings out, rows and truncations counted, and texts that are
+ * mostly not Chinese (sx_text_not_chinese) counted too.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "errors.h"
 #include "sentiment_ext.h"
@@ -188,9 +193,47 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     return SQLITE_OK;
 }
 
+/* Forgets model m's workspace after an out-of-memory inside a pass (its
+ * lanes' workspaces are made on first use at the workspace's batch size, so
+ * keeping it would fail the same way at any smaller batch_size): the next
+ * call makes one of the size it asks for, and the memory is given back. */
+static void drop_workspace(sx_conn *c, sx_model *m)
+{
+    for (int i = 0; i < SX_MAX_WORKSPACES; i++)
+        if (c->ws[i].model == m) slot_clear(&c->ws[i]);
+}
+
 int sx_engine_parallel_batches(const sx_conn *c)
 {
     return c->be ? c->be->lanes(c->be) : 1;
+}
+
+/* Han (Chinese) ideographs: the CJK Unified Ideographs blocks and their
+ * extensions, the compatibility ideographs and the ideographic number zero. */
+static int is_han(utf8proc_int32_t cp)
+{
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+           (cp >= 0x20000 && cp <= 0x323AF) || (cp >= 0xF900 && cp <= 0xFAFF) || cp == 0x3007;
+}
+
+int sx_text_not_chinese(const char *text, size_t len)
+{
+    size_t i = 0, letters = 0, han = 0;
+    while (i < len) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i,
+                                              (utf8proc_ssize_t)(len - i), &cp);
+        if (k <= 0) { /* an invalid byte: not a letter */
+            i++;
+            continue;
+        }
+        i += (size_t)k;
+        utf8proc_category_t cat = utf8proc_category(cp);
+        if (cat < UTF8PROC_CATEGORY_LU || cat > UTF8PROC_CATEGORY_LO) continue;
+        letters++;
+        han += is_han(cp);
+    }
+    return letters > 0 && 2 * han < letters;
 }
 
 /* sx_engine_classify (embed 0: out is probs) and sx_engine_embed (embed 1:
@@ -217,6 +260,7 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
     rc = embed ? bert_embed_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc, err)
                : bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
                                      err);
+    if (rc == SM_ERR_NOMEM) drop_workspace(c, m);
     if (rc != SM_OK) {
         char *why = gpu_reason(c);
         rc = sx_fail(errmsg, sx_rc_from_sm(rc), fn, "%s%s", err, why ? why : "");
@@ -224,7 +268,10 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
         goto end;
     }
     c->rows += n;
-    for (int i = 0; i < n; i++) c->truncated += trunc[i] != 0;
+    for (int i = 0; i < n; i++) {
+        c->truncated += trunc[i] != 0;
+        c->not_chinese += sx_text_not_chinese(texts[i], lens[i]);
+    }
 end:
     if (trunc != truncated && trunc != &one) sqlite3_free(trunc);
     return rc;

@@ -46,7 +46,8 @@
  *                                              setting, model cache
  *                                              (entries, loads, evictions) and
  *                                              this connection's counters (rows
- *                                              classified, rows truncated)
+ *                                              classified, rows truncated,
+ *                                              rows mostly not Chinese)
  *
  * Inputs. NULL text gives NULL, and so does blank text: text that
  * tokenizes to nothing (empty; white space; NUL, control and format
@@ -60,7 +61,10 @@
  * repaired (U+FFFD, then dropped as BertTokenizer does), never an error.
  * Text longer than the model's maximum length (sentiment_config
  * 'max_length') is truncated and counted in sentiment_debug()'s
- * connection.truncated.
+ * connection.truncated. Text whose letters are mostly not Han characters
+ * (English, Russian, kana: sx_text_not_chinese) is classified like any
+ * other, with no warning in the result, and counted in
+ * connection.not_chinese: a Chinese model's label for it means little.
  *
  * JSON results (sentiment_probs, sentiment_tokens, sentiment_debug, like
  * train()'s and sentiment_evaluate()'s reports and classify's probs) carry
@@ -460,8 +464,9 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                            "\"evictions\":%lld}",
                         st.entries, st.referenced, (long long)st.loads, (long long)st.evictions);
     sqlite3_str_appendf(s, ",\"connection\":{\"rows\":%lld,\"truncated\":%lld,"
-                           "\"registered_models\":%d}}",
-                        (long long)c->rows, (long long)c->truncated, nfiles);
+                           "\"not_chinese\":%lld,\"registered_models\":%d}}",
+                        (long long)c->rows, (long long)c->truncated, (long long)c->not_chinese,
+                        nfiles);
     if (sqlite3_str_errcode(s)) {
         sqlite3_free(sqlite3_str_finish(s));
         sqlite3_result_error_nomem(ctx);

@@ -12,8 +12,9 @@
  * for the connection; a stored model may not be called 'default'.
  *
  * Every model is loaded through the process-wide cache (registry.c) under a
- * key that says what the bytes are: "builtin", "file:<dir>:<mtime>:<size>"
- * or, for a stored model, "sha256:<hex>", the SHA-256 of the row's config,
+ * key that says what the bytes are: "builtin",
+ * "file:<dir>:<file>=<mtime>,<size>,<inode>..." (every file the directory's
+ * model is read from, sx_model_dir_key) or, for a stored model, "sha256:<hex>", the SHA-256 of the row's config,
  * vocab, labels, safetensors and tokenizer, computed from the bytes as they
  * are read.
  * So connections share one copy, two databases share a cache entry only
@@ -34,6 +35,7 @@
 #include <sys/stat.h>
 
 #include "errors.h"
+#include "pooling.h"
 #include "sentiment_ext.h"
 
 /* ---- loaders handed to the registry ---- */
@@ -272,26 +274,46 @@ static void split_version(const char *name, char *base, size_t cap, int64_t *ver
     snprintf(base, cap, "%s", name);
 }
 
-/* The key stamps every file a directory's model may be read from; only
- * config.json must exist (a missing tokenizer or model.safetensors is the
- * loader's error, which says what to do about it). */
+/* The key stamps every file a directory's model may be read from, each by
+ * its own modification time, size and inode (so an edit of any one, or a
+ * file replaced by another, is a new key): config.json, tokenizer.json,
+ * vocab.txt, model.safetensors, modules.json and the Pooling module's
+ * config.json that modules.json names (1_Pooling/config.json), which set
+ * the embedding's pooling. Only config.json must exist (a missing tokenizer
+ * or model.safetensors is the loader's error, which says what to do about
+ * it). */
 char *sx_model_dir_key(const char *path)
 {
-    const char *files[] = {"config.json", "tokenizer.json", "vocab.txt", "model.safetensors"};
-    char buf[PATH_MAX + 32];
-    long long mtime_ns = 0, size = 0;
-    for (int i = 0; i < 4; i++) {
+    char pool_file[128];
+    const char *files[] = {"config.json", "tokenizer.json", "vocab.txt", "model.safetensors",
+                           "modules.json", pool_file};
+    char buf[PATH_MAX + 160];
+    sqlite3_str *key = sqlite3_str_new(NULL);
+    sm_pooling_files_of_dir(path, pool_file, sizeof pool_file);
+    sqlite3_str_appendf(key, "file:%s", path);
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         struct stat sb;
+        if (!files[i][0]) continue;
         snprintf(buf, sizeof buf, "%s/%s", path, files[i]);
         if (stat(buf, &sb) != 0) {
-            if (i == 0 || errno != ENOENT) return NULL;
+            if (i == 0 || errno != ENOENT) {
+                int e = errno;
+                sqlite3_free(sqlite3_str_finish(key));
+                errno = e;
+                return NULL;
+            }
             continue;
         }
-        long long t = (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
-        if (t > mtime_ns) mtime_ns = t;
-        size += (long long)sb.st_size;
+        sqlite3_str_appendf(key, ":%s=%lld.%09ld,%lld,%llu", files[i], (long long)sb.st_mtim.tv_sec,
+                            (long)sb.st_mtim.tv_nsec, (long long)sb.st_size,
+                            (unsigned long long)sb.st_ino);
     }
-    return sqlite3_mprintf("file:%s:%lld:%lld", path, mtime_ns, size);
+    if (sqlite3_str_errcode(key) != SQLITE_OK) {
+        sqlite3_free(sqlite3_str_finish(key));
+        errno = ENOMEM;
+        return NULL;
+    }
+    return sqlite3_str_finish(key);
 }
 
 int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model **out,

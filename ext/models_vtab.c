@@ -13,7 +13,9 @@
  *                older database version)
  *   version      1 for builtin and file models; 1, 2, ... in the database
  *   source       'builtin', 'file', 'memory' or 'database'
- *   labels       JSON array of the labels in class-id order
+ *   labels       JSON array of the labels in class-id order; NULL for an
+ *                embedding model (kind 'embedding'), whose config.json may
+ *                still name labels (LABEL_0, LABEL_1) it has no head for
  *   model_type   'bert', 'ernie', 'roberta' or 'xlm-roberta', as config.json says
  *   layers, hidden_size, heads
  *   max_length   tokens per text (with [CLS]/[SEP]) the model runs with on
@@ -29,6 +31,11 @@
  *                next used)
  *   metrics      JSON a database model was stored with (train()'s report,
  *                see train.c), else NULL
+ *   kind         'classifier' (the model has a classification head:
+ *                sentiment(), classify's label) or 'embedding' (an encoder
+ *                without one, e.g. multilingual-e5-small: sentiment_embed
+ *                and classify's embedding only); NULL for a database model,
+ *                whose weights listing does not read (using it tells)
  * A stored model whose config cannot be parsed is listed with NULL
  * architecture columns; using it gives the parse error.
  */
@@ -53,6 +60,7 @@ enum {
     COL_PATH,
     COL_LOADED,
     COL_METRICS,
+    COL_KIND,
     N_COLS
 };
 
@@ -60,6 +68,7 @@ typedef struct mv_row {
     char *name, *source, *labels, *type, *created, *path, *metrics;
     sqlite3_int64 version, params;
     int layers, hidden, heads, maxlen, loaded, have_cfg;
+    int head; /* 1: a classification head, 0: none (an embedding model), -1: not known */
 } mv_row;
 
 typedef struct mv_vtab {
@@ -85,7 +94,7 @@ static int mvConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                                   "labels TEXT, model_type TEXT, layers INTEGER, "
                                   "hidden_size INTEGER, heads INTEGER, max_length INTEGER, "
                                   "parameters INTEGER, created TEXT, path TEXT, loaded INTEGER, "
-                                  "metrics TEXT)");
+                                  "metrics TEXT, kind TEXT)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
@@ -148,9 +157,11 @@ static char *labels_json(const bert_config *cfg)
     return sqlite3_str_finish(s);
 }
 
-/* Appends a row; cfg (may be NULL) fills the architecture columns. */
+/* Appends a row; cfg (may be NULL) fills the architecture columns; head:
+ * 1 a classification head, 0 none (no labels are listed), -1 not known. */
 static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
-                       const char *source, const bert_config *cfg, sqlite3_int64 params)
+                       const char *source, const bert_config *cfg, sqlite3_int64 params,
+                       int head)
 {
     mv_row *r;
     if (cur->n == cur->cap) {
@@ -165,12 +176,13 @@ static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
     r->name = sqlite3_mprintf("%s", name);
     r->source = sqlite3_mprintf("%s", source);
     r->version = version;
+    r->head = head;
     if (!r->name || !r->source) return NULL;
     if (cfg) {
         r->have_cfg = 1;
-        r->labels = labels_json(cfg);
+        r->labels = head ? labels_json(cfg) : NULL;
         r->type = sqlite3_mprintf("%s", cfg->model_type);
-        if (!r->labels || !r->type) return NULL;
+        if ((head && !r->labels) || !r->type) return NULL;
         r->layers = cfg->num_hidden_layers;
         r->hidden = cfg->hidden_size;
         r->heads = cfg->num_attention_heads;
@@ -217,7 +229,7 @@ static int add_database_rows(mv_cursor *cur, sx_conn *cur_conn)
         bert_config cfg;
         int have = config && bert_config_parse(config, config_len, &cfg, err) == SM_OK;
         mv_row *r = add_row(cur, name ? name : "", version, "database", have ? &cfg : NULL,
-                            have ? params_of(&cfg) : 0);
+                            have ? params_of(&cfg) : 0, -1);
         if (have) bert_config_free(&cfg);
         if (!r) {
             rc = SQLITE_NOMEM;
@@ -260,7 +272,8 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     for (sx_file_reg *r = c->files; r; r = r->next) {
         mv_row *row = add_row(cur, r->name, 1, r->path ? "file" : "memory",
                               &r->model->bert->cfg,
-                              (sqlite3_int64)bert_model_num_params(r->model->bert));
+                              (sqlite3_int64)bert_model_num_params(r->model->bert),
+                              r->model->bert->has_head != 0);
         if (!row || (r->path && !(row->path = sqlite3_mprintf("%s", r->path))))
             return SQLITE_NOMEM;
         row->loaded = 1; /* a registration holds its model */
@@ -275,7 +288,7 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
         char err[SM_ERR_MAX];
         int have = bert_config_parse(b.config, b.config_len, &cfg, err) == SM_OK;
         mv_row *row = add_row(cur, "default", 1, "builtin", have ? &cfg : NULL,
-                              have ? params_of(&cfg) : 0);
+                              have ? params_of(&cfg) : 0, 1);
         if (have) bert_config_free(&cfg);
         if (!row) return SQLITE_NOMEM;
         row->loaded = sx_registry_is_loaded("builtin");
@@ -317,10 +330,15 @@ static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
             sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
         }
         break;
+    case COL_KIND:
+        if (r->head >= 0)
+            sqlite3_result_text(ctx, r->head ? "classifier" : "embedding", -1, SQLITE_STATIC);
+        break;
     default:
         if (!r->have_cfg) break; /* NULL */
         switch (i) {
         case COL_LABELS:
+            if (!r->labels) break; /* an embedding model: NULL */
             sqlite3_result_text(ctx, r->labels, -1, SQLITE_TRANSIENT);
             sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
             break;

@@ -1,8 +1,9 @@
 /* registry.c: the process-wide cache of loaded models.
  *
  * Every connection of the process shares one list of loaded models, keyed by
- * identity ("builtin", "file:<dir>:<mtime>:<size>", "sha256:<hex>" for a
- * stored model: the hash of its bytes, see models.c). A caller
+ * identity ("builtin"; "file:<dir>:<file>=<mtime>,<size>,<inode>..." for
+ * each file a directory's model is read from; "sha256:<hex>" for a stored
+ * model: the hash of its bytes; see models.c). A caller
  * acquires an entry (loading it on a miss) and releases it when done; the
  * entry's reference count says who still uses it. Unreferenced entries stay
  * cached so the next query does not reload, up to SX_CACHE_IDLE_MAX of them

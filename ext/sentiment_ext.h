@@ -244,6 +244,7 @@ typedef struct sx_conn {
     /* counters (sentiment_debug) */
     int64_t rows;               /* texts classified */
     int64_t truncated;          /* of which cut to max_length */
+    int64_t not_chinese;        /* of which mostly not Chinese (sx_text_not_chinese) */
 } sx_conn;
 
 void sx_conn_ref(sx_conn *c);
@@ -270,6 +271,11 @@ int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *
  * lane of the backend (the CPU: one per thread, see bert.h), else 1.
  * Callers that read rows in batches read this many batches per call. */
 int sx_engine_parallel_batches(const sx_conn *c);
+/* 1 when fewer than half of the text's letters (Unicode categories L*) are
+ * Han ideographs: English, Russian, Japanese kana ... Texts without letters
+ * (digits, emoji, punctuation) give 0. Linear in len; invalid UTF-8 bytes
+ * are not letters. */
+int sx_text_not_chinese(const char *text, size_t len);
 /* The effective max_length for a model on this connection. */
 int sx_engine_max_length(const sx_conn *c, const bert_model *m);
 
@@ -534,16 +540,18 @@ int sx_arg_has_nul(sqlite3_value *v);
 /* 1 while sqlite3_interrupt(db) is in effect (SQLite 3.40 has no
  * sqlite3_is_interrupted). */
 int sx_db_interrupted(sqlite3 *db);
-/* A stop check for long work inside one SQL call (args.c): 1 once
- * sqlite3_interrupt(db) is in effect or the connection's progress handler
- * asked to stop (it is called every few polls). sx_poll_stop has the
- * int (*)(void *) shape model/'s stop callbacks take. Begin and end on the
- * same thread, around the work; end before returning to SQLite. */
 /* 1, with the error set on ctx, when the application turned this
  * connection's admin functions off (sentiment_config('admin_functions',
  * 'off')): the DIRECTONLY functions that read or write files, store or drop
  * models, train or change settings call it first (args.c). */
 int sx_admin_refused(sqlite3_context *ctx, const sx_conn *c, const char *fn);
+/* A stop check for long work inside one SQL call (args.c): 1 once
+ * sqlite3_interrupt(db) is in effect or the connection's progress handler
+ * asked to stop (it is called every few polls). sx_poll_stop has the
+ * int (*)(void *) shape model/'s stop callbacks take. Begin and end on the
+ * same thread, around the work; end before returning to SQLite, except in
+ * an aggregate's context, which may keep one across its calls (its opcode
+ * count then accumulates over the query) and ends it in xFinal. */
 typedef struct sx_poll {
     sqlite3 *db;
     sqlite3_stmt *st;

@@ -1,8 +1,9 @@
 #!/bin/sh
 # run-tests.sh: runs each test binary given, then the SQL scripts in sql/tests
 # (when sentiment.so exists), the Python wheel's tests (scripts/test-wheel.sh),
-# and prints one summary line. Exits non-zero when
-# anything failed.
+# the Ray scale-out suite (scripts/test-scaleout.sh; it skips, passing, where
+# it cannot run), and prints one summary line, the last line of its output
+# (and of `make test`'s). Exits non-zero when anything failed.
 set -u
 passed=0
 failed=0
@@ -34,6 +35,19 @@ if [ -x ./scripts/test-wheel.sh ] && [ -f "${BUILD:-build}/sentiment.so" ]; then
     else
         failed=$((failed + 1))
         failed_names="$failed_names python-wheel"
+    fi
+fi
+# The scale-out suite last before the summary, so that the summary stays
+# the last line. SCALEOUT=0 leaves it out; SCALEOUT_SCRIPT names another
+# script (tests/test_run_tests_summary.sh uses a stand-in).
+scaleout=${SCALEOUT_SCRIPT:-./scripts/test-scaleout.sh}
+if [ "${SCALEOUT:-1}" != 0 ] && [ -x "$scaleout" ]; then
+    echo "== scale-out ($scaleout)"
+    if BUILD="${BUILD:-build}" SAN="${SAN:-}" "$scaleout"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failed_names="$failed_names scale-out"
     fi
 fi
 echo

@@ -4,9 +4,12 @@
  * other connections; a corrupted row is an error, never the old model;
  * sentiment_use verifies what it copies; sentiment_save(name) saves what
  * the name means; sentiment_drop and sentiment_export; the schema's
- * triggers keep sentiment_train_log with its models.
+ * triggers keep sentiment_train_log with its models. A model directory's
+ * identity covers every file it is read from: an edit of its
+ * 1_Pooling/config.json or modules.json is seen by the next sentiment_load.
  */
 #include "ext_test_util.h"
+#include "embed_test_util.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -424,6 +427,89 @@ static void test_export_bad_input(void **state)
     assert_int_equal(system(sql), 0);
 }
 
+
+/* Writes text to dir/name (replacing it). */
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* hex(sentiment_embed(text, model)) after sentiment_load(model, dir). */
+static char *load_and_embed(sqlite3 *db, const char *model, const char *dir)
+{
+    char sql[700];
+    snprintf(sql, sizeof sql, "SELECT sentiment_load('%s', '%s')", model, dir);
+    exec_ok(db, sql);
+    snprintf(sql, sizeof sql, "SELECT hex(sentiment_embed('房间很干净，服务周到', '%s'))", model);
+    return q_text(db, sql);
+}
+
+/* The same size as bert_cls's 1_Pooling/config.json, mean instead of CLS. */
+static const char k_pool_mean[] =
+    "{\n  \"word_embedding_dimension\": 64,\n  \"pooling_mode_cls_token\": false,\n"
+    "  \"pooling_mode_mean_tokens\": true,\n  \"pooling_mode_max_tokens\": false,\n"
+    "  \"pooling_mode_mean_sqrt_len_tokens\": false,\n"
+    "  \"pooling_mode_weightedmean_tokens\": false,\n  \"pooling_mode_lasttoken\": false,\n"
+    "  \"include_prompt\": true\n}\n";
+
+static const char k_modules_norm[] =
+    "[\n  {\"idx\": 0, \"name\": \"0\", \"path\": \"\", "
+    "\"type\": \"sentence_transformers.models.Transformer\"},\n"
+    "  {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", "
+    "\"type\": \"sentence_transformers.models.Pooling\"},\n"
+    "  {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", "
+    "\"type\": \"sentence_transformers.models.Normalize\"}\n]\n";
+
+static void test_model_dir_pooling_files_in_identity(void **state)
+{
+    (void)state;
+    char dir[256], fresh[256];
+    assert_int_equal(embed_variant_dir("bert_cls", "tests/fixtures/models/bert_encoder", dir,
+                                       sizeof dir), 0);
+    sqlite3 *db = open_db();
+    char *cls = load_and_embed(db, "st", dir);
+    assert_non_null(cls);
+
+    /* the pooling's config edited: mean pooling, what a fresh copy gives */
+    write_text(dir, "1_Pooling/config.json", k_pool_mean);
+    char *mean = load_and_embed(db, "st", dir);
+    assert_int_equal(embed_variant_dir("bert_cls", "tests/fixtures/models/bert_encoder", fresh,
+                                       sizeof fresh), 0);
+    write_text(fresh, "1_Pooling/config.json", k_pool_mean);
+    char *want_mean = load_and_embed(db, "fresh", fresh);
+    assert_string_not_equal(mean, cls);
+    assert_string_equal(mean, want_mean);
+
+    /* modules.json edited: a Normalize module after the pooling */
+    write_text(dir, "modules.json", k_modules_norm);
+    char *norm = load_and_embed(db, "st", dir);
+    write_text(fresh, "modules.json", k_modules_norm);
+    char *want_norm = load_and_embed(db, "fresh", fresh);
+    assert_string_not_equal(norm, mean);
+    assert_string_equal(norm, want_norm);
+
+    /* another connection of the process is served the new files too */
+    sqlite3 *db2 = open_db();
+    char *other = load_and_embed(db2, "st", dir);
+    assert_string_equal(other, want_norm);
+    sqlite3_close(db2);
+
+    free(cls);
+    free(mean);
+    free(want_mean);
+    free(norm);
+    free(want_norm);
+    free(other);
+    sqlite3_close(db);
+    embed_dir_remove(dir);
+    embed_dir_remove(fresh);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -440,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_schema_objects_match_sql_file),
         cmocka_unit_test(test_export_round_trip),
         cmocka_unit_test(test_export_bad_input),
+        cmocka_unit_test(test_model_dir_pooling_files_in_identity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -368,6 +368,24 @@ static void test_load_errors(void **state)
     embed_dir_remove(dir);
 }
 
+/* sentiment_models: an encoder without a classification head lists no
+ * labels and says it is an embedding model; sentiment() on it says why. */
+static void test_models_lists_embedding_model(void **state)
+{
+    (void)state;
+    sqlite3 *db = open_db();
+    exec_ok(db, "SELECT sentiment_load('enc', '" ENCODER "')");
+    load_tiny(db);
+    expect_text(db, "SELECT kind FROM sentiment_models WHERE name = 'enc'", "embedding");
+    assert_true(q_is_null(db, "SELECT labels FROM sentiment_models WHERE name = 'enc'"));
+    expect_text(db, "SELECT kind FROM sentiment_models WHERE name = 'tiny'", "classifier");
+    expect_text(db, "SELECT json_array_length(labels) > 0 FROM sentiment_models WHERE name = 'tiny'",
+                "1");
+    expect_text(db, "SELECT kind FROM sentiment_models WHERE name = 'default'", "classifier");
+    expect_error(db, "SELECT sentiment('好', 'enc')", "no classification head");
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_batched_equals_single),
         cmocka_unit_test(test_store_export_train),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_models_lists_embedding_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

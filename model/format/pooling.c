@@ -311,6 +311,19 @@ int sm_pooling_read_dir(const char *dir, sm_pooling *out, int *found, char *err)
     return SM_OK;
 }
 
+void sm_pooling_files_of_dir(const char *dir, char *pool_file, size_t cap)
+{
+    char pool_path[80], err[SM_ERR_MAX];
+    char *text = NULL;
+    size_t len = 0;
+    int normalize;
+    if (cap) pool_file[0] = 0;
+    if (read_file(dir, "modules.json", &text, &len, err)) return;
+    if (sm_pooling_parse_modules(text, len, pool_path, sizeof pool_path, &normalize, err) == SM_OK)
+        snprintf(pool_file, cap, "%s/config.json", pool_path);
+    free(text);
+}
+
 int sm_pooling_from_json(const json_in_value *v, sm_pooling *out, char *err)
 {
     static const char key[] = "config.json: 'embedding_pooling'";

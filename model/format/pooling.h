@@ -76,6 +76,12 @@ const char *sm_pool_mode_name(sm_pool_mode mode);
  * bad JSON, a wrong type, an unsupported mode or module) is an error
  * naming the file and the key. */
 int sm_pooling_read_dir(const char *dir, sm_pooling *out, int *found, char *err);
+/* The files of dir that sm_pooling_read_dir reads, relative to dir, for a
+ * cache identity: "modules.json" and, when modules.json names a Pooling
+ * module, its config.json ("1_Pooling/config.json") in pool_file (cap >=
+ * 96), else "" there. Errors (unreadable or bad modules.json) give "" too:
+ * the loader reports them. */
+void sm_pooling_files_of_dir(const char *dir, char *pool_file, size_t cap);
 
 /* modules.json text: the Pooling module's path (pool_path, cap bytes) and
  * whether a Normalize module follows it. */
