@@ -68,6 +68,9 @@ static sqlite3 *setup(const char *path, int wal)
     sqlite3 *db = open_db_path(path);
     exec_ok(db, "SELECT sentiment_config('progress', 'off')");
     load_tiny(db);
+    /* large pages: a stored model is a few operations, not hundreds, so
+     * failing each in turn stays quick */
+    exec_ok(db, "PRAGMA page_size = 65536");
     if (wal) expect_text(db, "PRAGMA journal_mode = WAL", "wal");
     exec_ok(db, "CREATE TABLE IF NOT EXISTS u(x); INSERT INTO u VALUES (1)");
     if (!q_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'd'")) make_data(db, 16);
@@ -302,6 +305,8 @@ static void fault_sweep(const fault_case *fc, int in_txn)
         for (k = 1; k < 5000; k++)
             if (!fault_once(fc, modes[m], k, in_txn)) break;
         if (k == 5000) fail_msg("%s: never ran to its end", fc->sql);
+        printf("%s, mode %d%s: %ld operations failed in turn\n", fc->sql, modes[m],
+               in_txn ? ", in a transaction" : "", k - 1);
         if (k < 3)
             fail_msg("%s mode %d in_txn %d: only %ld operations counted", fc->sql, modes[m], in_txn,
                      k - 1);
