@@ -470,15 +470,19 @@ static size_t utf8_put(cp_t c, char *dst)
     return (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)dst);
 }
 
-/* WordpieceTokenizer.tokenize for one basic token of n code points. */
+/* WordpieceTokenizer.tokenize for one basic token of n code points: from
+ * each start one walk down the vocabulary's trie (after "##" when not at
+ * the word's start) finds the longest token there, in at most as many
+ * steps as the word has bytes left (4 * MAX_WORD_CHARS). */
 static void wordpiece(workspace *w, const cp_t *cp, size_t n)
 {
     const tokenizer *tok = w->tok;
-    size_t max_bytes = vocab_max_token_bytes(tok->vocab);
+    const vocab *v = tok->vocab;
     char bytes[4 * MAX_WORD_CHARS];
     uint16_t off[MAX_WORD_CHARS + 1];
     int sub[MAX_WORD_CHARS];
     size_t nsub = 0, start = 0;
+    uint32_t cont;
 
     if (n == 0)
         return;
@@ -489,18 +493,28 @@ static void wordpiece(workspace *w, const cp_t *cp, size_t n)
     off[0] = 0;
     for (size_t i = 0; i < n; i++)
         off[i + 1] = (uint16_t)(off[i] + utf8_put(cp[i], bytes + off[i]));
+    cont = vocab_trie_next(v, 0, '#');
+    cont = cont ? vocab_trie_next(v, cont, '#') : 0;
 
     while (start < n) {
-        size_t plen = start ? 2 : 0, end = n;
-        int id = -1;
-        while (end > start) {
-            size_t blen = (size_t)(off[end] - off[start]);
-            if (plen + blen <= max_bytes) {
-                id = vocab_lookup_prefixed(tok->vocab, "##", plen, bytes + off[start], blen);
-                if (id >= 0)
-                    break;
+        uint32_t node = start ? cont : 0; /* 0 here: the root */
+        size_t end = n;
+        /* The whole rest, when it is a token, is the longest match: one
+         * hash probe for the usual word (an ideograph, a short word). */
+        int id = vocab_lookup_prefixed(v, "##", start ? 2 : 0, bytes + off[start],
+                                       (size_t)(off[n] - off[start]));
+        int alive = id < 0 && (!start || cont);
+        for (size_t k = start; k < n && alive; k++) {
+            /* the bytes of code point k, then a token may end */
+            for (uint16_t b = off[k]; b < off[k + 1] && alive; b++)
+                alive = (node = vocab_trie_next(v, node, (unsigned char)bytes[b])) != 0;
+            if (!alive)
+                break;
+            int t = vocab_trie_id(v, node);
+            if (t >= 0) {
+                id = t;
+                end = k + 1;
             }
-            end--;
         }
         if (id < 0) {
             emit(w, tok->special[SP_UNK]);

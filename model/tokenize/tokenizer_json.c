@@ -57,6 +57,12 @@
 #define TJ_MAX_ADDED 4096     /* added tokens */
 #define TJ_MAX_TEMPLATE 16    /* special ids around the text */
 #define TJ_MAX_TEXT ((size_t)INT_MAX / 8)
+/* The longest vocabulary piece or added token, in bytes, a file may hold
+ * (real ones are a few dozen: sentencepiece's default max_piece_length is
+ * 16 characters). Every place in a text costs at most this many steps of
+ * the trie walk, so tokenizing is linear in the text; a longer piece is
+ * refused at load, naming it. */
+#define TJ_MAX_PIECE 1024
 
 typedef int32_t cp_t;
 
@@ -784,12 +790,16 @@ static void put(sink *k, int id)
 
 static int full(const sink *k) { return k->n > k->limit; }
 
+/* Greedy longest match over one word: from each start one walk down the
+ * vocabulary's trie (after the continuing prefix when not at the word's
+ * start) finds the longest token there, so a token costs at most the
+ * longest piece's length (TJ_MAX_PIECE) in steps, however long the word. */
 static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
                      size_t n, sink *out)
 {
-    size_t nch = 0, start = 0, maxb = vocab_max_token_bytes(voc);
+    size_t nch = 0, start = 0;
     int first_n = out->n;
-    char *buf;
+    uint32_t cont = 0; /* the node of the continuing prefix, 0 when none */
     for (size_t i = 0; i < n; nch++) {
         cp_t c;
         i += dec(s + i, n - i, &c);
@@ -798,47 +808,43 @@ static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
         put(out, tj->unk_id);
         return SM_OK;
     }
-    buf = malloc(tj->prefix_len + n + 1);
-    if (!buf)
-        return SM_ERR_NOMEM;
-    memcpy(buf, tj->prefix, tj->prefix_len);
+    for (size_t i = 0; i < tj->prefix_len; i++)
+        if (!(cont = vocab_trie_next(voc, i ? cont : 0, (unsigned char)tj->prefix[i])))
+            break;
     while (start < n) {
-        size_t end = n, pl = start ? tj->prefix_len : 0;
-        int id = -1;
-        /* Nothing longer than the longest token can match: start there (on
-         * a character boundary), so a long word costs O(length). */
-        if (maxb < pl + 1)
-            end = start;
-        else if (end - start > maxb - pl) {
-            end = start + maxb - pl;
-            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80)
-                end--;
-        }
-        while (end > start) {
-            if (pl + end - start <= maxb) {
-                if (start == 0) {
-                    id = vocab_lookup(voc, s, end);
-                } else {
-                    memcpy(buf + pl, s + start, end - start);
-                    id = vocab_lookup(voc, buf, pl + end - start);
-                }
-                if (id >= 0)
-                    break;
+        int prefixed = start && tj->prefix_len;
+        uint32_t node = prefixed ? cont : 0;
+        size_t end = n;
+        /* The whole rest, when it is a token, is the longest match: one
+         * hash probe for the usual word (an ideograph, a short word). */
+        int id = n - start <= TJ_MAX_PIECE
+                     ? vocab_lookup_prefixed(voc, tj->prefix, prefixed ? tj->prefix_len : 0,
+                                             s + start, n - start)
+                     : -1;
+        /* A token ends on a character boundary (its bytes are valid
+         * UTF-8, and so are s's); the check keeps that exact anyway. When
+         * no token has the prefix (cont 0) nothing continues the word. */
+        int walk = id < 0 && !(prefixed && !cont);
+        for (size_t e = start; e < n && walk;) {
+            node = vocab_trie_next(voc, node, (unsigned char)s[e++]);
+            if (!node)
+                break;
+            if (e < n && ((unsigned char)s[e] & 0xC0) == 0x80)
+                continue;
+            int k = vocab_trie_id(voc, node);
+            if (k >= 0) {
+                id = k;
+                end = e;
             }
-            end--;
-            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80)
-                end--;
         }
         if (id < 0) {
             out->n = first_n;
             put(out, tj->unk_id);
-            free(buf);
             return SM_OK;
         }
         put(out, id);
         start = end;
     }
-    free(buf);
     return SM_OK;
 }
 
@@ -852,7 +858,6 @@ typedef struct {
 static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
                    size_t n, sink *out, char *err)
 {
-    size_t maxb = vocab_max_token_bytes(voc);
     double unk_score = tj->min_score - 10.0;
     best_node *b = calloc(n + 1, sizeof *b);
     size_t *stack = NULL, top = 0, e;
@@ -865,10 +870,15 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
         size_t mb = dec(s + at, n - at, &c), end;
         int single = 0;
         double here = b[at].score;
-        for (end = at + 1; end <= n && end - at <= maxb; end++) {
+        /* Every piece starting at `at`, shortest first, in one walk down
+         * the trie: at most TJ_MAX_PIECE steps, one per byte. */
+        uint32_t node = 0;
+        for (end = at + 1; end <= n; end++) {
+            if (!(node = vocab_trie_next(voc, node, (unsigned char)s[end - 1])))
+                break;
             if (end < n && ((unsigned char)s[end] & 0xC0) == 0x80)
                 continue;
-            int id = vocab_lookup(voc, s + at, end - at);
+            int id = vocab_trie_id(voc, node);
             if (id < 0)
                 continue;
             double cand = tj->scores[id] + here;
@@ -1468,6 +1478,12 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
                 goto end;
             }
             names[i] = e->items[0].str;
+            if (e->items[0].n > TJ_MAX_PIECE) {
+                rc = sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: Unigram piece %d "
+                              "is %zu bytes long; at most %d are supported", i,
+                              e->items[0].n, TJ_MAX_PIECE);
+                goto end;
+            }
             tj->scores[i] = flags & TJ_RUST_SCORES
                                 ? serde_f64(&e->items[1]) : e->items[1].d;
             if (tj->scores[i] < tj->min_score)
@@ -1492,6 +1508,12 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
                 goto end;
             }
             names[id] = e->key;
+            if (strlen(e->key) > TJ_MAX_PIECE) {
+                rc = sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: WordPiece token "
+                              "%d is %zu bytes long; at most %d are supported", id,
+                              strlen(e->key), TJ_MAX_PIECE);
+                goto end;
+            }
         }
         const json_in_value *u = json_in_get(m, "unk_token"),
                             *p = json_in_get(m, "continuing_subword_prefix"),
@@ -1576,6 +1598,10 @@ static int load_added(tj_pipeline *tj, const json_in_value *a, int n_vocab,
             (rc = get_bool(e, "normalized", 0, &norm, "added token", err)) ||
             (rc = get_bool(e, "single_word", 0, &single, "added token", err)))
             return rc;
+        if (c->n > TJ_MAX_PIECE)
+            return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: added token %zu "
+                            "is %zu bytes long; at most %d are supported", i, c->n,
+                            TJ_MAX_PIECE);
         if (norm || single)
             return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: added token "
                             "'%.64s' with %s=true is not supported", c->str,
