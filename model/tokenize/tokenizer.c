@@ -448,6 +448,9 @@ typedef struct {
     int cap;      /* ids written while n < cap */
     int n;        /* ids produced so far */
     int limit;    /* stop once n > limit */
+    int (*stop)(void *user); /* the caller's stop check, or NULL */
+    void *user;
+    long budget;  /* bytes of text left before the next stop check */
     char *err;
     cpbuf word;   /* the word being collected */
     cpbuf nfc;    /* the word after NFC */
@@ -462,6 +465,17 @@ static void emit(workspace *w, int id)
 }
 
 static int done(const workspace *w) { return w->n > w->limit; }
+
+/* Counts `bytes` of text read; every TOKENIZER_POLL_BYTES asks the
+ * caller's stop check, SM_ERR_INTERRUPTED when it says stop. */
+static int poll_stop(workspace *w, size_t bytes)
+{
+    w->budget -= (long)bytes;
+    if (w->budget > 0)
+        return SM_OK;
+    w->budget = w->stop ? TOKENIZER_POLL_BYTES : LONG_MAX;
+    return w->stop && w->stop(w->user) ? sm_error(w->err, SM_ERR_INTERRUPTED, "interrupted") : SM_OK;
+}
 
 /* --------------------------------------------------------------- WordPiece */
 
@@ -786,9 +800,14 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len)
         if (s[i] < 0x80) {
             c = s[i++];
             cls = ascii_class(c);
+            if (--w->budget <= 0 && (rc = poll_stop(w, 0)) != SM_OK)
+                return rc;
         } else {
-            i += utf8_next(s + i, len - i, &c);
+            size_t k = utf8_next(s + i, len - i, &c);
+            i += k;
             cls = char_class(c);
+            if ((w->budget -= (long)k) <= 0 && (rc = poll_stop(w, 0)) != SM_OK)
+                return rc;
         }
         if (cls == CH_WORD) {
             if (w->word.n == w->word.cap &&
@@ -835,7 +854,7 @@ static int special_at(const tokenizer *tok, const char *s, size_t n,
  * run the basic tokenizer on what lies between. */
 static int run(workspace *w, const char *text, size_t len)
 {
-    size_t seg = 0, i = 0;
+    size_t seg = 0, i = 0, seen = 0;
     while (i < len && !done(w)) {
         const char *p = memchr(text + i, '[', len - i);
         size_t mlen = 0;
@@ -843,6 +862,12 @@ static int run(workspace *w, const char *text, size_t len)
         if (!p)
             break;
         i = (size_t)(p - text);
+        if (i - seen >= TOKENIZER_POLL_BYTES) { /* a long run of '[' not special */
+            int rc = poll_stop(w, i - seen);
+            if (rc)
+                return rc;
+            seen = i;
+        }
         id = special_at(w->tok, p, len - i, &mlen);
         if (id < 0) {
             i++;
@@ -863,7 +888,7 @@ static int run(workspace *w, const char *text, size_t len)
 
 static int tokenize_limited(const tokenizer *tok, const char *text,
                             size_t len, int *ids, int cap, int limit,
-                            int *n_out, char *err)
+                            int (*stop)(void *), void *user, int *n_out, char *err)
 {
     workspace w;
     int rc;
@@ -879,6 +904,9 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
     w.ids = ids;
     w.cap = cap;
     w.limit = limit;
+    w.stop = stop;
+    w.user = user;
+    w.budget = stop ? TOKENIZER_POLL_BYTES : LONG_MAX;
     w.err = err;
     cpbuf_init(&w.word);
     cpbuf_init(&w.nfc);
@@ -891,24 +919,32 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
     return rc;
 }
 
-int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
-                       int *ids, int cap, int *n_total, char *err)
+int tokenizer_tokenize_stoppable(const tokenizer *tok, const char *text, size_t len,
+                                 int *ids, int cap, int *n_total, int (*stop)(void *user),
+                                 void *user, char *err)
 {
     int n = 0, rc;
     if (tok && tok->json) {
         if ((!text && len) || cap < 0 || (!ids && cap > 0))
             return sm_error(err, SM_ERR_INVALID, "tokenizer: NULL or negative argument");
-        return tj_tokenize(tok->json, tok->vocab, text, len, ids, cap, n_total, err);
+        return tj_tokenize(tok->json, tok->vocab, text, len, ids, cap, n_total, stop,
+                           user, err);
     }
-    rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, &n, err);
+    rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, stop, user, &n, err);
     if (n_total)
         *n_total = n;
     return rc;
 }
 
-int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
-                     int max_length, int *ids, int *n, int *truncated,
-                     char *err)
+int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
+                       int *ids, int cap, int *n_total, char *err)
+{
+    return tokenizer_tokenize_stoppable(tok, text, len, ids, cap, n_total, NULL, NULL, err);
+}
+
+int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len,
+                               int max_length, int *ids, int *n, int *truncated,
+                               int (*stop)(void *user), void *user, char *err)
 {
     int body = 0, rc;
 
@@ -916,7 +952,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
         if (!ids || (!text && len))
             return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: NULL argument");
         return tj_encode(tok->json, tok->vocab, text, len, max_length, ids, n,
-                         truncated, err);
+                         truncated, stop, user, err);
     }
     if (!tok || !ids || max_length < 2)
         return sm_error(err, SM_ERR_INVALID,
@@ -924,7 +960,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
                         "(room for [CLS] and [SEP])", max_length);
     /* Stop as soon as one token more than fits is seen. */
     rc = tokenize_limited(tok, text, len, ids + 1, max_length - 2,
-                          max_length - 2, &body, err);
+                          max_length - 2, stop, user, &body, err);
     if (rc)
         return rc;
     if (truncated)
@@ -936,4 +972,12 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
     if (n)
         *n = body + 2;
     return SM_OK;
+}
+
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
+                     int max_length, int *ids, int *n, int *truncated,
+                     char *err)
+{
+    return tokenizer_encode_stoppable(tok, text, len, max_length, ids, n, truncated, NULL,
+                                      NULL, err);
 }

@@ -66,6 +66,30 @@
 
 typedef int32_t cp_t;
 
+/* ------------------------------------------------------------ stopping */
+
+/* The caller's stop check (tokenizer_*_stoppable), asked after about every
+ * TJ_POLL_BYTES bytes of work: of the text, and of each pass over it. */
+#define TJ_POLL_BYTES 4096 /* tokenizer.h's TOKENIZER_POLL_BYTES */
+#define TJ_CHUNK (4 * TJ_POLL_BYTES) /* a normalizer's run between checks */
+
+typedef struct {
+    int (*fn)(void *user); /* NULL: never stop */
+    void *user;
+    long budget;           /* bytes before the next check */
+    char *err;
+} stopper;
+
+static int poll_stop(stopper *st, size_t bytes)
+{
+    st->budget -= (long)bytes;
+    if (st->budget > 0)
+        return SM_OK;
+    st->budget = st->fn ? TJ_POLL_BYTES : LONG_MAX;
+    return st->fn && st->fn(st->user) ? sm_error(st->err, SM_ERR_INTERRUPTED, "interrupted")
+                                      : SM_OK;
+}
+
 /* ------------------------------------------------------------ buffers */
 
 typedef struct {
@@ -246,6 +270,7 @@ typedef struct {
 } added_tok;
 
 struct tj_pipeline {
+    size_t chunk;             /* normalizer pieces, bytes (TJ_CHUNK; 0: whole) */
     norm_step norm[TJ_MAX_STEPS];
     int n_norm;
     pre_step pre[TJ_MAX_STEPS];
@@ -276,6 +301,8 @@ static void step_free(norm_step *s)
     free(s->pat);
     free(s->content);
 }
+
+void tj_set_chunk(tj_pipeline *tj, size_t bytes) { tj->chunk = bytes; }
 
 void tj_free(tj_pipeline *tj)
 {
@@ -637,10 +664,77 @@ static int keeps_lead(const norm_step *st, const char *s, size_t n)
     }
 }
 
+/* 1 when the NUL-terminated pat holds the bytes b[0..l). */
+static int contains(const char *pat, const char *b, size_t l)
+{
+    for (const char *p = pat; *p; p++)
+        if (strncmp(p, b, l) == 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when step st gives the same text for s cut between the code points
+ * c1 and c2 as for s whole: both are ASCII letters or digits or common
+ * ideographs, starters that compose with nothing before them, that
+ * nothing decomposes across and between which a grapheme cluster always
+ * ends (Precompiled works cluster by cluster); for Replace, neither is in
+ * the pattern, so no match spans the cut. Strip is never cut. */
+static int cut_ok(const norm_step *st, cp_t c1, cp_t c2)
+{
+    cp_t c[2] = {c1, c2};
+    if (st->kind == N_STRIP)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        cp_t x = c[i];
+        int simple = (x >= '0' && x <= '9') || ((x | 0x20) >= 'a' && (x | 0x20) <= 'z') ||
+                     (x >= 0x4E00 && x <= 0x9FFF) || (x >= 0x3400 && x <= 0x4DBF);
+        if (!simple)
+            return 0;
+        if (st->kind == N_REPLACE) {
+            char b[4];
+            size_t l = (size_t)utf8proc_encode_char(x, (utf8proc_uint8_t *)b);
+            if (st->rep_char ? x == st->rep_char : contains(st->pat, b, l))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Where the piece of s[at..n) that step st normalizes next ends: n, or
+ * the first place at least `chunk` bytes on where cut_ok holds (n when
+ * none does). */
+static size_t chunk_end(const norm_step *st, size_t chunk, const char *s, size_t n,
+                        size_t at)
+{
+    size_t p, q;
+    cp_t c1, c2;
+    if (chunk == 0 || n - at <= chunk || st->kind == N_STRIP)
+        return n;
+    for (p = at + chunk; p < n && ((unsigned char)s[p] & 0xC0) == 0x80; p++)
+        ; /* a character boundary */
+    if (p >= n)
+        return n;
+    q = p; /* the character before p starts at q */
+    do
+        q--;
+    while (q > at && ((unsigned char)s[q] & 0xC0) == 0x80);
+    dec(s + q, p - q, &c1);
+    while (p < n) {
+        size_t k = dec(s + p, n - p, &c2);
+        if (cut_ok(st, c1, c2))
+            return p;
+        c1 = c2;
+        p += k;
+    }
+    return n;
+}
+
 /* The normalizer chain over s[0..n) into *out (replaced); *lead is cleared
- * when a step moves the first character off the original start. */
+ * when a step moves the first character off the original start. Each step
+ * runs over pieces of about TJ_CHUNK bytes cut where it gives the same
+ * text (chunk_end), the stop check asked between them. */
 static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
-                     int *lead, char *err)
+                     int *lead, stopper *stop, char *err)
 {
     sbuf cur = {0}, nxt = {0};
     int rc = sb_add(&cur, s, n) ? SM_ERR_NOMEM : SM_OK;
@@ -649,13 +743,19 @@ static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
         nxt.n = 0;
         if (*lead && !keeps_lead(st, cur.p, cur.n))
             *lead = 0;
-        switch (st->kind) {
-        case N_PRECOMPILED: rc = norm_precompiled(tj, cur.p, cur.n, &nxt, err); break;
-        case N_REPLACE: rc = norm_replace(st, cur.p, cur.n, &nxt); break;
-        case N_STRIP: rc = norm_strip(st, cur.p, cur.n, &nxt); break;
-        case N_LOWER: rc = norm_lower(cur.p, cur.n, &nxt); break;
-        case N_BERT: rc = norm_bert(st, cur.p, cur.n, &nxt, err); break;
-        default: rc = norm_utf8proc(st->kind, cur.p, cur.n, &nxt, err); break;
+        for (size_t at = 0, end; at < cur.n && !rc; at = end) {
+            const char *p = cur.p + at;
+            size_t m = (end = chunk_end(st, tj->chunk, cur.p, cur.n, at)) - at;
+            switch (st->kind) {
+            case N_PRECOMPILED: rc = norm_precompiled(tj, p, m, &nxt, err); break;
+            case N_REPLACE: rc = norm_replace(st, p, m, &nxt); break;
+            case N_STRIP: rc = norm_strip(st, p, m, &nxt); break;
+            case N_LOWER: rc = norm_lower(p, m, &nxt); break;
+            case N_BERT: rc = norm_bert(st, p, m, &nxt, err); break;
+            default: rc = norm_utf8proc(st->kind, p, m, &nxt, err); break;
+            }
+            if (!rc)
+                rc = poll_stop(stop, m);
         }
         if (!rc && sb_reserve(&nxt, 0))
             rc = SM_ERR_NOMEM;
@@ -745,7 +845,7 @@ static int pre_metaspace(const pre_step *st, const char *s, size_t n, int first,
 
 /* The pre-tokenizer chain over one normalized segment, into *out. */
 static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
-                        int first, pieces *out)
+                        int first, stopper *stop, pieces *out)
 {
     pieces cur = {0}, nxt = {0};
     int rc = pc_add(&cur, s, n, first);
@@ -760,6 +860,8 @@ static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
             rc = st->kind == P_WHITESPACE ? pre_whitespace(p, l, f, &nxt)
                : st->kind == P_BERT ? pre_bert(p, l, f, &nxt)
                : pre_metaspace(st, p, l, f, &nxt);
+            if (!rc)
+                rc = poll_stop(stop, l);
         }
         pieces t = cur;
         cur = nxt;
@@ -768,7 +870,7 @@ static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
     pc_free(&nxt);
     if (rc) {
         pc_free(&cur);
-        return SM_ERR_NOMEM;
+        return rc;
     }
     *out = cur;
     return SM_OK;
@@ -779,6 +881,7 @@ static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
 typedef struct {
     int *ids;
     int cap, n, limit;
+    stopper *stop;
 } sink;
 
 static void put(sink *k, int id)
@@ -800,9 +903,13 @@ static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
     size_t nch = 0, start = 0;
     int first_n = out->n;
     uint32_t cont = 0; /* the node of the continuing prefix, 0 when none */
+    int rc;
     for (size_t i = 0; i < n; nch++) {
         cp_t c;
-        i += dec(s + i, n - i, &c);
+        size_t k = dec(s + i, n - i, &c);
+        i += k;
+        if ((out->stop->budget -= (long)k) <= 0 && (rc = poll_stop(out->stop, 0)))
+            return rc;
     }
     if (nch > (size_t)tj->max_chars) {
         put(out, tj->unk_id);
@@ -843,6 +950,8 @@ static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
             return SM_OK;
         }
         put(out, id);
+        if ((rc = poll_stop(out->stop, end - start)))
+            return rc;
         start = end;
     }
     return SM_OK;
@@ -906,6 +1015,8 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
             }
         }
         at += mb;
+        if ((out->stop->budget -= (long)mb) <= 0 && (rc = poll_stop(out->stop, 0)))
+            goto end;
     }
     /* Walk back, then emit forward; runs of unknowns are fused into one
      * string that is looked up (or byte-fallen-back) as a whole. */
@@ -974,10 +1085,10 @@ static int segment(const tj_pipeline *tj, const vocab *voc, const char *s,
     int rc;
     if (n == 0)
         return SM_OK;
-    rc = normalize(tj, s, n, &norm, &first, err);
+    rc = normalize(tj, s, n, &norm, &first, out->stop, err);
     if (rc)
         return rc;
-    rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, &pc);
+    rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, out->stop, &pc);
     for (size_t i = 0; i < pc.n && !rc && !full(out); i++) {
         const char *p = pc.text.p + pc.s[i].off;
         rc = tj->model == M_UNIGRAM ? unigram(tj, voc, p, pc.s[i].len, out, err)
@@ -1007,11 +1118,17 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
             return sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory");
         }
         i += k;
+        if ((out->stop->budget -= (long)k) <= 0 && (rc = poll_stop(out->stop, 0))) {
+            free(s.p);
+            return rc;
+        }
     }
     for (i = 0; i < s.n && !rc && !full(out);) {
         int k = added_at(tj, s.p, s.n, i);
         if (k < 0) {
             i++;
+            if (--out->stop->budget <= 0)
+                rc = poll_stop(out->stop, 0);
             continue;
         }
         const added_tok *a = &tj->added[k];
@@ -1045,9 +1162,11 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
 }
 
 int tj_tokenize(const tj_pipeline *tj, const vocab *voc, const char *text,
-                size_t len, int *ids, int cap, int *n_total, char *err)
+                size_t len, int *ids, int cap, int *n_total, int (*stop)(void *),
+                void *user, char *err)
 {
-    sink k = {ids, cap, 0, INT_MAX - 1};
+    stopper st = {stop, user, stop ? TJ_POLL_BYTES : LONG_MAX, err};
+    sink k = {ids, cap, 0, INT_MAX - 1, &st};
     int rc = run(tj, voc, text ? text : "", len, &k, err);
     if (n_total)
         *n_total = k.n;
@@ -1056,14 +1175,15 @@ int tj_tokenize(const tj_pipeline *tj, const vocab *voc, const char *text,
 
 int tj_encode(const tj_pipeline *tj, const vocab *voc, const char *text,
               size_t len, int max_length, int *ids, int *n, int *truncated,
-              char *err)
+              int (*stop)(void *), void *user, char *err)
 {
+    stopper st = {stop, user, stop ? TJ_POLL_BYTES : LONG_MAX, err};
     int room = max_length - tj->n_before - tj->n_after, rc;
     if (room < 0)
         return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: max_length is %d, "
                         "expected at least %d (room for the special tokens)",
                         max_length, tj->n_before + tj->n_after);
-    sink k = {ids + tj->n_before, room, 0, room};
+    sink k = {ids + tj->n_before, room, 0, room, &st};
     rc = run(tj, voc, text ? text : "", len, &k, err);
     if (rc)
         return rc;
@@ -1742,6 +1862,7 @@ int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipel
         rc = sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
         goto fail;
     }
+    tj->chunk = TJ_CHUNK;
     if (!json_in_get(root, "model")) {
         rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: no \"model\"");
         goto fail;
