@@ -271,6 +271,7 @@ typedef struct {
 
 struct tj_pipeline {
     size_t chunk;             /* normalizer pieces, bytes (TJ_CHUNK; 0: whole) */
+    int split_space, split_cjk; /* where a segment may be cut (set_splits) */
     norm_step norm[TJ_MAX_STEPS];
     int n_norm;
     pre_step pre[TJ_MAX_STEPS];
@@ -1100,6 +1101,130 @@ static int segment(const tj_pipeline *tj, const vocab *voc, const char *s,
                               : rc;
 }
 
+/* Whether the pipeline may cut a segment in two where seg_cut_ok holds
+ * (set at load). Cuts at a space need: no Strip (it would strip the
+ * space off the second part), no Replace that matches a space, a
+ * Precompiled charsmap that keeps the space, and a first pre-tokenizer
+ * that splits there (WhitespaceSplit, BertPreTokenizer, Metaspace with
+ * split). Cuts between two ideographs need no Strip, a BertNormalizer
+ * that pads ideographs with spaces and a first pre-tokenizer that splits
+ * on white space (WhitespaceSplit, BertPreTokenizer). */
+static void set_splits(tj_pipeline *tj)
+{
+    int strip = 0, space_replace = 0, bert_cjk = 0, pre;
+    for (int k = 0; k < tj->n_norm; k++) {
+        const norm_step *st = &tj->norm[k];
+        strip |= st->kind == N_STRIP;
+        if (st->kind == N_REPLACE)
+            space_replace |= st->rep_char ? st->rep_char == ' ' : strchr(st->pat, ' ') != NULL;
+        if (st->kind == N_PRECOMPILED)
+            space_replace |= trie_first(tj, (const unsigned char *)" ", 1) >= 0;
+        bert_cjk |= st->kind == N_BERT && st->chinese;
+    }
+    pre = tj->n_pre ? tj->pre[0].kind : 0;
+    tj->split_space = !strip && !space_replace &&
+                      (pre == P_WHITESPACE || pre == P_BERT ||
+                       (pre == P_METASPACE && tj->pre[0].split));
+    tj->split_cjk = !strip && !space_replace && bert_cjk &&
+                    (pre == P_WHITESPACE || pre == P_BERT);
+}
+
+static int common_cjk(cp_t c) { return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF); }
+static int ascii_alnum(cp_t c)
+{
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+}
+
+/* 1 when no normalizer step changes c, alone in its grapheme cluster, or
+ * lets a Replace match run over it: a Precompiled charsmap without it,
+ * Replace patterns without it (in either case). */
+static int kept(const tj_pipeline *tj, cp_t c)
+{
+    char b[4], lb[4];
+    size_t l = (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)b);
+    cp_t lc = utf8proc_tolower(c);
+    size_t ll = (size_t)utf8proc_encode_char(lc, (utf8proc_uint8_t *)lb);
+    for (int k = 0; k < tj->n_norm; k++) {
+        const norm_step *st = &tj->norm[k];
+        if (st->kind == N_PRECOMPILED && trie_first(tj, (const unsigned char *)b, l) >= 0)
+            return 0;
+        if (st->kind == N_REPLACE &&
+            (st->rep_char ? st->rep_char == c || st->rep_char == lc
+                          : contains(st->pat, b, l) || contains(st->pat, lb, ll)))
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 when tokenizing s[0..p) and s[p..n) (not first) gives the ids of
+ * s[0..n): w x | y z are the code points around p (w, z 0 at the ends).
+ * At a space y before ASCII z after an ASCII letter or digit or an
+ * ideograph x: every step keeps x and y where they are (each is its own
+ * grapheme cluster, composes with nothing across, no Replace runs over
+ * it), so the normalized text is the two parts' joined, and the first
+ * pre-tokenizer splits at the space, so the pieces are too. Between two
+ * ideographs x y: the same, and the BertNormalizer pads both with spaces,
+ * where the pre-tokenizer splits. */
+static int seg_cut_ok(const tj_pipeline *tj, cp_t w, cp_t x, cp_t y, cp_t z)
+{
+    int w_simple = w == 0 || w < 0x80 || common_cjk(w);
+    if (!w_simple || !(ascii_alnum(x) || common_cjk(x)))
+        return 0;
+    if (tj->split_space && y == ' ' && z > ' ' && z < 0x7F)
+        return kept(tj, x);
+    if (tj->split_cjk && common_cjk(x) && common_cjk(y) && (z == 0 || z < 0x80 || common_cjk(z)))
+        return kept(tj, x) && kept(tj, y);
+    return 0;
+}
+
+/* Tokenizes the segment s[from..to) of the text s in parts of at least
+ * tj->chunk bytes cut where seg_cut_ok holds, so that an encode that has
+ * its ids stops before normalizing the rest (the ids are the same as for
+ * the segment whole; tests compare the two). */
+static int segment_parts(const tj_pipeline *tj, const vocab *voc, const char *s, size_t from,
+                         size_t to, sink *out, char *err)
+{
+    size_t a = from;
+    int rc = SM_OK;
+    while (a < to && !rc && !full(out)) {
+        size_t b = to;
+        if (tj->chunk && (tj->split_space || tj->split_cjk) && to - a > tj->chunk) {
+            /* the code points w x | y z around each place from a + chunk on */
+            size_t p = a + tj->chunk, q;
+            cp_t w = 0, x = 0, y, z;
+            while (p < to && ((unsigned char)s[p] & 0xC0) == 0x80)
+                p++;
+            for (q = p; q > a && ((unsigned char)s[q - 1] & 0xC0) == 0x80; q--)
+                ;
+            if (q > a) { /* x starts at q - 1 */
+                size_t xs = q - 1, ws;
+                dec(s + xs, p - xs, &x);
+                for (ws = xs; ws > a && ((unsigned char)s[ws - 1] & 0xC0) == 0x80; ws--)
+                    ;
+                if (ws > a)
+                    dec(s + ws - 1, xs - (ws - 1), &w);
+            }
+            while (p < to) {
+                size_t k = dec(s + p, to - p, &y), m = 0;
+                z = 0;
+                if (p + k < to)
+                    m = dec(s + p + k, to - p - k, &z);
+                (void)m;
+                if (x && seg_cut_ok(tj, w, x, y, z)) {
+                    b = p;
+                    break;
+                }
+                w = x;
+                x = y;
+                p += k;
+            }
+        }
+        rc = segment(tj, voc, s + a, b - a, a == 0, out, err);
+        a = b;
+    }
+    return rc;
+}
+
 static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
                size_t len, sink *out, char *err)
 {
@@ -1150,13 +1275,13 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
                 break;
             a1 += k;
         }
-        rc = segment(tj, voc, s.p + seg, a0 - seg, seg == 0, out, err);
+        rc = segment_parts(tj, voc, s.p, seg, a0, out, err);
         if (!rc && !full(out))
             put(out, a->id);
         i = seg = a1;
     }
     if (!rc && !full(out))
-        rc = segment(tj, voc, s.p ? s.p + seg : "", s.n - seg, seg == 0, out, err);
+        rc = s.p ? segment_parts(tj, voc, s.p, seg, s.n, out, err) : SM_OK;
     free(s.p);
     return rc;
 }
@@ -1878,6 +2003,7 @@ int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipel
         (rc = load_post(tj, json_in_get(root, "post_processor"),
                         vocab_size(voc), err)))
         goto fail;
+    set_splits(tj);
     sp->cls = tj->n_before ? tj->before[0] : -1;
     sp->sep = tj->n_after ? tj->after[0] : -1;
     sp->pad = named_id(voc, "<pad>", "[PAD]");
