@@ -10,7 +10,10 @@
  * back. Nothing is shared with the caller; tokenizer_free() releases all
  * of it. Each tokenize call owns a small workspace (stack buffers, heap only
  * for words longer than 256 code points) and frees it before returning, so
- * one tokenizer may be used by many threads at once.
+ * one tokenizer may be used by many threads at once. WordPiece walks the
+ * vocabulary's byte trie once per subword (a word is at most 100 code
+ * points), and the *_stoppable calls ask the caller's stop check every
+ * TOKENIZER_POLL_BYTES of text.
  *
  * The pipeline, in the order transformers runs it for one text:
  *

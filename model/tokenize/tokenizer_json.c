@@ -34,6 +34,20 @@
  * maximal invalid subpart, as Python's errors="replace"), then the text runs
  * added-token split -> normalizer -> pre-tokenizer -> model -> template.
  *
+ * Cost: linear in the text. The models walk the vocabulary's byte trie
+ * (vocab_trie_next): Unigram finds every piece starting at a place in one
+ * walk, WordPiece the longest, so a place costs at most the longest
+ * piece's length in steps, and a piece or added token longer than
+ * TJ_MAX_PIECE (1024 bytes) is refused at load, naming it. Every pass
+ * counts its bytes and asks the caller's stop check (tj_tokenize's stop)
+ * about every TJ_POLL_BYTES; normalizers run over pieces of the text cut
+ * where each step gives the same text (chunk_end), and a segment is
+ * tokenized in parts cut where the whole pipeline does (segment_parts),
+ * so tj_encode stops once it has max_length ids where the text allows a
+ * cut (a space, or ideographs under a BertNormalizer); a text without
+ * such a place (Chinese without spaces under Metaspace) is normalized
+ * whole, as Viterbi needs the whole piece.
+ *
  * Precompiled, as tokenizers does it (spm_precompiled): the text is cut into
  * extended grapheme clusters; a cluster shorter than 6 bytes whose bytes
  * start with a key of the double-array trie is replaced whole by the value
