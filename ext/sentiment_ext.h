@@ -624,6 +624,9 @@ int sx_register_config(sqlite3 *db, sx_conn *c);
 int sx_register_batch_window(sqlite3 *db, sx_conn *c);
 /* sentiment_drop(), sentiment_export() (store_functions.c). */
 int sx_register_store_functions(sqlite3 *db, sx_conn *c);
+/* sentiment_explain() (explain.c), sentiment_clauses (clauses_vtab.c). */
+int sx_register_explain(sqlite3 *db, sx_conn *c);
+int sx_register_clauses(sqlite3 *db, sx_conn *c);
 
 /* ------------------------------------------------------------------ */
 /* train.c, evaluate.c, train_status.c: fine-tuning from SQL (train()'s */
