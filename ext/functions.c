@@ -167,11 +167,21 @@ static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
     int n = 0, *ids = NULL, rc;
     sqlite3_str *s = NULL;
     const tokenizer *tok = m->bert->tok;
+    sx_poll poll;
 
-    if ((rc = tokenizer_tokenize(tok, text, len, NULL, 0, &n, err)) != SM_OK) goto fail;
-    ids = sqlite3_malloc64((sqlite3_uint64)(n > 0 ? n : 1) * sizeof *ids);
+    /* A long text is tokenized twice (count, then ids), each pass asking
+     * the interrupt and the progress handler as it goes. */
+    sx_poll_begin(&poll, sqlite3_context_db_handle(ctx));
+    rc = tokenizer_tokenize_stoppable(tok, text, len, NULL, 0, &n, sx_poll_stop, &poll, err);
+    if (rc == SM_OK) {
+        ids = sqlite3_malloc64((sqlite3_uint64)(n > 0 ? n : 1) * sizeof *ids);
+        if (ids)
+            rc = tokenizer_tokenize_stoppable(tok, text, len, ids, n, &n, sx_poll_stop, &poll,
+                                              err);
+    }
+    sx_poll_end(&poll);
+    if (rc != SM_OK) goto fail;
     if (!ids) goto nomem;
-    if ((rc = tokenizer_tokenize(tok, text, len, ids, n, &n, err)) != SM_OK) goto fail;
     s = sqlite3_str_new(NULL);
     sqlite3_str_appendchar(s, 1, '[');
     for (int i = 0; i < n; i++) {

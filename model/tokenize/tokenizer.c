@@ -10,7 +10,10 @@
  * back. Nothing is shared with the caller; tokenizer_free() releases all
  * of it. Each tokenize call owns a small workspace (stack buffers, heap only
  * for words longer than 256 code points) and frees it before returning, so
- * one tokenizer may be used by many threads at once.
+ * one tokenizer may be used by many threads at once. WordPiece walks the
+ * vocabulary's byte trie once per subword (a word is at most 100 code
+ * points), and the *_stoppable calls ask the caller's stop check every
+ * TOKENIZER_POLL_BYTES of text.
  *
  * The pipeline, in the order transformers runs it for one text:
  *
@@ -448,6 +451,9 @@ typedef struct {
     int cap;      /* ids written while n < cap */
     int n;        /* ids produced so far */
     int limit;    /* stop once n > limit */
+    int (*stop)(void *user); /* the caller's stop check, or NULL */
+    void *user;
+    long budget;  /* bytes of text left before the next stop check */
     char *err;
     cpbuf word;   /* the word being collected */
     cpbuf nfc;    /* the word after NFC */
@@ -463,6 +469,17 @@ static void emit(workspace *w, int id)
 
 static int done(const workspace *w) { return w->n > w->limit; }
 
+/* Counts `bytes` of text read; every TOKENIZER_POLL_BYTES asks the
+ * caller's stop check, SM_ERR_INTERRUPTED when it says stop. */
+static int poll_stop(workspace *w, size_t bytes)
+{
+    w->budget -= (long)bytes;
+    if (w->budget > 0)
+        return SM_OK;
+    w->budget = w->stop ? TOKENIZER_POLL_BYTES : LONG_MAX;
+    return w->stop && w->stop(w->user) ? sm_error(w->err, SM_ERR_INTERRUPTED, "interrupted") : SM_OK;
+}
+
 /* --------------------------------------------------------------- WordPiece */
 
 static size_t utf8_put(cp_t c, char *dst)
@@ -470,15 +487,19 @@ static size_t utf8_put(cp_t c, char *dst)
     return (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)dst);
 }
 
-/* WordpieceTokenizer.tokenize for one basic token of n code points. */
+/* WordpieceTokenizer.tokenize for one basic token of n code points: from
+ * each start one walk down the vocabulary's trie (after "##" when not at
+ * the word's start) finds the longest token there, in at most as many
+ * steps as the word has bytes left (4 * MAX_WORD_CHARS). */
 static void wordpiece(workspace *w, const cp_t *cp, size_t n)
 {
     const tokenizer *tok = w->tok;
-    size_t max_bytes = vocab_max_token_bytes(tok->vocab);
+    const vocab *v = tok->vocab;
     char bytes[4 * MAX_WORD_CHARS];
     uint16_t off[MAX_WORD_CHARS + 1];
     int sub[MAX_WORD_CHARS];
     size_t nsub = 0, start = 0;
+    uint32_t cont;
 
     if (n == 0)
         return;
@@ -489,18 +510,28 @@ static void wordpiece(workspace *w, const cp_t *cp, size_t n)
     off[0] = 0;
     for (size_t i = 0; i < n; i++)
         off[i + 1] = (uint16_t)(off[i] + utf8_put(cp[i], bytes + off[i]));
+    cont = vocab_trie_next(v, 0, '#');
+    cont = cont ? vocab_trie_next(v, cont, '#') : 0;
 
     while (start < n) {
-        size_t plen = start ? 2 : 0, end = n;
-        int id = -1;
-        while (end > start) {
-            size_t blen = (size_t)(off[end] - off[start]);
-            if (plen + blen <= max_bytes) {
-                id = vocab_lookup_prefixed(tok->vocab, "##", plen, bytes + off[start], blen);
-                if (id >= 0)
-                    break;
+        uint32_t node = start ? cont : 0; /* 0 here: the root */
+        size_t end = n;
+        /* The whole rest, when it is a token, is the longest match: one
+         * hash probe for the usual word (an ideograph, a short word). */
+        int id = vocab_lookup_prefixed(v, "##", start ? 2 : 0, bytes + off[start],
+                                       (size_t)(off[n] - off[start]));
+        int alive = id < 0 && (!start || cont);
+        for (size_t k = start; k < n && alive; k++) {
+            /* the bytes of code point k, then a token may end */
+            for (uint16_t b = off[k]; b < off[k + 1] && alive; b++)
+                alive = (node = vocab_trie_next(v, node, (unsigned char)bytes[b])) != 0;
+            if (!alive)
+                break;
+            int t = vocab_trie_id(v, node);
+            if (t >= 0) {
+                id = t;
+                end = k + 1;
             }
-            end--;
         }
         if (id < 0) {
             emit(w, tok->special[SP_UNK]);
@@ -772,9 +803,14 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len)
         if (s[i] < 0x80) {
             c = s[i++];
             cls = ascii_class(c);
+            if (--w->budget <= 0 && (rc = poll_stop(w, 0)) != SM_OK)
+                return rc;
         } else {
-            i += utf8_next(s + i, len - i, &c);
+            size_t k = utf8_next(s + i, len - i, &c);
+            i += k;
             cls = char_class(c);
+            if ((w->budget -= (long)k) <= 0 && (rc = poll_stop(w, 0)) != SM_OK)
+                return rc;
         }
         if (cls == CH_WORD) {
             if (w->word.n == w->word.cap &&
@@ -821,7 +857,7 @@ static int special_at(const tokenizer *tok, const char *s, size_t n,
  * run the basic tokenizer on what lies between. */
 static int run(workspace *w, const char *text, size_t len)
 {
-    size_t seg = 0, i = 0;
+    size_t seg = 0, i = 0, seen = 0;
     while (i < len && !done(w)) {
         const char *p = memchr(text + i, '[', len - i);
         size_t mlen = 0;
@@ -829,6 +865,12 @@ static int run(workspace *w, const char *text, size_t len)
         if (!p)
             break;
         i = (size_t)(p - text);
+        if (i - seen >= TOKENIZER_POLL_BYTES) { /* a long run of '[' not special */
+            int rc = poll_stop(w, i - seen);
+            if (rc)
+                return rc;
+            seen = i;
+        }
         id = special_at(w->tok, p, len - i, &mlen);
         if (id < 0) {
             i++;
@@ -849,7 +891,7 @@ static int run(workspace *w, const char *text, size_t len)
 
 static int tokenize_limited(const tokenizer *tok, const char *text,
                             size_t len, int *ids, int cap, int limit,
-                            int *n_out, char *err)
+                            int (*stop)(void *), void *user, int *n_out, char *err)
 {
     workspace w;
     int rc;
@@ -865,6 +907,9 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
     w.ids = ids;
     w.cap = cap;
     w.limit = limit;
+    w.stop = stop;
+    w.user = user;
+    w.budget = stop ? TOKENIZER_POLL_BYTES : LONG_MAX;
     w.err = err;
     cpbuf_init(&w.word);
     cpbuf_init(&w.nfc);
@@ -877,24 +922,32 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
     return rc;
 }
 
-int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
-                       int *ids, int cap, int *n_total, char *err)
+int tokenizer_tokenize_stoppable(const tokenizer *tok, const char *text, size_t len,
+                                 int *ids, int cap, int *n_total, int (*stop)(void *user),
+                                 void *user, char *err)
 {
     int n = 0, rc;
     if (tok && tok->json) {
         if ((!text && len) || cap < 0 || (!ids && cap > 0))
             return sm_error(err, SM_ERR_INVALID, "tokenizer: NULL or negative argument");
-        return tj_tokenize(tok->json, tok->vocab, text, len, ids, cap, n_total, err);
+        return tj_tokenize(tok->json, tok->vocab, text, len, ids, cap, n_total, stop,
+                           user, err);
     }
-    rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, &n, err);
+    rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, stop, user, &n, err);
     if (n_total)
         *n_total = n;
     return rc;
 }
 
-int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
-                     int max_length, int *ids, int *n, int *truncated,
-                     char *err)
+int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
+                       int *ids, int cap, int *n_total, char *err)
+{
+    return tokenizer_tokenize_stoppable(tok, text, len, ids, cap, n_total, NULL, NULL, err);
+}
+
+int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len,
+                               int max_length, int *ids, int *n, int *truncated,
+                               int (*stop)(void *user), void *user, char *err)
 {
     int body = 0, rc;
 
@@ -902,7 +955,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
         if (!ids || (!text && len))
             return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: NULL argument");
         return tj_encode(tok->json, tok->vocab, text, len, max_length, ids, n,
-                         truncated, err);
+                         truncated, stop, user, err);
     }
     if (!tok || !ids || max_length < 2)
         return sm_error(err, SM_ERR_INVALID,
@@ -910,7 +963,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
                         "(room for [CLS] and [SEP])", max_length);
     /* Stop as soon as one token more than fits is seen. */
     rc = tokenize_limited(tok, text, len, ids + 1, max_length - 2,
-                          max_length - 2, &body, err);
+                          max_length - 2, stop, user, &body, err);
     if (rc)
         return rc;
     if (truncated)
@@ -922,4 +975,12 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
     if (n)
         *n = body + 2;
     return SM_OK;
+}
+
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
+                     int max_length, int *ids, int *n, int *truncated,
+                     char *err)
+{
+    return tokenizer_encode_stoppable(tok, text, len, max_length, ids, n, truncated, NULL,
+                                      NULL, err);
 }

@@ -75,6 +75,23 @@ int tokenizer_mask_id(const tokenizer *tok); /* -1 if the vocab has none */
 int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
                        int *ids, int cap, int *n_total, char *err);
 
+/* tokenizer_tokenize and tokenizer_encode (below) for long texts: stop
+ * (may be NULL) is called with user after about every TOKENIZER_POLL_BYTES
+ * bytes of work on the text, and when it answers non-zero the call ends
+ * with SM_ERR_INTERRUPTED and err "interrupted" (*n_total / *n then say
+ * nothing). Without a stop the calls are the plain ones. The cost of a
+ * call is linear in the text: each place in it costs at most the longest
+ * vocabulary piece's length in steps (tokenizer.json pieces are at most
+ * 1024 bytes, longer ones are refused at load; a vocab.txt word is at most
+ * 100 code points). */
+#define TOKENIZER_POLL_BYTES 4096
+int tokenizer_tokenize_stoppable(const tokenizer *tok, const char *text, size_t len,
+                                 int *ids, int cap, int *n_total, int (*stop)(void *user),
+                                 void *user, char *err);
+int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len,
+                               int max_length, int *ids, int *n, int *truncated,
+                               int (*stop)(void *user), void *user, char *err);
+
 /* 1 when text (len bytes, any bytes) tokenizes to nothing with any
  * vocabulary: every code point is one the clean step drops (NUL and other
  * controls, format characters such as U+200B and U+FEFF, unassigned and

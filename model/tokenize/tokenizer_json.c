@@ -34,6 +34,20 @@
  * maximal invalid subpart, as Python's errors="replace"), then the text runs
  * added-token split -> normalizer -> pre-tokenizer -> model -> template.
  *
+ * Cost: linear in the text. The models walk the vocabulary's byte trie
+ * (vocab_trie_next): Unigram finds every piece starting at a place in one
+ * walk, WordPiece the longest, so a place costs at most the longest
+ * piece's length in steps, and a piece or added token longer than
+ * TJ_MAX_PIECE (1024 bytes) is refused at load, naming it. Every pass
+ * counts its bytes and asks the caller's stop check (tj_tokenize's stop)
+ * about every TJ_POLL_BYTES; normalizers run over pieces of the text cut
+ * where each step gives the same text (chunk_end), and a segment is
+ * tokenized in parts cut where the whole pipeline does (segment_parts),
+ * so tj_encode stops once it has max_length ids where the text allows a
+ * cut (a space, or ideographs under a BertNormalizer); a text without
+ * such a place (Chinese without spaces under Metaspace) is normalized
+ * whole, as Viterbi needs the whole piece.
+ *
  * Precompiled, as tokenizers does it (spm_precompiled): the text is cut into
  * extended grapheme clusters; a cluster shorter than 6 bytes whose bytes
  * start with a key of the double-array trie is replaced whole by the value
@@ -57,8 +71,38 @@
 #define TJ_MAX_ADDED 4096     /* added tokens */
 #define TJ_MAX_TEMPLATE 16    /* special ids around the text */
 #define TJ_MAX_TEXT ((size_t)INT_MAX / 8)
+/* The longest vocabulary piece or added token, in bytes, a file may hold
+ * (real ones are a few dozen: sentencepiece's default max_piece_length is
+ * 16 characters). Every place in a text costs at most this many steps of
+ * the trie walk, so tokenizing is linear in the text; a longer piece is
+ * refused at load, naming it. */
+#define TJ_MAX_PIECE 1024
 
 typedef int32_t cp_t;
+
+/* ------------------------------------------------------------ stopping */
+
+/* The caller's stop check (tokenizer_*_stoppable), asked after about every
+ * TJ_POLL_BYTES bytes of work: of the text, and of each pass over it. */
+#define TJ_POLL_BYTES 4096 /* tokenizer.h's TOKENIZER_POLL_BYTES */
+#define TJ_CHUNK (4 * TJ_POLL_BYTES) /* a normalizer's run between checks */
+
+typedef struct {
+    int (*fn)(void *user); /* NULL: never stop */
+    void *user;
+    long budget;           /* bytes before the next check */
+    char *err;
+} stopper;
+
+static int poll_stop(stopper *st, size_t bytes)
+{
+    st->budget -= (long)bytes;
+    if (st->budget > 0)
+        return SM_OK;
+    st->budget = st->fn ? TJ_POLL_BYTES : LONG_MAX;
+    return st->fn && st->fn(st->user) ? sm_error(st->err, SM_ERR_INTERRUPTED, "interrupted")
+                                      : SM_OK;
+}
 
 /* ------------------------------------------------------------ buffers */
 
@@ -240,6 +284,8 @@ typedef struct {
 } added_tok;
 
 struct tj_pipeline {
+    size_t chunk;             /* normalizer pieces, bytes (TJ_CHUNK; 0: whole) */
+    int split_space, split_cjk; /* where a segment may be cut (set_splits) */
     norm_step norm[TJ_MAX_STEPS];
     int n_norm;
     pre_step pre[TJ_MAX_STEPS];
@@ -270,6 +316,8 @@ static void step_free(norm_step *s)
     free(s->pat);
     free(s->content);
 }
+
+void tj_set_chunk(tj_pipeline *tj, size_t bytes) { tj->chunk = bytes; }
 
 void tj_free(tj_pipeline *tj)
 {
@@ -631,10 +679,77 @@ static int keeps_lead(const norm_step *st, const char *s, size_t n)
     }
 }
 
+/* 1 when the NUL-terminated pat holds the bytes b[0..l). */
+static int contains(const char *pat, const char *b, size_t l)
+{
+    for (const char *p = pat; *p; p++)
+        if (strncmp(p, b, l) == 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when step st gives the same text for s cut between the code points
+ * c1 and c2 as for s whole: both are ASCII letters or digits or common
+ * ideographs, starters that compose with nothing before them, that
+ * nothing decomposes across and between which a grapheme cluster always
+ * ends (Precompiled works cluster by cluster); for Replace, neither is in
+ * the pattern, so no match spans the cut. Strip is never cut. */
+static int cut_ok(const norm_step *st, cp_t c1, cp_t c2)
+{
+    cp_t c[2] = {c1, c2};
+    if (st->kind == N_STRIP)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        cp_t x = c[i];
+        int simple = (x >= '0' && x <= '9') || ((x | 0x20) >= 'a' && (x | 0x20) <= 'z') ||
+                     (x >= 0x4E00 && x <= 0x9FFF) || (x >= 0x3400 && x <= 0x4DBF);
+        if (!simple)
+            return 0;
+        if (st->kind == N_REPLACE) {
+            char b[4];
+            size_t l = (size_t)utf8proc_encode_char(x, (utf8proc_uint8_t *)b);
+            if (st->rep_char ? x == st->rep_char : contains(st->pat, b, l))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Where the piece of s[at..n) that step st normalizes next ends: n, or
+ * the first place at least `chunk` bytes on where cut_ok holds (n when
+ * none does). */
+static size_t chunk_end(const norm_step *st, size_t chunk, const char *s, size_t n,
+                        size_t at)
+{
+    size_t p, q;
+    cp_t c1, c2;
+    if (chunk == 0 || n - at <= chunk || st->kind == N_STRIP)
+        return n;
+    for (p = at + chunk; p < n && ((unsigned char)s[p] & 0xC0) == 0x80; p++)
+        ; /* a character boundary */
+    if (p >= n)
+        return n;
+    q = p; /* the character before p starts at q */
+    do
+        q--;
+    while (q > at && ((unsigned char)s[q] & 0xC0) == 0x80);
+    dec(s + q, p - q, &c1);
+    while (p < n) {
+        size_t k = dec(s + p, n - p, &c2);
+        if (cut_ok(st, c1, c2))
+            return p;
+        c1 = c2;
+        p += k;
+    }
+    return n;
+}
+
 /* The normalizer chain over s[0..n) into *out (replaced); *lead is cleared
- * when a step moves the first character off the original start. */
+ * when a step moves the first character off the original start. Each step
+ * runs over pieces of about TJ_CHUNK bytes cut where it gives the same
+ * text (chunk_end), the stop check asked between them. */
 static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
-                     int *lead, char *err)
+                     int *lead, stopper *stop, char *err)
 {
     sbuf cur = {0}, nxt = {0};
     int rc = sb_add(&cur, s, n) ? SM_ERR_NOMEM : SM_OK;
@@ -643,13 +758,19 @@ static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
         nxt.n = 0;
         if (*lead && !keeps_lead(st, cur.p, cur.n))
             *lead = 0;
-        switch (st->kind) {
-        case N_PRECOMPILED: rc = norm_precompiled(tj, cur.p, cur.n, &nxt, err); break;
-        case N_REPLACE: rc = norm_replace(st, cur.p, cur.n, &nxt); break;
-        case N_STRIP: rc = norm_strip(st, cur.p, cur.n, &nxt); break;
-        case N_LOWER: rc = norm_lower(cur.p, cur.n, &nxt); break;
-        case N_BERT: rc = norm_bert(st, cur.p, cur.n, &nxt, err); break;
-        default: rc = norm_utf8proc(st->kind, cur.p, cur.n, &nxt, err); break;
+        for (size_t at = 0, end; at < cur.n && !rc; at = end) {
+            const char *p = cur.p + at;
+            size_t m = (end = chunk_end(st, tj->chunk, cur.p, cur.n, at)) - at;
+            switch (st->kind) {
+            case N_PRECOMPILED: rc = norm_precompiled(tj, p, m, &nxt, err); break;
+            case N_REPLACE: rc = norm_replace(st, p, m, &nxt); break;
+            case N_STRIP: rc = norm_strip(st, p, m, &nxt); break;
+            case N_LOWER: rc = norm_lower(p, m, &nxt); break;
+            case N_BERT: rc = norm_bert(st, p, m, &nxt, err); break;
+            default: rc = norm_utf8proc(st->kind, p, m, &nxt, err); break;
+            }
+            if (!rc)
+                rc = poll_stop(stop, m);
         }
         if (!rc && sb_reserve(&nxt, 0))
             rc = SM_ERR_NOMEM;
@@ -739,7 +860,7 @@ static int pre_metaspace(const pre_step *st, const char *s, size_t n, int first,
 
 /* The pre-tokenizer chain over one normalized segment, into *out. */
 static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
-                        int first, pieces *out)
+                        int first, stopper *stop, pieces *out)
 {
     pieces cur = {0}, nxt = {0};
     int rc = pc_add(&cur, s, n, first);
@@ -754,6 +875,8 @@ static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
             rc = st->kind == P_WHITESPACE ? pre_whitespace(p, l, f, &nxt)
                : st->kind == P_BERT ? pre_bert(p, l, f, &nxt)
                : pre_metaspace(st, p, l, f, &nxt);
+            if (!rc)
+                rc = poll_stop(stop, l);
         }
         pieces t = cur;
         cur = nxt;
@@ -762,7 +885,7 @@ static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
     pc_free(&nxt);
     if (rc) {
         pc_free(&cur);
-        return SM_ERR_NOMEM;
+        return rc;
     }
     *out = cur;
     return SM_OK;
@@ -773,6 +896,7 @@ static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
 typedef struct {
     int *ids;
     int cap, n, limit;
+    stopper *stop;
 } sink;
 
 static void put(sink *k, int id)
@@ -784,61 +908,67 @@ static void put(sink *k, int id)
 
 static int full(const sink *k) { return k->n > k->limit; }
 
+/* Greedy longest match over one word: from each start one walk down the
+ * vocabulary's trie (after the continuing prefix when not at the word's
+ * start) finds the longest token there, so a token costs at most the
+ * longest piece's length (TJ_MAX_PIECE) in steps, however long the word. */
 static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
                      size_t n, sink *out)
 {
-    size_t nch = 0, start = 0, maxb = vocab_max_token_bytes(voc);
+    size_t nch = 0, start = 0;
     int first_n = out->n;
-    char *buf;
+    uint32_t cont = 0; /* the node of the continuing prefix, 0 when none */
+    int rc;
     for (size_t i = 0; i < n; nch++) {
         cp_t c;
-        i += dec(s + i, n - i, &c);
+        size_t k = dec(s + i, n - i, &c);
+        i += k;
+        if ((out->stop->budget -= (long)k) <= 0 && (rc = poll_stop(out->stop, 0)))
+            return rc;
     }
     if (nch > (size_t)tj->max_chars) {
         put(out, tj->unk_id);
         return SM_OK;
     }
-    buf = malloc(tj->prefix_len + n + 1);
-    if (!buf)
-        return SM_ERR_NOMEM;
-    memcpy(buf, tj->prefix, tj->prefix_len);
+    for (size_t i = 0; i < tj->prefix_len; i++)
+        if (!(cont = vocab_trie_next(voc, i ? cont : 0, (unsigned char)tj->prefix[i])))
+            break;
     while (start < n) {
-        size_t end = n, pl = start ? tj->prefix_len : 0;
-        int id = -1;
-        /* Nothing longer than the longest token can match: start there (on
-         * a character boundary), so a long word costs O(length). */
-        if (maxb < pl + 1)
-            end = start;
-        else if (end - start > maxb - pl) {
-            end = start + maxb - pl;
-            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80)
-                end--;
-        }
-        while (end > start) {
-            if (pl + end - start <= maxb) {
-                if (start == 0) {
-                    id = vocab_lookup(voc, s, end);
-                } else {
-                    memcpy(buf + pl, s + start, end - start);
-                    id = vocab_lookup(voc, buf, pl + end - start);
-                }
-                if (id >= 0)
-                    break;
+        int prefixed = start && tj->prefix_len;
+        uint32_t node = prefixed ? cont : 0;
+        size_t end = n;
+        /* The whole rest, when it is a token, is the longest match: one
+         * hash probe for the usual word (an ideograph, a short word). */
+        int id = n - start <= TJ_MAX_PIECE
+                     ? vocab_lookup_prefixed(voc, tj->prefix, prefixed ? tj->prefix_len : 0,
+                                             s + start, n - start)
+                     : -1;
+        /* A token ends on a character boundary (its bytes are valid
+         * UTF-8, and so are s's); the check keeps that exact anyway. When
+         * no token has the prefix (cont 0) nothing continues the word. */
+        int walk = id < 0 && !(prefixed && !cont);
+        for (size_t e = start; e < n && walk;) {
+            node = vocab_trie_next(voc, node, (unsigned char)s[e++]);
+            if (!node)
+                break;
+            if (e < n && ((unsigned char)s[e] & 0xC0) == 0x80)
+                continue;
+            int k = vocab_trie_id(voc, node);
+            if (k >= 0) {
+                id = k;
+                end = e;
             }
-            end--;
-            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80)
-                end--;
         }
         if (id < 0) {
             out->n = first_n;
             put(out, tj->unk_id);
-            free(buf);
             return SM_OK;
         }
         put(out, id);
+        if ((rc = poll_stop(out->stop, end - start)))
+            return rc;
         start = end;
     }
-    free(buf);
     return SM_OK;
 }
 
@@ -852,7 +982,6 @@ typedef struct {
 static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
                    size_t n, sink *out, char *err)
 {
-    size_t maxb = vocab_max_token_bytes(voc);
     double unk_score = tj->min_score - 10.0;
     best_node *b = calloc(n + 1, sizeof *b);
     size_t *stack = NULL, top = 0, e;
@@ -865,10 +994,15 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
         size_t mb = dec(s + at, n - at, &c), end;
         int single = 0;
         double here = b[at].score;
-        for (end = at + 1; end <= n && end - at <= maxb; end++) {
+        /* Every piece starting at `at`, shortest first, in one walk down
+         * the trie: at most TJ_MAX_PIECE steps, one per byte. */
+        uint32_t node = 0;
+        for (end = at + 1; end <= n; end++) {
+            if (!(node = vocab_trie_next(voc, node, (unsigned char)s[end - 1])))
+                break;
             if (end < n && ((unsigned char)s[end] & 0xC0) == 0x80)
                 continue;
-            int id = vocab_lookup(voc, s + at, end - at);
+            int id = vocab_trie_id(voc, node);
             if (id < 0)
                 continue;
             double cand = tj->scores[id] + here;
@@ -896,6 +1030,8 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
             }
         }
         at += mb;
+        if ((out->stop->budget -= (long)mb) <= 0 && (rc = poll_stop(out->stop, 0)))
+            goto end;
     }
     /* Walk back, then emit forward; runs of unknowns are fused into one
      * string that is looked up (or byte-fallen-back) as a whole. */
@@ -964,10 +1100,10 @@ static int segment(const tj_pipeline *tj, const vocab *voc, const char *s,
     int rc;
     if (n == 0)
         return SM_OK;
-    rc = normalize(tj, s, n, &norm, &first, err);
+    rc = normalize(tj, s, n, &norm, &first, out->stop, err);
     if (rc)
         return rc;
-    rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, &pc);
+    rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, out->stop, &pc);
     for (size_t i = 0; i < pc.n && !rc && !full(out); i++) {
         const char *p = pc.text.p + pc.s[i].off;
         rc = tj->model == M_UNIGRAM ? unigram(tj, voc, p, pc.s[i].len, out, err)
@@ -977,6 +1113,130 @@ static int segment(const tj_pipeline *tj, const vocab *voc, const char *s,
     pc_free(&pc);
     return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
                               : rc;
+}
+
+/* Whether the pipeline may cut a segment in two where seg_cut_ok holds
+ * (set at load). Cuts at a space need: no Strip (it would strip the
+ * space off the second part), no Replace that matches a space, a
+ * Precompiled charsmap that keeps the space, and a first pre-tokenizer
+ * that splits there (WhitespaceSplit, BertPreTokenizer, Metaspace with
+ * split). Cuts between two ideographs need no Strip, a BertNormalizer
+ * that pads ideographs with spaces and a first pre-tokenizer that splits
+ * on white space (WhitespaceSplit, BertPreTokenizer). */
+static void set_splits(tj_pipeline *tj)
+{
+    int strip = 0, space_replace = 0, bert_cjk = 0, pre;
+    for (int k = 0; k < tj->n_norm; k++) {
+        const norm_step *st = &tj->norm[k];
+        strip |= st->kind == N_STRIP;
+        if (st->kind == N_REPLACE)
+            space_replace |= st->rep_char ? st->rep_char == ' ' : strchr(st->pat, ' ') != NULL;
+        if (st->kind == N_PRECOMPILED)
+            space_replace |= trie_first(tj, (const unsigned char *)" ", 1) >= 0;
+        bert_cjk |= st->kind == N_BERT && st->chinese;
+    }
+    pre = tj->n_pre ? tj->pre[0].kind : 0;
+    tj->split_space = !strip && !space_replace &&
+                      (pre == P_WHITESPACE || pre == P_BERT ||
+                       (pre == P_METASPACE && tj->pre[0].split));
+    tj->split_cjk = !strip && !space_replace && bert_cjk &&
+                    (pre == P_WHITESPACE || pre == P_BERT);
+}
+
+static int common_cjk(cp_t c) { return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF); }
+static int ascii_alnum(cp_t c)
+{
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+}
+
+/* 1 when no normalizer step changes c, alone in its grapheme cluster, or
+ * lets a Replace match run over it: a Precompiled charsmap without it,
+ * Replace patterns without it (in either case). */
+static int kept(const tj_pipeline *tj, cp_t c)
+{
+    char b[4], lb[4];
+    size_t l = (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)b);
+    cp_t lc = utf8proc_tolower(c);
+    size_t ll = (size_t)utf8proc_encode_char(lc, (utf8proc_uint8_t *)lb);
+    for (int k = 0; k < tj->n_norm; k++) {
+        const norm_step *st = &tj->norm[k];
+        if (st->kind == N_PRECOMPILED && trie_first(tj, (const unsigned char *)b, l) >= 0)
+            return 0;
+        if (st->kind == N_REPLACE &&
+            (st->rep_char ? st->rep_char == c || st->rep_char == lc
+                          : contains(st->pat, b, l) || contains(st->pat, lb, ll)))
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 when tokenizing s[0..p) and s[p..n) (not first) gives the ids of
+ * s[0..n): w x | y z are the code points around p (w, z 0 at the ends).
+ * At a space y before ASCII z after an ASCII letter or digit or an
+ * ideograph x: every step keeps x and y where they are (each is its own
+ * grapheme cluster, composes with nothing across, no Replace runs over
+ * it), so the normalized text is the two parts' joined, and the first
+ * pre-tokenizer splits at the space, so the pieces are too. Between two
+ * ideographs x y: the same, and the BertNormalizer pads both with spaces,
+ * where the pre-tokenizer splits. */
+static int seg_cut_ok(const tj_pipeline *tj, cp_t w, cp_t x, cp_t y, cp_t z)
+{
+    int w_simple = w == 0 || w < 0x80 || common_cjk(w);
+    if (!w_simple || !(ascii_alnum(x) || common_cjk(x)))
+        return 0;
+    if (tj->split_space && y == ' ' && z > ' ' && z < 0x7F)
+        return kept(tj, x);
+    if (tj->split_cjk && common_cjk(x) && common_cjk(y) && (z == 0 || z < 0x80 || common_cjk(z)))
+        return kept(tj, x) && kept(tj, y);
+    return 0;
+}
+
+/* Tokenizes the segment s[from..to) of the text s in parts of at least
+ * tj->chunk bytes cut where seg_cut_ok holds, so that an encode that has
+ * its ids stops before normalizing the rest (the ids are the same as for
+ * the segment whole; tests compare the two). */
+static int segment_parts(const tj_pipeline *tj, const vocab *voc, const char *s, size_t from,
+                         size_t to, sink *out, char *err)
+{
+    size_t a = from;
+    int rc = SM_OK;
+    while (a < to && !rc && !full(out)) {
+        size_t b = to;
+        if (tj->chunk && (tj->split_space || tj->split_cjk) && to - a > tj->chunk) {
+            /* the code points w x | y z around each place from a + chunk on */
+            size_t p = a + tj->chunk, q;
+            cp_t w = 0, x = 0, y, z;
+            while (p < to && ((unsigned char)s[p] & 0xC0) == 0x80)
+                p++;
+            for (q = p; q > a && ((unsigned char)s[q - 1] & 0xC0) == 0x80; q--)
+                ;
+            if (q > a) { /* x starts at q - 1 */
+                size_t xs = q - 1, ws;
+                dec(s + xs, p - xs, &x);
+                for (ws = xs; ws > a && ((unsigned char)s[ws - 1] & 0xC0) == 0x80; ws--)
+                    ;
+                if (ws > a)
+                    dec(s + ws - 1, xs - (ws - 1), &w);
+            }
+            while (p < to) {
+                size_t k = dec(s + p, to - p, &y), m = 0;
+                z = 0;
+                if (p + k < to)
+                    m = dec(s + p + k, to - p - k, &z);
+                (void)m;
+                if (x && seg_cut_ok(tj, w, x, y, z)) {
+                    b = p;
+                    break;
+                }
+                w = x;
+                x = y;
+                p += k;
+            }
+        }
+        rc = segment(tj, voc, s + a, b - a, a == 0, out, err);
+        a = b;
+    }
+    return rc;
 }
 
 static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
@@ -997,11 +1257,17 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
             return sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory");
         }
         i += k;
+        if ((out->stop->budget -= (long)k) <= 0 && (rc = poll_stop(out->stop, 0))) {
+            free(s.p);
+            return rc;
+        }
     }
     for (i = 0; i < s.n && !rc && !full(out);) {
         int k = added_at(tj, s.p, s.n, i);
         if (k < 0) {
             i++;
+            if (--out->stop->budget <= 0)
+                rc = poll_stop(out->stop, 0);
             continue;
         }
         const added_tok *a = &tj->added[k];
@@ -1023,21 +1289,23 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
                 break;
             a1 += k;
         }
-        rc = segment(tj, voc, s.p + seg, a0 - seg, seg == 0, out, err);
+        rc = segment_parts(tj, voc, s.p, seg, a0, out, err);
         if (!rc && !full(out))
             put(out, a->id);
         i = seg = a1;
     }
     if (!rc && !full(out))
-        rc = segment(tj, voc, s.p ? s.p + seg : "", s.n - seg, seg == 0, out, err);
+        rc = s.p ? segment_parts(tj, voc, s.p, seg, s.n, out, err) : SM_OK;
     free(s.p);
     return rc;
 }
 
 int tj_tokenize(const tj_pipeline *tj, const vocab *voc, const char *text,
-                size_t len, int *ids, int cap, int *n_total, char *err)
+                size_t len, int *ids, int cap, int *n_total, int (*stop)(void *),
+                void *user, char *err)
 {
-    sink k = {ids, cap, 0, INT_MAX - 1};
+    stopper st = {stop, user, stop ? TJ_POLL_BYTES : LONG_MAX, err};
+    sink k = {ids, cap, 0, INT_MAX - 1, &st};
     int rc = run(tj, voc, text ? text : "", len, &k, err);
     if (n_total)
         *n_total = k.n;
@@ -1046,14 +1314,15 @@ int tj_tokenize(const tj_pipeline *tj, const vocab *voc, const char *text,
 
 int tj_encode(const tj_pipeline *tj, const vocab *voc, const char *text,
               size_t len, int max_length, int *ids, int *n, int *truncated,
-              char *err)
+              int (*stop)(void *), void *user, char *err)
 {
+    stopper st = {stop, user, stop ? TJ_POLL_BYTES : LONG_MAX, err};
     int room = max_length - tj->n_before - tj->n_after, rc;
     if (room < 0)
         return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: max_length is %d, "
                         "expected at least %d (room for the special tokens)",
                         max_length, tj->n_before + tj->n_after);
-    sink k = {ids + tj->n_before, room, 0, room};
+    sink k = {ids + tj->n_before, room, 0, room, &st};
     rc = run(tj, voc, text ? text : "", len, &k, err);
     if (rc)
         return rc;
@@ -1468,6 +1737,12 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
                 goto end;
             }
             names[i] = e->items[0].str;
+            if (e->items[0].n > TJ_MAX_PIECE) {
+                rc = sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: Unigram piece %d "
+                              "is %zu bytes long; at most %d are supported", i,
+                              e->items[0].n, TJ_MAX_PIECE);
+                goto end;
+            }
             tj->scores[i] = flags & TJ_RUST_SCORES
                                 ? serde_f64(&e->items[1]) : e->items[1].d;
             if (tj->scores[i] < tj->min_score)
@@ -1492,6 +1767,12 @@ static int load_model(tj_pipeline *tj, const json_in_value *m, int flags,
                 goto end;
             }
             names[id] = e->key;
+            if (strlen(e->key) > TJ_MAX_PIECE) {
+                rc = sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: WordPiece token "
+                              "%d is %zu bytes long; at most %d are supported", id,
+                              strlen(e->key), TJ_MAX_PIECE);
+                goto end;
+            }
         }
         const json_in_value *u = json_in_get(m, "unk_token"),
                             *p = json_in_get(m, "continuing_subword_prefix"),
@@ -1576,6 +1857,10 @@ static int load_added(tj_pipeline *tj, const json_in_value *a, int n_vocab,
             (rc = get_bool(e, "normalized", 0, &norm, "added token", err)) ||
             (rc = get_bool(e, "single_word", 0, &single, "added token", err)))
             return rc;
+        if (c->n > TJ_MAX_PIECE)
+            return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: added token %zu "
+                            "is %zu bytes long; at most %d are supported", i, c->n,
+                            TJ_MAX_PIECE);
         if (norm || single)
             return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: added token "
                             "'%.64s' with %s=true is not supported", c->str,
@@ -1716,6 +2001,7 @@ int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipel
         rc = sm_error(err, SM_ERR_NOMEM, "tokenizer.json: out of memory");
         goto fail;
     }
+    tj->chunk = TJ_CHUNK;
     if (!json_in_get(root, "model")) {
         rc = sm_error(err, SM_ERR_FORMAT, "tokenizer.json: no \"model\"");
         goto fail;
@@ -1731,6 +2017,7 @@ int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipel
         (rc = load_post(tj, json_in_get(root, "post_processor"),
                         vocab_size(voc), err)))
         goto fail;
+    set_splits(tj);
     sp->cls = tj->n_before ? tj->before[0] : -1;
     sp->sep = tj->n_after ? tj->after[0] : -1;
     sp->pad = named_id(voc, "<pad>", "[PAD]");

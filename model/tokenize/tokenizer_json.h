@@ -33,17 +33,24 @@ typedef struct tj_special {
 int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipeline **out,
             tj_special *sp, char *err);
 void tj_free(tj_pipeline *tj);
+/* The size of the pieces a normalizer runs over between stop checks, in
+ * bytes (about 16 KB after tj_load; 0: the whole text at once). Each piece
+ * ends where the step gives the same text cut or whole, so the size never
+ * changes the ids: tests set it to 1 and compare. */
+void tj_set_chunk(tj_pipeline *tj, size_t bytes);
 /* A deep copy of src, whose vocabulary has n_pieces ids (the Unigram
  * scores' count); shares nothing with src. */
 int tj_clone(const tj_pipeline *src, int n_pieces, tj_pipeline **out, char *err);
 /* The ids of text (len bytes, any bytes) without special tokens, as
- * tokenizer_tokenize; v is the vocabulary tj_load made with tj. */
+ * tokenizer_tokenize_stoppable (stop may be NULL); v is the vocabulary
+ * tj_load made with tj. */
 int tj_tokenize(const tj_pipeline *tj, const vocab *v, const char *text,
-                size_t len, int *ids, int cap, int *n_total, char *err);
-/* The model input for one sequence, as tokenizer_encode: the
+                size_t len, int *ids, int cap, int *n_total, int (*stop)(void *),
+                void *user, char *err);
+/* The model input for one sequence, as tokenizer_encode_stoppable: the
  * post-processor's ids around the text's, cut to max_length. */
 int tj_encode(const tj_pipeline *tj, const vocab *v, const char *text,
               size_t len, int max_length, int *ids, int *n, int *truncated,
-              char *err);
+              int (*stop)(void *), void *user, char *err);
 
 #endif

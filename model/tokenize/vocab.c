@@ -1,10 +1,20 @@
 /* vocab.c: the vocabulary both tokenizers look tokens up in (vocab.h).
  *
  * Owns a private copy of the token bytes (one NUL-terminated string per
- * token), the per-id offset and length arrays and the open-addressing hash
+ * token), the per-id offset and length arrays, the open-addressing hash
  * table (FNV-1a, linear probing, a power-of-two size at least twice the
- * token count) from token bytes to id; vocab_free() releases all of it.
- * Calls only errors.h and utf8.h; knows nothing of tokenizers.
+ * token count) from token bytes to id, and the byte trie of the tokens
+ * (vocab_trie_next); vocab_free() releases all of it. Calls only errors.h
+ * and utf8.h; knows nothing of tokenizers.
+ *
+ * The trie: node 0 is the root (the empty string); nodes are numbered
+ * breadth first, so the children of node k are the nodes
+ * first[k] .. first[k + 1] - 1, in ascending order of the byte on the edge
+ * into each (edge[c]), and node_id[k] is the id of the token that ends at k
+ * (the last id of a duplicate, as the hash table), or -1. The root's
+ * children are also in a 256-entry table. One node per distinct token
+ * prefix, 9 bytes each; built in O(total bytes + sort) from the tokens
+ * sorted by their bytes.
  */
 #include "vocab.h"
 #include "errors.h"
@@ -33,6 +43,11 @@ struct vocab {
     slot *table;       /* token bytes -> id; power-of-two size */
     uint32_t mask;     /* table size - 1 */
     size_t max_bytes;  /* longest token in bytes */
+    uint32_t n_nodes;  /* trie nodes, the root included */
+    uint32_t *first;   /* node -> its first child; n_nodes + 1 entries */
+    int32_t *node_id;  /* node -> id of the token ending there, or -1 */
+    unsigned char *edge; /* node -> the byte on the edge into it */
+    uint32_t root[256];  /* the root's child per byte, 0 for none */
 };
 
 static uint32_t fnv_step(uint32_t h, const unsigned char *s, size_t n)
@@ -172,6 +187,152 @@ static int split_lines(vocab *v, size_t len, char *err)
     return SM_OK;
 }
 
+/* ------------------------------------------------------------------ trie */
+
+typedef struct {
+    const char *s;
+    uint32_t len;
+    int32_t id;
+} tok_ref;
+
+static int tok_ref_cmp(const void *a, const void *b)
+{
+    const tok_ref *x = a, *y = b;
+    size_t m = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->s, y->s, m);
+    if (c)
+        return c;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* A node of the trie while it is built: children in a sibling list. */
+typedef struct {
+    uint32_t child, sibling; /* 0: none (node 0 is the root, no one's child) */
+    int32_t id;
+    unsigned char byte;
+} tmp_node;
+
+/* Builds v's trie from its tokens (off, len, n set). */
+static int trie_build(vocab *v, char *err)
+{
+    size_t total = 1, n = (size_t)v->n;
+    tok_ref *refs = malloc((n ? n : 1) * sizeof *refs);
+    uint32_t *path = malloc((v->max_bytes + 1) * sizeof *path);
+    uint32_t *order = NULL;
+    tmp_node *t = NULL;
+    uint32_t nt = 1;
+    int rc = SM_OK;
+
+    for (size_t i = 0; i < n; i++)
+        total += v->len[i];
+    if (total > UINT32_MAX - 1) {
+        rc = sm_error(err, SM_ERR_FORMAT, "vocab: more than 4 GB of tokens");
+        goto end;
+    }
+    t = malloc(total * sizeof *t);
+    if (!refs || !path || !t) {
+        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for the token trie");
+        goto end;
+    }
+    for (size_t i = 0; i < n; i++) {
+        refs[i].s = v->text + v->off[i];
+        refs[i].len = v->len[i];
+        refs[i].id = (int32_t)i;
+    }
+    qsort(refs, n, sizeof *refs, tok_ref_cmp);
+    memset(&t[0], 0, sizeof t[0]);
+    t[0].id = -1;
+    path[0] = 0;
+    /* In sorted order a new token shares lcp bytes with the one before
+     * (path[0..lcp] is its path) and every node it adds is its parent's
+     * last child, placed after the previous token's node at depth lcp + 1. */
+    for (size_t i = 0; i < n; i++) {
+        const tok_ref *r = &refs[i];
+        size_t lcp = 0;
+        if (i > 0) {
+            const tok_ref *p = &refs[i - 1];
+            size_t m = p->len < r->len ? p->len : r->len;
+            while (lcp < m && p->s[lcp] == r->s[lcp])
+                lcp++;
+            for (size_t d = lcp; d < r->len; d++) {
+                uint32_t k = nt++;
+                t[k].child = t[k].sibling = 0;
+                t[k].id = -1;
+                t[k].byte = (unsigned char)r->s[d];
+                if (d == lcp && p->len > lcp)
+                    t[path[d + 1]].sibling = k;
+                else
+                    t[path[d]].child = k;
+                path[d + 1] = k;
+            }
+        } else {
+            for (size_t d = 0; d < r->len; d++) {
+                uint32_t k = nt++;
+                t[k].child = t[k].sibling = 0;
+                t[k].id = -1;
+                t[k].byte = (unsigned char)r->s[d];
+                t[path[d]].child = k;
+                path[d + 1] = k;
+            }
+        }
+        t[path[r->len]].id = r->id; /* sorted by id last: a duplicate's last id */
+    }
+    /* Breadth first, so each node's children are consecutive. */
+    order = malloc((size_t)nt * sizeof *order);
+    v->first = malloc(((size_t)nt + 1) * sizeof *v->first);
+    v->node_id = malloc((size_t)nt * sizeof *v->node_id);
+    v->edge = malloc(nt);
+    if (!order || !v->first || !v->node_id || !v->edge) {
+        rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for the token trie");
+        goto end;
+    }
+    uint32_t tail = 1;
+    order[0] = 0;
+    for (uint32_t k = 0; k < nt; k++) {
+        const tmp_node *x = &t[order[k]];
+        v->first[k] = tail;
+        v->node_id[k] = x->id;
+        v->edge[k] = x->byte;
+        for (uint32_t c = x->child; c; c = t[c].sibling) {
+            if (k == 0)
+                v->root[t[c].byte] = tail;
+            order[tail++] = c;
+        }
+    }
+    v->first[nt] = nt;
+    v->n_nodes = nt;
+end:
+    free(refs);
+    free(path);
+    free(order);
+    free(t);
+    return rc;
+}
+
+uint32_t vocab_trie_next(const vocab *v, uint32_t node, unsigned char b)
+{
+    uint32_t lo, hi;
+    if (node == 0)
+        return v->root[b];
+    lo = v->first[node];
+    hi = v->first[node + 1];
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (v->edge[mid] < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < v->first[node + 1] && v->edge[lo] == b ? lo : 0;
+}
+
+int vocab_trie_id(const vocab *v, uint32_t node)
+{
+    return node < v->n_nodes ? v->node_id[node] : -1;
+}
+
 int vocab_from_lines(const char *text, size_t len, vocab **out, char *err)
 {
     vocab *v;
@@ -210,6 +371,8 @@ int vocab_from_lines(const char *text, size_t len, vocab **out, char *err)
     }
     for (int id = 0; id < v->n; id++)
         table_insert(v, id);
+    if ((rc = trie_build(v, err)))
+        goto fail;
     *out = v;
     return SM_OK;
 fail:
@@ -260,6 +423,8 @@ int vocab_from_pieces(const char *const *pieces, int n, vocab **out, char *err)
     }
     v->text[at] = '\0';
     v->n = n;
+    if ((rc = trie_build(v, err)))
+        goto fail;
     *out = v;
     return SM_OK;
 fail:
@@ -289,7 +454,10 @@ int vocab_clone(const vocab *src, vocab **out, char *err)
     v->off = malloc(ids * sizeof *v->off);
     v->len = malloc(ids * sizeof *v->len);
     v->table = malloc(slots * sizeof *v->table);
-    if (!v->text || !v->off || !v->len || !v->table) {
+    v->first = malloc(((size_t)src->n_nodes + 1) * sizeof *v->first);
+    v->node_id = malloc((src->n_nodes ? src->n_nodes : 1) * sizeof *v->node_id);
+    v->edge = malloc(src->n_nodes ? src->n_nodes : 1);
+    if (!v->text || !v->off || !v->len || !v->table || !v->first || !v->node_id || !v->edge) {
         rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory copying %d tokens", src->n);
         goto fail;
     }
@@ -297,6 +465,9 @@ int vocab_clone(const vocab *src, vocab **out, char *err)
     memcpy(v->off, src->off, (size_t)src->n * sizeof *v->off);
     memcpy(v->len, src->len, (size_t)src->n * sizeof *v->len);
     memcpy(v->table, src->table, slots * sizeof *v->table);
+    memcpy(v->first, src->first, ((size_t)src->n_nodes + 1) * sizeof *v->first);
+    memcpy(v->node_id, src->node_id, src->n_nodes * sizeof *v->node_id);
+    memcpy(v->edge, src->edge, src->n_nodes);
     *out = v;
     return SM_OK;
 fail:
@@ -312,6 +483,9 @@ void vocab_free(vocab *v)
     free(v->off);
     free(v->len);
     free(v->table);
+    free(v->first);
+    free(v->node_id);
+    free(v->edge);
     free(v);
 }
 

@@ -9,6 +9,7 @@
 #define SM_VOCAB_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct vocab vocab;
 
@@ -38,5 +39,14 @@ int vocab_lookup(const vocab *v, const char *s, size_t n);
  * word's rest, say) without joining them first, or -1. */
 int vocab_lookup_prefixed(const vocab *v, const char *prefix, size_t plen, const char *s,
                           size_t n);
+/* The trie of the tokens' bytes, for walks that find every token starting
+ * at a place in a text in one pass (Unigram) or the longest (WordPiece),
+ * at a cost of one step per byte walked, however long the tokens are.
+ * Node 0 is the root (the empty string). vocab_trie_next gives the child
+ * of node along byte b, or 0 when no token has that prefix (the walk
+ * ends); vocab_trie_id the id of the token that is exactly the string of
+ * node (what vocab_lookup gives for it), or -1. */
+uint32_t vocab_trie_next(const vocab *v, uint32_t node, unsigned char b);
+int vocab_trie_id(const vocab *v, uint32_t node);
 
 #endif
