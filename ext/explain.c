@@ -137,8 +137,8 @@ static char *result_json(const bert_config *cfg, const tokenizer *tok, const exp
         const char *t = tokenizer_token(tok, ids[i + 1]);
         sqlite3_str_appendall(s, i ? ",{\"token\":" : "{\"token\":");
         sx_json_string(s, t ? t : "[UNK]");
-        sqlite3_str_appendf(s, ",\"start\":%d,\"end\":%d,\"attribution\":%.6g}", starts[i],
-                            ends[i], (double)e->attr[i + 1]);
+        sqlite3_str_appendf(s, ",\"start\":%d,\"end\":%d,\"attribution\":%.6g}", starts[i + 1],
+                            ends[i + 1], (double)e->attr[i + 1]);
     }
     sqlite3_str_appendall(s, "]}");
     if (sqlite3_str_errcode(s)) {
