@@ -216,6 +216,10 @@ static int is_han(utf8proc_int32_t cp)
            (cp >= 0x20000 && cp <= 0x323AF) || (cp >= 0xF900 && cp <= 0xFAFF) || cp == 0x3007;
 }
 
+/* Letters looked at: the model reads at most max_length tokens, and the
+ * cost stays bounded for a text of any size. */
+#define SX_SCRIPT_LETTERS 4096
+
 int sx_text_not_chinese(const char *text, size_t len)
 {
     size_t i = 0, letters = 0, han = 0;
@@ -232,6 +236,7 @@ int sx_text_not_chinese(const char *text, size_t len)
         if (cat < UTF8PROC_CATEGORY_LU || cat > UTF8PROC_CATEGORY_LO) continue;
         letters++;
         han += is_han(cp);
+        if (letters == SX_SCRIPT_LETTERS) break; /* the part the model reads, and a bound */
     }
     return letters > 0 && 2 * han < letters;
 }
@@ -257,9 +262,16 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
     if (bs > n) bs = n;
     if ((rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) goto end;
     if ((rc = workspace_for(c, fn, m, &bs, seq, &ws, &params, errmsg)) != SQLITE_OK) goto end;
-    rc = embed ? bert_embed_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc, err)
-               : bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
-                                     err);
+    /* sqlite3_interrupt and the progress handler are heard between texts,
+     * inside a long text's tokenizing and between batches */
+    sx_poll poll;
+    sx_poll_begin(&poll, c->db);
+    bert_stop stop = {sx_poll_stop, &poll};
+    rc = embed ? bert_embed_texts_stoppable(m->bert, params, ws, texts, lens, n, seq, bs, out,
+                                            trunc, &stop, err)
+               : bert_classify_texts_stoppable(m->bert, params, ws, texts, lens, n, seq, bs, out,
+                                               trunc, &stop, err);
+    sx_poll_end(&poll);
     if (rc == SM_ERR_NOMEM) drop_workspace(c, m);
     if (rc != SM_OK) {
         char *why = gpu_reason(c);

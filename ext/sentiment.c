@@ -94,6 +94,8 @@ static const struct {
     {"sentiment_models", sx_register_models_vtab},
     {"train, sentiment_evaluate", sx_register_training},
     {"sentiment_drop, sentiment_export", sx_register_store_functions},
+    {"sentiment_explain", sx_register_explain},
+    {"sentiment_clauses", sx_register_clauses},
 };
 
 __attribute__((visibility("default"))) int

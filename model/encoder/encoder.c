@@ -7,7 +7,8 @@
  *   merged = per head dropout(softmax(q kᵀ / sqrt d, padding masked)) v
  *   x1 = LN1(dropout(merged · Woᵀ + bo) + x_in)
  *   x_out = LN2(dropout(GELU(x1 · W1ᵀ + b1) · W2ᵀ + b2) + x1)
- * and the embeddings are x = dropout(LN(word + position + type [+ task])).
+ * and the embeddings are x = dropout(LN(word + position + type [+ task]
+ * [+ a caller's offset, encoder_pass.r0_delta])).
  */
 #include "encoder.h"
 
@@ -112,6 +113,7 @@ int encoder_forward(backend *be, const bert_config *cfg, const bert_params *p,
     float *x0 = L ? e->layers[0].x_in : e->x_out;
     TRY(be->embed(be, e->r0, e->ids, NULL, p->word_emb, p->pos_emb, p->type_emb, p->task_emb,
                   B, T, C, cfg->position_offset));
+    if (ps->r0_delta) TRY(be->add(be, e->r0, e->r0, ps->r0_delta, (size_t)N * C));
     TRY(be->layernorm(be, x0, e->mean0, e->rstd0, e->r0, p->emb_ln_w, p->emb_ln_b, N, C,
                       cfg->layer_norm_eps));
     TRY(dropout(be, ps, x0, (size_t)N * C, dr ? dr->hidden : 0, SITE_EMB, (size_t)T * C));

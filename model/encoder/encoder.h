@@ -76,6 +76,10 @@ typedef struct encoder_pass {
     /* the first row of this part of the caller's batch (a lane's), which
      * moves its dropout keys on so that its masks are the whole batch's */
     int row0;
+    /* (N,C) backend memory or NULL: added to word + position + type before
+     * the embedding LayerNorm (the interpolated inputs of integrated
+     * gradients, model/train/explain.c) */
+    const float *r0_delta;
 } encoder_pass;
 
 /* The dropout key of a site for a pass whose masks are per_row elements a

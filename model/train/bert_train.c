@@ -167,7 +167,7 @@ int bert_train_ws_arena(bert_train_ws *ws, char *err)
 /* The pass options of ws's last forward, for its backward's dropout keys. */
 static encoder_pass pass_of(const bert_train_ws *ws)
 {
-    return (encoder_pass){.drop = &ws->drop, .row0 = ws->row0};
+    return (encoder_pass){.drop = &ws->drop, .row0 = ws->row0, .r0_delta = ws->r0_delta};
 }
 
 static uint64_t key_of(const bert_train_ws *ws, unsigned site, size_t per_row)
@@ -403,15 +403,17 @@ int bert_train_scatter_embeddings(backend *be, const bert_config *cfg, const ber
     return SM_OK;
 }
 
-/* The classifier head's backward, then the encoder's down to the embedding
- * LayerNorm. */
+static int head_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                         bert_train_ws *ws, char *err);
+
+/* The loss's backward, the classifier head's, then the encoder's down to
+ * the embedding LayerNorm. */
 static int head_and_encoder_backward(const bert_config *cfg, const bert_params *p,
                                      const bert_params *g, bert_train_ws *ws, float loss_scale,
                                      char *err)
 {
     backend *be = ws->be;
-    int B = ws->B, T = ws->T, C = ws->C, K = ws->K;
-    const bert_dropout *dr = &ws->drop;
+    int B = ws->B, K = ws->K;
 
     if (ws->ready != 1)
         return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
@@ -422,6 +424,18 @@ static int head_and_encoder_backward(const bert_config *cfg, const bert_params *
                                  ws->temperature, ws->alpha, loss_scale));
     else
         TRY(be->cross_entropy_backward(be, ws->dlogits, ws->probs, ws->labels, B, K, loss_scale));
+    return head_backward(cfg, p, g, ws, err);
+}
+
+/* From ws->dlogits (B,K) down: the classifier head, then the encoder to the
+ * embedding LayerNorm; ws->dx is then dL/d(word + position + type). */
+static int head_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                         bert_train_ws *ws, char *err)
+{
+    backend *be = ws->be;
+    int B = ws->B, T = ws->T, C = ws->C, K = ws->K;
+    const bert_dropout *dr = &ws->drop;
+
     /* logits = dropout(pooled) · Wcᵀ + bc */
     TRY(be->linear_backward(be, ws->dpooled, g->cls_w, g->cls_b, ws->dlogits,
                             ws->pooled_drop, p->cls_w, B, C, K, 0));
@@ -438,6 +452,18 @@ static int head_and_encoder_backward(const bert_config *cfg, const bert_params *
     /* cls = x_out[:,0,:] */
     TRY(be->scatter_cls(be, ws->dx, ws->dcls, B, T, C));
     return encoder_backward(cfg, p, g, ws, err);
+}
+
+int bert_train_backward_dlogits(const bert_config *cfg, const bert_params *p,
+                                const bert_params *g, bert_train_ws *ws, const float *dlogits,
+                                char *err)
+{
+    backend *be = ws->be;
+    if (ws->ready != 1)
+        return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
+    ws->ready = 0;
+    TRY(be->upload(be, ws->dlogits, dlogits, (size_t)ws->B * ws->K * sizeof(float)));
+    return head_backward(cfg, p, g, ws, err);
 }
 
 int bert_train_backward_lane(const bert_config *cfg, const bert_params *p,

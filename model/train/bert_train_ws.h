@@ -58,6 +58,9 @@ struct bert_train_ws {
     /* in a lane: the first row of its part of the caller's batch, which
      * offsets its dropout masks so that they are the whole batch's */
     int row0;
+    /* (N,C) backend memory or NULL: added to the embeddings' sum by the
+     * next forward (encoder_pass.r0_delta; explain.c) */
+    const float *r0_delta;
     /* lanes (bert_train_lanes.c); n_lanes 0: none, the ops run on be */
     int n_lanes, lanes_used;
     lane_set lanes;             /* the single-lane backends (lanes.h) */
@@ -96,6 +99,13 @@ int bert_train_backward_one(const bert_config *cfg, const bert_params *p,
 int bert_train_backward_lane(const bert_config *cfg, const bert_params *p,
                              const bert_params *g, bert_train_ws *ws, float loss_scale,
                              char *err);
+/* The backward of ws's last forward from given logit gradients dlogits
+ * (B,K host) instead of a loss's: the head and the encoder, leaving
+ * dL/d(word + position + type) (N,C) in bert_train_grad_out(ws) and
+ * adding parameter gradients to g; no embedding scatter (explain.c). */
+int bert_train_backward_dlogits(const bert_config *cfg, const bert_params *p,
+                                const bert_params *g, bert_train_ws *ws, const float *dlogits,
+                                char *err);
 /* Adds ws's embedding gradient rows (after the backward) into g on be. */
 int bert_train_scatter_embeddings(backend *be, const bert_config *cfg, const bert_params *p,
                                   const bert_params *g, bert_train_ws *ws, char *err);
