@@ -2,12 +2,14 @@
  * its label, token by token.
  *
  *   SELECT sentiment_explain('房间很脏，服务也差');
- *   -> {"label":"negative","score":0.97,"method":"integrated_gradients",
+ *   -> {"text":"房间很脏，服务也差","label":"negative","score":0.97,"method":"integrated_gradients",
  *       "steps":32,"logit":2.41,"baseline_logit":-0.38,"sum":2.79,
  *       "truncated":false,
  *       "tokens":[{"token":"房","start":0,"end":1,"attribution":0.02}, ...]}
  *
- * Each token of the text (no [CLS]/[SEP]) with its span in the text as
+ * "text" is the text (its characters as the spans count them: a character
+ * of invalid UTF-8 is U+FFFD, so the spans index it as they index the
+ * text given). Each token of the text (no [CLS]/[SEP]) with its span in the text as
  * given (start and end in characters, end exclusive, what substr(text,
  * start + 1, end - start) returns; transformers' offset_mapping) and its
  * attribution to the logit of the label explained: positive pushes toward
@@ -40,6 +42,7 @@
 #include "explain.h"
 #include "json_in.h"
 #include "sentiment_ext.h"
+#include "utf8.h"
 
 #define EXPLAIN_FN "sentiment_explain()"
 #define EXPLAIN_MAX_BATCH 16
@@ -117,13 +120,51 @@ end:
     return rc;
 }
 
+/* text[0..len) as a JSON string whose characters are the ones the spans
+ * count (tokenizer_encode_offsets: a byte 0xC0..0xFF with the continuation
+ * bytes after it is one character, every other byte one): a character that
+ * is not one valid code point becomes U+FFFD, a NUL byte \u0000. */
+static int one_code_point(const unsigned char *p, size_t n)
+{
+    int32_t cp;
+    return utf8_next(p, n, &cp) == n && cp != 0xFFFD;
+}
+
+static void append_text(sqlite3_str *s, const char *text, size_t len)
+{
+    const unsigned char *t = (const unsigned char *)text;
+    sqlite3_str_appendchar(s, 1, '"');
+    for (size_t i = 0; i < len;) {
+        size_t j = i + 1;
+        if (t[i] >= 0xC0)
+            while (j < len && (t[j] & 0xC0) == 0x80) j++;
+        if (t[i] < 0x80) {
+            switch (t[i]) {
+            case '"': sqlite3_str_appendall(s, "\\\""); break;
+            case '\\': sqlite3_str_appendall(s, "\\\\"); break;
+            default:
+                if (t[i] < 0x20) sqlite3_str_appendf(s, "\\u%04x", t[i]);
+                else sqlite3_str_appendchar(s, 1, (char)t[i]);
+            }
+        } else if (one_code_point(t + i, j - i)) {
+            sqlite3_str_append(s, text + i, (int)(j - i));
+        } else {
+            sqlite3_str_appendall(s, "\xef\xbf\xbd"); /* U+FFFD */
+        }
+        i = j;
+    }
+    sqlite3_str_appendchar(s, 1, '"');
+}
+
 /* The JSON result of one explained text. */
 static char *result_json(const bert_config *cfg, const tokenizer *tok, const explain_options *o,
-                         const bert_explanation *e, const int *ids, const int *starts,
-                         const int *ends, int n_tokens, int truncated)
+                         const bert_explanation *e, const char *text, size_t len, const int *ids,
+                         const int *starts, const int *ends, int n_tokens, int truncated)
 {
     sqlite3_str *s = sqlite3_str_new(NULL);
-    sqlite3_str_appendall(s, "{\"label\":");
+    sqlite3_str_appendall(s, "{\"text\":");
+    append_text(s, text, len);
+    sqlite3_str_appendall(s, ",\"label\":");
     sx_json_string(s, cfg->id2label[e->target]);
     sqlite3_str_appendf(s, ",\"score\":%.6g,\"method\":\"%s\",\"steps\":%d,\"logit\":%.7g,"
                         "\"baseline_logit\":%.7g,\"sum\":%.7g,\"truncated\":%s,\"tokens\":[",
@@ -196,7 +237,7 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
     }
     c->rows++;
     c->truncated += truncated != 0;
-    *json = result_json(cfg, bm->tok, &o, &e, ids, starts, ends, n - 2, truncated);
+    *json = result_json(cfg, bm->tok, &o, &e, text, len, ids, starts, ends, n - 2, truncated);
     if (!*json) rc = sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
 end:
     sx_poll_end(&poll);

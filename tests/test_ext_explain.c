@@ -55,6 +55,8 @@ static void test_shape_and_spans(void **state)
     assert_int_equal(sqlite3_column_int(st, 4), 1);
     assert_string_equal((const char *)sqlite3_column_text(st, 5), "object");
     sqlite3_finalize(st);
+    expect_text(db, "SELECT json_extract(sentiment_explain('这家酒店很干净，服务也很周到。', 'tiny'), "
+                    "'$.text')", text);
     /* every span gives its token back */
     st = prepare(db, "SELECT count(*), sum(substr(?2, json_extract(t.value, '$.start') + 1, "
                      "json_extract(t.value, '$.end') - json_extract(t.value, '$.start')) = "
@@ -209,8 +211,15 @@ static void test_options(void **state)
     assert_true(q_is_null(db, "SELECT sentiment_explain(NULL)"));
     assert_true(q_is_null(db, "SELECT sentiment_explain('   ', 'tiny')"));
     assert_true(q_is_null(db, "SELECT sentiment_explain('', 'tiny')"));
-    /* invalid UTF-8 is repaired, never an error */
+    /* invalid UTF-8 is repaired, never an error; "text" has as many
+     * characters as SQLite counts in the input, each bad one U+FFFD */
     assert_false(q_is_null(db, "SELECT sentiment_explain(CAST(x'e5a5bdff' AS TEXT), 'tiny')"));
+    expect_text(db, "WITH x(t) AS (SELECT CAST(x'22e5a5bdff80e5' AS TEXT) || '吃\"') "
+                    "SELECT json_extract(sentiment_explain(t, 'tiny'), '$.text') = "
+                    "'\"好' || char(65533, 65533) || '吃\"' AND length(t) = 6 FROM x",
+                "1");
+    expect_text(db, "SELECT json_extract(sentiment_explain('a\"b\\c', 'tiny'), '$.text')",
+                "a\"b\\c");
     /* truncated to max_length */
     exec_ok(db, "SELECT sentiment_config('max_length', 8)");
     expect_text(db, "SELECT json_extract(sentiment_explain('这家酒店很干净，服务也很周到。', 'tiny'), "

@@ -497,6 +497,8 @@ static const struct {
     {"function", "sentiment_drop", "test_cache_identity: test_drop, test_drop_bad_input"},
     {"function", "sentiment_export", "test_cache_identity: test_export_*"},
     {"module", "sentiment_training", "test_ext_train: test_training_log_and_status"},
+    {"function", "sentiment_explain", "test_ext_explain, test_explain, test_ext_device"},
+    {"module", "sentiment_clauses", "test_ext_clauses"},
 };
 
 static void test_api_surface(void **state)
