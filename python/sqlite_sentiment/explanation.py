@@ -217,7 +217,11 @@ def to_html(explanation, text=None, header=True):
             f' <span class="sentiment-method" style="color:#6b7280">'
             f'({html.escape(method_text(e))}'
             + (", truncated" if e.get("truncated") else "")
-            + (", text rebuilt from tokens" if rebuilt else "") + ")</span></div>")
+            + (", text rebuilt from tokens" if rebuilt else "") + ")</span> "
+            f'<span class="sentiment-legend" style="color:#6b7280">'
+            f'<span style="background:{_hex(GREEN)};padding:0 0.25em">toward</span> '
+            f'<span style="background:{_hex(RED)};padding:0 0.25em">against</span> '
+            f"{html.escape(label)}</span></div>")
     parts.append(f'<div class="sentiment-explanation-text" lang="zh" '
                  f'style="color:{TEXT_COLOUR};white-space:pre-wrap">')
     for piece, t in segments(e, text):
