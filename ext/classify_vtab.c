@@ -41,6 +41,12 @@
  * A query that reads embedding and none of label, score and probs runs no
  * classification head, so an encoder without one (a sentence-embedding
  * model) serves it; one that reads both runs the encoder twice per batch.
+ * The hidden column explanation is sentiment_explain(text, model)'s JSON
+ * (explain.c: each token's span and attribution to the label), computed
+ * only when a query names it, row by row after its batch (integrated
+ * gradients with the default 32 steps, about 100 passes of the text each):
+ *
+ *   SELECT id, label, explanation FROM classify('reviews', 'comment') LIMIT 20;
  * Exactly one output row per source row, in source order;
  * a row whose text is NULL, empty or white space has NULL label, score,
  * probs, truncated and embedding. Texts are converted as sentiment() does (numbers as
@@ -106,7 +112,8 @@ enum {
     COL_COLUMN,
     COL_MODEL,
     COL_BATCH_SIZE,
-    COL_EMBEDDING /* hidden, but a result: the pooled embedding (embed.c) */
+    COL_EMBEDDING, /* hidden, but a result: the pooled embedding (embed.c) */
+    COL_EXPLANATION /* hidden, a result: sentiment_explain's JSON (explain.c) */
 };
 #define N_ARGS 4
 
@@ -217,7 +224,8 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                        argc - 3);
     rc = sqlite3_declare_vtab(db, "CREATE TABLE x(id, label TEXT, score REAL, probs TEXT, "
                                   "truncated INTEGER, source HIDDEN, \"column\" HIDDEN, "
-                                  "model HIDDEN, batch_size HIDDEN, embedding HIDDEN)");
+                                  "model HIDDEN, batch_size HIDDEN, embedding HIDDEN, "
+                                  "explanation HIDDEN)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
@@ -735,6 +743,21 @@ static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     const bert_config *cfg = cur->m ? &cur->m->bert->cfg : NULL;
     const float *probs;
 
+    if (i == COL_EXPLANATION) {
+        /* per row, when read: each is 3 x steps passes of its own text */
+        if (!cur->texts[p]) return SQLITE_OK;
+        cl_vtab *v = (cl_vtab *)pCur->pVtab;
+        char *json = NULL, *errmsg = NULL;
+        int rc = sx_explain_json(v->c, k_fn, cur->m, cur->texts[p], cur->lens[p], NULL, &json,
+                                 &errmsg);
+        if (rc == SQLITE_OK && json) sx_result_json(ctx, json);
+        else if (rc != SQLITE_OK) {
+            if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+            else sqlite3_result_error_nomem(ctx);
+        }
+        sqlite3_free(errmsg);
+        return SQLITE_OK;
+    }
     if (i == COL_EMBEDDING) {
         if (cur->texts[p] && cur->emb) {
             int C = cur->m->bert->cfg.hidden_size;

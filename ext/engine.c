@@ -216,6 +216,10 @@ static int is_han(utf8proc_int32_t cp)
            (cp >= 0x20000 && cp <= 0x323AF) || (cp >= 0xF900 && cp <= 0xFAFF) || cp == 0x3007;
 }
 
+/* Letters looked at: the model reads at most max_length tokens, and the
+ * cost stays bounded for a text of any size. */
+#define SX_SCRIPT_LETTERS 4096
+
 int sx_text_not_chinese(const char *text, size_t len)
 {
     size_t i = 0, letters = 0, han = 0;
@@ -232,6 +236,7 @@ int sx_text_not_chinese(const char *text, size_t len)
         if (cat < UTF8PROC_CATEGORY_LU || cat > UTF8PROC_CATEGORY_LO) continue;
         letters++;
         han += is_han(cp);
+        if (letters == SX_SCRIPT_LETTERS) break; /* the part the model reads, and a bound */
     }
     return letters > 0 && 2 * han < letters;
 }

@@ -148,39 +148,22 @@ static char *result_json(const bert_config *cfg, const tokenizer *tok, const exp
     return sqlite3_str_finish(s);
 }
 
-static void fn_explain(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, size_t len,
+                    const char *options, char **json, char **errmsg)
 {
-    sx_conn *c = sqlite3_user_data(ctx);
-    const char *fn = EXPLAIN_FN;
-    char err[SM_ERR_MAX], *errmsg = NULL, *json = NULL;
-    const char *text;
-    size_t len = 0;
-    int *ids = NULL, *starts = NULL, *ends = NULL, n = 0, truncated = 0, cached = 0, rc;
+    char err[SM_ERR_MAX];
+    int *ids = NULL, *starts = NULL, *ends = NULL, n = 0, truncated = 0, rc;
     bert_explainer *x = NULL;
-    sx_model *m = NULL;
     sx_poll poll;
     explain_options o;
-
-    sx_poll_begin(&poll, NULL);
-    if (sx_value_text(argv[0], &text, &len) != SQLITE_OK) {
-        sqlite3_result_error_nomem(ctx);
-        return;
-    }
-    if (!text) return;
-    if (argc > 2 && sqlite3_value_type(argv[2]) != SQLITE_NULL &&
-        sqlite3_value_type(argv[2]) != SQLITE_TEXT) {
-        sqlite3_result_error(ctx, EXPLAIN_FN ": options must be a JSON object (TEXT)", -1);
-        return;
-    }
-    m = sx_model_arg(ctx, c, fn, argc, argv, 1, &cached);
-    if (!m) return;
     const bert_model *bm = m->bert;
     const bert_config *cfg = &bm->cfg;
-    rc = options_parse(argc > 2 ? (const char *)sqlite3_value_text(argv[2]) : NULL, cfg, &o,
-                       &errmsg);
-    if (rc != SQLITE_OK) goto end;
+
+    *json = NULL;
+    sx_poll_begin(&poll, NULL);
+    if ((rc = options_parse(options, cfg, &o, errmsg)) != SQLITE_OK) goto end;
     if (!bm->has_head) {
-        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+        rc = sx_fail(errmsg, SQLITE_ERROR, fn,
                      "model has no classification head (an embedding model): there is no "
                      "label to explain");
         goto end;
@@ -191,40 +174,64 @@ static void fn_explain(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     starts = sqlite3_malloc64((sqlite3_uint64)max_len * sizeof *starts);
     ends = sqlite3_malloc64((sqlite3_uint64)max_len * sizeof *ends);
     if (!ids || !starts || !ends) {
-        rc = sx_fail(&errmsg, SQLITE_NOMEM, fn, "out of memory");
+        rc = sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
         goto end;
     }
     sx_poll_begin(&poll, c->db);
     rc = tokenizer_encode_offsets(bm->tok, text, len, max_len, ids, starts, ends, &n, &truncated,
                                   sx_poll_stop, &poll, err);
-    if (rc == SM_OK && (rc = sx_engine_backend(c, fn, &errmsg)) != SQLITE_OK) goto end;
-    if (rc == SM_OK)
-        rc = bert_explainer_create(c->be, bm,
-                                   o.method == EXPLAIN_INTEGRATED_GRADIENTS && o.steps < EXPLAIN_MAX_BATCH
-                                       ? o.steps
-                                       : EXPLAIN_MAX_BATCH,
-                                   n, &x, err);
+    if (rc == SM_OK && (rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) goto end;
+    int batch = o.method == EXPLAIN_INTEGRATED_GRADIENTS && o.steps < EXPLAIN_MAX_BATCH
+                    ? o.steps
+                    : EXPLAIN_MAX_BATCH;
+    if (rc == SM_OK) rc = bert_explainer_create(c->be, bm, batch, n, &x, err);
     bert_explanation e;
     if (rc == SM_OK)
         rc = bert_explain(x, ids, n, o.label, o.method, o.steps, sx_poll_stop, &poll, &e, err);
     if (rc != SM_OK) {
-        rc = sx_from_sm(rc, fn, err, &errmsg);
+        rc = sx_from_sm(rc, fn, err, errmsg);
         goto end;
     }
     c->rows++;
     c->truncated += truncated != 0;
-    json = result_json(cfg, bm->tok, &o, &e, ids, starts, ends, n - 2, truncated);
-    if (!json) rc = sx_fail(&errmsg, SQLITE_NOMEM, fn, "out of memory");
+    *json = result_json(cfg, bm->tok, &o, &e, ids, starts, ends, n - 2, truncated);
+    if (!*json) rc = sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
 end:
     sx_poll_end(&poll);
-    if (rc == SQLITE_OK && json) sx_result_json(ctx, json);
-    else if (rc != SQLITE_OK && errmsg) sqlite3_result_error(ctx, errmsg, -1);
-    else if (rc != SQLITE_OK) sqlite3_result_error_nomem(ctx);
-    sqlite3_free(errmsg);
     bert_explainer_free(x);
     sqlite3_free(ids);
     sqlite3_free(starts);
     sqlite3_free(ends);
+    return rc;
+}
+
+static void fn_explain(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    char *errmsg = NULL, *json = NULL;
+    const char *text;
+    size_t len = 0;
+    int cached = 0;
+
+    if (sx_value_text(argv[0], &text, &len) != SQLITE_OK) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    if (!text) return;
+    if (argc > 2 && sqlite3_value_type(argv[2]) != SQLITE_NULL &&
+        sqlite3_value_type(argv[2]) != SQLITE_TEXT) {
+        sqlite3_result_error(ctx, EXPLAIN_FN ": options must be a JSON object (TEXT)", -1);
+        return;
+    }
+    sx_model *m = sx_model_arg(ctx, c, EXPLAIN_FN, argc, argv, 1, &cached);
+    if (!m) return;
+    int rc = sx_explain_json(c, EXPLAIN_FN, m,
+                             text, len, argc > 2 ? (const char *)sqlite3_value_text(argv[2]) : NULL,
+                             &json, &errmsg);
+    if (rc == SQLITE_OK && json) sx_result_json(ctx, json);
+    else if (rc != SQLITE_OK && errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else if (rc != SQLITE_OK) sqlite3_result_error_nomem(ctx);
+    sqlite3_free(errmsg);
     sx_model_arg_done(ctx, m, argc, 1, cached);
 }
 

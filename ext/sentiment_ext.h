@@ -273,8 +273,9 @@ int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *
 int sx_engine_parallel_batches(const sx_conn *c);
 /* 1 when fewer than half of the text's letters (Unicode categories L*) are
  * Han ideographs: English, Russian, Japanese kana ... Texts without letters
- * (digits, emoji, punctuation) give 0. Linear in len; invalid UTF-8 bytes
- * are not letters. */
+ * (digits, emoji, punctuation) give 0. Only the first 4096 letters are
+ * looked at (more than a model reads), so the cost is bounded whatever the
+ * text's size; invalid UTF-8 bytes are not letters. */
 int sx_text_not_chinese(const char *text, size_t len);
 /* The effective max_length for a model on this connection. */
 int sx_engine_max_length(const sx_conn *c, const bert_model *m);
@@ -626,6 +627,11 @@ int sx_register_batch_window(sqlite3 *db, sx_conn *c);
 int sx_register_store_functions(sqlite3 *db, sx_conn *c);
 /* sentiment_explain() (explain.c), sentiment_clauses (clauses_vtab.c). */
 int sx_register_explain(sqlite3 *db, sx_conn *c);
+/* sentiment_explain's JSON for one text with options (JSON text or NULL):
+ * SQLITE_OK with *json (sqlite3_malloc'd; NULL for blank text), or an error
+ * naming fn. Shared with classify's explanation column. */
+int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, size_t len,
+                    const char *options, char **json, char **errmsg);
 int sx_register_clauses(sqlite3 *db, sx_conn *c);
 
 /* ------------------------------------------------------------------ */

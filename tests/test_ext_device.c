@@ -185,6 +185,31 @@ static void test_device_faults(void **state)
     sqlite3_close(db);
 }
 
+/* sentiment_explain on the device: the training passes on the test backend
+ * (device memory, uploads) give the CPU's attributions. */
+static void test_explain_equals_cpu(void **state)
+{
+    (void)state;
+    g_set(&k_roomy);
+    sqlite3 *cpu = open_db(), *gpu = open_db();
+    load_tiny(cpu);
+    load_tiny(gpu);
+    exec_ok(gpu, "SELECT sentiment_config('device', 'cuda:0')");
+    static const char *const sql[] = {
+        "SELECT sentiment_explain('这家酒店很干净，服务也很周到。', 'tiny', '{\"steps\":8}')",
+        "SELECT sentiment_explain('太差了，非常失望', 'tiny', '{\"method\":\"gradient_x_input\"}')",
+    };
+    for (size_t i = 0; i < sizeof sql / sizeof *sql; i++) {
+        char *a = q_text(cpu, sql[i]), *b = q_text(gpu, sql[i]);
+        if (strcmp(a, b)) fail_msg("cpu %s\ngpu %s", a, b);
+        free(a);
+        free(b);
+    }
+    expect_text(gpu, "SELECT sentiment_device()", "cuda:0 test backend, bf16");
+    sqlite3_close(cpu);
+    sqlite3_close(gpu);
+}
+
 int main(void)
 {
     /* before the extension looks for the plugin (once per process) */
@@ -208,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_results_equal_cpu),
         cmocka_unit_test(test_batches_fit_free_memory),
         cmocka_unit_test(test_device_faults),
+        cmocka_unit_test(test_explain_equals_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
