@@ -274,7 +274,7 @@ def row_actions(datasette, actor, request, database, table, row):
         use_rowid = not pks
         if use_rowid and "rowid" not in keys:
             return []
-        ident = path_from_row_pks(row, pks, use_rowid, quote=False)
+        ident = path_from_row_pks(row, pks, use_rowid)   # tilde-encoded, as in its URL
         links = []
         for k in keys:
             v = row[k]
@@ -376,7 +376,7 @@ async def explain_view(datasette, request):
             e_json, clauses = await db.execute_fn(_run_explain(limit, text, model, options))
         except Exception as ex:      # the extension's message: unknown model, interrupted
             msg = str(ex)
-            if msg == "interrupted":
+            if msg.endswith("interrupted"):
                 msg = (f"Explaining this text took longer than explain_time_limit_ms "
                        f"({limit:,} ms); try method=gradient_x_input or fewer steps.")
             raise _PageError(msg, 400)
