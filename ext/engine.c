@@ -262,9 +262,16 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
     if (bs > n) bs = n;
     if ((rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) goto end;
     if ((rc = workspace_for(c, fn, m, &bs, seq, &ws, &params, errmsg)) != SQLITE_OK) goto end;
-    rc = embed ? bert_embed_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc, err)
-               : bert_classify_texts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
-                                     err);
+    /* sqlite3_interrupt and the progress handler are heard between texts,
+     * inside a long text's tokenizing and between batches */
+    sx_poll poll;
+    sx_poll_begin(&poll, c->db);
+    bert_stop stop = {sx_poll_stop, &poll};
+    rc = embed ? bert_embed_texts_stoppable(m->bert, params, ws, texts, lens, n, seq, bs, out,
+                                            trunc, &stop, err)
+               : bert_classify_texts_stoppable(m->bert, params, ws, texts, lens, n, seq, bs, out,
+                                               trunc, &stop, err);
+    sx_poll_end(&poll);
     if (rc == SM_ERR_NOMEM) drop_workspace(c, m);
     if (rc != SM_OK) {
         char *why = gpu_reason(c);

@@ -228,9 +228,14 @@ static void fn_explain(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int rc = sx_explain_json(c, EXPLAIN_FN, m,
                              text, len, argc > 2 ? (const char *)sqlite3_value_text(argv[2]) : NULL,
                              &json, &errmsg);
-    if (rc == SQLITE_OK && json) sx_result_json(ctx, json);
-    else if (rc != SQLITE_OK && errmsg) sqlite3_result_error(ctx, errmsg, -1);
-    else if (rc != SQLITE_OK) sqlite3_result_error_nomem(ctx);
+    if (rc == SQLITE_OK && json) {
+        sx_result_json(ctx, json);
+    } else if (rc != SQLITE_OK && errmsg) {
+        sqlite3_result_error(ctx, errmsg, -1);
+        sqlite3_result_error_code(ctx, rc); /* SQLITE_INTERRUPT stays itself */
+    } else if (rc != SQLITE_OK) {
+        sqlite3_result_error_nomem(ctx);
+    }
     sqlite3_free(errmsg);
     sx_model_arg_done(ctx, m, argc, 1, cached);
 }

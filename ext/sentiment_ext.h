@@ -548,14 +548,15 @@ int sx_db_interrupted(sqlite3 *db);
 int sx_admin_refused(sqlite3_context *ctx, const sx_conn *c, const char *fn);
 /* A stop check for long work inside one SQL call (args.c): 1 once
  * sqlite3_interrupt(db) is in effect or the connection's progress handler
- * asked to stop (it is called every few polls). sx_poll_stop has the
+ * asked to stop (it is called at least every 10 ms of polling work). sx_poll_stop has the
  * int (*)(void *) shape model/'s stop callbacks take. Begin and end on the
  * same thread, around the work; end before returning to SQLite, except in
  * an aggregate's context, which may keep one across its calls (its opcode
  * count then accumulates over the query) and ends it in xFinal. */
 typedef struct sx_poll {
     sqlite3 *db;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st, *heavy; /* prepared on first use */
+    double last;              /* when the heavy one last ran (seconds) */
     int stopped;
 } sx_poll;
 void sx_poll_begin(sx_poll *p, sqlite3 *db);

@@ -45,10 +45,10 @@ static char *huge_text(size_t *len)
 
 /* Runs sentiment_tokens(?1, model) on text; returns the step's code and
  * the seconds it took; *msg gets the error message (static). */
-static int tokens_call(sqlite3 *db, const char *model, const char *text, size_t len,
-                       double *secs, const char **msg)
+static int sql_call(sqlite3 *db, const char *sql, const char *model, const char *text,
+                    size_t len, double *secs, const char **msg)
 {
-    sqlite3_stmt *st = prepare(db, "SELECT length(sentiment_tokens(?1, ?2))");
+    sqlite3_stmt *st = prepare(db, sql);
     assert_int_equal(sqlite3_bind_text64(st, 1, text, len, SQLITE_STATIC, SQLITE_UTF8),
                      SQLITE_OK);
     assert_int_equal(sqlite3_bind_text(st, 2, model, -1, SQLITE_STATIC), SQLITE_OK);
@@ -60,6 +60,12 @@ static int tokens_call(sqlite3 *db, const char *model, const char *text, size_t 
     *msg = buf;
     sqlite3_finalize(st);
     return rc;
+}
+
+static int tokens_call(sqlite3 *db, const char *model, const char *text, size_t len,
+                       double *secs, const char **msg)
+{
+    return sql_call(db, "SELECT length(sentiment_tokens(?1, ?2))", model, text, len, secs, msg);
 }
 
 typedef struct {
@@ -177,6 +183,29 @@ static void test_interrupt_tokenizer_json(void **state)
     sqlite3_close(db);
 }
 
+/* sentiment() of the huge text with a Unigram model reads all of it
+ * (Viterbi over text without spaces has no early stop): the engine polls
+ * inside the tokenizer too, so the progress handler ends it. */
+static void test_progress_handler_classify(void **state)
+{
+    (void)state;
+    sqlite3 *db = open_with_models();
+    size_t len;
+    char *text = huge_text(&len);
+    progress p = {now() + 0.1, 0};
+    const char *msg;
+    double secs;
+    sqlite3_progress_handler(db, 1000, stop_after_deadline, &p);
+    int rc = sql_call(db, "SELECT sentiment(?1, ?2)", "xlmr", text, len, &secs, &msg);
+    sqlite3_progress_handler(db, 0, NULL, NULL);
+    if (rc == SQLITE_ROW) fail_msg("sentiment() of %zu bytes ignored the progress handler", len);
+    if (!strstr(msg, "interrupted")) fail_msg("error '%s' does not say interrupted", msg);
+    if (secs > HANG_S) fail_msg("stopped only after %.1f s", secs);
+    expect_text(db, "SELECT sentiment('好', 'xlmr') IS NOT NULL", "1");
+    free(text);
+    sqlite3_close(db);
+}
+
 /* A model directory like xlmr_tiny whose tokenizer.json has one more
  * Unigram piece, 60,000 bytes long: sentiment_load refuses it, naming it. */
 static void test_hostile_piece_refused(void **state)
@@ -234,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_interrupt_builtin),
         cmocka_unit_test(test_interrupt_tokenizer_json),
         cmocka_unit_test(test_hostile_piece_refused),
+        cmocka_unit_test(test_progress_handler_classify),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

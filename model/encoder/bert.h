@@ -226,6 +226,23 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
 int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
                      const char *const *texts, const size_t *lens, int n, int max_length,
                      int batch_size, float *emb, int *truncated, char *err);
+/* The same two with a stop check: stop->stop(stop->user) is asked before
+ * each text is tokenized (and inside the tokenizer, every few KB of a long
+ * one: tokenizer_encode_stoppable) and between batches when they run one
+ * by one; non-zero ends the call with SM_ERR_INTERRUPTED, "interrupted". */
+typedef struct bert_stop {
+    int (*stop)(void *user);
+    void *user;
+} bert_stop;
+int bert_classify_texts_stoppable(const bert_model *m, const bert_params *p,
+                                  bert_workspace *ws, const char *const *texts,
+                                  const size_t *lens, int n, int max_length, int batch_size,
+                                  float *probs, int *truncated, const bert_stop *stop,
+                                  char *err);
+int bert_embed_texts_stoppable(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                               const char *const *texts, const size_t *lens, int n,
+                               int max_length, int batch_size, float *emb, int *truncated,
+                               const bert_stop *stop, char *err);
 /* Longest input the model takes (positions minus the RoBERTa offset). */
 int bert_max_length(const bert_config *cfg);
 

@@ -47,7 +47,7 @@ static int by_length_r(const void *a, const void *b, void *lens)
 
 static int encode_all(const tokenizer *tok, const char *const *texts,
                       const size_t *lens, int n, int max_length, encoded *e,
-                      int *truncated, char *err)
+                      int *truncated, const bert_stop *stop, char *err)
 {
     size_t cap = (size_t)n * 64 + 16, used = 0;
     e->ids = malloc(cap * sizeof *e->ids);
@@ -64,8 +64,12 @@ static int encode_all(const tokenizer *tok, const char *const *texts,
         }
         int count, cut;
         const char *text = texts[i] ? texts[i] : "";
-        int rc = tokenizer_encode(tok, text, texts[i] ? lens[i] : 0, max_length,
-                                  e->ids + used, &count, &cut, err);
+        if (stop && stop->stop && stop->stop(stop->user))
+            return sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
+        int rc = tokenizer_encode_stoppable(tok, text, texts[i] ? lens[i] : 0, max_length,
+                                            e->ids + used, &count, &cut,
+                                            stop ? stop->stop : NULL, stop ? stop->user : NULL,
+                                            err);
         if (rc) return rc;
         e->start[i] = used;
         e->len[i] = count;
@@ -160,7 +164,8 @@ static int lane_count(const bert_workspace *ws, int n_batches)
  * 1: out is emb). */
 static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
                      const char *const *texts, const size_t *lens, int n, int max_length,
-                     int batch_size, int embed, float *out, int *truncated, char *err)
+                     int batch_size, int embed, float *out, int *truncated,
+                     const bert_stop *stop, char *err)
 {
     encoded e = {0};
     int *ids = NULL, *lengths = NULL;
@@ -176,7 +181,7 @@ static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *
     if (batch_size < 1)
         return sm_error(err, SM_ERR_INVALID, "batch_size %d: must be at least 1", batch_size);
 
-    if ((rc = encode_all(m->tok, texts, lens, n, max_length, &e, truncated, err))) goto end;
+    if ((rc = encode_all(m->tok, texts, lens, n, max_length, &e, truncated, stop, err))) goto end;
     int n_batches = (n + batch_size - 1) / batch_size;
     int lanes = lane_count(ws, n_batches);
     if (lanes > 1 && bert_workspace_lanes(ws, &m->cfg, lanes, &lane_ws, err) != SM_OK) {
@@ -200,6 +205,10 @@ static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *
     rc = SM_OK;
     if (lanes == 1) {
         for (int bi = 0; bi < n_batches && !rc; bi++) {
+            if (bi && stop && stop->stop && stop->stop(stop->user)) {
+                rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
+                break;
+            }
             int first = bi * batch_size;
             int B = n - first < batch_size ? n - first : batch_size;
             rc = run_batch(m, p, lane_ws[0], &e, first, B, embed, ids, lengths, scratch, out,
@@ -225,7 +234,17 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
                         char *err)
 {
     return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 0, probs, truncated,
-                     err);
+                     NULL, err);
+}
+
+int bert_classify_texts_stoppable(const bert_model *m, const bert_params *p,
+                                  bert_workspace *ws, const char *const *texts,
+                                  const size_t *lens, int n, int max_length, int batch_size,
+                                  float *probs, int *truncated, const bert_stop *stop,
+                                  char *err)
+{
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 0, probs, truncated,
+                     stop, err);
 }
 
 int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
@@ -233,5 +252,14 @@ int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *
                      int batch_size, float *emb, int *truncated, char *err)
 {
     return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 1, emb, truncated,
-                     err);
+                     NULL, err);
+}
+
+int bert_embed_texts_stoppable(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                               const char *const *texts, const size_t *lens, int n,
+                               int max_length, int batch_size, float *emb, int *truncated,
+                               const bert_stop *stop, char *err)
+{
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 1, emb, truncated,
+                     stop, err);
 }
