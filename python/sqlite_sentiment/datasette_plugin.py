@@ -468,7 +468,7 @@ def _explained_html(e, text, clauses, options, model):
     parts = [
         '<section class="sentiment-explain-tokens">',
         "<h2>Tokens</h2>",
-        explanation.to_html(e, text),
+        '<div style="font-size:1.4em">' + explanation.to_html(e, text) + "</div>",
         '<p style="font-size:0.85em;color:#4b5563">'
         f'<span style="background:#86efac;padding:0 0.3em">green</span>: pushes toward '
         f"<strong>{html.escape(label)}</strong>; "
