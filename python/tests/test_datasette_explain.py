@@ -131,6 +131,16 @@ async def test_query_column_with_and_without_text(db_path):
     assert explanation_texts(r.text) == [TEXTS[2]]
 
 
+async def test_classify_explanation_column(db_path):
+    ds = await make_datasette(db_path)
+    r = await ds.client.get("/reviews", params={
+        "sql": "select r.comment, c.label, c.explanation from classify('select id, comment "
+               "from reviews where id in (1, 2)') c join reviews r on r.id = c.id order by r.id"})
+    assert r.status_code == 200, r.text
+    assert explanation_texts(r.text) == TEXTS[:2]
+    assert "rebuilt from tokens" not in r.text
+
+
 async def test_other_cells_untouched(db_path):
     ds = await make_datasette(db_path)
     r = await ds.client.get("/reviews", params={
