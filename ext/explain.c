@@ -181,9 +181,11 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
     rc = tokenizer_encode_offsets(bm->tok, text, len, max_len, ids, starts, ends, &n, &truncated,
                                   sx_poll_stop, &poll, err);
     if (rc == SM_OK && (rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) goto end;
-    int batch = o.method == EXPLAIN_INTEGRATED_GRADIENTS && o.steps < EXPLAIN_MAX_BATCH
-                    ? o.steps
-                    : EXPLAIN_MAX_BATCH;
+    /* gradient x input: the text and the baseline; integrated gradients:
+     * the steps, EXPLAIN_MAX_BATCH at a time */
+    int batch = o.method == EXPLAIN_GRADIENT_X_INPUT ? 2
+                : o.steps < EXPLAIN_MAX_BATCH       ? o.steps
+                                                    : EXPLAIN_MAX_BATCH;
     if (rc == SM_OK) rc = bert_explainer_create(c->be, bm, batch, n, &x, err);
     bert_explanation e;
     if (rc == SM_OK)

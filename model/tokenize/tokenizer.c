@@ -455,15 +455,29 @@ typedef struct {
     void *user;
     long budget;  /* bytes of text left before the next stop check */
     char *err;
+    /* Offsets (tokenizer_encode_offsets): starts / ends, when not NULL,
+     * get for each id written the byte offsets in the text of the first
+     * and of the last code point it came from (the start of each). The
+     * src buffers run beside word / nfc / low, one source offset per code
+     * point, and are filled only then. */
+    int *starts, *ends;
     cpbuf word;   /* the word being collected */
     cpbuf nfc;    /* the word after NFC */
     cpbuf low;    /* the word after lower-casing + NFD + Mn removal */
+    cpbuf word_src, nfc_src, low_src;
+    cpbuf dec;    /* NFC's decomposed word, kept to align the composed one */
 } workspace;
 
-static void emit(workspace *w, int id)
+/* One id, from the code points whose sources start at text bytes a..b. */
+static void emit(workspace *w, int id, cp_t a, cp_t b)
 {
-    if (w->n < w->cap)
+    if (w->n < w->cap) {
         w->ids[w->n] = id;
+        if (w->starts) {
+            w->starts[w->n] = a;
+            w->ends[w->n] = b;
+        }
+    }
     w->n++;
 }
 
@@ -491,20 +505,21 @@ static size_t utf8_put(cp_t c, char *dst)
  * each start one walk down the vocabulary's trie (after "##" when not at
  * the word's start) finds the longest token there, in at most as many
  * steps as the word has bytes left (4 * MAX_WORD_CHARS). */
-static void wordpiece(workspace *w, const cp_t *cp, size_t n)
+static void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
 {
     const tokenizer *tok = w->tok;
     const vocab *v = tok->vocab;
     char bytes[4 * MAX_WORD_CHARS];
     uint16_t off[MAX_WORD_CHARS + 1];
     int sub[MAX_WORD_CHARS];
+    unsigned char sub_end[MAX_WORD_CHARS]; /* each subword's end, in code points */
     size_t nsub = 0, start = 0;
     uint32_t cont;
 
     if (n == 0)
         return;
     if (n > MAX_WORD_CHARS) {
-        emit(w, tok->special[SP_UNK]);
+        emit(w, tok->special[SP_UNK], src ? src[0] : 0, src ? src[n - 1] : 0);
         return;
     }
     off[0] = 0;
@@ -534,25 +549,55 @@ static void wordpiece(workspace *w, const cp_t *cp, size_t n)
             }
         }
         if (id < 0) {
-            emit(w, tok->special[SP_UNK]);
+            emit(w, tok->special[SP_UNK], src ? src[0] : 0, src ? src[n - 1] : 0);
             return;
         }
+        sub_end[nsub] = (unsigned char)end;
         sub[nsub++] = id;
         start = end;
     }
-    for (size_t i = 0; i < nsub; i++)
-        emit(w, sub[i]);
+    for (size_t i = 0, a = 0; i < nsub; a = sub_end[i++])
+        emit(w, sub[i], src ? src[a] : 0, src ? src[sub_end[i] - 1] : 0);
 }
 
 /* ------------------------------------------------------- basic tokenizer */
 
-/* NFC of cp[0..n) into w->nfc (canonical decomposition, canonical order,
- * composition: what utf8proc_NFC does, on code points). */
-static int to_nfc(workspace *w, const cp_t *cp, size_t n)
+/* The sources of a composed word: out[0..no) is the composition of
+ * dec[0..nd) (whose sources are src[0..nd)); each composed code point
+ * takes the source of the starter it was composed from (as tokenizers'
+ * NFC alignments do) and the marks it absorbed are crossed off dec.
+ * Rewrites src[0..no) in place. */
+static void align_composed(const cp_t *out, size_t no, cp_t *dec, size_t nd, cp_t *src)
 {
-    cpbuf *b = &w->nfc;
+    size_t j = 0;
+    for (size_t k = 0; k < no && j < nd; k++, j++) {
+        while (j < nd - 1 && dec[j] < 0)
+            j++;
+        src[k] = src[j];
+        if (out[k] == dec[j])
+            continue;
+        cp_t d[8];
+        int bc = UTF8PROC_BOUNDCLASS_START;
+        utf8proc_ssize_t m = utf8proc_decompose_char(out[k], d, 8, UTF8PROC_DECOMPOSE, &bc);
+        size_t q = j + 1;
+        for (utf8proc_ssize_t t = 1; t < m && t <= 8; t++) {
+            while (q < nd && dec[q] != d[t])
+                q++;
+            if (q < nd)
+                dec[q++] = -1;
+        }
+    }
+}
+
+/* NFC of cp[0..n) into w->nfc (canonical decomposition, canonical order,
+ * composition: what utf8proc_NFC does, on code points); with src (the
+ * sources of cp), w->nfc_src gets the sources of w->nfc. */
+static int to_nfc(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
+{
+    cpbuf *b = &w->nfc, *bs = &w->nfc_src;
     int bc = UTF8PROC_BOUNDCLASS_START;
     b->n = 0;
+    bs->n = 0;
     for (size_t i = 0; i < n; i++) {
         int rc = cpbuf_reserve(b, 8, w->err);
         if (rc)
@@ -563,6 +608,12 @@ static int to_nfc(workspace *w, const cp_t *cp, size_t n)
             return sm_error(w->err, SM_ERR_INVALID,
                             "tokenizer: cannot normalise U+%04X", (unsigned)cp[i]);
         b->n += (size_t)k;
+        if (src) {
+            if ((rc = cpbuf_reserve(bs, 8, w->err)))
+                return rc;
+            for (utf8proc_ssize_t j = 0; j < k; j++)
+                bs->p[bs->n++] = src[i];
+        }
     }
     for (size_t i = 0; i + 1 < b->n;) { /* canonical ordering, as utf8proc */
         int c1 = utf8proc_get_property(b->p[i])->combining_class;
@@ -578,6 +629,14 @@ static int to_nfc(workspace *w, const cp_t *cp, size_t n)
         } else {
             i++;
         }
+    }
+    if (src) { /* the decomposed word, to align the composed one with */
+        w->dec.n = 0;
+        int rc = cpbuf_reserve(&w->dec, b->n, w->err);
+        if (rc)
+            return rc;
+        memcpy(w->dec.p, b->p, b->n * sizeof *b->p);
+        w->dec.n = b->n;
     }
     /* Compose. utf8proc would swallow U+11A7 (the Hangul TBASE, which is
      * no trailing consonant) after an LV syllable; it is a starter that
@@ -600,17 +659,25 @@ static int to_nfc(workspace *w, const cp_t *cp, size_t n)
         start = i + 1;
     }
     b->n = out;
+    if (src) {
+        align_composed(b->p, b->n, w->dec.p, w->dec.n, bs->p);
+        bs->n = b->n;
+    }
     return SM_OK;
 }
 
-/* str.lower(), then NFD, then drop Mn (HF _run_strip_accents), into w->low. */
-static int lower_strip(workspace *w, const cp_t *cp, size_t n)
+/* str.lower(), then NFD, then drop Mn (HF _run_strip_accents), into w->low;
+ * with src (the sources of cp), w->low_src gets the sources of w->low:
+ * every code point a character becomes has its source. */
+static int lower_strip(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
 {
-    cpbuf *b = &w->low;
+    cpbuf *b = &w->low, *bs = &w->low_src;
     int bc = UTF8PROC_BOUNDCLASS_START;
     b->n = 0;
+    bs->n = 0;
     for (size_t i = 0; i < n; i++) {
         cp_t lc[2];
+        size_t n0 = b->n;
         int nl = 1, rc = cpbuf_reserve(b, 16, w->err);
         if (rc)
             return rc;
@@ -635,8 +702,15 @@ static int lower_strip(workspace *w, const cp_t *cp, size_t n)
                                 "tokenizer: cannot decompose U+%04X", (unsigned)lc[j]);
             b->n += (size_t)k;
         }
+        if (src) {
+            if ((rc = cpbuf_reserve(bs, 16, w->err)))
+                return rc;
+            for (size_t j = n0; j < b->n; j++)
+                bs->p[bs->n++] = src[i];
+        }
     }
-    /* Canonical ordering, then drop Mn. */
+    /* Canonical ordering (the code points move, their sources stay in
+     * place, as tokenizers' alignments do), then drop Mn. */
     for (size_t i = 0; i + 1 < b->n;) {
         int c1 = utf8proc_get_property(b->p[i])->combining_class;
         int c2 = utf8proc_get_property(b->p[i + 1])->combining_class;
@@ -654,9 +728,14 @@ static int lower_strip(workspace *w, const cp_t *cp, size_t n)
     }
     size_t m = 0;
     for (size_t i = 0; i < b->n; i++)
-        if (b->p[i] < 0x300 || utf8proc_category(b->p[i]) != UTF8PROC_CATEGORY_MN)
+        if (b->p[i] < 0x300 || utf8proc_category(b->p[i]) != UTF8PROC_CATEGORY_MN) {
+            if (src)
+                bs->p[m] = bs->p[i];
             b->p[m++] = b->p[i];
+        }
     b->n = m;
+    if (src)
+        bs->n = m;
     return SM_OK;
 }
 
@@ -723,18 +802,18 @@ static int special_word(const cp_t *cp, size_t n)
 }
 
 /* _run_split_on_punc + WordPiece on each piece. */
-static void split_punct(workspace *w, const cp_t *cp, size_t n)
+static void split_punct(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
 {
     size_t start = 0;
     for (size_t i = 0; i < n && !done(w); i++) {
         if (!is_punct(cp[i]))
             continue;
-        wordpiece(w, cp + start, i - start);
-        wordpiece(w, cp + i, 1);
+        wordpiece(w, cp + start, src ? src + start : NULL, i - start);
+        wordpiece(w, cp + i, src ? src + i : NULL, 1);
         start = i + 1;
     }
     if (!done(w))
-        wordpiece(w, cp + start, n - start);
+        wordpiece(w, cp + start, src ? src + start : NULL, n - start);
 }
 
 /* One whitespace-delimited, CJK-free word (in w->word) through NFC,
@@ -742,18 +821,20 @@ static void split_punct(workspace *w, const cp_t *cp, size_t n)
 static int process_word(workspace *w, int nfc)
 {
     cp_t *cp = w->word.p;
+    const cp_t *src = w->starts ? w->word_src.p : NULL;
     size_t n = w->word.n;
     int rc;
 
     if (nfc) {
-        rc = to_nfc(w, cp, n);
+        rc = to_nfc(w, cp, src, n);
         if (rc)
             return rc;
         cp = w->nfc.p;
+        src = src ? w->nfc_src.p : NULL;
         n = w->nfc.n;
     }
     if (special_word(cp, n)) {
-        wordpiece(w, cp, n);
+        wordpiece(w, cp, src, n);
         return SM_OK;
     }
     if (w->tok->do_lower_case) {
@@ -765,20 +846,21 @@ static int process_word(workspace *w, int nfc)
                 if (cp[i] >= 'A' && cp[i] <= 'Z')
                     cp[i] += 'a' - 'A';
         } else {
-            rc = lower_strip(w, cp, n);
+            rc = lower_strip(w, cp, src, n);
             if (rc)
                 return rc;
             cp = w->low.p;
+            src = src ? w->low_src.p : NULL;
             n = w->low.n;
         }
     }
-    split_punct(w, cp, n);
+    split_punct(w, cp, src, n);
     return SM_OK;
 }
 
 /* An ideograph is a word of its own; NFC maps a compatibility ideograph to
  * its unified one, and nothing else in the pipeline changes it. */
-static void emit_cjk(workspace *w, cp_t c)
+static void emit_cjk(workspace *w, cp_t c, cp_t src)
 {
     if ((c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F)) {
         cp_t d[4];
@@ -786,20 +868,21 @@ static void emit_cjk(workspace *w, cp_t c)
         if (utf8proc_decompose_char(c, d, 4, UTF8PROC_COMPOSE, &bc) == 1)
             c = d[0];
     }
-    wordpiece(w, &c, 1);
+    wordpiece(w, &c, &src, 1);
 }
 
 /* BasicTokenizer.tokenize + WordPiece for one segment free of special
  * tokens. */
-static int basic_segment(workspace *w, const unsigned char *s, size_t len)
+static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_t base)
 {
-    size_t i = 0;
+    size_t i = 0, at = 0; /* at: where the code point c starts */
     int nfc = 0, rc;
 
     w->word.n = 0;
     while (i < len && !done(w)) {
         cp_t c;
         int cls;
+        at = i;
         if (s[i] < 0x80) {
             c = s[i++];
             cls = ascii_class(c);
@@ -816,6 +899,12 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len)
             if (w->word.n == w->word.cap &&
                 (rc = cpbuf_reserve(&w->word, 1, w->err)) != SM_OK)
                 return rc;
+            if (w->starts) {
+                w->word_src.n = w->word.n;
+                if ((rc = cpbuf_reserve(&w->word_src, 1, w->err)) != SM_OK)
+                    return rc;
+                w->word_src.p[w->word_src.n++] = (cp_t)(base + at);
+            }
             w->word.p[w->word.n++] = c;
             if (c >= 0x300 && !nfc)
                 nfc = nfc_sensitive(c);
@@ -831,7 +920,7 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len)
             nfc = 0;
         }
         if (cls == CH_CJK && !done(w))
-            emit_cjk(w, c);
+            emit_cjk(w, c, (cp_t)(base + at));
     }
     if (w->word.n && !done(w))
         return process_word(w, nfc);
@@ -876,21 +965,21 @@ static int run(workspace *w, const char *text, size_t len)
             i++;
             continue;
         }
-        int rc = basic_segment(w, (const unsigned char *)text + seg, i - seg);
+        int rc = basic_segment(w, (const unsigned char *)text + seg, i - seg, seg);
         if (rc)
             return rc;
         if (!done(w))
-            emit(w, id);
+            emit(w, id, (cp_t)i, (cp_t)(i + mlen - 1));
         i += mlen;
         seg = i;
     }
     if (done(w))
         return SM_OK;
-    return basic_segment(w, (const unsigned char *)text + seg, len - seg);
+    return basic_segment(w, (const unsigned char *)text + seg, len - seg, seg);
 }
 
 static int tokenize_limited(const tokenizer *tok, const char *text,
-                            size_t len, int *ids, int cap, int limit,
+                            size_t len, int *ids, int *starts, int *ends, int cap, int limit,
                             int (*stop)(void *), void *user, int *n_out, char *err)
 {
     workspace w;
@@ -911,13 +1000,23 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
     w.user = user;
     w.budget = stop ? TOKENIZER_POLL_BYTES : LONG_MAX;
     w.err = err;
+    w.starts = starts && ends ? starts : NULL;
+    w.ends = w.starts ? ends : NULL;
     cpbuf_init(&w.word);
     cpbuf_init(&w.nfc);
     cpbuf_init(&w.low);
+    cpbuf_init(&w.word_src);
+    cpbuf_init(&w.nfc_src);
+    cpbuf_init(&w.low_src);
+    cpbuf_init(&w.dec);
     rc = len ? run(&w, text, len) : SM_OK;
     cpbuf_free(&w.word);
     cpbuf_free(&w.nfc);
     cpbuf_free(&w.low);
+    cpbuf_free(&w.word_src);
+    cpbuf_free(&w.nfc_src);
+    cpbuf_free(&w.low_src);
+    cpbuf_free(&w.dec);
     *n_out = w.n;
     return rc;
 }
@@ -933,7 +1032,7 @@ int tokenizer_tokenize_stoppable(const tokenizer *tok, const char *text, size_t 
         return tj_tokenize(tok->json, tok->vocab, text, len, ids, cap, n_total, stop,
                            user, err);
     }
-    rc = tokenize_limited(tok, text, len, ids, cap, INT_MAX, stop, user, &n, err);
+    rc = tokenize_limited(tok, text, len, ids, NULL, NULL, cap, INT_MAX, stop, user, &n, err);
     if (n_total)
         *n_total = n;
     return rc;
@@ -943,6 +1042,51 @@ int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
                        int *ids, int cap, int *n_total, char *err)
 {
     return tokenizer_tokenize_stoppable(tok, text, len, ids, cap, n_total, NULL, NULL, err);
+}
+
+/* Text offsets to characters as SQLite counts them (length(), substr()):
+ * a byte 0xC0..0xFF and the continuation bytes (0x80..0xBF) after it are
+ * one character, every other byte is one. For valid UTF-8 that is one per
+ * code point. off[0..n) are byte offsets, each the start of a code point
+ * of the repaired text (so never inside a character SQLite counts), or -1
+ * (a special token the framing added: 0, 0); end[] is the last code
+ * point's, one is added. A cursor walks forward; the offsets mostly grow,
+ * and one that goes back starts it over. */
+static void offsets_to_chars(const unsigned char *s, size_t len, int *off, int n, int is_end)
+{
+    size_t p = 0;  /* the character that starts at byte p */
+    int idx = 0;   /* is character idx */
+    for (int i = 0; i < n; i++) {
+        if (off[i] < 0) {
+            off[i] = 0;
+            continue;
+        }
+        size_t b = (size_t)off[i];
+        if (b < p) {
+            p = 0;
+            idx = 0;
+        }
+        for (;;) {
+            size_t q = p + 1;
+            if (s[p] >= 0xC0)
+                while (q < len && (s[q] & 0xC0) == 0x80)
+                    q++;
+            if (q > b || q >= len)
+                break;
+            p = q;
+            idx++;
+        }
+        off[i] = idx + (is_end != 0);
+    }
+}
+
+/* The framing around tokens written at ids[n_before..n_before+body) with
+ * their byte spans, as the encode calls write it; then the spans become
+ * characters. */
+static void finish_offsets(const char *text, size_t len, int *starts, int *ends, int n)
+{
+    offsets_to_chars((const unsigned char *)text, len, starts, n, 0);
+    offsets_to_chars((const unsigned char *)text, len, ends, n, 1);
 }
 
 int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len,
@@ -962,7 +1106,7 @@ int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t le
                         "tokenizer_encode: max_length is %d, expected at least 2 "
                         "(room for [CLS] and [SEP])", max_length);
     /* Stop as soon as one token more than fits is seen. */
-    rc = tokenize_limited(tok, text, len, ids + 1, max_length - 2,
+    rc = tokenize_limited(tok, text, len, ids + 1, NULL, NULL, max_length - 2,
                           max_length - 2, stop, user, &body, err);
     if (rc)
         return rc;
@@ -983,4 +1127,46 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
 {
     return tokenizer_encode_stoppable(tok, text, len, max_length, ids, n, truncated, NULL,
                                       NULL, err);
+}
+
+int tokenizer_encode_offsets(const tokenizer *tok, const char *text, size_t len,
+                             int max_length, int *ids, int *starts, int *ends, int *n,
+                             int *truncated, int (*stop)(void *user), void *user, char *err)
+{
+    int body = 0, total = 0, rc;
+
+    if (!starts || !ends)
+        return tokenizer_encode_stoppable(tok, text, len, max_length, ids, n, truncated,
+                                          stop, user, err);
+    if (tok && tok->json) {
+        if (!ids || (!text && len))
+            return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: NULL argument");
+        rc = tj_encode_offsets(tok->json, tok->vocab, text, len, max_length, ids, starts,
+                               ends, &total, truncated, stop, user, err);
+        if (rc)
+            return rc;
+        finish_offsets(text, len, starts, ends, total);
+        if (n)
+            *n = total;
+        return SM_OK;
+    }
+    if (!tok || !ids || max_length < 2)
+        return sm_error(err, SM_ERR_INVALID,
+                        "tokenizer_encode: max_length is %d, expected at least 2 "
+                        "(room for [CLS] and [SEP])", max_length);
+    rc = tokenize_limited(tok, text, len, ids + 1, starts + 1, ends + 1, max_length - 2,
+                          max_length - 2, stop, user, &body, err);
+    if (rc)
+        return rc;
+    if (truncated)
+        *truncated = body > max_length - 2;
+    if (body > max_length - 2)
+        body = max_length - 2;
+    ids[0] = tok->special[SP_CLS];
+    ids[body + 1] = tok->special[SP_SEP];
+    starts[0] = ends[0] = starts[body + 1] = ends[body + 1] = -1;
+    finish_offsets(text, len, starts, ends, body + 2);
+    if (n)
+        *n = body + 2;
+    return SM_OK;
 }

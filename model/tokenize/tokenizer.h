@@ -110,4 +110,34 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
                      int max_length, int *ids, int *n, int *truncated,
                      char *err);
 
+/* tokenizer_encode_stoppable (the same ids, truncation, framing and stop)
+ * that also writes, aligned with ids (max_length entries each), each
+ * token's span in the text as given: starts[i] and ends[i] in characters
+ * (end exclusive), what transformers' fast tokenizers return as
+ * offset_mapping for the same Python string; [CLS], [SEP] and whatever
+ * else the framing adds get 0, 0. The spans are tracked through the
+ * pipeline (cleaning, ideograph spacing, lower-casing and accent
+ * stripping, NFC/NFKC, charsmaps, pre-tokenizers, the model): each
+ * normalised code point keeps the character it came from, and a token
+ * spans from its first code point's character to its last one's, so a
+ * token from a ligature or a full-width digit pair covers what it came
+ * from, and tokens may share a character (XLM-R's "▁" and the letter
+ * after it).
+ *
+ * A character is counted as SQLite's length() and substr() count them,
+ * so that substr(text, start + 1, end - start) is the token's text: for
+ * valid UTF-8 a character is a code point; in invalid UTF-8 a byte
+ * 0xC0..0xFF together with the continuation bytes (0x80..0xBF) that
+ * follow it is one character, and every other byte (ASCII, a stray
+ * continuation byte) is one. (The tokenizers repair invalid UTF-8 to
+ * U+FFFD per maximal invalid subpart first; a token never starts or ends
+ * inside a character counted so.) substr() stops at a NUL byte, these
+ * offsets count it as one character. starts or ends NULL: the same as
+ * tokenizer_encode_stoppable. Keeping the offsets costs a little more
+ * than encoding: an offset per code point through the steps. */
+int tokenizer_encode_offsets(const tokenizer *tok, const char *text, size_t len,
+                             int max_length, int *ids, int *starts, int *ends, int *n,
+                             int *truncated, int (*stop)(void *user), void *user,
+                             char *err);
+
 #endif

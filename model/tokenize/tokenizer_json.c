@@ -161,6 +161,51 @@ static size_t dec(const char *s, size_t n, cp_t *c)
     return (size_t)k;
 }
 
+/* Alignments (tj_encode_offsets only): beside a text buffer, for each of
+ * its bytes the offset in the caller's text of the code point it came
+ * from (its first byte), or -1 for none. Every step maps each code point
+ * it writes to one code point it read, as tokenizers' NormalizedString
+ * alignments do: a character a step expands (NFKC, lower-casing, a
+ * charsmap value) gives all its parts its source, a composed character
+ * takes its starter's, a Replace's content takes the last character the
+ * match replaced, Metaspace's prepended replacement takes the first
+ * character's, and what a step drops has no part. A step given NULL
+ * alignments keeps none and costs what it did. */
+typedef struct {
+    int32_t *p;
+    size_t n, cap;
+} abuf;
+
+/* Extends a to `upto` entries with v. */
+static int ab_fill(abuf *a, size_t upto, int32_t v)
+{
+    if (upto > a->cap) {
+        size_t cap = a->cap ? a->cap : 64;
+        while (cap < upto) {
+            if (cap > SIZE_MAX / 8)
+                return SM_ERR_NOMEM;
+            cap *= 2;
+        }
+        int32_t *np = realloc(a->p, cap * sizeof *np);
+        if (!np)
+            return SM_ERR_NOMEM;
+        a->p = np;
+        a->cap = cap;
+    }
+    while (a->n < upto)
+        a->p[a->n++] = v;
+    return SM_OK;
+}
+
+static int ab_add(abuf *a, const int32_t *src, size_t n)
+{
+    size_t at = a->n;
+    if (ab_fill(a, a->n + n, 0))
+        return SM_ERR_NOMEM;
+    memcpy(a->p + at, src, n * sizeof *src);
+    return SM_OK;
+}
+
 /* Pieces: spans of one byte buffer. */
 typedef struct {
     size_t off, len;
@@ -171,9 +216,11 @@ typedef struct {
     sbuf text;
     span *s;
     size_t n, cap;
+    abuf al;   /* the text's alignments, when kept */
 } pieces;
 
-static int pc_add(pieces *p, const char *s, size_t n, int first)
+/* Adds s[0..n) as a piece; al: its alignments, NULL when not kept. */
+static int pc_add(pieces *p, const char *s, size_t n, int first, const int32_t *al)
 {
     if (n == 0)
         return SM_OK; /* tokenizers drops empty splits */
@@ -190,6 +237,8 @@ static int pc_add(pieces *p, const char *s, size_t n, int first)
     p->s[p->n].first = first;
     if (sb_add(&p->text, s, n))
         return SM_ERR_NOMEM;
+    if (al && ab_add(&p->al, al, n))
+        return SM_ERR_NOMEM;
     p->n++;
     return SM_OK;
 }
@@ -198,6 +247,7 @@ static void pc_free(pieces *p)
 {
     free(p->text.p);
     free(p->s);
+    free(p->al.p);
     memset(p, 0, sizeof *p);
 }
 
@@ -440,8 +490,29 @@ static int pool_put(const tj_pipeline *tj, long v, sbuf *out, char *err)
     return sb_add(out, tj->pool + v, e - (size_t)v) ? SM_ERR_NOMEM : SM_OK;
 }
 
+/* Alignments of what a replacement appended (out->p[from..out->n)) for
+ * the characters s[0..m) aligned ai: the j-th new character takes the
+ * j-th old one's, the ones past the last old character the last one's
+ * (spm_precompiled's replace() changes). */
+static int align_replacement(const sbuf *out, size_t from, const char *s, size_t m,
+                             const int32_t *ai, abuf *ao)
+{
+    size_t o = 0;
+    for (size_t q = from; q < out->n;) {
+        cp_t c;
+        size_t k = dec(out->p + q, out->n - q, &c);
+        if (ab_fill(ao, q + k, ai[o]))
+            return SM_ERR_NOMEM;
+        q += k;
+        size_t ok = dec(s + o, m - o, &c);
+        if (o + ok < m)
+            o += ok;
+    }
+    return SM_OK;
+}
+
 static int norm_precompiled(const tj_pipeline *tj, const char *s, size_t n,
-                            sbuf *out, char *err)
+                            sbuf *out, const int32_t *ai, abuf *ao, char *err)
 {
     size_t i = 0;
     while (i < n) {
@@ -460,7 +531,10 @@ static int norm_precompiled(const tj_pipeline *tj, const char *s, size_t n,
         if (j - i < 6) {
             long v = trie_first(tj, (const unsigned char *)s + i, j - i);
             if (v >= 0) {
+                size_t from = out->n;
                 int rc = pool_put(tj, v, out, err);
+                if (!rc && ai)
+                    rc = align_replacement(out, from, s + i, j - i, ai + i, ao);
                 if (rc)
                     return rc;
                 i = j;
@@ -469,19 +543,32 @@ static int norm_precompiled(const tj_pipeline *tj, const char *s, size_t n,
         }
         while (i < j) {
             cp_t c;
-            size_t k = dec(s + i, j - i, &c);
+            size_t k = dec(s + i, j - i, &c), from = out->n;
             long v = trie_first(tj, (const unsigned char *)s + i, k);
             int rc = v >= 0 ? pool_put(tj, v, out, err)
                             : (sb_add(out, s + i, k) ? SM_ERR_NOMEM : SM_OK);
+            if (!rc && ai)
+                rc = ab_fill(ao, out->n, ai[i]);
             if (rc)
                 return rc;
+            (void)from;
             i += k;
         }
     }
     return SM_OK;
 }
 
-static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out)
+/* The start of the last code point of s[0..e) (e > 0). */
+static size_t last_cp(const char *s, size_t e)
+{
+    size_t q = e - 1;
+    while (q > 0 && ((unsigned char)s[q] & 0xC0) == 0x80)
+        q--;
+    return q;
+}
+
+static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out,
+                        const int32_t *ai, abuf *ao)
 {
     size_t i = 0, cl = strlen(st->content);
     if (st->rep_char) {
@@ -495,17 +582,17 @@ static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out)
                 cnt++;
             }
             if (cnt >= st->rep_min && cnt > 0) {
-                if (sb_add(out, st->content, cl))
+                if (sb_add(out, st->content, cl) || (ai && ab_fill(ao, out->n, ai[j - rl])))
                     return SM_ERR_NOMEM;
                 i = j;
             } else if (cnt > 0) {
-                if (sb_add(out, s + i, j - i))
+                if (sb_add(out, s + i, j - i) || (ai && ab_add(ao, ai + i, j - i)))
                     return SM_ERR_NOMEM;
                 i = j;
             } else {
                 cp_t c;
                 size_t k = dec(s + i, n - i, &c);
-                if (sb_add(out, s + i, k))
+                if (sb_add(out, s + i, k) || (ai && ab_add(ao, ai + i, k)))
                     return SM_ERR_NOMEM;
                 i += k;
             }
@@ -515,13 +602,14 @@ static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out)
     size_t pl = strlen(st->pat);
     while (i < n) {
         if (i + pl <= n && memcmp(s + i, st->pat, pl) == 0) {
-            if (sb_add(out, st->content, cl))
+            if (sb_add(out, st->content, cl) ||
+                (ai && ab_fill(ao, out->n, ai[i + last_cp(s + i, pl)])))
                 return SM_ERR_NOMEM;
             i += pl;
         } else {
             cp_t c;
             size_t k = dec(s + i, n - i, &c);
-            if (sb_add(out, s + i, k))
+            if (sb_add(out, s + i, k) || (ai && ab_add(ao, ai + i, k)))
                 return SM_ERR_NOMEM;
             i += k;
         }
@@ -529,7 +617,107 @@ static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out)
     return SM_OK;
 }
 
-static int norm_utf8proc(int kind, const char *s, size_t n, sbuf *out, char *err)
+/* The sources of a composed text: out[0..no) is the composition of
+ * d[0..nd) (sources src[0..nd)); each composed code point takes its
+ * starter's source and the marks it absorbed are crossed off d. Rewrites
+ * src[0..no) in place. (tokenizer.c aligns its NFC the same way.) */
+static void align_composed(const cp_t *out, size_t no, cp_t *d, size_t nd, int32_t *src)
+{
+    size_t j = 0;
+    for (size_t k = 0; k < no && j < nd; k++, j++) {
+        while (j < nd - 1 && d[j] < 0)
+            j++;
+        src[k] = src[j];
+        if (out[k] == d[j])
+            continue;
+        cp_t t[8];
+        int bc = UTF8PROC_BOUNDCLASS_START;
+        utf8proc_ssize_t m = utf8proc_decompose_char(out[k], t, 8, UTF8PROC_DECOMPOSE, &bc);
+        size_t q = j + 1;
+        for (utf8proc_ssize_t x = 1; x < m && x <= 8; x++) {
+            while (q < nd && d[q] != t[x])
+                q++;
+            if (q < nd)
+                d[q++] = -1;
+        }
+    }
+}
+
+/* norm_utf8proc keeping alignments: what utf8proc_map does (decompose
+ * each code point, canonical order, compose), on code points with their
+ * sources. */
+static int norm_utf8proc_aligned(int flags, const char *s, size_t n, sbuf *out,
+                                 const int32_t *ai, abuf *ao, char *err)
+{
+    cp_t *cp = NULL, *d = NULL;
+    int32_t *src = NULL;
+    size_t nc = 0, cap = 0;
+    int bc = UTF8PROC_BOUNDCLASS_START, rc = SM_OK;
+    for (size_t i = 0; i < n && !rc;) {
+        cp_t c;
+        size_t k = dec(s + i, n - i, &c);
+        if (nc + 32 > cap) {
+            size_t nl = cap ? cap * 2 : 64;
+            cp_t *np = realloc(cp, nl * sizeof *np);
+            int32_t *ns = np ? realloc(src, nl * sizeof *ns) : NULL;
+            if (np)
+                cp = np;
+            if (ns)
+                src = ns;
+            if (!np || !ns) {
+                rc = SM_ERR_NOMEM;
+                break;
+            }
+            cap = nl;
+        }
+        utf8proc_ssize_t m = utf8proc_decompose_char(c, cp + nc, 32, (utf8proc_option_t)flags, &bc);
+        if (m < 0 || m > 32) {
+            rc = sm_error(err, SM_ERR_INVALID, "tokenizer: normalisation failed");
+            break;
+        }
+        for (utf8proc_ssize_t j = 0; j < m; j++)
+            src[nc + (size_t)j] = ai[i];
+        nc += (size_t)m;
+        i += k;
+    }
+    for (size_t i = 0; !rc && i + 1 < nc;) { /* canonical order; sources stay */
+        int c1 = utf8proc_get_property(cp[i])->combining_class;
+        int c2 = utf8proc_get_property(cp[i + 1])->combining_class;
+        if (c1 > c2 && c2 > 0) {
+            cp_t t = cp[i];
+            cp[i] = cp[i + 1];
+            cp[i + 1] = t;
+            i = i ? i - 1 : i + 1;
+        } else {
+            i++;
+        }
+    }
+    if (!rc && nc && (flags & UTF8PROC_COMPOSE)) {
+        if (!(d = malloc(nc * sizeof *d))) {
+            rc = SM_ERR_NOMEM;
+        } else {
+            memcpy(d, cp, nc * sizeof *d);
+            utf8proc_ssize_t m = utf8proc_normalize_utf32(
+                cp, (utf8proc_ssize_t)nc, (utf8proc_option_t)(flags & ~UTF8PROC_COMPAT));
+            if (m < 0) {
+                rc = sm_error(err, SM_ERR_INVALID, "tokenizer: normalisation failed");
+            } else {
+                align_composed(cp, (size_t)m, d, nc, src);
+                nc = (size_t)m;
+            }
+        }
+    }
+    for (size_t i = 0; i < nc && !rc; i++)
+        if (sb_cp(out, cp[i]) || ab_fill(ao, out->n, src[i]))
+            rc = SM_ERR_NOMEM;
+    free(cp);
+    free(src);
+    free(d);
+    return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory") : rc;
+}
+
+static int norm_utf8proc(int kind, const char *s, size_t n, sbuf *out, const int32_t *ai,
+                         abuf *ao, char *err)
 {
     utf8proc_uint8_t *r = NULL;
     int flags = UTF8PROC_STABLE;
@@ -542,6 +730,8 @@ static int norm_utf8proc(int kind, const char *s, size_t n, sbuf *out, char *err
         flags |= UTF8PROC_COMPAT;
     if (n == 0)
         return SM_OK;
+    if (ai)
+        return norm_utf8proc_aligned(flags, s, n, out, ai, ao, err);
     m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &r,
                      (utf8proc_option_t)flags);
     if (m < 0)
@@ -560,24 +750,27 @@ static int put_lower(sbuf *out, cp_t c)
     return sb_cp(out, utf8proc_tolower(c));
 }
 
-static int norm_lower(const char *s, size_t n, sbuf *out)
+static int norm_lower(const char *s, size_t n, sbuf *out, const int32_t *ai, abuf *ao)
 {
     for (size_t i = 0; i < n;) {
         cp_t c;
+        size_t at = i;
         i += dec(s + i, n - i, &c);
-        if (put_lower(out, c))
+        if (put_lower(out, c) || (ai && ab_fill(ao, out->n, ai[at])))
             return SM_ERR_NOMEM;
     }
     return SM_OK;
 }
 
 static int norm_bert(const norm_step *st, const char *s, size_t n, sbuf *out,
-                     char *err)
+                     const int32_t *ai, abuf *ao, char *err)
 {
     sbuf a = {0}, b = {0};
+    abuf aa = {0}, ba = {0};
     int rc = SM_OK;
     for (size_t i = 0; i < n && !rc;) {
         cp_t c;
+        size_t at = i;
         i += dec(s + i, n - i, &c);
         if (st->clean && (c == 0 || c == 0xFFFD || is_other(c)))
             continue;
@@ -587,35 +780,45 @@ static int norm_bert(const norm_step *st, const char *s, size_t n, sbuf *out,
             rc = sb_cp(&a, ' ') || sb_cp(&a, c) || sb_cp(&a, ' ');
         else
             rc = sb_cp(&a, c);
+        if (!rc && ai)
+            rc = ab_fill(&aa, a.n, ai[at]);
     }
     if (rc)
         goto end;
     if (st->strip_accents && a.n) {
-        rc = norm_utf8proc(N_NFD, a.p, a.n, &b, err);
+        rc = norm_utf8proc(N_NFD, a.p, a.n, &b, ai ? aa.p : NULL, &ba, err);
         if (rc)
             goto end;
         a.n = 0;
+        aa.n = 0;
         for (size_t i = 0; i < b.n && !rc;) {
             cp_t c;
+            size_t at = i;
             i += dec(b.p + i, b.n - i, &c);
-            if (utf8proc_category(c) != UTF8PROC_CATEGORY_MN)
+            if (utf8proc_category(c) != UTF8PROC_CATEGORY_MN) {
                 rc = sb_cp(&a, c);
+                if (!rc && ai)
+                    rc = ab_fill(&aa, a.n, ba.p[at]);
+            }
         }
         if (rc)
             goto end;
     }
     if (st->lowercase)
-        rc = norm_lower(a.p ? a.p : "", a.n, out);
+        rc = norm_lower(a.p ? a.p : "", a.n, out, ai ? aa.p : NULL, ao);
     else
-        rc = sb_add(out, a.p ? a.p : "", a.n);
+        rc = sb_add(out, a.p ? a.p : "", a.n) || (ai && ab_add(ao, aa.p, a.n));
 end:
     free(a.p);
     free(b.p);
+    free(aa.p);
+    free(ba.p);
     return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
                               : rc;
 }
 
-static int norm_strip(const norm_step *st, const char *s, size_t n, sbuf *out)
+static int norm_strip(const norm_step *st, const char *s, size_t n, sbuf *out,
+                      const int32_t *ai, abuf *ao)
 {
     size_t a = 0, b = n;
     if (st->left)
@@ -637,6 +840,8 @@ static int norm_strip(const norm_step *st, const char *s, size_t n, sbuf *out)
                 break;
             b -= k;
         }
+    if (ai && ab_add(ao, ai + a, b - a))
+        return SM_ERR_NOMEM;
     return sb_add(out, s + a, b - a);
 }
 
@@ -748,26 +953,29 @@ static size_t chunk_end(const norm_step *st, size_t chunk, const char *s, size_t
  * when a step moves the first character off the original start. Each step
  * runs over pieces of about TJ_CHUNK bytes cut where it gives the same
  * text (chunk_end), the stop check asked between them. */
-static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
-                     int *lead, stopper *stop, char *err)
+static int normalize(const tj_pipeline *tj, const char *s, size_t n, const int32_t *al,
+                     sbuf *out, abuf *out_al, int *lead, stopper *stop, char *err)
 {
     sbuf cur = {0}, nxt = {0};
-    int rc = sb_add(&cur, s, n) ? SM_ERR_NOMEM : SM_OK;
+    abuf cur_al = {0}, nxt_al = {0};
+    int rc = sb_add(&cur, s, n) || (al && ab_add(&cur_al, al, n)) ? SM_ERR_NOMEM : SM_OK;
     for (int k = 0; k < tj->n_norm && !rc; k++) {
         const norm_step *st = &tj->norm[k];
         nxt.n = 0;
+        nxt_al.n = 0;
         if (*lead && !keeps_lead(st, cur.p, cur.n))
             *lead = 0;
         for (size_t at = 0, end; at < cur.n && !rc; at = end) {
             const char *p = cur.p + at;
+            const int32_t *a = al ? cur_al.p + at : NULL;
             size_t m = (end = chunk_end(st, tj->chunk, cur.p, cur.n, at)) - at;
             switch (st->kind) {
-            case N_PRECOMPILED: rc = norm_precompiled(tj, p, m, &nxt, err); break;
-            case N_REPLACE: rc = norm_replace(st, p, m, &nxt); break;
-            case N_STRIP: rc = norm_strip(st, p, m, &nxt); break;
-            case N_LOWER: rc = norm_lower(p, m, &nxt); break;
-            case N_BERT: rc = norm_bert(st, p, m, &nxt, err); break;
-            default: rc = norm_utf8proc(st->kind, p, m, &nxt, err); break;
+            case N_PRECOMPILED: rc = norm_precompiled(tj, p, m, &nxt, a, &nxt_al, err); break;
+            case N_REPLACE: rc = norm_replace(st, p, m, &nxt, a, &nxt_al); break;
+            case N_STRIP: rc = norm_strip(st, p, m, &nxt, a, &nxt_al); break;
+            case N_LOWER: rc = norm_lower(p, m, &nxt, a, &nxt_al); break;
+            case N_BERT: rc = norm_bert(st, p, m, &nxt, a, &nxt_al, err); break;
+            default: rc = norm_utf8proc(st->kind, p, m, &nxt, a, &nxt_al, err); break;
             }
             if (!rc)
                 rc = poll_stop(stop, m);
@@ -777,104 +985,130 @@ static int normalize(const tj_pipeline *tj, const char *s, size_t n, sbuf *out,
         sbuf t = cur;
         cur = nxt;
         nxt = t;
+        abuf ta = cur_al;
+        cur_al = nxt_al;
+        nxt_al = ta;
     }
     free(nxt.p);
+    free(nxt_al.p);
     if (rc) {
         free(cur.p);
+        free(cur_al.p);
         return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
                                   : rc;
     }
     *out = cur;
+    *out_al = cur_al;
     return SM_OK;
 }
 
 /* ---------------------------------------------------------- pre-tokenizers */
 
-static int pre_whitespace(const char *s, size_t n, int first, pieces *out)
+#define AL(al, i) ((al) ? (al) + (i) : NULL)
+
+static int pre_whitespace(const char *s, size_t n, int first, const int32_t *al, pieces *out)
 {
     size_t i = 0, start = 0;
     while (i < n) {
         cp_t c;
         size_t k = dec(s + i, n - i, &c);
         if (is_ws(c)) {
-            if (pc_add(out, s + start, i - start, first && start == 0))
+            if (pc_add(out, s + start, i - start, first && start == 0, AL(al, start)))
                 return SM_ERR_NOMEM;
             start = i + k;
         }
         i += k;
     }
-    return pc_add(out, s + start, n - start, first && start == 0);
+    return pc_add(out, s + start, n - start, first && start == 0, AL(al, start));
 }
 
-static int pre_bert(const char *s, size_t n, int first, pieces *out)
+static int pre_bert(const char *s, size_t n, int first, const int32_t *al, pieces *out)
 {
     size_t i = 0, start = 0;
     while (i < n) {
         cp_t c;
         size_t k = dec(s + i, n - i, &c);
         if (is_ws(c) || is_punct(c)) {
-            if (pc_add(out, s + start, i - start, first && start == 0))
+            if (pc_add(out, s + start, i - start, first && start == 0, AL(al, start)))
                 return SM_ERR_NOMEM;
-            if (!is_ws(c) && pc_add(out, s + i, k, first && i == 0))
+            if (!is_ws(c) && pc_add(out, s + i, k, first && i == 0, AL(al, i)))
                 return SM_ERR_NOMEM;
             start = i + k;
         }
         i += k;
     }
-    return pc_add(out, s + start, n - start, first && start == 0);
+    return pc_add(out, s + start, n - start, first && start == 0, AL(al, start));
 }
 
+/* Metaspace: a space becomes the replacement (aligned with the space), the
+ * one prepended is aligned with the piece's first character. */
 static int pre_metaspace(const pre_step *st, const char *s, size_t n, int first,
-                         pieces *out)
+                         const int32_t *al, pieces *out)
 {
     sbuf t = {0};
+    abuf ta = {0};
     size_t rl = strlen(st->rep), i;
     int rc = SM_OK;
-    for (i = 0; i < n && !rc; i++)
+    for (i = 0; i < n && !rc; i++) {
         rc = s[i] == ' ' ? sb_add(&t, st->rep, rl) : sb_add(&t, s + i, 1);
+        if (!rc && al)
+            rc = ab_fill(&ta, t.n, al[i]);
+    }
     if (!rc && t.n && !(t.n >= rl && memcmp(t.p, st->rep, rl) == 0) &&
         (st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && first))) {
         sbuf u = {0};
         rc = sb_add(&u, st->rep, rl) || sb_add(&u, t.p, t.n);
         free(t.p);
         t = u;
+        if (!rc && al) {
+            abuf ua = {0};
+            rc = ab_fill(&ua, rl, ta.p[0]) || ab_add(&ua, ta.p, ta.n);
+            free(ta.p);
+            ta = ua;
+        }
     }
+    const int32_t *tal = al ? ta.p : NULL;
     if (!rc && t.n) {
         if (!st->split) {
-            rc = pc_add(out, t.p, t.n, first);
+            rc = pc_add(out, t.p, t.n, first, tal);
         } else { /* MergedWithNext: each replacement starts a piece */
             size_t start = 0;
             for (i = 0; i < t.n && !rc; i++) {
                 if (i > start && i + rl <= t.n && memcmp(t.p + i, st->rep, rl) == 0) {
-                    rc = pc_add(out, t.p + start, i - start, first && start == 0);
+                    rc = pc_add(out, t.p + start, i - start, first && start == 0,
+                                AL(tal, start));
                     start = i;
                 }
             }
             if (!rc)
-                rc = pc_add(out, t.p + start, t.n - start, first && start == 0);
+                rc = pc_add(out, t.p + start, t.n - start, first && start == 0,
+                            AL(tal, start));
         }
     }
     free(t.p);
+    free(ta.p);
     return rc;
 }
 
 /* The pre-tokenizer chain over one normalized segment, into *out. */
-static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n,
+static int pre_tokenize(const tj_pipeline *tj, const char *s, size_t n, const int32_t *al,
                         int first, stopper *stop, pieces *out)
 {
     pieces cur = {0}, nxt = {0};
-    int rc = pc_add(&cur, s, n, first);
+    int rc = pc_add(&cur, s, n, first, al);
     for (int k = 0; k < tj->n_pre && !rc; k++) {
         const pre_step *st = &tj->pre[k];
         nxt.n = 0;
         nxt.text.n = 0;
+        nxt.al.n = 0;
         for (size_t i = 0; i < cur.n && !rc; i++) {
             const char *p = cur.text.p + cur.s[i].off;
+            const int32_t *a = al ? cur.al.p + cur.s[i].off : NULL;
             size_t l = cur.s[i].len;
             int f = cur.s[i].first;
-            rc = st->kind == P_WHITESPACE ? pre_whitespace(p, l, f, &nxt)
-               : st->kind == P_BERT ? pre_bert(p, l, f, &nxt)
-               : pre_metaspace(st, p, l, f, &nxt);
+            rc = st->kind == P_WHITESPACE ? pre_whitespace(p, l, f, a, &nxt)
+               : st->kind == P_BERT ? pre_bert(p, l, f, a, &nxt)
+               : pre_metaspace(st, p, l, f, a, &nxt);
             if (!rc)
                 rc = poll_stop(stop, l);
         }
@@ -897,12 +1131,24 @@ typedef struct {
     int *ids;
     int cap, n, limit;
     stopper *stop;
+    /* Offsets, when starts is not NULL: for each id written, the source
+     * offsets (abuf) of the first and the last byte of its span in the
+     * piece the model is on, whose alignments are al. */
+    int *starts, *ends;
+    const int32_t *al;
+    const int32_t *text_al; /* the repaired text's alignments */
 } sink;
 
-static void put(sink *k, int id)
+/* One id, from bytes a..e (exclusive) of the current piece. */
+static void put(sink *k, int id, size_t a, size_t e)
 {
-    if (k->n < k->cap)
+    if (k->n < k->cap) {
         k->ids[k->n] = id;
+        if (k->starts) {
+            k->starts[k->n] = k->al[a];
+            k->ends[k->n] = k->al[e - 1];
+        }
+    }
     k->n++;
 }
 
@@ -927,7 +1173,7 @@ static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
             return rc;
     }
     if (nch > (size_t)tj->max_chars) {
-        put(out, tj->unk_id);
+        put(out, tj->unk_id, 0, n);
         return SM_OK;
     }
     for (size_t i = 0; i < tj->prefix_len; i++)
@@ -961,10 +1207,10 @@ static int wordpiece(const tj_pipeline *tj, const vocab *voc, const char *s,
         }
         if (id < 0) {
             out->n = first_n;
-            put(out, tj->unk_id);
+            put(out, tj->unk_id, 0, n);
             return SM_OK;
         }
-        put(out, id);
+        put(out, id, start, end);
         if ((rc = poll_stop(out->stop, end - start)))
             return rc;
         start = end;
@@ -1053,7 +1299,7 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
         int id = b[end].id == tj->unk_id ? vocab_lookup(voc, s + st, end - st)
                                          : b[end].id;
         if (id >= 0) {
-            put(out, id);
+            put(out, id, st, end);
             continue;
         }
         if (tj->byte_fallback) {
@@ -1062,11 +1308,11 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
                 ok &= tj->byte_ids[(unsigned char)s[i]] >= 0;
             if (ok) {
                 for (size_t i = st; i < end; i++)
-                    put(out, tj->byte_ids[(unsigned char)s[i]]);
+                    put(out, tj->byte_ids[(unsigned char)s[i]], st, end);
                 continue;
             }
         }
-        put(out, tj->unk_id);
+        put(out, tj->unk_id, st, end);
     }
 end:
     free(b);
@@ -1092,24 +1338,30 @@ static int added_at(const tj_pipeline *tj, const char *s, size_t n, size_t i)
     return best;
 }
 
+/* s[0..n) through normalizer, pre-tokenizer and model; al: its
+ * alignments (NULL when offsets are not kept). */
 static int segment(const tj_pipeline *tj, const vocab *voc, const char *s,
-                   size_t n, int first, sink *out, char *err)
+                   size_t n, const int32_t *al, int first, sink *out, char *err)
 {
     sbuf norm = {0};
+    abuf norm_al = {0};
     pieces pc = {0};
     int rc;
     if (n == 0)
         return SM_OK;
-    rc = normalize(tj, s, n, &norm, &first, out->stop, err);
+    rc = normalize(tj, s, n, al, &norm, &norm_al, &first, out->stop, err);
     if (rc)
         return rc;
-    rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, first, out->stop, &pc);
+    rc = pre_tokenize(tj, norm.p ? norm.p : "", norm.n, al ? norm_al.p : NULL, first,
+                      out->stop, &pc);
     for (size_t i = 0; i < pc.n && !rc && !full(out); i++) {
         const char *p = pc.text.p + pc.s[i].off;
+        out->al = al ? pc.al.p + pc.s[i].off : NULL;
         rc = tj->model == M_UNIGRAM ? unigram(tj, voc, p, pc.s[i].len, out, err)
                                     : wordpiece(tj, voc, p, pc.s[i].len, out);
     }
     free(norm.p);
+    free(norm_al.p);
     pc_free(&pc);
     return rc == SM_ERR_NOMEM ? sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory")
                               : rc;
@@ -1233,7 +1485,7 @@ static int segment_parts(const tj_pipeline *tj, const vocab *voc, const char *s,
                 p += k;
             }
         }
-        rc = segment(tj, voc, s + a, b - a, a == 0, out, err);
+        rc = segment(tj, voc, s + a, b - a, AL(out->text_al, a), a == 0, out, err);
         a = b;
     }
     return rc;
@@ -1243,6 +1495,7 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
                size_t len, sink *out, char *err)
 {
     sbuf s = {0};
+    abuf s_al = {0}; /* with offsets: each repaired byte's code point's offset in text */
     size_t i = 0, seg = 0;
     int rc = SM_OK;
 
@@ -1252,16 +1505,19 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
     while (i < len) { /* repair invalid UTF-8 */
         cp_t c;
         size_t k = utf8_next((const unsigned char *)text + i, len - i, &c);
-        if (sb_cp(&s, c)) {
+        if (sb_cp(&s, c) || (out->starts && ab_fill(&s_al, s.n, (int32_t)i))) {
             free(s.p);
+            free(s_al.p);
             return sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory");
         }
         i += k;
         if ((out->stop->budget -= (long)k) <= 0 && (rc = poll_stop(out->stop, 0))) {
             free(s.p);
+            free(s_al.p);
             return rc;
         }
     }
+    out->text_al = out->starts ? s_al.p : NULL;
     for (i = 0; i < s.n && !rc && !full(out);) {
         int k = added_at(tj, s.p, s.n, i);
         if (k < 0) {
@@ -1290,13 +1546,15 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
             a1 += k;
         }
         rc = segment_parts(tj, voc, s.p, seg, a0, out, err);
+        out->al = out->text_al;
         if (!rc && !full(out))
-            put(out, a->id);
+            put(out, a->id, a0, a1);
         i = seg = a1;
     }
     if (!rc && !full(out))
         rc = s.p ? segment_parts(tj, voc, s.p, seg, s.n, out, err) : SM_OK;
     free(s.p);
+    free(s_al.p);
     return rc;
 }
 
@@ -1305,7 +1563,7 @@ int tj_tokenize(const tj_pipeline *tj, const vocab *voc, const char *text,
                 void *user, char *err)
 {
     stopper st = {stop, user, stop ? TJ_POLL_BYTES : LONG_MAX, err};
-    sink k = {ids, cap, 0, INT_MAX - 1, &st};
+    sink k = {ids, cap, 0, INT_MAX - 1, &st, NULL, NULL, NULL, NULL};
     int rc = run(tj, voc, text ? text : "", len, &k, err);
     if (n_total)
         *n_total = k.n;
@@ -1316,13 +1574,23 @@ int tj_encode(const tj_pipeline *tj, const vocab *voc, const char *text,
               size_t len, int max_length, int *ids, int *n, int *truncated,
               int (*stop)(void *), void *user, char *err)
 {
+    return tj_encode_offsets(tj, voc, text, len, max_length, ids, NULL, NULL, n, truncated,
+                             stop, user, err);
+}
+
+int tj_encode_offsets(const tj_pipeline *tj, const vocab *voc, const char *text,
+                      size_t len, int max_length, int *ids, int *starts, int *ends, int *n,
+                      int *truncated, int (*stop)(void *), void *user, char *err)
+{
     stopper st = {stop, user, stop ? TJ_POLL_BYTES : LONG_MAX, err};
     int room = max_length - tj->n_before - tj->n_after, rc;
     if (room < 0)
         return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: max_length is %d, "
                         "expected at least %d (room for the special tokens)",
                         max_length, tj->n_before + tj->n_after);
-    sink k = {ids + tj->n_before, room, 0, room, &st};
+    int keep = starts && ends;
+    sink k = {ids + tj->n_before, room, 0, room, &st, keep ? starts + tj->n_before : NULL,
+              keep ? ends + tj->n_before : NULL, NULL, NULL};
     rc = run(tj, voc, text ? text : "", len, &k, err);
     if (rc)
         return rc;
@@ -1334,6 +1602,12 @@ int tj_encode(const tj_pipeline *tj, const vocab *voc, const char *text,
         ids[i] = tj->before[i];
     for (int i = 0; i < tj->n_after; i++)
         ids[tj->n_before + k.n + i] = tj->after[i];
+    if (keep) {
+        for (int i = 0; i < tj->n_before; i++)
+            starts[i] = ends[i] = -1;
+        for (int i = 0; i < tj->n_after; i++)
+            starts[tj->n_before + k.n + i] = ends[tj->n_before + k.n + i] = -1;
+    }
     if (n)
         *n = tj->n_before + k.n + tj->n_after;
     return SM_OK;
