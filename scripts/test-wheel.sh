@@ -10,7 +10,7 @@
 # pytest-asyncio, pyarrow, selenium, sqlean.py, pysqlite3-binary) that PyPI
 # cannot give is named in a "test-wheel: note:" line and its tests skip with
 # that reason (pytest -rs prints every skip). The browser test also needs
-# Debian's chromium and chromium-driver.
+# Debian's chromium and chromium-driver (scripts/install-deps.sh installs them as root).
 set -eu
 BUILD=${BUILD:-build}
 PY=${WHEEL_PYTHON:-/usr/bin/python3}
@@ -80,7 +80,7 @@ fi
 [ -x "$VENV/bin/sqlite-sentiment" ] ||
     { echo "test-wheel: no sqlite-sentiment command after installing the wheel" >&2; exit 1; }
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; else
-    echo "test-wheel: note: no chromium/chromedriver (apt-get install chromium chromium-driver); the browser test skips"
+    echo "test-wheel: note: no chromium/chromedriver (scripts/install-deps.sh installs them as root; or apt-get install chromium chromium-driver); the browser tests skip"
 fi
 
 # A real Python whose sqlite3 cannot load extensions, when there is one.

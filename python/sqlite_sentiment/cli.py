@@ -7,6 +7,8 @@
         --name hotel --db models.db
     sqlite-sentiment evaluate test.csv --text-column text --label-column label \\
         --model hotel --db models.db
+    sqlite-sentiment explain 房间很脏，服务也差
+    cat comments.txt | sqlite-sentiment explain - > explanations.jsonl
 
 label streams its input: it reads CHUNK rows (--chunk-size), puts them in a
 temporary table, classifies them with the extension's classify table
@@ -41,6 +43,12 @@ sentiment_evaluate() and prints its report as tables (--json: the JSON). Labels 
 numbers are read as integers, so 0/1 mean negative/positive on the built-in
 model, as in SQL.
 
+explain prints, for each text, the text with each token on a green
+(toward the label) or red (against it) background, stronger for a larger
+share of the attribution, and the label and score, when stdout is a
+terminal; else (or with --json) sentiment_explain()'s JSON, one a line
+(null for a blank text). '-' reads texts from stdin, one a line.
+
 Exit status: 0 done, 1 the data, the model or a write failed (the message
 says which row or what), 2 the command line is wrong (an unknown option,
 model, format or encoding, a column or file that is not there, Parquet
@@ -61,7 +69,7 @@ import time
 import unicodedata
 import urllib.request
 
-from . import ExtensionLoadingUnavailable, load
+from . import ExtensionLoadingUnavailable, explanation, load
 from .tabular import (DEFAULT_PREFIX, FORMATS, AddedColumns, BadRow, InputError, OutputError, check_encoding,
                       column_values, format_of, open_reader, open_writer,
                       pyarrow_or_usage_error)
@@ -727,6 +735,60 @@ def evaluation_table(report):
     return text
 
 
+# ---- explain -------------------------------------------------------------
+
+def _explain_texts(args):
+    """The texts in order: each TEXT, and for '-' every line of stdin."""
+    for t in args.texts:
+        if t == "-":
+            for line in sys.stdin:
+                yield line.rstrip("\r\n")
+        else:
+            yield t
+
+
+def cmd_explain(args):
+    if args.steps is not None and not 1 <= args.steps <= 1024:
+        raise Failure("--steps must be from 1 to 1024", 2)
+    if args.steps is not None and args.method == "gradient_x_input":
+        raise Failure("--steps is for integrated_gradients; gradient_x_input is one pass", 2)
+    options = {"method": args.method}
+    if args.steps is not None:
+        options["steps"] = args.steps
+    if args.label is not None:
+        options["label"] = int(args.label) if re.fullmatch(r"[0-9]+", args.label) \
+            else args.label
+    conn = connect(args.db, readonly=True)
+    configure(conn, args, "off")
+    model, labels = resolve_model(conn, args.model, args.db)
+    k = options.get("label")
+    if (isinstance(k, str) and k not in labels) or (isinstance(k, int) and k >= len(labels)):
+        raise Failure(f"--label {args.label}: the model's labels are "
+                      + ", ".join(f"{l} ({i})" for i, l in enumerate(labels)), 2)
+    as_text = args.text or (not args.json and sys.stdout.isatty())
+    out = _stdout()
+    opts = json.dumps(options)
+    n = 0
+    for text in _explain_texts(args):
+        n += 1
+        row = run_interruptibly(conn, "SELECT sentiment_explain(?, ?, ?)", (text, model, opts))
+        raw = row[0][0]
+        if not as_text:
+            out.write(("null" if raw is None else raw) + "\n")
+        elif raw is None:
+            out.write(f"{text}  (blank: nothing to explain)\n")
+        else:
+            e = explanation.parse(raw)
+            out.write(explanation.to_ansi(e, text) + "\n")
+        out.flush()
+    if n == 0:
+        raise Failure("no text to explain (stdin was empty)")
+    if as_text:
+        print(f"{PROG}: green: the token pushes toward the label; red: against it; "
+              "the stronger the colour, the bigger its share", file=sys.stderr)
+    return 0
+
+
 # ---- the command line ----------------------------------------------------
 
 def _parser():
@@ -773,6 +835,37 @@ def _parser():
                     help="rows per encoder call (sentiment_config batch_size)")
     common(lp)
     lp.set_defaults(func=cmd_label)
+
+    xp = sub.add_parser(
+        "explain", help="show which tokens made a text's label",
+        description="Explains the label of each TEXT token by token with "
+        "sentiment_explain(): on a terminal each text is printed with every token on a "
+        "green (toward the label) or red (against it) background, stronger for a bigger "
+        "share, then the label and its score; otherwise, or with --json, one JSON object "
+        "a line, the extension's own (label, score, method, steps, logit, baseline_logit, "
+        "sum, truncated, tokens with start, end and attribution); null for a blank text.",
+        epilog="Exit status: 0 done, 1 the model failed on a text, 2 the command line is "
+        "wrong (an unknown model, label or option), 130 interrupted.")
+    xp.add_argument("texts", metavar="TEXT", nargs="+",
+                    help="a text to explain; '-' reads texts from stdin, one a line")
+    xp.add_argument("--model", help="model name (default: the built-in model), or a model "
+                    "directory")
+    xp.add_argument("--db", help="SQLite database holding trained models")
+    xp.add_argument("--method", default="integrated_gradients",
+                    choices=("integrated_gradients", "gradient_x_input"),
+                    help="integrated_gradients (default; about 3 x steps passes of the "
+                    "model) or gradient_x_input (one pass, a rougher first look)")
+    xp.add_argument("--steps", type=int, help="integrated gradients' steps, 1..1024 "
+                    "(default 32; more: attributions closer to the logit's change)")
+    xp.add_argument("--label", help="the label to explain, a name or index (default: the "
+                    "predicted one)")
+    xp.add_argument("--json", action="store_true",
+                    help="JSON lines even on a terminal")
+    xp.add_argument("--text", action="store_true",
+                    help="coloured text even when stdout is not a terminal (for less -R)")
+    xp.add_argument("--threads", type=int, help="CPU threads (sentiment_config)")
+    xp.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    xp.set_defaults(func=cmd_explain)
 
     for name, func, helptext in (
             ("train", cmd_train, "fine-tune a model on a labeled file, stored in --db"),
