@@ -16,22 +16,13 @@
  * The databases are files under /dev/shm (or /tmp).
  */
 #include "ext_test_util.h"
+#include "db_file_util.h"
 
 #include <unistd.h>
 
 #include "fault_vfs.h"
 
 /* ---- files and connections ------------------------------------------------ */
-
-static void remove_db(const char *path)
-{
-    char buf[300];
-    const char *suffix[] = {"", "-journal", "-wal", "-shm"};
-    for (int i = 0; i < 4; i++) {
-        snprintf(buf, sizeof buf, "%s%s", path, suffix[i]);
-        unlink(buf);
-    }
-}
 
 /* In memory-backed /dev/shm when there is one (the sweeps below create a
  * few thousand databases; fsync there costs nothing), else /tmp. */
@@ -78,44 +69,12 @@ static sqlite3 *setup(const char *path, int wal)
     return db;
 }
 
-/* Runs sql; SQLITE_OK and the first column (malloc'd) in *out, or the code
- * and the message in *out. */
-static int run_sql(sqlite3 *db, const char *sql, char **out)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-    *out = NULL;
-    if (rc == SQLITE_OK) rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *t = (const char *)sqlite3_column_text(st, 0);
-        *out = strdup(t ? t : "");
-        rc = SQLITE_OK;
-    } else {
-        *out = strdup(sqlite3_errmsg(db));
-        if (rc == SQLITE_DONE) rc = SQLITE_ERROR;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
 /* A plain connection (no extension) to read the file as it is on disk. */
 static sqlite3 *plain(const char *path)
 {
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, "unix"), SQLITE_OK);
     return db;
-}
-
-static int64_t file_int(const char *path, const char *sql)
-{
-    sqlite3 *db = plain(path);
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
 }
 
 /* Stored versions of 'm' in the file (0 when there is no store). */

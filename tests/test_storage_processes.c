@@ -16,22 +16,13 @@
  *     full, then stores it once there is room.
  */
 #include "ext_test_util.h"
+#include "db_file_util.h"
 
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static void remove_db(const char *path)
-{
-    char buf[300];
-    const char *suffix[] = {"", "-journal", "-wal", "-shm"};
-    for (int i = 0; i < 4; i++) {
-        snprintf(buf, sizeof buf, "%s%s", path, suffix[i]);
-        unlink(buf);
-    }
-}
 
 static void db_path(char *buf, size_t cap, const char *tag)
 {
@@ -61,38 +52,6 @@ static void make_db(const char *path, int wal)
     }
     sqlite3_finalize(st);
     sqlite3_close(db);
-}
-
-static int64_t file_int(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
-
-/* In a child: runs sql and returns SQLITE_OK with the first column, or the
- * code with the message (both malloc'd). */
-static int child_sql(sqlite3 *db, const char *sql, char **out)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-    if (rc == SQLITE_OK) rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *t = (const char *)sqlite3_column_text(st, 0);
-        *out = strdup(t ? t : "");
-        rc = SQLITE_OK;
-    } else {
-        *out = strdup(sqlite3_errmsg(db));
-        if (rc == SQLITE_DONE) rc = SQLITE_ERROR;
-    }
-    sqlite3_finalize(st);
-    return rc;
 }
 
 static sqlite3 *child_conn(const char *path)
@@ -137,7 +96,7 @@ static void trainer_child(const char *path, int i, int start_fd, int fd)
     char *out = NULL, line[256], c;
     sqlite3_exec(db, timeouts[i], NULL, NULL, NULL);
     if (read(start_fd, &c, 1) < 0) _exit(94);
-    int rc = child_sql(db, "SELECT json_extract(train('m', t, y, '{\"base\":\"tiny\",\"epochs\":3}'), "
+    int rc = run_sql(db, "SELECT json_extract(train('m', t, y, '{\"base\":\"tiny\",\"epochs\":3}'), "
                            "'$.version') FROM d", &out);
     int autocommit = sqlite3_get_autocommit(db);
     snprintf(line, sizeof line, "%s %d %.200s\n", rc == SQLITE_OK ? "ok" : "err", autocommit,
@@ -244,14 +203,14 @@ static void full_disk_child(const char *path)
     if (stat(path, &sb) != 0) _exit(93);
     /* room for a page or two, not for a model */
     set_fsize((rlim_t)sb.st_size + 8192);
-    if (child_sql(db, "SELECT sentiment_save('m', 'tiny')", &out) == SQLITE_OK) _exit(10);
+    if (run_sql(db, "SELECT sentiment_save('m', 'tiny')", &out) == SQLITE_OK) _exit(10);
     if (!full_or_io(out)) {
         fprintf(stderr, "sentiment_save on a full disk: %s\n", out);
         _exit(11);
     }
     free(out);
     if (!sqlite3_get_autocommit(db)) _exit(12);
-    if (child_sql(db, "SELECT train('m', t, y, '{\"base\":\"tiny\",\"epochs\":1}') FROM d", &out) ==
+    if (run_sql(db, "SELECT train('m', t, y, '{\"base\":\"tiny\",\"epochs\":1}') FROM d", &out) ==
         SQLITE_OK)
         _exit(13);
     if (!strstr(out, "trained but not stored") || !full_or_io(out)) _exit(14);
@@ -259,16 +218,16 @@ static void full_disk_child(const char *path)
     if (!sqlite3_get_autocommit(db)) _exit(15);
     /* the advised sentiment_save fails too while the disk is full, and
      * keeps the trained model */
-    if (child_sql(db, "SELECT sentiment_save('m')", &out) == SQLITE_OK) _exit(16);
+    if (run_sql(db, "SELECT sentiment_save('m')", &out) == SQLITE_OK) _exit(16);
     free(out);
     if (!sqlite3_get_autocommit(db)) _exit(17);
-    if (child_sql(db, "SELECT source FROM sentiment_models WHERE name = 'm'", &out) != SQLITE_OK ||
+    if (run_sql(db, "SELECT source FROM sentiment_models WHERE name = 'm'", &out) != SQLITE_OK ||
         strcmp(out, "memory"))
         _exit(18);
     free(out);
     /* room again: it is stored, and the user's next write commits */
     set_fsize(rl.rlim_cur);
-    if (child_sql(db, "SELECT sentiment_save('m')", &out) != SQLITE_OK || strcmp(out, "1")) _exit(19);
+    if (run_sql(db, "SELECT sentiment_save('m')", &out) != SQLITE_OK || strcmp(out, "1")) _exit(19);
     free(out);
     if (sqlite3_exec(db, "INSERT INTO u VALUES (2)", NULL, NULL, NULL) != SQLITE_OK) _exit(20);
     sqlite3_close(db);

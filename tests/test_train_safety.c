@@ -8,6 +8,7 @@
  */
 #include "backend_cpu.h"
 #include "ext_test_util.h"
+#include "db_file_util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -28,16 +29,6 @@ static double now_s(void)
 }
 
 /* ---- files and data -------------------------------------------------------- */
-
-static void remove_db(const char *path)
-{
-    char buf[300];
-    const char *suffix[] = {"", "-journal", "-wal", "-shm"};
-    for (int i = 0; i < 4; i++) {
-        snprintf(buf, sizeof buf, "%s%s", path, suffix[i]);
-        unlink(buf);
-    }
-}
 
 static void db_path(char *buf, size_t cap, const char *tag)
 {
