@@ -67,24 +67,6 @@ static sqlite3 *train_conn(const char *path)
     return db;
 }
 
-/* Runs sql; returns 0 and the first column (malloc'd) in *out, or the
- * SQLite code and the message in *out. */
-static int run_sql(sqlite3 *db, const char *sql, char **out)
-{
-    sqlite3_stmt *st = prepare(db, sql);
-    int rc = sqlite3_step(st);
-    *out = NULL;
-    if (rc == SQLITE_ROW) {
-        const char *t = (const char *)sqlite3_column_text(st, 0);
-        *out = strdup(t ? t : "");
-        rc = SQLITE_OK;
-    } else {
-        *out = strdup(sqlite3_errmsg(db));
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
 static int64_t stored_versions(sqlite3 *db)
 {
     return q_int(db, "SELECT count(*) FROM sentiment_models WHERE source = 'database'");
