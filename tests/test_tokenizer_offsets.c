@@ -25,6 +25,8 @@
 
 #include "errors.h"
 #include "tokenizer.h"
+#include "tokenizer_json.h"
+#include "vocab.h"
 
 #include "golden_ids_util.h"
 
@@ -158,6 +160,68 @@ static void test_golden(void **state)
         int rows = 0, bad = run_golden(&goldens[i], &rows);
         fprintf(stderr, "%s: %d rows, %d mismatches\n", goldens[i].name, rows, bad);
         failed += bad != 0 || rows < 100;
+    }
+    assert_int_equal(failed, 0);
+}
+
+/* The tokenizer.json goldens with the normalizers run over pieces of 1
+ * and 7 bytes and segments cut at every place the pipeline allows
+ * (tj_set_chunk): the same ids and offsets. */
+static void test_golden_chunks(void **state)
+{
+    static const size_t chunks[] = {1, 7};
+    static int wid[MAX_LEN + 1], ws[MAX_LEN + 1], we[MAX_LEN + 1];
+    static int gid[MAX_LEN], gs[MAX_LEN], ge[MAX_LEN];
+    static char text[1 << 20];
+    int failed = 0;
+    (void)state;
+    for (size_t i = 0; i < sizeof goldens / sizeof *goldens; i++) {
+        const golden_case *g = &goldens[i];
+        char path[256], err[SM_ERR_MAX] = "", *line, *save = NULL;
+        size_t len, jl;
+        if (!g->json)
+            continue;
+        char *json = read_file(g->path, &jl);
+        vocab *v = NULL;
+        tj_pipeline *tj = NULL;
+        tj_special sp;
+        assert_non_null(json);
+        assert_int_equal(tj_load(json, jl, TJ_RUST_SCORES, &v, &tj, &sp, err), SM_OK);
+        free(json);
+        snprintf(path, sizeof path, FIX "offsets/%s.tsv", g->name);
+        char *tsv = read_file(path, &len);
+        assert_non_null(tsv);
+        int rows = 0, bad = 0;
+        for (line = strtok_r(tsv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            char *f[6], *fs = NULL;
+            int k = 0;
+            if (line[0] == '#' || rows++ % 3) /* every third row */
+                continue;
+            for (char *t = strtok_r(line, "\t", &fs); t && k < 6; t = strtok_r(NULL, "\t", &fs))
+                f[k++] = t;
+            size_t tl = unhex(f[1], text);
+            int ml = atoi(f[2]);
+            int nw = parse_ids(f[4], wid, MAX_LEN + 1);
+            parse_offsets(f[5], ws, we, MAX_LEN + 1);
+            for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+                int n = -1, tr = -1;
+                tj_set_chunk(tj, chunks[c]);
+                int rc = tj_encode_offsets(tj, v, text, tl, ml, gid, gs, ge, &n, &tr, NULL,
+                                           NULL, err);
+                if (rc != SM_OK || n != nw || memcmp(gid, wid, (size_t)n * sizeof *gid) ||
+                    memcmp(gs, ws, (size_t)n * sizeof *gs) ||
+                    memcmp(ge, we, (size_t)n * sizeof *ge)) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "%s row %s, chunk %zu: differs\n", g->name, f[0],
+                                chunks[c]);
+                }
+            }
+        }
+        fprintf(stderr, "%s in pieces: %d mismatches\n", g->name, bad);
+        failed += bad != 0;
+        free(tsv);
+        tj_free(tj);
+        vocab_free(v);
     }
     assert_int_equal(failed, 0);
 }
@@ -312,6 +376,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_golden_chunks),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_api),
     };

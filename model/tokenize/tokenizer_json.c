@@ -1548,6 +1548,32 @@ static int seg_cut_ok(const tj_pipeline *tj, cp_t w, cp_t x, cp_t y, cp_t z)
     return 0;
 }
 
+/* 1 when a Precompiled step drops what s[0..n) starts with (its first
+ * grapheme cluster or character maps to ""): the alignments of the rest of
+ * the segment then shift (lag_state), which cutting it would lose. */
+static int drops_first(const tj_pipeline *tj, const char *s, size_t n)
+{
+    size_t j;
+    cp_t c1, c2;
+    utf8proc_int32_t state = 0;
+    long v;
+    if (n == 0 || !tj->trie_n)
+        return 0;
+    j = dec(s, n, &c1);
+    size_t k1 = j;
+    while (j < n && j < 6) {
+        size_t k = dec(s + j, n - j, &c2);
+        if (utf8proc_grapheme_break_stateful(c1, c2, &state))
+            break;
+        c1 = c2;
+        j += k;
+    }
+    if (j < 6 && (v = trie_first(tj, (const unsigned char *)s, j)) >= 0)
+        return (size_t)v < tj->pool_n && tj->pool[v] == 0;
+    v = trie_first(tj, (const unsigned char *)s, k1);
+    return v >= 0 && (size_t)v < tj->pool_n && tj->pool[v] == 0;
+}
+
 /* Tokenizes the segment s[from..to) of the text s in parts of at least
  * tj->chunk bytes cut where seg_cut_ok holds, so that an encode that has
  * its ids stops before normalizing the rest (the ids are the same as for
@@ -1559,7 +1585,8 @@ static int segment_parts(const tj_pipeline *tj, const vocab *voc, const char *s,
     int rc = SM_OK;
     while (a < to && !rc && !full(out)) {
         size_t b = to;
-        if (tj->chunk && (tj->split_space || tj->split_cjk) && to - a > tj->chunk) {
+        if (tj->chunk && (tj->split_space || tj->split_cjk) && to - a > tj->chunk &&
+            !(out->starts && a == from && drops_first(tj, s + a, to - a))) {
             /* the code points w x | y z around each place from a + chunk on */
             size_t p = a + tj->chunk, q;
             cp_t w = 0, x = 0, y, z;
