@@ -67,6 +67,12 @@
 #define N_SPECIAL 5
 #define INLINE_CPS 256
 
+/* The steps that keep offsets (tokenizer_encode_offsets) come in two
+ * copies, inlined with the offsets on and off (a constant), so that plain
+ * tokenizing runs the code it ran before they existed; their small
+ * helpers are inlined as they were. */
+#define TRACKED static inline __attribute__((always_inline))
+
 typedef int32_t cp_t; /* one code point, as utf8proc wants it */
 
 static const char *const special_names[N_SPECIAL] = {
@@ -333,7 +339,7 @@ static int char_class(cp_t c)
     return is_cjk(c) ? CH_CJK : CH_WORD;
 }
 
-static int is_punct(cp_t c)
+TRACKED int is_punct(cp_t c)
 {
     if (c < 0x80)
         return ascii_punct(c);
@@ -344,7 +350,7 @@ static int is_punct(cp_t c)
 /* True when NFC may change a word containing c (c >= 0x300; everything
  * below is NFC-stable and composes only with a following mark, which is
  * itself flagged here). */
-static int nfc_sensitive(cp_t c)
+TRACKED int nfc_sensitive(cp_t c)
 {
     if ((c >= 0x1100 && c <= 0x11FF) || (c >= 0xAC00 && c <= 0xD7A3))
         return 1; /* Hangul jamo and syllables compose algorithmically */
@@ -509,8 +515,8 @@ static size_t utf8_put(cp_t c, char *dst)
  * each start one walk down the vocabulary's trie (after "##" when not at
  * the word's start) finds the longest token there, in at most as many
  * steps as the word has bytes left (4 * MAX_WORD_CHARS). */
-static void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
-                      size_t n)
+TRACKED void wordpiece_(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                       size_t n)
 {
     const tokenizer *tok = w->tok;
     const vocab *v = tok->vocab;
@@ -561,8 +567,38 @@ static void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, const cp_t 
         sub[nsub++] = id;
         start = end;
     }
+    if (!src) {
+        for (size_t i = 0; i < nsub; i++) {
+            if (w->n < w->cap)
+                w->ids[w->n] = sub[i];
+            w->n++;
+        }
+        return;
+    }
     for (size_t i = 0, a = 0; i < nsub; a = sub_end[i++])
-        emit(w, sub[i], src ? src[a] : 0, src ? last[sub_end[i] - 1] : 0);
+        emit(w, sub[i], src[a], last[sub_end[i] - 1]);
+}
+
+static __attribute__((noinline)) void wordpiece_plain(workspace *w, const cp_t *cp, size_t n)
+{
+    wordpiece_(w, cp, NULL, NULL, n);
+}
+
+static __attribute__((noinline)) void wordpiece_tracked(workspace *w, const cp_t *cp,
+                                                        const cp_t *src, const cp_t *last,
+                                                        size_t n)
+{
+    wordpiece_(w, cp, src, last, n);
+}
+
+/* src / last: the sources of cp[0..n) (NULL: no offsets). */
+static inline void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                             size_t n)
+{
+    if (src)
+        wordpiece_tracked(w, cp, src, last, n);
+    else
+        wordpiece_plain(w, cp, n);
 }
 
 /* ------------------------------------------------------- basic tokenizer */
@@ -602,7 +638,7 @@ static void align_composed(const cp_t *out, size_t no, cp_t *dec, size_t nd, cp_
 
 /* Canonical ordering of b[0..n) (as utf8proc); with src, the sources move
  * with their code points, as tokenizers' alignments do. */
-static void canonical_order(cp_t *b, cp_t *src, cp_t *last, size_t n)
+TRACKED void canonical_order(cp_t *b, cp_t *src, cp_t *last, size_t n)
 {
     for (size_t i = 0; i + 1 < n;) {
         int c1 = utf8proc_get_property(b[i])->combining_class;
@@ -701,8 +737,8 @@ static int to_nfc(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *las
  * NFC composed decomposes again into its first source (the starter) and
  * its last (the marks), as the fast tokenizer, which never composed,
  * sees them. */
-static int lower_strip(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
-                       size_t n)
+TRACKED int lower_strip(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                        size_t n)
 {
     cpbuf *b = &w->low, *bs = &w->low_src, *bl = &w->low_last;
     int bc = UTF8PROC_BOUNDCLASS_START;
@@ -830,7 +866,7 @@ int tokenizer_text_blank(const char *text, size_t len)
 /* A word that is exactly a special token string: HF passes
  * all_special_tokens as never_split, so it is neither lower-cased nor split
  * (WordPiece then finds it whole, or not at all when the vocab lacks it). */
-static int special_word(const cp_t *cp, size_t n)
+TRACKED int special_word(const cp_t *cp, size_t n)
 {
     if (n < 5 || n > 6 || cp[0] != '[' || cp[n - 1] != ']')
         return 0;
@@ -848,8 +884,8 @@ static int special_word(const cp_t *cp, size_t n)
 }
 
 /* _run_split_on_punc + WordPiece on each piece. */
-static void split_punct(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
-                        size_t n)
+TRACKED void split_punct(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                         size_t n)
 {
     size_t start = 0;
 #define AT(p, i) ((p) ? (p) + (i) : NULL)
@@ -867,10 +903,10 @@ static void split_punct(workspace *w, const cp_t *cp, const cp_t *src, const cp_
 
 /* One whitespace-delimited, CJK-free word (in w->word) through NFC,
  * never_split, lower-casing and the punctuation split. */
-static int process_word(workspace *w, int nfc)
+TRACKED int process_word_(workspace *w, int nfc, const int track)
 {
     cp_t *cp = w->word.p;
-    const cp_t *src = w->starts ? w->word_src.p : NULL, *last = src;
+    const cp_t *src = track ? w->word_src.p : NULL, *last = src;
     size_t n = w->word.n;
     int rc;
 
@@ -898,7 +934,7 @@ static int process_word(workspace *w, int nfc)
         } else {
             if (src && nfc && (rc = lower_strip_sources(w)))
                 return rc;
-            rc = lower_strip(w, cp, src, last, n);
+            rc = src ? lower_strip(w, cp, src, last, n) : lower_strip(w, cp, NULL, NULL, n);
             if (rc)
                 return rc;
             if (src && nfc && w->dec.n == w->low.n &&
@@ -916,9 +952,14 @@ static int process_word(workspace *w, int nfc)
     return SM_OK;
 }
 
+static int process_word(workspace *w, int nfc)
+{
+    return w->starts ? process_word_(w, nfc, 1) : process_word_(w, nfc, 0);
+}
+
 /* An ideograph is a word of its own; NFC maps a compatibility ideograph to
  * its unified one, and nothing else in the pipeline changes it. */
-static void emit_cjk(workspace *w, cp_t c, cp_t src)
+TRACKED void emit_cjk(workspace *w, cp_t c, cp_t src /* -1: no offsets */)
 {
     if ((c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F)) {
         cp_t d[4];
@@ -926,12 +967,13 @@ static void emit_cjk(workspace *w, cp_t c, cp_t src)
         if (utf8proc_decompose_char(c, d, 4, UTF8PROC_COMPOSE, &bc) == 1)
             c = d[0];
     }
-    wordpiece(w, &c, &src, &src, 1);
+    wordpiece(w, &c, src >= 0 ? &src : NULL, &src, 1);
 }
 
 /* BasicTokenizer.tokenize + WordPiece for one segment free of special
  * tokens. */
-static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_t base)
+TRACKED int basic_segment_(workspace *w, const unsigned char *s, size_t len, size_t base,
+                           const int track)
 {
     size_t i = 0, at = 0; /* at: where the code point c starts */
     int nfc = 0, rc;
@@ -957,7 +999,7 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_
             if (w->word.n == w->word.cap &&
                 (rc = cpbuf_reserve(&w->word, 1, w->err)) != SM_OK)
                 return rc;
-            if (w->starts) {
+            if (track) {
                 w->word_src.n = w->word.n;
                 if ((rc = cpbuf_reserve(&w->word_src, 1, w->err)) != SM_OK)
                     return rc;
@@ -978,11 +1020,16 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_
             nfc = 0;
         }
         if (cls == CH_CJK && !done(w))
-            emit_cjk(w, c, (cp_t)(base + at));
+            emit_cjk(w, c, track ? (cp_t)(base + at) : -1);
     }
     if (w->word.n && !done(w))
         return process_word(w, nfc);
     return SM_OK;
+}
+
+static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_t base)
+{
+    return w->starts ? basic_segment_(w, s, len, base, 1) : basic_segment_(w, s, len, base, 0);
 }
 
 /* The special token (present in the vocab) starting at s[0..n), or -1. */

@@ -1220,42 +1220,48 @@ typedef struct {
     const vocab *voc;
 } sink;
 
+/* The offsets of the id at k->n (put_v). */
+static __attribute__((noinline)) void put_offsets(sink *k, int id, size_t a, size_t e,
+                                                  const char *v, size_t vl)
+{
+    k->starts[k->n] = k->al[a];
+    k->ends[k->n] = k->al[e - 1];
+    if (k->lead) {
+        int l = 0, t = 0, all = 1;
+        if (!v) {
+            v = vocab_token(k->voc, id);
+            vl = v ? strlen(v) : 0;
+        }
+        for (size_t i = 0; i < vl;) {
+            cp_t c;
+            i += dec(v + i, vl - i, &c);
+            if (!is_ws(c)) {
+                all = 0;
+                t = 0;
+            } else {
+                l += all;
+                t++;
+            }
+        }
+        k->lead[k->n] = l;
+        k->trail[k->n] = t;
+    }
+}
+
 /* One id, from bytes a..e (exclusive) of the current piece; v[0..vl): the
  * token's string as tokenizers has it (the piece for Unigram, the
  * vocabulary's for WordPiece, NULL: the vocabulary's). */
-static void put_v(sink *k, int id, size_t a, size_t e, const char *v, size_t vl)
+static inline void put_v(sink *k, int id, size_t a, size_t e, const char *v, size_t vl)
 {
     if (k->n < k->cap) {
         k->ids[k->n] = id;
-        if (k->starts) {
-            k->starts[k->n] = k->al[a];
-            k->ends[k->n] = k->al[e - 1];
-        }
-        if (k->lead) {
-            int l = 0, t = 0, all = 1;
-            if (!v) {
-                v = vocab_token(k->voc, id);
-                vl = v ? strlen(v) : 0;
-            }
-            for (size_t i = 0; i < vl;) {
-                cp_t c;
-                i += dec(v + i, vl - i, &c);
-                if (!is_ws(c)) {
-                    all = 0;
-                    t = 0;
-                } else {
-                    l += all;
-                    t++;
-                }
-            }
-            k->lead[k->n] = l;
-            k->trail[k->n] = t;
-        }
+        if (k->starts)
+            put_offsets(k, id, a, e, v, vl);
     }
     k->n++;
 }
 
-static void put(sink *k, int id, size_t a, size_t e) { put_v(k, id, a, e, NULL, 0); }
+static inline void put(sink *k, int id, size_t a, size_t e) { put_v(k, id, a, e, NULL, 0); }
 
 static int full(const sink *k) { return k->n > k->limit; }
 
