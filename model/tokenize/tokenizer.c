@@ -43,6 +43,15 @@
  * noted: U+0130 and the final sigma (Python's full lower-casing) and
  * utf8proc's composition of U+11A7 (worked around in to_nfc()).
  *
+ * Offsets (tokenizer_encode_offsets) follow BertTokenizerFast's
+ * offset_mapping: every code point of a word carries the byte offsets of
+ * the first and the last code point of the text it stands for (the same
+ * one but where NFC composed several, which the fast tokenizer never does,
+ * so the composed character spans them all; lower_strip_sources takes them
+ * apart again as the fast tokenizer sees them). The steps run in two
+ * inlined copies (TRACKED), so tokenizing without offsets costs what it
+ * did; utf8.h turns the byte offsets into characters as SQLite counts them.
+ *
  * Vocab lines end at "\n", "\r\n" or a lone "\r" (Python's universal
  * newlines, as load_vocab() reads the file); a duplicate token maps to its
  * last id, as the Python dict does (vocab_from_lines).

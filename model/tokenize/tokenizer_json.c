@@ -48,6 +48,13 @@
  * such a place (Chinese without spaces under Metaspace) is normalized
  * whole, as Viterbi needs the whole piece.
  *
+ * Offsets (tj_encode_offsets) are tokenizers' own: each step keeps, beside
+ * its text, the alignment of every byte (abuf: the code point of the
+ * caller's text it came from), with tokenizers' rules, quirks included (a
+ * charsmap drop at the start shifts the alignments after it, lag_state;
+ * RobertaProcessing trims white space off a token's span); a step given
+ * no alignments runs as it did without them.
+ *
  * Precompiled, as tokenizers does it (spm_precompiled): the text is cut into
  * extended grapheme clusters; a cluster shorter than 6 bytes whose bytes
  * start with a key of the double-array trie is replaced whole by the value
