@@ -207,6 +207,8 @@ static int ab_fill(abuf *a, size_t upto, int32_t v)
 static int ab_add(abuf *a, const int32_t *src, size_t n)
 {
     size_t at = a->n;
+    if (n == 0)
+        return SM_OK;
     if (ab_fill(a, a->n + n, 0))
         return SM_ERR_NOMEM;
     memcpy(a->p + at, src, n * sizeof *src);
