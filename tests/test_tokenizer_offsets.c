@@ -8,7 +8,8 @@
  * truncation flag and offsets, and the ids and flag of tokenizer_encode.
  * Invalid UTF-8, which has no Python string, is checked against offsets
  * computed by hand from the rule in tokenizer.h, and each span against
- * SQLite's own substr() of the text.
+ * SQLite's own substr() of the text. Every allocation failing in turn
+ * gives SM_ERR_NOMEM or the right answer.
  *
  * Run from the repository root: ./build/tests/test_tokenizer_offsets
  */
@@ -29,6 +30,19 @@
 #include "vocab.h"
 
 #include "golden_ids_util.h"
+
+/* Allocation faults (test_out_of_memory): the allocation numbered
+ * g_fail_at after g_count starts counting fails; -1: none. */
+static long g_count = -1, g_fail_at = -1;
+static int should_fail(void)
+{
+    if (g_count < 0)
+        return 0;
+    return g_count++ == g_fail_at;
+}
+#ifndef NO_INTERPOSE
+#include "alloc_interposer.h"
+#endif
 
 #define FIX "tests/fixtures/"
 #define MAX_LEN 512
@@ -366,6 +380,63 @@ static void test_api(void **state)
     tokenizer_free(tok);
 }
 
+/* Every allocation of tokenizer_encode_offsets failing in turn: SM_ERR_NOMEM
+ * with a message, or the ids and offsets of the run without faults. */
+static void test_out_of_memory(void **state)
+{
+    static const char *const paths[] = {FIX "vocab.txt", FIX "tokenizer_json/unigram/tokenizer.json",
+                                        FIX "tokenizer_json/unigram_steps/tokenizer.json",
+                                        FIX "tokenizer_json/wordpiece_cased/tokenizer.json"};
+    char *text = malloc(64 * 1024);
+    size_t len = 0;
+    (void)state;
+    assert_non_null(text);
+    /* a long word that NFC and accent stripping work on, ideographs, a
+     * charsmap drop at the start and a ligature */
+    const char *parts[] = {"\x01", "Cafe\xcc\x81", "\xef\xac\x81ne ", "\xe5\xa5\xbd\xe8\xaf\x84 "};
+    for (int r = 0; r < 300; r++) {
+        const char *p = r == 0 ? parts[0] : parts[1 + r % 3];
+        memcpy(text + len, p, strlen(p));
+        len += strlen(p);
+    }
+    for (int r = 0; r < 300; r++) { /* a word of 600 code points */
+        memcpy(text + len, "E\xcc\x81", 3);
+        len += 3;
+    }
+    for (size_t t = 0; t < sizeof paths / sizeof *paths; t++) {
+        tokenizer *tok = load(paths[t], t > 0, 1);
+        static int ids[512], s[512], e[512], wids[512], ws[512], we[512];
+        int wn = 0, wtr = 0, n, tr, faults = 0;
+        char err[SM_ERR_MAX];
+        assert_int_equal(tokenizer_encode_offsets(tok, text, len, 512, wids, ws, we, &wn, &wtr,
+                                                  NULL, NULL, err), SM_OK);
+        for (long k = 0;; k++) {
+            err[0] = 0;
+            g_fail_at = k;
+            g_count = 0;
+            int rc = tokenizer_encode_offsets(tok, text, len, 512, ids, s, e, &n, &tr, NULL, NULL,
+                                              err);
+            long used = g_count;
+            g_count = -1;
+            if (rc == SM_OK) {
+                assert_int_equal(n, wn);
+                assert_memory_equal(ids, wids, (size_t)n * sizeof *ids);
+                assert_memory_equal(s, ws, (size_t)n * sizeof *s);
+                assert_memory_equal(e, we, (size_t)n * sizeof *e);
+                if (used <= k)
+                    break; /* every allocation has failed once */
+                continue;
+            }
+            assert_int_equal(rc, SM_ERR_NOMEM);
+            assert_true(err[0] != 0);
+            faults++;
+        }
+        fprintf(stderr, "%s: %d allocations failed in turn\n", paths[t], faults);
+        tokenizer_free(tok);
+    }
+    free(text);
+}
+
 int one(void *u)
 {
     (void)u;
@@ -379,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_golden_chunks),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_api),
+        cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
