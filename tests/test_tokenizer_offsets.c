@@ -40,6 +40,13 @@ static int should_fail(void)
         return 0;
     return g_count++ == g_fail_at;
 }
+#if defined(__SANITIZE_ADDRESS__)
+#define NO_INTERPOSE "AddressSanitizer replaces malloc"
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NO_INTERPOSE "AddressSanitizer replaces malloc"
+#endif
+#endif
 #ifndef NO_INTERPOSE
 #include "alloc_interposer.h"
 #endif
