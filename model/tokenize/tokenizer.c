@@ -43,6 +43,15 @@
  * noted: U+0130 and the final sigma (Python's full lower-casing) and
  * utf8proc's composition of U+11A7 (worked around in to_nfc()).
  *
+ * Offsets (tokenizer_encode_offsets) follow BertTokenizerFast's
+ * offset_mapping: every code point of a word carries the byte offsets of
+ * the first and the last code point of the text it stands for (the same
+ * one but where NFC composed several, which the fast tokenizer never does,
+ * so the composed character spans them all; lower_strip_sources takes them
+ * apart again as the fast tokenizer sees them). The steps run in two
+ * inlined copies (TRACKED), so tokenizing without offsets costs what it
+ * did; utf8.h turns the byte offsets into characters as SQLite counts them.
+ *
  * Vocab lines end at "\n", "\r\n" or a lone "\r" (Python's universal
  * newlines, as load_vocab() reads the file); a duplicate token maps to its
  * last id, as the Python dict does (vocab_from_lines).
@@ -66,6 +75,12 @@
 #define MAX_TEXT_BYTES ((size_t)INT_MAX / 2)
 #define N_SPECIAL 5
 #define INLINE_CPS 256
+
+/* The steps that keep offsets (tokenizer_encode_offsets) come in two
+ * copies, inlined with the offsets on and off (a constant), so that plain
+ * tokenizing runs the code it ran before they existed; their small
+ * helpers are inlined as they were. */
+#define TRACKED static inline __attribute__((always_inline))
 
 typedef int32_t cp_t; /* one code point, as utf8proc wants it */
 
@@ -333,7 +348,7 @@ static int char_class(cp_t c)
     return is_cjk(c) ? CH_CJK : CH_WORD;
 }
 
-static int is_punct(cp_t c)
+TRACKED int is_punct(cp_t c)
 {
     if (c < 0x80)
         return ascii_punct(c);
@@ -344,7 +359,7 @@ static int is_punct(cp_t c)
 /* True when NFC may change a word containing c (c >= 0x300; everything
  * below is NFC-stable and composes only with a following mark, which is
  * itself flagged here). */
-static int nfc_sensitive(cp_t c)
+TRACKED int nfc_sensitive(cp_t c)
 {
     if ((c >= 0x1100 && c <= 0x11FF) || (c >= 0xAC00 && c <= 0xD7A3))
         return 1; /* Hangul jamo and syllables compose algorithmically */
@@ -458,14 +473,18 @@ typedef struct {
     /* Offsets (tokenizer_encode_offsets): starts / ends, when not NULL,
      * get for each id written the byte offsets in the text of the first
      * and of the last code point it came from (the start of each). The
-     * src buffers run beside word / nfc / low, one source offset per code
-     * point, and are filled only then. */
+     * src and last buffers run beside word / nfc / low, filled only then:
+     * for each code point the offset of the first and of the last code
+     * point of the text it stands for (the same but where NFC composed
+     * it: the slow tokenizer composes, the fast one, whose offsets these
+     * are, does not, so a composed character spans what it was made of). */
     int *starts, *ends;
     cpbuf word;   /* the word being collected */
     cpbuf nfc;    /* the word after NFC */
     cpbuf low;    /* the word after lower-casing + NFD + Mn removal */
-    cpbuf word_src, nfc_src, low_src;
+    cpbuf word_src, nfc_src, low_src, nfc_last, low_last;
     cpbuf dec;    /* NFC's decomposed word, kept to align the composed one */
+    cpbuf alt_src; /* lower_strip's sources of the word before NFC */
 } workspace;
 
 /* One id, from the code points whose sources start at text bytes a..b. */
@@ -505,7 +524,8 @@ static size_t utf8_put(cp_t c, char *dst)
  * each start one walk down the vocabulary's trie (after "##" when not at
  * the word's start) finds the longest token there, in at most as many
  * steps as the word has bytes left (4 * MAX_WORD_CHARS). */
-static void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
+TRACKED void wordpiece_(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                       size_t n)
 {
     const tokenizer *tok = w->tok;
     const vocab *v = tok->vocab;
@@ -519,7 +539,7 @@ static void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
     if (n == 0)
         return;
     if (n > MAX_WORD_CHARS) {
-        emit(w, tok->special[SP_UNK], src ? src[0] : 0, src ? src[n - 1] : 0);
+        emit(w, tok->special[SP_UNK], src ? src[0] : 0, src ? last[n - 1] : 0);
         return;
     }
     off[0] = 0;
@@ -549,55 +569,121 @@ static void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
             }
         }
         if (id < 0) {
-            emit(w, tok->special[SP_UNK], src ? src[0] : 0, src ? src[n - 1] : 0);
+            emit(w, tok->special[SP_UNK], src ? src[0] : 0, src ? last[n - 1] : 0);
             return;
         }
         sub_end[nsub] = (unsigned char)end;
         sub[nsub++] = id;
         start = end;
     }
+    if (!src) {
+        for (size_t i = 0; i < nsub; i++) {
+            if (w->n < w->cap)
+                w->ids[w->n] = sub[i];
+            w->n++;
+        }
+        return;
+    }
     for (size_t i = 0, a = 0; i < nsub; a = sub_end[i++])
-        emit(w, sub[i], src ? src[a] : 0, src ? src[sub_end[i] - 1] : 0);
+        emit(w, sub[i], src[a], last[sub_end[i] - 1]);
+}
+
+static __attribute__((noinline)) void wordpiece_plain(workspace *w, const cp_t *cp, size_t n)
+{
+    wordpiece_(w, cp, NULL, NULL, n);
+}
+
+static __attribute__((noinline)) void wordpiece_tracked(workspace *w, const cp_t *cp,
+                                                        const cp_t *src, const cp_t *last,
+                                                        size_t n)
+{
+    wordpiece_(w, cp, src, last, n);
+}
+
+/* src / last: the sources of cp[0..n) (NULL: no offsets). */
+static inline void wordpiece(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                             size_t n)
+{
+    if (src)
+        wordpiece_tracked(w, cp, src, last, n);
+    else
+        wordpiece_plain(w, cp, n);
 }
 
 /* ------------------------------------------------------- basic tokenizer */
 
 /* The sources of a composed word: out[0..no) is the composition of
- * dec[0..nd) (whose sources are src[0..nd)); each composed code point
- * takes the source of the starter it was composed from (as tokenizers'
- * NFC alignments do) and the marks it absorbed are crossed off dec.
- * Rewrites src[0..no) in place. */
-static void align_composed(const cp_t *out, size_t no, cp_t *dec, size_t nd, cp_t *src)
+ * dec[0..nd) (whose sources are src / last[0..nd)); each composed code
+ * point takes the source of the starter it was composed from and the last
+ * source of what it absorbed, which is crossed off dec. Rewrites
+ * src / last[0..no) in place. */
+static void align_composed(const cp_t *out, size_t no, cp_t *dec, size_t nd, cp_t *src,
+                           cp_t *last)
 {
     size_t j = 0;
     for (size_t k = 0; k < no && j < nd; k++, j++) {
         while (j < nd - 1 && dec[j] < 0)
             j++;
-        src[k] = src[j];
-        if (out[k] == dec[j])
-            continue;
-        cp_t d[8];
-        int bc = UTF8PROC_BOUNDCLASS_START;
-        utf8proc_ssize_t m = utf8proc_decompose_char(out[k], d, 8, UTF8PROC_DECOMPOSE, &bc);
-        size_t q = j + 1;
-        for (utf8proc_ssize_t t = 1; t < m && t <= 8; t++) {
-            while (q < nd && dec[q] != d[t])
-                q++;
-            if (q < nd)
-                dec[q++] = -1;
+        cp_t a = src[j], e = last[j];
+        if (out[k] != dec[j]) {
+            cp_t d[8];
+            int bc = UTF8PROC_BOUNDCLASS_START;
+            utf8proc_ssize_t m = utf8proc_decompose_char(out[k], d, 8, UTF8PROC_DECOMPOSE, &bc);
+            size_t q = j + 1;
+            for (utf8proc_ssize_t t = 1; t < m && t <= 8; t++) {
+                while (q < nd && dec[q] != d[t])
+                    q++;
+                if (q < nd) {
+                    if (last[q] > e)
+                        e = last[q];
+                    dec[q++] = -1;
+                }
+            }
+        }
+        src[k] = a;
+        last[k] = e;
+    }
+}
+
+/* Canonical ordering of b[0..n) (as utf8proc); with src, the sources move
+ * with their code points, as tokenizers' alignments do. */
+TRACKED void canonical_order(cp_t *b, cp_t *src, cp_t *last, size_t n)
+{
+    for (size_t i = 0; i + 1 < n;) {
+        int c1 = utf8proc_get_property(b[i])->combining_class;
+        int c2 = utf8proc_get_property(b[i + 1])->combining_class;
+        if (c1 > c2 && c2 > 0) {
+            cp_t t = b[i];
+            b[i] = b[i + 1];
+            b[i + 1] = t;
+            if (src) {
+                t = src[i];
+                src[i] = src[i + 1];
+                src[i + 1] = t;
+                t = last[i];
+                last[i] = last[i + 1];
+                last[i + 1] = t;
+            }
+            if (i > 0)
+                i--;
+            else
+                i++;
+        } else {
+            i++;
         }
     }
 }
 
 /* NFC of cp[0..n) into w->nfc (canonical decomposition, canonical order,
- * composition: what utf8proc_NFC does, on code points); with src (the
- * sources of cp), w->nfc_src gets the sources of w->nfc. */
-static int to_nfc(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
+ * composition: what utf8proc_NFC does, on code points); with src / last
+ * (cp's sources), w->nfc_src / nfc_last get w->nfc's. */
+static int to_nfc(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last, size_t n)
 {
-    cpbuf *b = &w->nfc, *bs = &w->nfc_src;
+    cpbuf *b = &w->nfc, *bs = &w->nfc_src, *bl = &w->nfc_last;
     int bc = UTF8PROC_BOUNDCLASS_START;
     b->n = 0;
     bs->n = 0;
+    bl->n = 0;
     for (size_t i = 0; i < n; i++) {
         int rc = cpbuf_reserve(b, 8, w->err);
         if (rc)
@@ -609,27 +695,15 @@ static int to_nfc(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
                             "tokenizer: cannot normalise U+%04X", (unsigned)cp[i]);
         b->n += (size_t)k;
         if (src) {
-            if ((rc = cpbuf_reserve(bs, 8, w->err)))
+            if ((rc = cpbuf_reserve(bs, 8, w->err)) || (rc = cpbuf_reserve(bl, 8, w->err)))
                 return rc;
-            for (utf8proc_ssize_t j = 0; j < k; j++)
+            for (utf8proc_ssize_t j = 0; j < k; j++) {
                 bs->p[bs->n++] = src[i];
+                bl->p[bl->n++] = last[i];
+            }
         }
     }
-    for (size_t i = 0; i + 1 < b->n;) { /* canonical ordering, as utf8proc */
-        int c1 = utf8proc_get_property(b->p[i])->combining_class;
-        int c2 = utf8proc_get_property(b->p[i + 1])->combining_class;
-        if (c1 > c2 && c2 > 0) {
-            cp_t t = b->p[i];
-            b->p[i] = b->p[i + 1];
-            b->p[i + 1] = t;
-            if (i > 0)
-                i--;
-            else
-                i++;
-        } else {
-            i++;
-        }
-    }
+    canonical_order(b->p, src ? bs->p : NULL, bl->p, b->n);
     if (src) { /* the decomposed word, to align the composed one with */
         w->dec.n = 0;
         int rc = cpbuf_reserve(&w->dec, b->n, w->err);
@@ -660,21 +734,26 @@ static int to_nfc(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
     }
     b->n = out;
     if (src) {
-        align_composed(b->p, b->n, w->dec.p, w->dec.n, bs->p);
-        bs->n = b->n;
+        align_composed(b->p, b->n, w->dec.p, w->dec.n, bs->p, bl->p);
+        bs->n = bl->n = b->n;
     }
     return SM_OK;
 }
 
 /* str.lower(), then NFD, then drop Mn (HF _run_strip_accents), into w->low;
- * with src (the sources of cp), w->low_src gets the sources of w->low:
- * every code point a character becomes has its source. */
-static int lower_strip(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
+ * with src / last (cp's sources), w->low_src / low_last get w->low's:
+ * every code point a character becomes has its sources, except that one
+ * NFC composed decomposes again into its first source (the starter) and
+ * its last (the marks), as the fast tokenizer, which never composed,
+ * sees them. */
+TRACKED int lower_strip(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                        size_t n)
 {
-    cpbuf *b = &w->low, *bs = &w->low_src;
+    cpbuf *b = &w->low, *bs = &w->low_src, *bl = &w->low_last;
     int bc = UTF8PROC_BOUNDCLASS_START;
     b->n = 0;
     bs->n = 0;
+    bl->n = 0;
     for (size_t i = 0; i < n; i++) {
         cp_t lc[2];
         size_t n0 = b->n;
@@ -703,39 +782,51 @@ static int lower_strip(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
             b->n += (size_t)k;
         }
         if (src) {
-            if ((rc = cpbuf_reserve(bs, 16, w->err)))
+            if ((rc = cpbuf_reserve(bs, 16, w->err)) || (rc = cpbuf_reserve(bl, 16, w->err)))
                 return rc;
-            for (size_t j = n0; j < b->n; j++)
-                bs->p[bs->n++] = src[i];
+            int composed = src[i] != last[i] && b->n - n0 > 1;
+            for (size_t j = n0; j < b->n; j++) {
+                cp_t v = composed && j > n0 ? last[i] : src[i];
+                bs->p[bs->n++] = composed ? v : src[i];
+                bl->p[bl->n++] = composed ? v : last[i];
+            }
         }
     }
-    /* Canonical ordering (the code points move, their sources stay in
-     * place, as tokenizers' alignments do), then drop Mn. */
-    for (size_t i = 0; i + 1 < b->n;) {
-        int c1 = utf8proc_get_property(b->p[i])->combining_class;
-        int c2 = utf8proc_get_property(b->p[i + 1])->combining_class;
-        if (c1 > c2 && c2 > 0) {
-            cp_t t = b->p[i];
-            b->p[i] = b->p[i + 1];
-            b->p[i + 1] = t;
-            if (i > 0)
-                i--;
-            else
-                i++;
-        } else {
-            i++;
-        }
-    }
+    /* Canonical ordering, then drop Mn. */
+    canonical_order(b->p, src ? bs->p : NULL, bl->p, b->n);
     size_t m = 0;
     for (size_t i = 0; i < b->n; i++)
         if (b->p[i] < 0x300 || utf8proc_category(b->p[i]) != UTF8PROC_CATEGORY_MN) {
-            if (src)
+            if (src) {
                 bs->p[m] = bs->p[i];
+                bl->p[m] = bl->p[i];
+            }
             b->p[m++] = b->p[i];
         }
     b->n = m;
     if (src)
-        bs->n = m;
+        bs->n = bl->n = m;
+    return SM_OK;
+}
+
+/* The fast tokenizer lower-cases and strips the word as it is, never
+ * composed: lower_strip of the word before NFC (w->word) into w->dec, its
+ * sources into w->alt_src. When that gives the same code points as
+ * lower_strip after NFC (it does but for odd cases), its sources are the
+ * fast tokenizer's, also where NFC composed and NFD took apart again. */
+static int lower_strip_sources(workspace *w)
+{
+    int rc = lower_strip(w, w->word.p, w->word_src.p, w->word_src.p, w->word.n);
+    if (rc)
+        return rc;
+    w->dec.n = 0;
+    w->alt_src.n = 0;
+    if ((rc = cpbuf_reserve(&w->dec, w->low.n, w->err)) ||
+        (rc = cpbuf_reserve(&w->alt_src, w->low.n, w->err)))
+        return rc;
+    memcpy(w->dec.p, w->low.p, w->low.n * sizeof *w->low.p);
+    memcpy(w->alt_src.p, w->low_src.p, w->low.n * sizeof *w->low.p);
+    w->dec.n = w->alt_src.n = w->low.n;
     return SM_OK;
 }
 
@@ -784,7 +875,7 @@ int tokenizer_text_blank(const char *text, size_t len)
 /* A word that is exactly a special token string: HF passes
  * all_special_tokens as never_split, so it is neither lower-cased nor split
  * (WordPiece then finds it whole, or not at all when the vocab lacks it). */
-static int special_word(const cp_t *cp, size_t n)
+TRACKED int special_word(const cp_t *cp, size_t n)
 {
     if (n < 5 || n > 6 || cp[0] != '[' || cp[n - 1] != ']')
         return 0;
@@ -802,39 +893,43 @@ static int special_word(const cp_t *cp, size_t n)
 }
 
 /* _run_split_on_punc + WordPiece on each piece. */
-static void split_punct(workspace *w, const cp_t *cp, const cp_t *src, size_t n)
+TRACKED void split_punct(workspace *w, const cp_t *cp, const cp_t *src, const cp_t *last,
+                         size_t n)
 {
     size_t start = 0;
+#define AT(p, i) ((p) ? (p) + (i) : NULL)
     for (size_t i = 0; i < n && !done(w); i++) {
         if (!is_punct(cp[i]))
             continue;
-        wordpiece(w, cp + start, src ? src + start : NULL, i - start);
-        wordpiece(w, cp + i, src ? src + i : NULL, 1);
+        wordpiece(w, cp + start, AT(src, start), AT(last, start), i - start);
+        wordpiece(w, cp + i, AT(src, i), AT(last, i), 1);
         start = i + 1;
     }
     if (!done(w))
-        wordpiece(w, cp + start, src ? src + start : NULL, n - start);
+        wordpiece(w, cp + start, AT(src, start), AT(last, start), n - start);
+#undef AT
 }
 
 /* One whitespace-delimited, CJK-free word (in w->word) through NFC,
  * never_split, lower-casing and the punctuation split. */
-static int process_word(workspace *w, int nfc)
+TRACKED int process_word_(workspace *w, int nfc, const int track)
 {
     cp_t *cp = w->word.p;
-    const cp_t *src = w->starts ? w->word_src.p : NULL;
+    const cp_t *src = track ? w->word_src.p : NULL, *last = src;
     size_t n = w->word.n;
     int rc;
 
     if (nfc) {
-        rc = to_nfc(w, cp, src, n);
+        rc = to_nfc(w, cp, src, last, n);
         if (rc)
             return rc;
         cp = w->nfc.p;
         src = src ? w->nfc_src.p : NULL;
+        last = src ? w->nfc_last.p : NULL;
         n = w->nfc.n;
     }
     if (special_word(cp, n)) {
-        wordpiece(w, cp, src, n);
+        wordpiece(w, cp, src, last, n);
         return SM_OK;
     }
     if (w->tok->do_lower_case) {
@@ -846,21 +941,34 @@ static int process_word(workspace *w, int nfc)
                 if (cp[i] >= 'A' && cp[i] <= 'Z')
                     cp[i] += 'a' - 'A';
         } else {
-            rc = lower_strip(w, cp, src, n);
+            if (src && nfc && (rc = lower_strip_sources(w)))
+                return rc;
+            rc = src ? lower_strip(w, cp, src, last, n) : lower_strip(w, cp, NULL, NULL, n);
             if (rc)
                 return rc;
+            if (src && nfc && w->dec.n == w->low.n &&
+                !memcmp(w->dec.p, w->low.p, w->low.n * sizeof *w->low.p)) {
+                memcpy(w->low_src.p, w->alt_src.p, w->low.n * sizeof *w->low.p);
+                memcpy(w->low_last.p, w->alt_src.p, w->low.n * sizeof *w->low.p);
+            }
             cp = w->low.p;
             src = src ? w->low_src.p : NULL;
+            last = src ? w->low_last.p : NULL;
             n = w->low.n;
         }
     }
-    split_punct(w, cp, src, n);
+    split_punct(w, cp, src, last, n);
     return SM_OK;
+}
+
+static int process_word(workspace *w, int nfc)
+{
+    return w->starts ? process_word_(w, nfc, 1) : process_word_(w, nfc, 0);
 }
 
 /* An ideograph is a word of its own; NFC maps a compatibility ideograph to
  * its unified one, and nothing else in the pipeline changes it. */
-static void emit_cjk(workspace *w, cp_t c, cp_t src)
+TRACKED void emit_cjk(workspace *w, cp_t c, cp_t src /* -1: no offsets */)
 {
     if ((c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F)) {
         cp_t d[4];
@@ -868,12 +976,13 @@ static void emit_cjk(workspace *w, cp_t c, cp_t src)
         if (utf8proc_decompose_char(c, d, 4, UTF8PROC_COMPOSE, &bc) == 1)
             c = d[0];
     }
-    wordpiece(w, &c, &src, 1);
+    wordpiece(w, &c, src >= 0 ? &src : NULL, &src, 1);
 }
 
 /* BasicTokenizer.tokenize + WordPiece for one segment free of special
  * tokens. */
-static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_t base)
+TRACKED int basic_segment_(workspace *w, const unsigned char *s, size_t len, size_t base,
+                           const int track)
 {
     size_t i = 0, at = 0; /* at: where the code point c starts */
     int nfc = 0, rc;
@@ -899,7 +1008,7 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_
             if (w->word.n == w->word.cap &&
                 (rc = cpbuf_reserve(&w->word, 1, w->err)) != SM_OK)
                 return rc;
-            if (w->starts) {
+            if (track) {
                 w->word_src.n = w->word.n;
                 if ((rc = cpbuf_reserve(&w->word_src, 1, w->err)) != SM_OK)
                     return rc;
@@ -920,11 +1029,16 @@ static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_
             nfc = 0;
         }
         if (cls == CH_CJK && !done(w))
-            emit_cjk(w, c, (cp_t)(base + at));
+            emit_cjk(w, c, track ? (cp_t)(base + at) : -1);
     }
     if (w->word.n && !done(w))
         return process_word(w, nfc);
     return SM_OK;
+}
+
+static int basic_segment(workspace *w, const unsigned char *s, size_t len, size_t base)
+{
+    return w->starts ? basic_segment_(w, s, len, base, 1) : basic_segment_(w, s, len, base, 0);
 }
 
 /* The special token (present in the vocab) starting at s[0..n), or -1. */
@@ -1008,7 +1122,10 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
     cpbuf_init(&w.word_src);
     cpbuf_init(&w.nfc_src);
     cpbuf_init(&w.low_src);
+    cpbuf_init(&w.nfc_last);
+    cpbuf_init(&w.low_last);
     cpbuf_init(&w.dec);
+    cpbuf_init(&w.alt_src);
     rc = len ? run(&w, text, len) : SM_OK;
     cpbuf_free(&w.word);
     cpbuf_free(&w.nfc);
@@ -1016,7 +1133,10 @@ static int tokenize_limited(const tokenizer *tok, const char *text,
     cpbuf_free(&w.word_src);
     cpbuf_free(&w.nfc_src);
     cpbuf_free(&w.low_src);
+    cpbuf_free(&w.nfc_last);
+    cpbuf_free(&w.low_last);
     cpbuf_free(&w.dec);
+    cpbuf_free(&w.alt_src);
     *n_out = w.n;
     return rc;
 }
@@ -1044,49 +1164,12 @@ int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
     return tokenizer_tokenize_stoppable(tok, text, len, ids, cap, n_total, NULL, NULL, err);
 }
 
-/* Text offsets to characters as SQLite counts them (length(), substr()):
- * a byte 0xC0..0xFF and the continuation bytes (0x80..0xBF) after it are
- * one character, every other byte is one. For valid UTF-8 that is one per
- * code point. off[0..n) are byte offsets, each the start of a code point
- * of the repaired text (so never inside a character SQLite counts), or -1
- * (a special token the framing added: 0, 0); end[] is the last code
- * point's, one is added. A cursor walks forward; the offsets mostly grow,
- * and one that goes back starts it over. */
-static void offsets_to_chars(const unsigned char *s, size_t len, int *off, int n, int is_end)
-{
-    size_t p = 0;  /* the character that starts at byte p */
-    int idx = 0;   /* is character idx */
-    for (int i = 0; i < n; i++) {
-        if (off[i] < 0) {
-            off[i] = 0;
-            continue;
-        }
-        size_t b = (size_t)off[i];
-        if (b < p) {
-            p = 0;
-            idx = 0;
-        }
-        for (;;) {
-            size_t q = p + 1;
-            if (s[p] >= 0xC0)
-                while (q < len && (s[q] & 0xC0) == 0x80)
-                    q++;
-            if (q > b || q >= len)
-                break;
-            p = q;
-            idx++;
-        }
-        off[i] = idx + (is_end != 0);
-    }
-}
-
-/* The framing around tokens written at ids[n_before..n_before+body) with
- * their byte spans, as the encode calls write it; then the spans become
- * characters. */
+/* Byte spans (the first and the last code point's start, -1 for the
+ * framing) to characters (utf8.h). */
 static void finish_offsets(const char *text, size_t len, int *starts, int *ends, int n)
 {
-    offsets_to_chars((const unsigned char *)text, len, starts, n, 0);
-    offsets_to_chars((const unsigned char *)text, len, ends, n, 1);
+    utf8_offsets_to_chars((const unsigned char *)text, len, starts, n, 0);
+    utf8_offsets_to_chars((const unsigned char *)text, len, ends, n, 1);
 }
 
 int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len,
@@ -1145,7 +1228,6 @@ int tokenizer_encode_offsets(const tokenizer *tok, const char *text, size_t len,
                                ends, &total, truncated, stop, user, err);
         if (rc)
             return rc;
-        finish_offsets(text, len, starts, ends, total);
         if (n)
             *n = total;
         return SM_OK;

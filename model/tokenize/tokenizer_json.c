@@ -48,6 +48,13 @@
  * such a place (Chinese without spaces under Metaspace) is normalized
  * whole, as Viterbi needs the whole piece.
  *
+ * Offsets (tj_encode_offsets) are tokenizers' own: each step keeps, beside
+ * its text, the alignment of every byte (abuf: the code point of the
+ * caller's text it came from), with tokenizers' rules, quirks included (a
+ * charsmap drop at the start shifts the alignments after it, lag_state;
+ * RobertaProcessing trims white space off a token's span); a step given
+ * no alignments runs as it did without them.
+ *
  * Precompiled, as tokenizers does it (spm_precompiled): the text is cut into
  * extended grapheme clusters; a cluster shorter than 6 bytes whose bytes
  * start with a key of the double-array trie is replaced whole by the value
@@ -200,6 +207,8 @@ static int ab_fill(abuf *a, size_t upto, int32_t v)
 static int ab_add(abuf *a, const int32_t *src, size_t n)
 {
     size_t at = a->n;
+    if (n == 0)
+        return SM_OK;
     if (ab_fill(a, a->n + n, 0))
         return SM_ERR_NOMEM;
     memcpy(a->p + at, src, n * sizeof *src);
@@ -353,6 +362,7 @@ struct tj_pipeline {
     int n_added;
     uint32_t added_first[8];  /* bit set of the added tokens' first bytes */
     int before[TJ_MAX_TEMPLATE], n_before; /* post-processor ids */
+    int trim_offsets, trim_prefix; /* RobertaProcessing trim_offsets, add_prefix_space */
     int after[TJ_MAX_TEMPLATE], n_after;
     /* Precompiled */
     uint32_t *trie;
@@ -511,10 +521,66 @@ static int align_replacement(const sbuf *out, size_t from, const char *s, size_t
     return SM_OK;
 }
 
+/* tokenizers' Precompiled drops what the charsmap maps to "" by adding
+ * it to the change of the character before; with none before (at the
+ * start of the text) it is lost, so every character after takes the
+ * alignment of the one `lag` characters before it in the text, lag being
+ * what was dropped there. lagged() gives the alignment that the character
+ * at byte `at` of the step's input (base, aligned base_al) gets: `cp`
+ * walks to it, `lp` the same number of characters from the start.
+ * Dropped after a character the charsmap added (a change of +1, aligned
+ * with the one before), the change becomes 0 or less: that character now
+ * takes the alignment of the first one dropped. ins: where in the output
+ * the last character written starts when it was such an addition, else
+ * SIZE_MAX. */
+typedef struct {
+    const char *base;
+    const int32_t *base_al;
+    size_t n, lp, cp, ins;
+} lag_state;
+
+static int32_t lagged(lag_state *g, size_t at)
+{
+    while (g->cp < at) {
+        cp_t c;
+        g->cp += dec(g->base + g->cp, g->n - g->cp, &c);
+        g->lp += dec(g->base + g->lp, g->n - g->lp, &c);
+    }
+    return g->base_al[g->lp];
+}
+
+/* Where the last character of out->p[from..out->n) starts when the
+ * replacement of the characters s[0..m) added it (it is past the m-th
+ * new one), else SIZE_MAX. */
+static size_t added_last(const sbuf *out, size_t from, const char *s, size_t m)
+{
+    size_t n_old = 0, n_new = 0, last = SIZE_MAX;
+    cp_t c;
+    for (size_t q = 0; q < m; q += dec(s + q, m - q, &c))
+        n_old++;
+    for (size_t q = from; q < out->n; q += dec(out->p + q, out->n - q, &c)) {
+        n_new++;
+        last = q;
+    }
+    return n_new > n_old ? last : SIZE_MAX;
+}
+
+/* The character at byte `at` of the input was dropped, not at the start. */
+static void dropped(lag_state *g, size_t at, abuf *ao)
+{
+    if (g->ins == SIZE_MAX)
+        return;
+    int32_t v = lagged(g, at);
+    for (size_t q = g->ins; q < ao->n; q++)
+        ao->p[q] = v;
+    g->ins = SIZE_MAX;
+}
+
 static int norm_precompiled(const tj_pipeline *tj, const char *s, size_t n,
-                            sbuf *out, const int32_t *ai, abuf *ao, char *err)
+                            sbuf *out, const int32_t *ai, abuf *ao, lag_state *g, char *err)
 {
     size_t i = 0;
+    int32_t lag_al[32]; /* a cluster's characters' alignments, lagged */
     while (i < n) {
         /* one extended grapheme cluster s[i..j) */
         size_t j;
@@ -531,10 +597,18 @@ static int norm_precompiled(const tj_pipeline *tj, const char *s, size_t n,
         if (j - i < 6) {
             long v = trie_first(tj, (const unsigned char *)s + i, j - i);
             if (v >= 0) {
-                size_t from = out->n;
+                size_t from = out->n, at = (size_t)(s - g->base) + i;
                 int rc = pool_put(tj, v, out, err);
-                if (!rc && ai)
-                    rc = align_replacement(out, from, s + i, j - i, ai + i, ao);
+                if (!rc && ai && out->n == 0 && from == 0) {
+                    g->cp = at + (j - i); /* dropped at the start: the lag grows */
+                } else if (!rc && ai && out->n == from) {
+                    dropped(g, at, ao);
+                } else if (!rc && ai) {
+                    for (size_t q = i; q < j; q += dec(s + q, j - q, &c2))
+                        lag_al[q - i] = lagged(g, at + (q - i));
+                    rc = align_replacement(out, from, s + i, j - i, lag_al, ao);
+                    g->ins = added_last(out, from, s + i, j - i);
+                }
                 if (rc)
                     return rc;
                 i = j;
@@ -547,11 +621,19 @@ static int norm_precompiled(const tj_pipeline *tj, const char *s, size_t n,
             long v = trie_first(tj, (const unsigned char *)s + i, k);
             int rc = v >= 0 ? pool_put(tj, v, out, err)
                             : (sb_add(out, s + i, k) ? SM_ERR_NOMEM : SM_OK);
-            if (!rc && ai)
-                rc = ab_fill(ao, out->n, ai[i]);
+            if (!rc && ai) {
+                size_t at = (size_t)(s - g->base) + i;
+                if (out->n == 0 && from == 0) {
+                    g->cp = at + k; /* dropped at the start: the lag grows */
+                } else if (out->n == from) {
+                    dropped(g, at, ao);
+                } else {
+                    rc = ab_fill(ao, out->n, lagged(g, at));
+                    g->ins = v >= 0 ? added_last(out, from, s + i, k) : SIZE_MAX;
+                }
+            }
             if (rc)
                 return rc;
-            (void)from;
             i += k;
         }
     }
@@ -680,13 +762,16 @@ static int norm_utf8proc_aligned(int flags, const char *s, size_t n, sbuf *out,
         nc += (size_t)m;
         i += k;
     }
-    for (size_t i = 0; !rc && i + 1 < nc;) { /* canonical order; sources stay */
+    for (size_t i = 0; !rc && i + 1 < nc;) { /* canonical order, sources moving along */
         int c1 = utf8proc_get_property(cp[i])->combining_class;
         int c2 = utf8proc_get_property(cp[i + 1])->combining_class;
         if (c1 > c2 && c2 > 0) {
             cp_t t = cp[i];
             cp[i] = cp[i + 1];
             cp[i + 1] = t;
+            int32_t u = src[i];
+            src[i] = src[i + 1];
+            src[i + 1] = u;
             i = i ? i - 1 : i + 1;
         } else {
             i++;
@@ -961,6 +1046,7 @@ static int normalize(const tj_pipeline *tj, const char *s, size_t n, const int32
     int rc = sb_add(&cur, s, n) || (al && ab_add(&cur_al, al, n)) ? SM_ERR_NOMEM : SM_OK;
     for (int k = 0; k < tj->n_norm && !rc; k++) {
         const norm_step *st = &tj->norm[k];
+        lag_state g = {cur.p, cur_al.p, cur.n, 0, 0, SIZE_MAX};
         nxt.n = 0;
         nxt_al.n = 0;
         if (*lead && !keeps_lead(st, cur.p, cur.n))
@@ -970,7 +1056,7 @@ static int normalize(const tj_pipeline *tj, const char *s, size_t n, const int32
             const int32_t *a = al ? cur_al.p + at : NULL;
             size_t m = (end = chunk_end(st, tj->chunk, cur.p, cur.n, at)) - at;
             switch (st->kind) {
-            case N_PRECOMPILED: rc = norm_precompiled(tj, p, m, &nxt, a, &nxt_al, err); break;
+            case N_PRECOMPILED: rc = norm_precompiled(tj, p, m, &nxt, a, &nxt_al, &g, err); break;
             case N_REPLACE: rc = norm_replace(st, p, m, &nxt, a, &nxt_al); break;
             case N_STRIP: rc = norm_strip(st, p, m, &nxt, a, &nxt_al); break;
             case N_LOWER: rc = norm_lower(p, m, &nxt, a, &nxt_al); break;
@@ -1137,20 +1223,54 @@ typedef struct {
     int *starts, *ends;
     const int32_t *al;
     const int32_t *text_al; /* the repaired text's alignments */
+    /* RobertaProcessing's trim_offsets: the white space characters that
+     * each token's string starts and ends with (NULL when not wanted). */
+    int *lead, *trail;
+    const vocab *voc;
 } sink;
 
-/* One id, from bytes a..e (exclusive) of the current piece. */
-static void put(sink *k, int id, size_t a, size_t e)
+/* The offsets of the id at k->n (put_v). */
+static __attribute__((noinline)) void put_offsets(sink *k, int id, size_t a, size_t e,
+                                                  const char *v, size_t vl)
+{
+    k->starts[k->n] = k->al[a];
+    k->ends[k->n] = k->al[e - 1];
+    if (k->lead) {
+        int l = 0, t = 0, all = 1;
+        if (!v) {
+            v = vocab_token(k->voc, id);
+            vl = v ? strlen(v) : 0;
+        }
+        for (size_t i = 0; i < vl;) {
+            cp_t c;
+            i += dec(v + i, vl - i, &c);
+            if (!is_ws(c)) {
+                all = 0;
+                t = 0;
+            } else {
+                l += all;
+                t++;
+            }
+        }
+        k->lead[k->n] = l;
+        k->trail[k->n] = t;
+    }
+}
+
+/* One id, from bytes a..e (exclusive) of the current piece; v[0..vl): the
+ * token's string as tokenizers has it (the piece for Unigram, the
+ * vocabulary's for WordPiece, NULL: the vocabulary's). */
+static inline void put_v(sink *k, int id, size_t a, size_t e, const char *v, size_t vl)
 {
     if (k->n < k->cap) {
         k->ids[k->n] = id;
-        if (k->starts) {
-            k->starts[k->n] = k->al[a];
-            k->ends[k->n] = k->al[e - 1];
-        }
+        if (k->starts)
+            put_offsets(k, id, a, e, v, vl);
     }
     k->n++;
 }
+
+static inline void put(sink *k, int id, size_t a, size_t e) { put_v(k, id, a, e, NULL, 0); }
 
 static int full(const sink *k) { return k->n > k->limit; }
 
@@ -1299,7 +1419,7 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
         int id = b[end].id == tj->unk_id ? vocab_lookup(voc, s + st, end - st)
                                          : b[end].id;
         if (id >= 0) {
-            put(out, id, st, end);
+            put_v(out, id, st, end, s + st, end - st);
             continue;
         }
         if (tj->byte_fallback) {
@@ -1312,7 +1432,7 @@ static int unigram(const tj_pipeline *tj, const vocab *voc, const char *s,
                 continue;
             }
         }
-        put(out, tj->unk_id, st, end);
+        put_v(out, tj->unk_id, st, end, s + st, end - st);
     }
 end:
     free(b);
@@ -1443,6 +1563,32 @@ static int seg_cut_ok(const tj_pipeline *tj, cp_t w, cp_t x, cp_t y, cp_t z)
     return 0;
 }
 
+/* 1 when a Precompiled step drops what s[0..n) starts with (its first
+ * grapheme cluster or character maps to ""): the alignments of the rest of
+ * the segment then shift (lag_state), which cutting it would lose. */
+static int drops_first(const tj_pipeline *tj, const char *s, size_t n)
+{
+    size_t j;
+    cp_t c1, c2;
+    utf8proc_int32_t state = 0;
+    long v;
+    if (n == 0 || !tj->trie_n)
+        return 0;
+    j = dec(s, n, &c1);
+    size_t k1 = j;
+    while (j < n && j < 6) {
+        size_t k = dec(s + j, n - j, &c2);
+        if (utf8proc_grapheme_break_stateful(c1, c2, &state))
+            break;
+        c1 = c2;
+        j += k;
+    }
+    if (j < 6 && (v = trie_first(tj, (const unsigned char *)s, j)) >= 0)
+        return (size_t)v < tj->pool_n && tj->pool[v] == 0;
+    v = trie_first(tj, (const unsigned char *)s, k1);
+    return v >= 0 && (size_t)v < tj->pool_n && tj->pool[v] == 0;
+}
+
 /* Tokenizes the segment s[from..to) of the text s in parts of at least
  * tj->chunk bytes cut where seg_cut_ok holds, so that an encode that has
  * its ids stops before normalizing the rest (the ids are the same as for
@@ -1454,7 +1600,8 @@ static int segment_parts(const tj_pipeline *tj, const vocab *voc, const char *s,
     int rc = SM_OK;
     while (a < to && !rc && !full(out)) {
         size_t b = to;
-        if (tj->chunk && (tj->split_space || tj->split_cjk) && to - a > tj->chunk) {
+        if (tj->chunk && (tj->split_space || tj->split_cjk) && to - a > tj->chunk &&
+            !(out->starts && a == from && drops_first(tj, s + a, to - a))) {
             /* the code points w x | y z around each place from a + chunk on */
             size_t p = a + tj->chunk, q;
             cp_t w = 0, x = 0, y, z;
@@ -1548,7 +1695,7 @@ static int run(const tj_pipeline *tj, const vocab *voc, const char *text,
         rc = segment_parts(tj, voc, s.p, seg, a0, out, err);
         out->al = out->text_al;
         if (!rc && !full(out))
-            put(out, a->id, a0, a1);
+            put_v(out, a->id, a0, a1, s.p + a0, a1 - a0); /* the split, stripped space too */
         i = seg = a1;
     }
     if (!rc && !full(out))
@@ -1563,7 +1710,7 @@ int tj_tokenize(const tj_pipeline *tj, const vocab *voc, const char *text,
                 void *user, char *err)
 {
     stopper st = {stop, user, stop ? TJ_POLL_BYTES : LONG_MAX, err};
-    sink k = {ids, cap, 0, INT_MAX - 1, &st, NULL, NULL, NULL, NULL};
+    sink k = {ids, cap, 0, INT_MAX - 1, &st, NULL, NULL, NULL, NULL, NULL, NULL, voc};
     int rc = run(tj, voc, text ? text : "", len, &k, err);
     if (n_total)
         *n_total = k.n;
@@ -1588,12 +1735,18 @@ int tj_encode_offsets(const tj_pipeline *tj, const vocab *voc, const char *text,
         return sm_error(err, SM_ERR_INVALID, "tokenizer_encode: max_length is %d, "
                         "expected at least %d (room for the special tokens)",
                         max_length, tj->n_before + tj->n_after);
-    int keep = starts && ends;
+    int keep = starts && ends, *trim = NULL;
+    if (keep && tj->trim_offsets && room > 0 &&
+        !(trim = malloc(2 * (size_t)room * sizeof *trim)))
+        return sm_error(err, SM_ERR_NOMEM, "tokenizer: out of memory");
     sink k = {ids + tj->n_before, room, 0, room, &st, keep ? starts + tj->n_before : NULL,
-              keep ? ends + tj->n_before : NULL, NULL, NULL};
+              keep ? ends + tj->n_before : NULL, NULL, NULL, trim, trim ? trim + room : NULL,
+              voc};
     rc = run(tj, voc, text ? text : "", len, &k, err);
-    if (rc)
+    if (rc) {
+        free(trim);
         return rc;
+    }
     if (truncated)
         *truncated = k.n > room;
     if (k.n > room)
@@ -1603,11 +1756,29 @@ int tj_encode_offsets(const tj_pipeline *tj, const vocab *voc, const char *text,
     for (int i = 0; i < tj->n_after; i++)
         ids[tj->n_before + k.n + i] = tj->after[i];
     if (keep) {
+        int *s0 = starts + tj->n_before, *e0 = ends + tj->n_before;
+        utf8_offsets_to_chars((const unsigned char *)text, len, s0, k.n, 0);
+        utf8_offsets_to_chars((const unsigned char *)text, len, e0, k.n, 1);
+        /* RobertaProcessing's trim_offsets (tokenizers' byte-level
+         * process_offsets, on character offsets): a token's span loses the
+         * white space its string starts and ends with, except one leading
+         * on the first token (add_prefix_space put it there). */
+        for (int i = 0; trim && i < k.n; i++) {
+            int l = trim[i], t = trim[room + i];
+            if (l > 0) {
+                if ((i == 0 || s0[i] == 0) && tj->trim_prefix && l == 1)
+                    l = 0;
+                s0[i] = s0[i] + l < e0[i] ? s0[i] + l : e0[i];
+            }
+            if (t > 0 && e0[i] >= t)
+                e0[i] = e0[i] - t > s0[i] ? e0[i] - t : s0[i];
+        }
         for (int i = 0; i < tj->n_before; i++)
-            starts[i] = ends[i] = -1;
+            starts[i] = ends[i] = 0;
         for (int i = 0; i < tj->n_after; i++)
-            starts[tj->n_before + k.n + i] = ends[tj->n_before + k.n + i] = -1;
+            starts[tj->n_before + k.n + i] = ends[tj->n_before + k.n + i] = 0;
     }
+    free(trim);
     if (n)
         *n = tj->n_before + k.n + tj->n_after;
     return SM_OK;
@@ -2221,6 +2392,9 @@ static int load_post(tj_pipeline *tj, const json_in_value *p, int n_vocab, char 
                             "'sep' as [token, id]", t);
         if ((rc = get_id(&cls->items[1], n_vocab, &tj->before[0], "the cls id", err)) ||
             (rc = get_id(&sep->items[1], n_vocab, &tj->after[0], "the sep id", err)))
+            return rc;
+        if (t[0] == 'R' && ((rc = get_bool(p, "trim_offsets", 1, &tj->trim_offsets, t, err)) ||
+                            (rc = get_bool(p, "add_prefix_space", 1, &tj->trim_prefix, t, err))))
             return rc;
         tj->n_before = tj->n_after = 1;
         return SM_OK;

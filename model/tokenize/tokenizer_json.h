@@ -52,11 +52,9 @@ int tj_tokenize(const tj_pipeline *tj, const vocab *v, const char *text,
 int tj_encode(const tj_pipeline *tj, const vocab *v, const char *text,
               size_t len, int max_length, int *ids, int *n, int *truncated,
               int (*stop)(void *), void *user, char *err);
-/* tj_encode that also writes, aligned with ids, each token's span as byte
- * offsets in text: starts[i] where the first code point it came from
- * starts, ends[i] where the last one starts; -1 in both for the ids the
- * post-processor adds. tokenizer_encode_offsets turns them into
- * characters. starts or ends NULL: tj_encode. */
+/* tj_encode that also writes, aligned with ids, each token's span in text
+ * in characters (tokenizer_encode_offsets), 0, 0 for the ids the
+ * post-processor adds. starts or ends NULL: tj_encode. */
 int tj_encode_offsets(const tj_pipeline *tj, const vocab *voc, const char *text,
                       size_t len, int max_length, int *ids, int *starts, int *ends, int *n,
                       int *truncated, int (*stop)(void *), void *user, char *err);

@@ -2,7 +2,8 @@
  * bytes.decode("utf-8", errors="replace") does, which is how transformers
  * sees bytes that are not valid UTF-8.
  *
- * Owns nothing and calls nothing. Header-only (static inline) because the
+ * And byte offsets to characters as SQLite counts them, for the token
+ * offsets. Owns nothing and calls nothing. Header-only (static inline) because the
  * tokenizers' inner loops run it once per code point: vocab.c (checking
  * vocab.txt lines), tokenizer.c (the WordPiece pipeline) and
  * tokenizer_json.c (the tokenizer.json pipeline) include it. Internal to
@@ -56,6 +57,43 @@ static inline size_t utf8_next(const unsigned char *s, size_t n, int32_t *out)
     }
     *out = v;
     return need + 1;
+}
+
+/* Byte offsets in s[0..len) to characters as SQLite counts them
+ * (length(), substr()): a byte 0xC0..0xFF and the continuation bytes
+ * (0x80..0xBF) after it are one character, every other byte is one; for
+ * valid UTF-8, one per code point. Each off[0..n) is the start of a code
+ * point utf8_next decodes (never inside a character counted so) or -1,
+ * which becomes 0; is_end adds one (the offset is the last code point's,
+ * the end is after it). A cursor walks forward: the offsets mostly grow,
+ * one that goes back starts it over. */
+static inline void utf8_offsets_to_chars(const unsigned char *s, size_t len, int *off, int n,
+                                         int is_end)
+{
+    size_t p = 0; /* the character that starts at byte p */
+    int idx = 0;  /* is character idx */
+    for (int i = 0; i < n; i++) {
+        if (off[i] < 0) {
+            off[i] = 0;
+            continue;
+        }
+        size_t b = (size_t)off[i];
+        if (b < p) {
+            p = 0;
+            idx = 0;
+        }
+        for (;;) {
+            size_t q = p + 1;
+            if (s[p] >= 0xC0)
+                while (q < len && (s[q] & 0xC0) == 0x80)
+                    q++;
+            if (q > b || q >= len)
+                break;
+            p = q;
+            idx++;
+        }
+        off[i] = idx + (is_end != 0);
+    }
 }
 
 #endif

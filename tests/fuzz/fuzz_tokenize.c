@@ -4,7 +4,8 @@
  *
  * Tokenizes the input with tests/fixtures/vocab.txt, with and without
  * lower-casing: every id in range, the full count independent of the
- * buffer's size, and encode() giving [CLS] ... [SEP] with truncation said.
+ * buffer's size, encode() giving [CLS] ... [SEP] with truncation said, and
+ * encode_offsets() the same ids with spans inside the text.
  * Run from the repository root. Built by scripts/fuzz.sh.
  */
 #include <stdint.h>
@@ -14,6 +15,7 @@
 
 #include "errors.h"
 #include "tokenizer.h"
+#include "fuzz_offsets.h"
 
 static tokenizer *g_tok[2];
 
@@ -48,6 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n != (total_big + 2 < 32 ? total_big + 2 : 32) || truncated != (total_big > 30) ||
             big[0] != tokenizer_cls_id(tok) || big[n - 1] != tokenizer_sep_id(tok))
             __builtin_trap();
+        fuzz_check_offsets(tok, (const char *)data, size, 32, big, n, truncated, 1, 1);
     }
     return 0;
 }

@@ -4,7 +4,8 @@
  * The input is the file. When it loads, every id must map to a token that
  * looks itself up to the same id, and tokenizing a few fixed strings and the
  * input's own bytes must give ids in range, with the post-processor's ids
- * around them in tokenizer_encode. Built by scripts/fuzz.sh; with
+ * around them in tokenizer_encode, and the same ids with spans inside the
+ * text from tokenizer_encode_offsets. Built by scripts/fuzz.sh; with
  * -DFUZZ_STANDALONE it is a plain program that runs the files named on its
  * command line.
  */
@@ -14,6 +15,7 @@
 
 #include "errors.h"
 #include "tokenizer.h"
+#include "fuzz_offsets.h"
 
 static void check_ids(const tokenizer *tok, const char *text, size_t len)
 {
@@ -29,6 +31,8 @@ static void check_ids(const tokenizer *tok, const char *text, size_t len)
         if (tokenizer_cls_id(tok) >= 0 && ids[0] != tokenizer_cls_id(tok)) __builtin_trap();
         for (int i = 0; i < n; i++)
             if (ids[i] < 0 || ids[i] >= v) __builtin_trap();
+        /* the framing's 0, 0 lies inside the text too */
+        fuzz_check_offsets(tok, text, len, 64, ids, n, truncated, 0, 0);
     }
 }
 
