@@ -55,6 +55,8 @@ void bert_explainer_free(bert_explainer *x)
     if (!x) return;
     backend *be = x->be;
     bert_train_ws_free(x->ws);
+    if (x->dev_params) bert_params_release(&x->p); /* else x->p is m's own */
+    bert_params_release(&x->g);
     if (x->dev_params) be->free(be, x->dev_params);
     if (x->dev_grads) be->free(be, x->dev_grads);
     if (x->dev_delta) be->free(be, x->dev_delta);
