@@ -28,6 +28,13 @@
 # a full run, copied to bench/RESULTS.md.
 set -euo pipefail
 
+# --help before anything is built or installed: this text
+for a in "$@"; do
+    case $a in
+        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    esac
+done
+
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${BENCH_VENV:-$HOME/.cache/sentiment-bench-venv}
