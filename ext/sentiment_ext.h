@@ -17,7 +17,16 @@
  *   schema_sql.c      SQL stored in a schema, prepared as SQLite treats views
  *   models_vtab.c     the sentiment_models eponymous virtual table
  *   batch_window.c    sentiment_batch(): the window-function form of classify
- *   args.c            name/path arguments (no NUL bytes), the interrupt check
+ *   explain.c         sentiment_explain(): token attributions as JSON
+ *   clauses_vtab.c    sentiment_clauses: clause-level sentiment, a table-valued function
+ *   results.c         JSON and BLOB results shared by the functions
+ *   progress.c        the progress line long runs print on stderr
+ *   evaluate.c        sentiment_evaluate(): accuracy, F1, confusion matrix
+ *   train.c           train(): the fine-tuning aggregate, sentiment_use()
+ *   train_options.c   train()'s options
+ *   train_status.c    the sentiment_training table of running trainings
+ *   args.c            name/path arguments (no NUL bytes), the interrupt and
+ *                     progress-handler poll (sx_poll), the admin switch
  *   errors.c          the error convention below: sx_fail, sx_from_sm
  *
  * Naming: everything shared is prefixed sx_.
