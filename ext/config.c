@@ -53,6 +53,14 @@
  *               cuda while the precision is int8); with device auto the
  *               backend is made to find out, so auto on a machine with a
  *               GPU refuses int8 too.
+ *   long_text   how a text longer than max_length is read by sentiment(),
+ *               sentiment_score(), sentiment_probs(), classify and
+ *               sentiment_batch: 'truncate' (the first max_length tokens) or
+ *               'windows' (up to 8 overlapping windows of max_length tokens,
+ *               each 5/6 of a window after the last, their logits averaged;
+ *               the rest of a longer text is cut). truncated counts texts
+ *               longer than one window either way. Embeddings, train() and
+ *               sentiment_explain always truncate.
  *   admin_functions  'on' (default) or 'off': off turns this connection's
  *               functions that read or write files, store, drop or train
  *               models or change settings (sentiment_load, sentiment_save,
@@ -119,6 +127,9 @@ static void result_setting(sqlite3_context *ctx, sx_conn *c, const char *key)
         sqlite3_result_text(ctx, c->precision[0] ? c->precision : "auto", -1, SQLITE_TRANSIENT);
     else if (!strcmp(key, "admin_functions"))
         sqlite3_result_text(ctx, c->admin_off ? "off" : "on", -1, SQLITE_STATIC);
+    else if (!strcmp(key, "long_text"))
+        sqlite3_result_text(ctx, c->long_text_windows > 1 ? "windows" : "truncate", -1,
+                            SQLITE_STATIC);
     else sqlite3_result_text(ctx, k_progress[c->progress], -1, SQLITE_STATIC);
 }
 
@@ -181,10 +192,11 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     if (!key || (strcmp(key, "device") && strcmp(key, "threads") && strcmp(key, "batch_size") &&
                  strcmp(key, "max_length") && strcmp(key, "progress") &&
-                 strcmp(key, "precision") && strcmp(key, "admin_functions"))) {
+                 strcmp(key, "precision") && strcmp(key, "admin_functions") &&
+                 strcmp(key, "long_text"))) {
         rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
                      "unknown key '%s'; known: device, threads, batch_size, max_length, "
-                     "progress, precision, admin_functions",
+                     "progress, precision, admin_functions, long_text",
                      key ? key : "NULL");
         goto end;
     }
@@ -250,6 +262,14 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         c->max_length = (int)n;
     } else if (!strcmp(key, "precision")) {
         rc = set_precision(c, fn, argv[1], shown, &errmsg);
+    } else if (!strcmp(key, "long_text")) {
+        if (sqlite3_value_type(argv[1]) != SQLITE_TEXT ||
+            (strcmp(shown, "truncate") && strcmp(shown, "windows"))) {
+            rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                         "long_text must be truncate or windows, got '%s'", shown);
+            goto end;
+        }
+        c->long_text_windows = strcmp(shown, "windows") ? 0 : SX_LONG_TEXT_WINDOWS;
     } else if (!strcmp(key, "admin_functions")) {
         /* 'on' is only what it already is: once off, this branch is not
          * reached (sx_admin_refused above) */

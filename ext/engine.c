@@ -266,11 +266,11 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
      * inside a long text's tokenizing and between batches */
     sx_poll poll;
     sx_poll_begin(&poll, c->db);
-    bert_stop stop = {sx_poll_stop, &poll};
-    rc = embed ? bert_embed_texts_stoppable(m->bert, params, ws, texts, lens, n, seq, bs, out,
-                                            trunc, &stop, err)
-               : bert_classify_texts_stoppable(m->bert, params, ws, texts, lens, n, seq, bs, out,
-                                               trunc, &stop, err);
+    bert_text_opts opts = {sx_poll_stop, &poll, c->long_text_windows};
+    rc = embed ? bert_embed_texts_opts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
+                                       &opts, err)
+               : bert_classify_texts_opts(m->bert, params, ws, texts, lens, n, seq, bs, out,
+                                          trunc, &opts, err);
     sx_poll_end(&poll);
     if (rc == SM_ERR_NOMEM) drop_workspace(c, m);
     if (rc != SM_OK) {

@@ -89,6 +89,8 @@ SQLITE_EXTENSION_INIT3
 
 /* Longest model name accepted (bytes). */
 #define SX_NAME_MAX 128
+/* Windows a long text is read in with sentiment_config('long_text', 'windows'). */
+#define SX_LONG_TEXT_WINDOWS 8
 
 /* GPUs a process can use (cuda:0 .. cuda:15). */
 #define SX_MAX_GPUS 16
@@ -239,6 +241,7 @@ typedef struct sx_conn {
     int progress;               /* SX_PROGRESS_* */
     int admin_off;              /* sentiment_config('admin_functions', 'off') was called */
     char precision[16];         /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast", "int8" */
+    int long_text_windows;      /* 0: long texts truncated; else SX_LONG_TEXT_WINDOWS */
     /* engine (engine.c) */
     backend *be;
     int gpu;                    /* be's GPU index, -1 on the CPU (while be is set) */

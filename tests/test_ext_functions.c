@@ -218,7 +218,7 @@ static void test_config(void **state)
 
     expect_error(db, "SELECT sentiment_config('batchsize')",
                  "sentiment_config(): unknown key 'batchsize'; known: device, threads, "
-                 "batch_size, max_length, progress, precision, admin_functions");
+                 "batch_size, max_length, progress, precision, admin_functions, long_text");
     expect_error(db, "SELECT sentiment_config(NULL)", "sentiment_config(): unknown key 'NULL'");
     expect_error(db, "SELECT sentiment_config('batch_size', 0)",
                  "sentiment_config(): batch_size must be an integer from 1 to 4096, got '0'");

@@ -226,23 +226,31 @@ int bert_classify_texts(const bert_model *m, const bert_params *p,
 int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
                      const char *const *texts, const size_t *lens, int n, int max_length,
                      int batch_size, float *emb, int *truncated, char *err);
-/* The same two with a stop check: stop->stop(stop->user) is asked before
- * each text is tokenized (and inside the tokenizer, every few KB of a long
- * one: tokenizer_encode_stoppable) and between batches when they run one
- * by one; non-zero ends the call with SM_ERR_INTERRUPTED, "interrupted". */
-typedef struct bert_stop {
+/* The same two with options: a stop check, stop(user) asked before each
+ * text is tokenized (and inside the tokenizer, every few KB of a long one:
+ * tokenizer_encode_stoppable) and between batches when they run one by
+ * one, non-zero ending the call with SM_ERR_INTERRUPTED, "interrupted";
+ * and, for classifying, how a text longer than max_length is read:
+ * windows 0 cuts it (as bert_classify_texts), windows > 1 reads it in up
+ * to that many overlapping windows of max_length tokens ([CLS] w [SEP];
+ * each next window starts BERT_WINDOW_STEP_NUM/BERT_WINDOW_STEP_DEN of a
+ * window later) and averages their logits before the softmax; truncated
+ * is then 1 for a text longer than one window. Embeddings always cut. */
+#define BERT_WINDOW_STEP_NUM 5
+#define BERT_WINDOW_STEP_DEN 6
+typedef struct bert_text_opts {
     int (*stop)(void *user);
     void *user;
-} bert_stop;
-int bert_classify_texts_stoppable(const bert_model *m, const bert_params *p,
-                                  bert_workspace *ws, const char *const *texts,
-                                  const size_t *lens, int n, int max_length, int batch_size,
-                                  float *probs, int *truncated, const bert_stop *stop,
-                                  char *err);
-int bert_embed_texts_stoppable(const bert_model *m, const bert_params *p, bert_workspace *ws,
-                               const char *const *texts, const size_t *lens, int n,
-                               int max_length, int batch_size, float *emb, int *truncated,
-                               const bert_stop *stop, char *err);
+    int windows;
+} bert_text_opts;
+int bert_classify_texts_opts(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                             const char *const *texts, const size_t *lens, int n,
+                             int max_length, int batch_size, float *probs, int *truncated,
+                             const bert_text_opts *o, char *err);
+int bert_embed_texts_opts(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                          const char *const *texts, const size_t *lens, int n, int max_length,
+                          int batch_size, float *emb, int *truncated, const bert_text_opts *o,
+                          char *err);
 /* Longest input the model takes (positions minus the RoBERTa offset). */
 int bert_max_length(const bert_config *cfg);
 
