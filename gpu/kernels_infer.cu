@@ -46,7 +46,7 @@ static int cuda_add(backend *be, float *out, const float *a, const float *b, siz
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_add<<<grid_for(n, 256), 256, 0, c->stream>>>(out, a, b, n);
+    LAUNCH_KERNEL(k_add, grid_for(n, 256), 256, 0, c->stream, out, a, b, n);
     LAUNCHED(c, "k_add");
     return SM_OK;
 }
@@ -55,7 +55,7 @@ static int cuda_gelu(backend *be, float *out, const float *in, size_t n)
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_gelu<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, n);
+    LAUNCH_KERNEL(k_gelu, grid_for(n, 256), 256, 0, c->stream, out, in, n);
     LAUNCHED(c, "k_gelu");
     return SM_OK;
 }
@@ -64,7 +64,7 @@ static int cuda_tanh(backend *be, float *out, const float *in, size_t n)
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_tanh<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, n);
+    LAUNCH_KERNEL(k_tanh, grid_for(n, 256), 256, 0, c->stream, out, in, n);
     LAUNCHED(c, "k_tanh");
     return SM_OK;
 }
@@ -104,7 +104,7 @@ static int cuda_layernorm(backend *be, float *out, float *mean, float *rstd, con
 {
     ENTER(be);
     if (R <= 0 || C <= 0) return SM_OK;
-    k_layernorm<<<row_grid(R), 32 * WARPS, 0, c->stream>>>(out, mean, rstd, in, w, b, R, C, eps);
+    LAUNCH_KERNEL(k_layernorm, row_grid(R), 32 * WARPS, 0, c->stream, out, mean, rstd, in, w, b, R, C, eps);
     LAUNCHED(c, "k_layernorm");
     return SM_OK;
 }
@@ -142,7 +142,7 @@ int launch_softmax_masked(cuda_ctx *c, float *att, const int *lengths, int B, in
 {
     long long rows = (long long)B * H * T;
     if (rows <= 0) return SM_OK;
-    k_softmax_masked<<<row_grid(rows), 32 * WARPS, 0, c->stream>>>(att, lengths, H, T, rows,
+    LAUNCH_KERNEL(k_softmax_masked, row_grid(rows), 32 * WARPS, 0, c->stream, att, lengths, H, T, rows,
                                                                    scale);
     LAUNCHED(c, "k_softmax_masked");
     return SM_OK;
@@ -187,7 +187,7 @@ int launch_dropout(cuda_ctx *c, float *out, const float *in, size_t n, float p,
     }
     unsigned thr = dropout_threshold(p);
     float inv = 1.0f / (1.0f - p);
-    k_dropout<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, n, thr, inv, key);
+    LAUNCH_KERNEL(k_dropout, grid_for(n, 256), 256, 0, c->stream, out, in, n, thr, inv, key);
     LAUNCHED(c, "k_dropout");
     return SM_OK;
 }
@@ -217,7 +217,7 @@ static int cuda_embed(backend *be, float *out, const int *ids, const int *types,
     ENTER(be);
     size_t n = (size_t)B * T * C;
     if (!n) return SM_OK;
-    k_embed<<<grid_for(n, 256), 256, 0, c->stream>>>(out, ids, types, word, pos, type, task, T,
+    LAUNCH_KERNEL(k_embed, grid_for(n, 256), 256, 0, c->stream, out, ids, types, word, pos, type, task, T,
                                                      C, pos_offset, n);
     LAUNCHED(c, "k_embed");
     return SM_OK;
@@ -245,7 +245,7 @@ int launch_split_qkv(cuda_ctx *c, float *q, float *k, float *v, const float *qkv
 {
     size_t n = (size_t)B * T * 3 * H * d;
     if (!n) return SM_OK;
-    k_split_qkv<<<grid_for(n, 256), 256, 0, c->stream>>>(q, k, v, qkv, T, H, d, n);
+    LAUNCH_KERNEL(k_split_qkv, grid_for(n, 256), 256, 0, c->stream, q, k, v, qkv, T, H, d, n);
     LAUNCHED(c, "k_split_qkv");
     return SM_OK;
 }
@@ -270,7 +270,7 @@ int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *leng
 {
     size_t n = (size_t)B * T * H * d;
     if (!n) return SM_OK;
-    k_split_heads<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, lengths, T, H, d, n);
+    LAUNCH_KERNEL(k_split_heads, grid_for(n, 256), 256, 0, c->stream, out, in, lengths, T, H, d, n);
     LAUNCHED(c, "k_split_heads");
     return SM_OK;
 }
@@ -296,7 +296,7 @@ int launch_merge_heads(cuda_ctx *c, float *out, const float *in, const int *leng
 {
     size_t n = (size_t)B * T * H * d;
     if (!n) return SM_OK;
-    k_merge_heads<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, lengths, T, H, d, n);
+    LAUNCH_KERNEL(k_merge_heads, grid_for(n, 256), 256, 0, c->stream, out, in, lengths, T, H, d, n);
     LAUNCHED(c, "k_merge_heads");
     return SM_OK;
 }
@@ -328,7 +328,7 @@ static int cuda_gather_cls(backend *be, float *out, const float *x, int B, int T
     ENTER(be);
     size_t n = (size_t)B * C;
     if (!n) return SM_OK;
-    k_gather_cls<<<grid_for(n, 256), 256, 0, c->stream>>>(out, x, T, C, n);
+    LAUNCH_KERNEL(k_gather_cls, grid_for(n, 256), 256, 0, c->stream, out, x, T, C, n);
     LAUNCHED(c, "k_gather_cls");
     return SM_OK;
 }

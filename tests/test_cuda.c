@@ -4,8 +4,17 @@
  * The plugin is dlopen'd through the seam sentiment.so uses
  * ($SENTIMENT_CUDA_PLUGIN, else $BUILD/sentiment_cuda.so, else
  * build/sentiment_cuda.so). Without the plugin or without a GPU the device
- * tests print "skipped: no CUDA device (<why>)" and the test passes; the
- * host-side checks below run everywhere:
+ * tests print "skipped: no CUDA device (<why>)" and the test passes.
+ *
+ * Built with -DSM_CUDA_EMU_TEST (build/tests/test_cuda_emu, part of make
+ * test) the same tests run on the plugin compiled for the CUDA emulator
+ * (tests/cuda_emu: $SENTIMENT_CUDA_PLUGIN, else
+ * $BUILD/tests/sentiment_cuda_emu.so), twice: with SENTIMENT_CUDA_SYNC=1
+ * and without (set SENTIMENT_CUDA_SYNC to run one), and every device test
+ * also fails when the emulator reported a fault (a barrier or shuffle
+ * misuse, memory outside an allocation, bad cuBLAS arguments) that the
+ * plugin did not turn into an error. Same shapes, same tolerances.
+ * Either way the host-side checks below run everywhere:
  *   - the row-major -> column-major cuBLAS mapping (gpu/gemm_plan.h) against
  *     a plain column-major GEMM,
  *   - the embedding scatter plan (gpu/scatter_plan.c),
@@ -192,7 +201,16 @@ static struct {
     int devices;
     sentiment_cuda_backend_create_fn create;
     sentiment_cuda_device_count_fn count;
+    /* the emulated plugin's fault count and first message (NULL elsewhere) */
+    int (*emu_faults)(void);
+    const char *(*emu_first_fault)(void);
 } P;
+
+#ifdef SM_CUDA_EMU_TEST
+#define PLUGIN_FILE "tests/sentiment_cuda_emu.so"
+#else
+#define PLUGIN_FILE "sentiment_cuda.so"
+#endif
 
 static int plugin_open(void)
 {
@@ -201,7 +219,7 @@ static int plugin_open(void)
     if (env && *env)
         snprintf(P.path, sizeof P.path, "%s", env);
     else
-        snprintf(P.path, sizeof P.path, "%s/sentiment_cuda.so", build && *build ? build : "build");
+        snprintf(P.path, sizeof P.path, "%s/" PLUGIN_FILE, build && *build ? build : "build");
     if (access(P.path, R_OK) != 0) {
         snprintf(P.why, sizeof P.why, "the CUDA plugin %.400s was not built: no nvcc, or a sanitizer build",
                  P.path);
@@ -223,6 +241,14 @@ static int plugin_open(void)
     SYM(create, "sentiment_cuda_backend_create");
     SYM(count, "sentiment_cuda_device_count");
 #undef SYM
+    *(void **)&P.emu_faults = dlsym(P.handle, "sentiment_cuda_emu_faults");
+    *(void **)&P.emu_first_fault = dlsym(P.handle, "sentiment_cuda_emu_first_fault");
+#ifdef SM_CUDA_EMU_TEST
+    if (!P.emu_faults || !P.emu_first_fault) {
+        snprintf(P.why, sizeof P.why, "%.400s is not the emulated plugin", P.path);
+        return -1;
+    }
+#endif
     char err[SM_ERR_MAX] = "";
     if (P.count(&P.devices, err) != SM_OK) {
         /* the message says "no CUDA device: <why>"; keep the why */
@@ -1373,6 +1399,17 @@ static int gpu_setup(void **state)
     return 0;
 }
 
+/* After each device test: a fault the emulator saw fails the test even
+ * when the plugin swallowed the error it caused. */
+static int emu_faults_teardown(void **state)
+{
+    (void)state;
+    if (!P.emu_faults || !P.emu_faults()) return 0;
+    print_error("the CUDA emulator reported %d fault(s); the first: %s\n", P.emu_faults(),
+                P.emu_first_fault());
+    return -1;
+}
+
 static int gpu_teardown(void **state)
 {
     (void)state;
@@ -1401,24 +1438,44 @@ int main(void)
     int failed = cmocka_run_group_tests_name("cuda host-side", host_tests, NULL, NULL);
 
     if (!have_plugin || P.devices < 1) {
+#ifdef SM_CUDA_EMU_TEST
+        /* the emulated plugin is built with the test: not finding it is a failure */
+        printf("test_cuda_emu: FAILED: no emulated device (%s)\n", P.why);
+        return 1;
+#endif
         printf("test_cuda: device tests skipped: no CUDA device (%s)\n", P.why);
         fflush(stdout);
         return failed ? 1 : 0;
     }
+#define DEVICE_TEST(f) cmocka_unit_test_teardown(f, emu_faults_teardown)
     const struct CMUnitTest gpu_tests[] = {
-        cmocka_unit_test(test_gemm_ops_fp32),
-        cmocka_unit_test(test_gemm_ops_bf16),
-        cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_softmax_and_layouts),
-        cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_embed),
-        cmocka_unit_test(test_attention_fp32),
-        cmocka_unit_test(test_attention_bf16),
-        cmocka_unit_test(test_loss_and_adamw),
-        cmocka_unit_test(test_models),
-        cmocka_unit_test(test_training_curve),
+        DEVICE_TEST(test_gemm_ops_fp32),
+        DEVICE_TEST(test_gemm_ops_bf16),
+        DEVICE_TEST(test_elementwise),
+        DEVICE_TEST(test_layernorm),
+        DEVICE_TEST(test_softmax_and_layouts),
+        DEVICE_TEST(test_dropout),
+        DEVICE_TEST(test_embed),
+        DEVICE_TEST(test_attention_fp32),
+        DEVICE_TEST(test_attention_bf16),
+        DEVICE_TEST(test_loss_and_adamw),
+        DEVICE_TEST(test_models),
+        DEVICE_TEST(test_training_curve),
     };
-    failed += cmocka_run_group_tests_name("cuda vs cpu", gpu_tests, gpu_setup, gpu_teardown);
+#undef DEVICE_TEST
+    /* The emulator runs the group with per-op synchronisation and without
+     * (the plugin reads SENTIMENT_CUDA_SYNC when a backend is made); on a
+     * GPU, and when SENTIMENT_CUDA_SYNC is set, once as the environment says. */
+    const char *sync_env = getenv("SENTIMENT_CUDA_SYNC");
+    int emu_both = P.emu_faults && !(sync_env && *sync_env);
+    for (int pass = 0; pass < (emu_both ? 2 : 1); pass++) {
+        char name[96];
+        if (emu_both) setenv("SENTIMENT_CUDA_SYNC", pass ? "0" : "1", 1);
+        const char *mode = getenv("SENTIMENT_CUDA_SYNC");
+        snprintf(name, sizeof name, "cuda vs cpu%s%s", P.emu_faults ? " (emulated)" : "",
+                 mode && mode[0] == '1' ? ", SENTIMENT_CUDA_SYNC=1" : ", unsynchronised");
+        failed += cmocka_run_group_tests_name(name, gpu_tests, gpu_setup, gpu_teardown);
+    }
+    if (emu_both) unsetenv("SENTIMENT_CUDA_SYNC");
     return failed ? 1 : 0;
 }
