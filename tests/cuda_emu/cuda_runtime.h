@@ -172,6 +172,9 @@ typedef struct cudaDeviceProp {
     int multiProcessorCount;
 } cudaDeviceProp;
 
+/* 13.0 for both; SENTIMENT_CUDA_EMU_DRIVER overrides the driver's (0: none) */
+cudaError_t cudaDriverGetVersion(int *version);
+cudaError_t cudaRuntimeGetVersion(int *version);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);

@@ -900,6 +900,18 @@ cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cuda
 
 /* ---- the runtime API ------------------------------------------------------------------ */
 
+cudaError_t cudaDriverGetVersion(int *version)
+{
+    *version = (int)env_size("SENTIMENT_CUDA_EMU_DRIVER", CUDART_VERSION);
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *version)
+{
+    *version = CUDART_VERSION;
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
     LOCK;
@@ -1425,6 +1437,12 @@ void sm_emu_syncwarp(unsigned mask, const char *file, int line)
 }
 
 /* ---- cuBLAS API ---------------------------------------------------------------------------- */
+
+cublasStatus_t cublasGetProperty(libraryPropertyType type, int *value)
+{
+    *value = type == MAJOR_VERSION ? 13 : 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
 
 cublasStatus_t cublasCreate(cublasHandle_t *h)
 {
