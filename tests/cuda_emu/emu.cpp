@@ -21,9 +21,10 @@
  *   - no thread able to run while some wait is a deadlock (a fault).
  * Memory. cudaMalloc and cudaHostAlloc return exactly the bytes asked for
  * (256-byte aligned), filled with 0xFF bytes (NaN as float and double).
- * Outside AddressSanitizer each allocation has 256-byte guard zones of the
- * same bytes on both sides, checked after every kernel and at cudaFree: a
- * change is a fault naming the kernel (an overread returns NaN). Every
+ * Outside AddressSanitizer each allocation has 256-byte guard zones on
+ * both sides holding a signalling NaN, checked after every kernel and at
+ * cudaFree: a change (even a NaN computed from an overread) is a fault
+ * naming the kernel; an overread returns NaN. Every
  * copy, memset and GEMM operand range, and every pointer argument of a
  * kernel (when it runs), must lie in one live allocation of the right kind
  * (device, or pinned host for the asynchronous copies that read or write
@@ -126,7 +127,17 @@ const size_t GUARD = 0;
 #else
 const size_t GUARD = 256;
 #endif
-const unsigned char FILL = 0xFF;
+const unsigned char FILL = 0xFF; /* fresh memory: 0xFFFFFFFF, a quiet NaN */
+/* Guard zones: the float 0xFFA5A5A5 (a signalling NaN) at every 4-byte
+ * boundary (zones start 256-byte aligned). An overread gives NaN, and
+ * arithmetic on it gives a quiet NaN, never this pattern, so even a NaN
+ * written past the end is seen. */
+const unsigned char GUARD_BYTES[4] = {0xA5, 0xA5, 0xA5, 0xFF};
+
+void guard_fill(unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) p[i] = GUARD_BYTES[((uintptr_t)(p + i)) & 3];
+}
 
 struct Alloc {
     size_t size;
@@ -205,10 +216,10 @@ long long guard_damage(uintptr_t base, const Alloc &al)
 {
     const unsigned char *lo = (const unsigned char *)al.raw;
     for (size_t i = 0; i < GUARD; i++)
-        if (lo[i] != FILL) return (long long)i - (long long)GUARD;
+        if (lo[i] != GUARD_BYTES[((uintptr_t)(lo + i)) & 3]) return (long long)i - (long long)GUARD;
     const unsigned char *hi = (const unsigned char *)base + al.size;
     for (size_t i = 0; i < GUARD; i++)
-        if (hi[i] != FILL) return (long long)(al.size + i);
+        if (hi[i] != GUARD_BYTES[((uintptr_t)(hi + i)) & 3]) return (long long)(al.size + i);
     return -1;
 }
 
@@ -222,8 +233,8 @@ void check_guards(const char *after)
                   "%s wrote outside a %zu-byte %s allocation at %#lx (byte %lld of it changed)",
                   after, kv.second.size, kind_name(kv.second.kind), (unsigned long)kv.first, at);
             /* repair, so one overwrite is reported once */
-            memset(kv.second.raw, FILL, GUARD);
-            memset((char *)kv.first + kv.second.size, FILL, GUARD);
+            guard_fill((unsigned char *)kv.second.raw, GUARD);
+            guard_fill((unsigned char *)kv.first + kv.second.size, GUARD);
         }
     }
 }
@@ -233,8 +244,10 @@ void *alloc_raw(size_t bytes, int kind)
     size_t n = bytes ? bytes : 1;
     void *raw = NULL;
     if (posix_memalign(&raw, 256, n + 2 * GUARD)) return NULL;
-    memset(raw, FILL, n + 2 * GUARD);
     char *base = (char *)raw + GUARD;
+    memset(base, FILL, n);
+    guard_fill((unsigned char *)raw, GUARD);
+    guard_fill((unsigned char *)base + n, GUARD);
     g_allocs[(uintptr_t)base] = Alloc{n, kind, (char *)raw};
     if (kind == K_DEVICE) g_device_used += n;
     return base;
