@@ -12,8 +12,10 @@
  * (B,H,T,d) so that one strided-batched GEMM covers every (sequence, head)
  * pair: S = q kᵀ (B·H matrices of T x T), a masked softmax, O = P v, and O
  * is merged back into (B,T,C) with padding rows set to 0. The CPU computes
- * only the unpadded len x len block; here the whole T x T block is computed
- * and the masked keys get probability 0, which gives the same result.
+ * only the unpadded len x len block; here the whole T x T block is computed,
+ * the masked keys get probability 0 and the padding queries' rows are 0,
+ * which gives the same result (and the same att as the CPU's
+ * attention_train).
  */
 #include <math.h>
 
@@ -112,9 +114,12 @@ static int cuda_layernorm(backend *be, float *out, float *mean, float *rstd, con
 /* ---- softmax ---------------------------------------------------------------------- */
 
 /* att(B,H,T,T), one warp per row: softmax of scale * x over keys j < len,
- * 0 for the masked keys j >= len (every row, padding rows included). */
+ * 0 for the masked keys j >= len (every row, padding rows included; with
+ * zero_pad_rows the rows of padding queries, i >= len, are 0 instead, as
+ * the CPU's attention_train leaves them). The branch is the same for every
+ * lane of the warp (one row per warp). */
 __global__ void k_softmax_masked(float *att, const int *lengths, int H, int T, long long rows,
-                                 float scale)
+                                 float scale, int zero_pad_rows)
 {
     int lane = threadIdx.x & 31;
     WARP_ROWS(r, rows)
@@ -122,6 +127,10 @@ __global__ void k_softmax_masked(float *att, const int *lengths, int H, int T, l
         int b = (int)(r / T / H);
         int len = clamp_len(lengths, b, T);
         float *x = att + (size_t)r * T;
+        if (zero_pad_rows && (int)(r % T) >= len) {
+            for (int j = lane; j < T; j += 32) x[j] = 0.0f;
+            continue;
+        }
         float mx = -INFINITY;
         for (int j = lane; j < len; j += 32) mx = fmaxf(mx, x[j]);
         mx = warp_max(mx);
@@ -138,12 +147,12 @@ __global__ void k_softmax_masked(float *att, const int *lengths, int H, int T, l
 }
 
 int launch_softmax_masked(cuda_ctx *c, float *att, const int *lengths, int B, int H, int T,
-                          float scale)
+                          float scale, int zero_pad_rows)
 {
     long long rows = (long long)B * H * T;
     if (rows <= 0) return SM_OK;
-    LAUNCH_KERNEL(k_softmax_masked, row_grid(rows), 32 * WARPS, 0, c->stream, att, lengths, H, T, rows,
-                                                                   scale);
+    LAUNCH_KERNEL(k_softmax_masked, row_grid(rows), 32 * WARPS, 0, c->stream, att, lengths, H, T,
+                  rows, scale, zero_pad_rows);
     LAUNCHED(c, "k_softmax_masked");
     return SM_OK;
 }
@@ -152,7 +161,7 @@ static int cuda_softmax_masked(backend *be, float *att, const int *lengths, int 
                                float scale)
 {
     ENTER(be);
-    return launch_softmax_masked(c, att, lengths, B, H, T, scale);
+    return launch_softmax_masked(c, att, lengths, B, H, T, scale, 0);
 }
 
 /* ---- dropout ----------------------------------------------------------------------- */
@@ -346,9 +355,10 @@ static int attention_common(cuda_ctx *c, float *out, float *att, float *att_drop
     float *q = (float *)c->attn.p, *k = q + NC, *v = k + NC, *o = v + NC;
     /* q, k, v (B,H,T,d) */
     TRY(launch_split_qkv(c, q, k, v, qkv, B, T, H, d));
-    /* att(B·H: T x T) = q kᵀ; softmax(scale · att) over unmasked keys */
+    /* att(B·H: T x T) = q kᵀ; softmax(scale · att) over unmasked keys, the
+     * rows of padding queries 0 (backend.h) */
     TRY(cuda_gemm(c, 0, 1, T, T, d, 1.0f, q, d, Td, k, d, Td, 0.0f, att, T, TT, B * H));
-    TRY(launch_softmax_masked(c, att, lengths, B, H, T, scale));
+    TRY(launch_softmax_masked(c, att, lengths, B, H, T, scale, 1));
     const float *P = att;
     if (p > 0.0f) {
         /* element (b,h,i,j) of att has flat index ((b·H + h)·T + i)·T + j, the

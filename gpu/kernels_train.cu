@@ -575,12 +575,18 @@ static int cuda_distill_backward(backend *be, float *dlogits, const float *probs
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay,
+/* coef != 1: the gradient is clipped first (g *= coef, written back), as
+ * cpu/optimizer_cpu.c does it. */
+__global__ void k_adamw(float *p, float *g, float *m, float *v, size_t n, float coef, float decay,
                         float step, float bc2_sqrt, float a1, float beta2, float a2, float eps)
 {
     GRID_STRIDE(i, n)
     {
         float gi = g[i];
+        if (coef != 1.0f) {
+            gi *= coef;
+            g[i] = gi;
+        }
         float pi = p[i] * decay;
         float mi = m[i] + (gi - m[i]) * a1;
         float vi = v[i] * beta2 + gi * gi * a2;
@@ -591,10 +597,11 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
     }
 }
 
-static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay, int t)
+/* The AdamW step on n elements, with the gradient first scaled by coef
+ * (1: as it is). */
+static int adamw_launch(cuda_ctx *c, float *p, float *g, float *m, float *v, size_t n, float coef,
+                        float lr, float beta1, float beta2, float eps, float weight_decay, int t)
 {
-    ENTER(be);
     if (!n) return SM_OK;
     if (t < 1) return cu_error(c, SM_ERR_INVALID, "adamw: step %d (expected >= 1)", t);
     /* the scalars as the CPU (and torch) compute them, in double */
@@ -602,27 +609,36 @@ static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v,
     float decay = weight_decay != 0.0f ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
     float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    LAUNCH_KERNEL(k_adamw, grid_for(n, 256), 256, 0, c->stream, p, g, m, v, n, decay, step, bc2_sqrt, a1,
-                                                     beta2, a2, eps);
+    LAUNCH_KERNEL(k_adamw, grid_for(n, 256), 256, 0, c->stream, p, g, m, v, n, coef, decay, step,
+                  bc2_sqrt, a1, beta2, a2, eps);
     LAUNCHED(c, "k_adamw");
     return SM_OK;
 }
 
-/* The optimizer's step: clipping, then one k_adamw launch per run (a run is
- * a large contiguous range, so a handful of launches per step). */
+static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int t)
+{
+    ENTER(be);
+    /* coef 1: g is only read */
+    return adamw_launch(c, p, (float *)g, m, v, n, 1.0f, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+/* The optimizer's step (backend.h): one k_adamw launch per run (a run is a
+ * large contiguous range, so a handful of launches per step), each clipping
+ * its own gradients first when coef != 1; floats outside the runs are not
+ * touched. */
 static int cuda_adamw_step(backend *be, float *params, float *grads, float *m, float *v,
                            const backend_adamw_run *runs, int n_runs, size_t total, float coef,
                            float lr, float head_lr, float beta1, float beta2, float eps,
                            float weight_decay, int t)
 {
-    int rc;
-    if (coef < 1.0f && (rc = cuda_scale(be, grads, total, coef))) return rc;
+    ENTER(be);
+    (void)total;
     for (int i = 0; i < n_runs; i++) {
         const backend_adamw_run *r = &runs[i];
-        rc = cuda_adamw(be, params + r->offset, grads + r->offset, m + r->offset, v + r->offset,
-                        r->n, r->head ? head_lr : lr, beta1, beta2, eps,
-                        r->decay ? weight_decay : 0.0f, t);
-        if (rc) return rc;
+        TRY(adamw_launch(c, params + r->offset, grads + r->offset, m + r->offset, v + r->offset,
+                         r->n, coef, r->head ? head_lr : lr, beta1, beta2, eps,
+                         r->decay ? weight_decay : 0.0f, t));
     }
     return SM_OK;
 }
