@@ -278,8 +278,11 @@ struct sm_emu_blas {
 namespace {
 
 sm_emu_stream g_null_stream;
-std::vector<sm_emu_stream *> g_streams; /* never freed: events may name them */
-std::vector<sm_emu_event *> g_events;
+/* Streams, events and cuBLAS handles are never freed (an event may name a
+ * destroyed stream; a stale handle must be recognised as stale), and
+ * neither are these lists, so leak checkers still reach them at exit. */
+std::vector<sm_emu_stream *> &g_streams = *new std::vector<sm_emu_stream *>;
+std::vector<sm_emu_event *> &g_events = *new std::vector<sm_emu_event *>;
 long long g_tick;
 
 bool stream_ok(cudaStream_t s)
@@ -350,6 +353,9 @@ struct Fiber {
     ucontext_t uc;
 #endif
     void *asan_fake = NULL;
+    /* abandoned inside a kernel (a fault): its stack's shadow still marks
+     * the frames that never returned */
+    bool dirty = false;
     int state = F_READY;
     uint3 tid;
     /* where it waits */
@@ -480,6 +486,7 @@ void kernel_fault(const char *fmt, ...)
     fault(cudaErrorLaunchFailure, "kernel %s, block (%u,%u,%u): %s", g_kernel, blockIdx.x,
           blockIdx.y, blockIdx.z, msg);
     g_block_fault = true;
+    for (int i = 0; i < g_n; i++) g_fib[i].dirty = true;
     Fiber &f = g_fib[g_cur];
     f.state = F_DONE;
 #ifdef EMU_ASAN
@@ -572,8 +579,15 @@ void fiber_prepare(Fiber &f)
         f.stack = m + page;
     }
 #ifdef EMU_ASAN
-    __asan_unpoison_memory_region(f.stack, STACK);
+    /* A fiber that exited normally left only its entry frames (at the top),
+     * which the next run recreates at the same place; one abandoned at a
+     * fault needs its whole stack cleared. */
+    if (f.dirty)
+        __asan_unpoison_memory_region(f.stack, STACK);
+    else /* the entry frame we write below */
+        __asan_unpoison_memory_region(f.stack + STACK - 4096, 4096);
 #endif
+    f.dirty = false;
 #if defined(__x86_64__)
     uintptr_t top = ((uintptr_t)f.stack + STACK) & ~(uintptr_t)15;
     uint64_t *sp = (uint64_t *)top;
@@ -684,7 +698,7 @@ void run_kernel(const char *name, dim3 grid, dim3 block, const std::function<voi
 
 /* ---- cuBLAS -------------------------------------------------------------------------- */
 
-std::vector<sm_emu_blas *> g_blas;
+std::vector<sm_emu_blas *> &g_blas = *new std::vector<sm_emu_blas *>;
 
 bool blas_ok(cublasHandle_t h)
 {
