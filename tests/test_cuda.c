@@ -9,8 +9,10 @@
  * Built with -DSM_CUDA_EMU_TEST (build/tests/test_cuda_emu, part of make
  * test) the same tests run on the plugin compiled for the CUDA emulator
  * (tests/cuda_emu: $SENTIMENT_CUDA_PLUGIN, else
- * $BUILD/tests/sentiment_cuda_emu.so), twice: with SENTIMENT_CUDA_SYNC=1
- * and without (set SENTIMENT_CUDA_SYNC to run one), and every device test
+ * $BUILD/tests/sentiment_cuda_emu.so), twice: with SENTIMENT_CUDA_SYNC=1,
+ * and without it with blocks and threads run last to first
+ * (SENTIMENT_CUDA_EMU_ORDER=reverse; set SENTIMENT_CUDA_SYNC to run one
+ * pass), and every device test
  * also fails when the emulator reported a fault (a barrier or shuffle
  * misuse, memory outside an allocation, bad cuBLAS arguments) that the
  * plugin did not turn into an error. Same shapes, same tolerances.
@@ -1564,14 +1566,23 @@ int main(int argc, char **argv)
     int emu_both = P.emu_faults && !(sync_env && *sync_env);
     for (int pass = 0; pass < (emu_both ? 2 : 1); pass++) {
         char name[96];
-        if (emu_both) setenv("SENTIMENT_CUDA_SYNC", pass ? "0" : "1", 1);
+        if (emu_both) {
+            setenv("SENTIMENT_CUDA_SYNC", pass ? "0" : "1", 1);
+            /* the second pass runs blocks and threads last to first */
+            if (pass) setenv("SENTIMENT_CUDA_EMU_ORDER", "reverse", 1);
+        }
         const char *mode = getenv("SENTIMENT_CUDA_SYNC");
-        snprintf(name, sizeof name, "cuda vs cpu%s%s", P.emu_faults ? " (emulated)" : "",
-                 mode && mode[0] == '1' ? ", SENTIMENT_CUDA_SYNC=1" : ", unsynchronised");
+        const char *order = getenv("SENTIMENT_CUDA_EMU_ORDER");
+        snprintf(name, sizeof name, "cuda vs cpu%s%s%s", P.emu_faults ? " (emulated)" : "",
+                 mode && mode[0] == '1' ? ", SENTIMENT_CUDA_SYNC=1" : ", unsynchronised",
+                 P.emu_faults && order && !strcmp(order, "reverse") ? ", threads in reverse order" : "");
         printf("test_cuda: %s\n", name);
         fflush(stdout);
         failed += cmocka_run_group_tests_name(name, gpu_tests, gpu_setup, gpu_teardown);
     }
-    if (emu_both) unsetenv("SENTIMENT_CUDA_SYNC");
+    if (emu_both) {
+        unsetenv("SENTIMENT_CUDA_SYNC");
+        unsetenv("SENTIMENT_CUDA_EMU_ORDER");
+    }
     return failed ? 1 : 0;
 }

@@ -5,9 +5,11 @@
  * synchronisation point drains the queue (cudaStreamSynchronize, a
  * cudaEventSynchronize up to the event, cudaDeviceSynchronize, a blocking
  * cudaMemcpy or cudaMemset, cudaFree, cudaStreamDestroy). A grid runs block
- * by block in blockIdx order (x fastest). The threads of a block are fibers
- * (a stack each; on x86-64 a register switch of our own, elsewhere
- * ucontext) that run in thread order, each until it exits or reaches a
+ * by block in blockIdx order (x fastest; SENTIMENT_CUDA_EMU_ORDER=reverse:
+ * last to first, threads too, so an order dependence shows in one of the
+ * two). The threads of a block are fibers (a stack each; on x86-64 a
+ * register switch of our own, elsewhere ucontext) that run in thread
+ * order, each until it exits or reaches a
  * barrier (__syncthreads), a __syncwarp or a shuffle:
  *   - a barrier releases when every thread of the block waits at it, at
  *     one call site; a thread that exits while others wait (or have
@@ -513,6 +515,8 @@ std::string tname(const Fiber &f)
  * (so each arrival checks in constant time; the lists are read only to
  * word a fault). */
 int g_n_done, g_n_barrier;
+/* SENTIMENT_CUDA_EMU_ORDER=reverse: blocks and threads run last to first */
+bool g_reverse;
 const char *g_bar_file;
 int g_bar_line, g_bar_first;
 std::vector<unsigned> g_warp_done, g_warp_bar, g_warp_meet;
@@ -634,12 +638,14 @@ bool run_block(void)
     g_block_fault = false;
     for (;;) {
         int ready = 0;
-        for (int i = 0; i < g_n; i++)
+        for (int k = 0; k < g_n; k++) {
+            int i = g_reverse ? g_n - 1 - k : k;
             if (g_fib[i].state == F_READY) {
                 ready++;
                 switch_to(i);
                 if (g_block_fault) return false;
             }
+        }
         if (ready) continue;
         if (g_n_done == g_n) return true;
         if (g_n_barrier == g_n) { /* everyone at one barrier (checked on arrival) */
@@ -679,13 +685,15 @@ void run_kernel(const char *name, dim3 grid, dim3 block, const std::function<voi
     gridDim = grid;
     blockDim = block;
     g_body = &body;
+    const char *order = getenv("SENTIMENT_CUDA_EMU_ORDER");
+    g_reverse = order && !strcmp(order, "reverse");
     bool ok = true;
     for (unsigned z = 0; ok && z < grid.z; z++)
         for (unsigned y = 0; ok && y < grid.y; y++)
             for (unsigned x = 0; ok && x < grid.x; x++) {
-                blockIdx.x = x;
-                blockIdx.y = y;
-                blockIdx.z = z;
+                blockIdx.x = g_reverse ? grid.x - 1 - x : x;
+                blockIdx.y = g_reverse ? grid.y - 1 - y : y;
+                blockIdx.z = g_reverse ? grid.z - 1 - z : z;
                 ok = run_block();
             }
     g_body = NULL;

@@ -8,6 +8,9 @@
  *     there (a missing cudaStreamSynchronize gives wrong data);
  *   - a pinned upload buffer overwritten before the copy ran: the device
  *     gets the new bytes (an early host-buffer reuse gives wrong data);
+ *   - a missing __syncthreads between a store to shared memory and another
+ *     thread's read of it: wrong data in thread order and in reverse order
+ *     (SENTIMENT_CUDA_EMU_ORDER=reverse);
  *   - barriers at two call sites (divergent __syncthreads);
  *   - a thread that exits while others wait at a barrier;
  *   - a shuffle whose mask names an exited lane, one whose mask names
@@ -72,6 +75,16 @@ __global__ void k_block_sum(float *out, const float *x, size_t n)
         for (int w = 0; w < warps; w++) t += sh[w];
         out[blockIdx.x] = t;
     }
+}
+
+/* out[i] = the value thread i + 1 (mod 64) stored; `barrier` 0 is the bug:
+ * no __syncthreads between the store and the read */
+__global__ void k_neighbour(float *out, float salt, int barrier)
+{
+    __shared__ float sh[64];
+    sh[threadIdx.x] = salt + (float)threadIdx.x;
+    if (barrier) __syncthreads();
+    out[threadIdx.x] = sh[(threadIdx.x + 1) % 64];
 }
 
 /* bug: the two halves of the block wait at different barriers */
@@ -260,6 +273,32 @@ static void test_block_sum_is_right(void **state)
     expect_no_fault();
 }
 
+/* Run in thread order, then last to first: without the barrier some
+ * reads see the store of the launch before, in either order. */
+static void test_missing_barrier(void **state)
+{
+    (void)state;
+    float *out = dev_floats(64), h[64];
+    for (int order = 0; order < 2; order++)
+        for (int barrier = 1; barrier >= 0; barrier--) {
+            float salt = 1000.0f * (float)(1 + order * 2 + barrier);
+            if (order) setenv("SENTIMENT_CUDA_EMU_ORDER", "reverse", 1);
+            LAUNCH_KERNEL(k_neighbour, 1, 64, 0, g_s, out, salt, barrier);
+            assert_int_equal(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+            unsetenv("SENTIMENT_CUDA_EMU_ORDER");
+            int wrong = 0;
+            for (int i = 0; i < 64; i++) wrong += h[i] != salt + (float)((i + 1) % 64);
+            print_message("  %s order, %s barrier: %d of 64 reads wrong\n",
+                          order ? "reverse" : "thread", barrier ? "with the" : "without the", wrong);
+            if (barrier)
+                assert_int_equal(wrong, 0);
+            else
+                assert_true(wrong > 0);
+        }
+    cudaFree(out);
+    expect_no_fault();
+}
+
 static void test_divergent_barrier(void **state)
 {
     (void)state;
@@ -420,6 +459,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_early_host_reuse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_block_sum_is_right, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_barrier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_divergent_barrier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exit_before_barrier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shuffle_masks, setup, teardown),
