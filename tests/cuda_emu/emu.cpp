@@ -175,9 +175,7 @@ const Alloc *find_alloc(const void *p, size_t n, uintptr_t *base_out)
     uintptr_t base = it->first;
     const Alloc &al = it->second;
     if (a < base || a > base + al.size) return NULL;
-    if (n > al.size - (a - base)) return NULL;
-    if (n == 0 && a == base + al.size && al.size) { /* one past the end: fine */
-    }
+    if (n > al.size - (a - base)) return NULL; /* n 0 at one past the end: fine */
     if (base_out) *base_out = base;
     return &al;
 }

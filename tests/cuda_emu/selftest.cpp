@@ -362,11 +362,16 @@ static void test_write_past_end(void **state)
     (void)state;
     size_t n = 37;
 #ifdef SELFTEST_ASAN
-    /* AddressSanitizer stops the process at the write: do it in a child */
+    /* AddressSanitizer stops the process at the write: do it in a child,
+     * whose report goes to a file */
+    char path[] = "/tmp/cuda_emu_asan_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
     fflush(NULL);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        dup2(fd, 2);
         float *x = dev_floats(n);
         LAUNCH_KERNEL(k_fill_past, 1, 64, 0, g_s, x, n, 1);
         cudaStreamSynchronize(g_s);
@@ -377,6 +382,15 @@ static void test_write_past_end(void **state)
     print_message("  the child that wrote past its buffer exited with status %d\n",
                   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     assert_false(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char report[8192] = "";
+    ssize_t got = pread(fd, report, sizeof report - 1, 0);
+    close(fd);
+    unlink(path);
+    report[got > 0 ? got : 0] = 0;
+    const char *line = strstr(report, "ERROR: AddressSanitizer");
+    print_message("  its report: %.*s\n", line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+    assert_non_null(strstr(report, "heap-buffer-overflow"));
+    assert_non_null(strstr(report, "k_fill_past"));
 #else
     float *x = dev_floats(n);
     LAUNCH_KERNEL(k_fill_past, 1, 64, 0, g_s, x, n, 0);
