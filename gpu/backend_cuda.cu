@@ -687,8 +687,10 @@ static int gemm_rate(cuda_ctx *c, int M, int N, int K, int iters, double *tflops
     RATE_CU(cudaMalloc(&B, nb * esz));
     RATE_CU(cudaMalloc((void **)&C, nc * sizeof(float)));
     if (bf16) {
-        LAUNCH_KERNEL(k_fill_hash<__nv_bfloat16>, grid_for(na, 256), 256, 0, c->stream, (__nv_bfloat16 *)A, na, 1u);
-        LAUNCH_KERNEL(k_fill_hash<__nv_bfloat16>, grid_for(nb, 256), 256, 0, c->stream, (__nv_bfloat16 *)B, nb, 2u);
+        LAUNCH_KERNEL(k_fill_hash<__nv_bfloat16>, grid_for(na, 256), 256, 0, c->stream,
+                      (__nv_bfloat16 *)A, na, 1u);
+        LAUNCH_KERNEL(k_fill_hash<__nv_bfloat16>, grid_for(nb, 256), 256, 0, c->stream,
+                      (__nv_bfloat16 *)B, nb, 2u);
     } else {
         LAUNCH_KERNEL(k_fill_hash<float>, grid_for(na, 256), 256, 0, c->stream, (float *)A, na, 1u);
         LAUNCH_KERNEL(k_fill_hash<float>, grid_for(nb, 256), 256, 0, c->stream, (float *)B, nb, 2u);

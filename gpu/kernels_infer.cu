@@ -106,7 +106,8 @@ static int cuda_layernorm(backend *be, float *out, float *mean, float *rstd, con
 {
     ENTER(be);
     if (R <= 0 || C <= 0) return SM_OK;
-    LAUNCH_KERNEL(k_layernorm, row_grid(R), 32 * WARPS, 0, c->stream, out, mean, rstd, in, w, b, R, C, eps);
+    LAUNCH_KERNEL(k_layernorm, row_grid(R), 32 * WARPS, 0, c->stream, out, mean, rstd, in, w, b, R,
+                  C, eps);
     LAUNCHED(c, "k_layernorm");
     return SM_OK;
 }
@@ -226,8 +227,8 @@ static int cuda_embed(backend *be, float *out, const int *ids, const int *types,
     ENTER(be);
     size_t n = (size_t)B * T * C;
     if (!n) return SM_OK;
-    LAUNCH_KERNEL(k_embed, grid_for(n, 256), 256, 0, c->stream, out, ids, types, word, pos, type, task, T,
-                                                     C, pos_offset, n);
+    LAUNCH_KERNEL(k_embed, grid_for(n, 256), 256, 0, c->stream, out, ids, types, word, pos, type,
+                  task, T, C, pos_offset, n);
     LAUNCHED(c, "k_embed");
     return SM_OK;
 }

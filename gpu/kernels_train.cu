@@ -201,7 +201,8 @@ static int colsum_add(cuda_ctx *c, float *db, const float *src, int R, int N)
     dim3 grid((unsigned)((N + CS_X - 1) / CS_X), (unsigned)chunks), block(CS_X, CS_Y);
     LAUNCH_KERNEL(k_colsum_partial, grid, block, 0, c->stream, partial, src, R, N, rpc);
     LAUNCHED(c, "k_colsum_partial");
-    LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)N, 256), 256, 0, c->stream, db, partial, chunks, N);
+    LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)N, 256), 256, 0, c->stream, db, partial, chunks,
+                  N);
     LAUNCHED(c, "k_colsum_finish");
     return SM_OK;
 }
@@ -264,14 +265,15 @@ static int cuda_layernorm_backward(backend *be, float *din, float *dw, float *db
     TRY(growbuf_reserve(c, &c->colsum, 2 * (size_t)chunks * C * sizeof(float), "column sums"));
     float *pw = (float *)c->colsum.p, *pb = pw + (size_t)chunks * C;
     dim3 grid((unsigned)((C + CS_X - 1) / CS_X), (unsigned)chunks), block(CS_X, CS_Y);
-    LAUNCH_KERNEL(k_ln_colsum_partial, grid, block, 0, c->stream, pw, pb, dout, in, mean, rstd, R, C, rpc);
+    LAUNCH_KERNEL(k_ln_colsum_partial, grid, block, 0, c->stream, pw, pb, dout, in, mean, rstd, R,
+                  C, rpc);
     LAUNCHED(c, "k_ln_colsum_partial");
     LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)C, 256), 256, 0, c->stream, dw, pw, chunks, C);
     LAUNCHED(c, "k_colsum_finish");
     LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)C, 256), 256, 0, c->stream, db, pb, chunks, C);
     LAUNCHED(c, "k_colsum_finish");
-    LAUNCH_KERNEL(k_ln_backward_rows, row_grid(R), 32 * WARPS, 0, c->stream, din, dout, in, mean, rstd, w,
-                                                                  R, C);
+    LAUNCH_KERNEL(k_ln_backward_rows, row_grid(R), 32 * WARPS, 0, c->stream, din, dout, in, mean,
+                  rstd, w, R, C);
     LAUNCHED(c, "k_ln_backward_rows");
     return SM_OK;
 }
@@ -344,13 +346,15 @@ static int cuda_attention_backward(backend *be, float *dqkv, float *datt, float 
     /* back through the dropout (same mask), then the softmax */
     if (p > 0.0f) TRY(launch_dropout(c, datt, datt, (size_t)BH * TT, p, key));
     long long rows = (long long)BH * T;
-    LAUNCH_KERNEL(k_softmax_backward, row_grid(rows), 32 * WARPS, 0, c->stream, datt, att, rows, T, scale);
+    LAUNCH_KERNEL(k_softmax_backward, row_grid(rows), 32 * WARPS, 0, c->stream, datt, att, rows, T,
+                  scale);
     LAUNCHED(c, "k_softmax_backward");
     /* dq = dS k; dk = dSᵀ q */
     TRY(cuda_gemm(c, 0, 0, T, d, T, 1.0f, datt, T, TT, k, d, Td, 0.0f, dq, d, Td, BH));
     TRY(cuda_gemm(c, 1, 0, T, d, T, 1.0f, datt, T, TT, q, d, Td, 0.0f, dk, d, Td, BH));
     size_t n = 3 * NC;
-    LAUNCH_KERNEL(k_merge_qkv, grid_for(n, 256), 256, 0, c->stream, dqkv, dq, dk, dv, lengths, T, H, d, n);
+    LAUNCH_KERNEL(k_merge_qkv, grid_for(n, 256), 256, 0, c->stream, dqkv, dq, dk, dv, lengths, T, H,
+                  d, n);
     LAUNCHED(c, "k_merge_qkv");
     return SM_OK;
 }
@@ -399,9 +403,11 @@ static int scatter_add(cuda_ctx *c, float *dst, const float *src, const int *row
     int *dplan = (int *)c->plan.p;
     TRY(stage_upload(c, dplan, pl->buf, pl->n_ints * sizeof(int)));
     unsigned cblocks = (unsigned)((C + SEG_THREADS - 1) / SEG_THREADS);
-    LAUNCH_KERNEL(k_seg_sum, dim3((unsigned)pl->n_segs, cblocks), SEG_THREADS, 0, c->stream, (float *)c->seg.p, src, dplan + pl->off_order, dplan + pl->off_seg_start, C);
+    LAUNCH_KERNEL(k_seg_sum, dim3((unsigned)pl->n_segs, cblocks), SEG_THREADS, 0, c->stream,
+                  (float *)c->seg.p, src, dplan + pl->off_order, dplan + pl->off_seg_start, C);
     LAUNCHED(c, "k_seg_sum");
-    LAUNCH_KERNEL(k_seg_finish, dim3((unsigned)pl->n_rows, cblocks), SEG_THREADS, 0, c->stream, dst, (const float *)c->seg.p, dplan + pl->off_row, dplan + pl->off_row_seg, C);
+    LAUNCH_KERNEL(k_seg_finish, dim3((unsigned)pl->n_rows, cblocks), SEG_THREADS, 0, c->stream, dst,
+                  (const float *)c->seg.p, dplan + pl->off_row, dplan + pl->off_row_seg, C);
     LAUNCHED(c, "k_seg_finish");
     return SM_OK;
 }
@@ -492,8 +498,8 @@ static int cuda_cross_entropy(backend *be, float *losses, float *probs, const fl
 {
     ENTER(be);
     if (B <= 0 || K <= 0) return SM_OK;
-    LAUNCH_KERNEL(k_cross_entropy, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs, logits,
-                                                                     labels, B, K);
+    LAUNCH_KERNEL(k_cross_entropy, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs,
+                  logits, labels, B, K);
     LAUNCHED(c, "k_cross_entropy");
     return SM_OK;
 }
@@ -504,8 +510,8 @@ static int cuda_cross_entropy_backward(backend *be, float *dlogits, const float 
     ENTER(be);
     size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(K > 0 ? K : 0);
     if (!n) return SM_OK;
-    LAUNCH_KERNEL(k_cross_entropy_backward, grid_for(n, 256), 256, 0, c->stream, dlogits, probs, labels, K,
-                                                                      scale, n);
+    LAUNCH_KERNEL(k_cross_entropy_backward, grid_for(n, 256), 256, 0, c->stream, dlogits, probs,
+                  labels, K, scale, n);
     LAUNCHED(c, "k_cross_entropy_backward");
     return SM_OK;
 }
@@ -554,8 +560,8 @@ static int cuda_distill_loss(backend *be, float *losses, float *probs, float *pr
 {
     ENTER(be);
     if (B <= 0 || K <= 0) return SM_OK;
-    LAUNCH_KERNEL(k_distill_loss, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs, probs_t, logits,
-                                                                    labels, q, B, K, T, alpha);
+    LAUNCH_KERNEL(k_distill_loss, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs,
+                  probs_t, logits, labels, q, B, K, T, alpha);
     LAUNCHED(c, "k_distill_loss");
     return SM_OK;
 }
@@ -567,8 +573,8 @@ static int cuda_distill_backward(backend *be, float *dlogits, const float *probs
     ENTER(be);
     size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(K > 0 ? K : 0);
     if (!n) return SM_OK;
-    LAUNCH_KERNEL(k_distill_backward, grid_for(n, 256), 256, 0, c->stream, dlogits, probs, probs_t, labels, q,
-                                                                K, T, alpha, scale, n);
+    LAUNCH_KERNEL(k_distill_backward, grid_for(n, 256), 256, 0, c->stream, dlogits, probs, probs_t,
+                  labels, q, K, T, alpha, scale, n);
     LAUNCHED(c, "k_distill_backward");
     return SM_OK;
 }
