@@ -730,6 +730,28 @@ static void test_gemm_ops_fp32(void **state)
     gemm_ops();
 }
 
+/* The benchmark's yardstick (gemm_tflops) runs and gives a rate, in each
+ * precision (its operands are filled by a kernel template, BF16 or FP32). */
+static void test_gemm_tflops(void **state)
+{
+    (void)state;
+    const char *precs[] = {"fp32", "tf32", "bf16", "bf16-fast"};
+    for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) {
+        char err[SM_ERR_MAX] = "";
+        double tf = -1;
+        set_precision(precs[i]);
+        int rc = g_gpu->gemm_tflops(g_gpu, 96, 80, 64, 2, &tf, err);
+        if (rc) print_error("gemm_tflops %s: %s\n", precs[i], err);
+        assert_int_equal(rc, SM_OK);
+        assert_true(tf > 0 && isfinite(tf));
+        print_message("  gemm_tflops %-9s 96x80x64: %.3g TFLOP/s\n", precs[i], tf);
+    }
+    char err[SM_ERR_MAX] = "";
+    double tf;
+    assert_int_equal(g_gpu->gemm_tflops(g_gpu, 0, 8, 8, 1, &tf, err), SM_ERR_INVALID);
+    set_precision("fp32");
+}
+
 static void test_gemm_ops_bf16(void **state)
 {
     (void)state;
@@ -1547,6 +1569,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest gpu_tests[] = {
         DEVICE_TEST(test_gemm_ops_fp32),
         DEVICE_TEST(test_gemm_ops_bf16),
+        DEVICE_TEST(test_gemm_tflops),
         DEVICE_TEST(test_elementwise),
         DEVICE_TEST(test_layernorm),
         DEVICE_TEST(test_softmax_and_layouts),
