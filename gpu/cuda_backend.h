@@ -135,7 +135,7 @@ int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *leng
 int launch_merge_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B,
                        int T, int H, int d);
 int launch_softmax_masked(cuda_ctx *c, float *att, const int *lengths, int B, int H, int T,
-                          float scale);
+                          float scale, int zero_pad_rows);
 int launch_dropout(cuda_ctx *c, float *out, const float *in, size_t n, float p,
                    unsigned long long key);
 

@@ -8,6 +8,18 @@
 
 #define WARPS 8 /* rows per 256-thread block in the row kernels */
 
+/* Every kernel launch: LAUNCH_KERNEL(kernel, grid, block, shared bytes,
+ * stream, arguments...). Under nvcc it is the triple-chevron launch; under
+ * the CPU emulator of the tests (tests/cuda_emu, which defines
+ * SM_CUDA_EMU) it queues the grid on the emulated stream. */
+#ifdef SM_CUDA_EMU
+#define LAUNCH_KERNEL(kernel, grid, block, smem, stream, ...) \
+    sm_emu_launch(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
+#else
+#define LAUNCH_KERNEL(kernel, grid, block, smem, stream, ...) \
+    kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
+
 #define GRID_STRIDE(i, n)                                                     \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);   \
          i += (size_t)gridDim.x * blockDim.x)

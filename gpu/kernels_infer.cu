@@ -12,8 +12,10 @@
  * (B,H,T,d) so that one strided-batched GEMM covers every (sequence, head)
  * pair: S = q kᵀ (B·H matrices of T x T), a masked softmax, O = P v, and O
  * is merged back into (B,T,C) with padding rows set to 0. The CPU computes
- * only the unpadded len x len block; here the whole T x T block is computed
- * and the masked keys get probability 0, which gives the same result.
+ * only the unpadded len x len block; here the whole T x T block is computed,
+ * the masked keys get probability 0 and the padding queries' rows are 0,
+ * which gives the same result (and the same att as the CPU's
+ * attention_train).
  */
 #include <math.h>
 
@@ -46,7 +48,7 @@ static int cuda_add(backend *be, float *out, const float *a, const float *b, siz
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_add<<<grid_for(n, 256), 256, 0, c->stream>>>(out, a, b, n);
+    LAUNCH_KERNEL(k_add, grid_for(n, 256), 256, 0, c->stream, out, a, b, n);
     LAUNCHED(c, "k_add");
     return SM_OK;
 }
@@ -55,7 +57,7 @@ static int cuda_gelu(backend *be, float *out, const float *in, size_t n)
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_gelu<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, n);
+    LAUNCH_KERNEL(k_gelu, grid_for(n, 256), 256, 0, c->stream, out, in, n);
     LAUNCHED(c, "k_gelu");
     return SM_OK;
 }
@@ -64,7 +66,7 @@ static int cuda_tanh(backend *be, float *out, const float *in, size_t n)
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_tanh<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, n);
+    LAUNCH_KERNEL(k_tanh, grid_for(n, 256), 256, 0, c->stream, out, in, n);
     LAUNCHED(c, "k_tanh");
     return SM_OK;
 }
@@ -104,7 +106,8 @@ static int cuda_layernorm(backend *be, float *out, float *mean, float *rstd, con
 {
     ENTER(be);
     if (R <= 0 || C <= 0) return SM_OK;
-    k_layernorm<<<row_grid(R), 32 * WARPS, 0, c->stream>>>(out, mean, rstd, in, w, b, R, C, eps);
+    LAUNCH_KERNEL(k_layernorm, row_grid(R), 32 * WARPS, 0, c->stream, out, mean, rstd, in, w, b, R,
+                  C, eps);
     LAUNCHED(c, "k_layernorm");
     return SM_OK;
 }
@@ -112,9 +115,12 @@ static int cuda_layernorm(backend *be, float *out, float *mean, float *rstd, con
 /* ---- softmax ---------------------------------------------------------------------- */
 
 /* att(B,H,T,T), one warp per row: softmax of scale * x over keys j < len,
- * 0 for the masked keys j >= len (every row, padding rows included). */
+ * 0 for the masked keys j >= len (every row, padding rows included; with
+ * zero_pad_rows the rows of padding queries, i >= len, are 0 instead, as
+ * the CPU's attention_train leaves them). The branch is the same for every
+ * lane of the warp (one row per warp). */
 __global__ void k_softmax_masked(float *att, const int *lengths, int H, int T, long long rows,
-                                 float scale)
+                                 float scale, int zero_pad_rows)
 {
     int lane = threadIdx.x & 31;
     WARP_ROWS(r, rows)
@@ -122,6 +128,10 @@ __global__ void k_softmax_masked(float *att, const int *lengths, int H, int T, l
         int b = (int)(r / T / H);
         int len = clamp_len(lengths, b, T);
         float *x = att + (size_t)r * T;
+        if (zero_pad_rows && (int)(r % T) >= len) {
+            for (int j = lane; j < T; j += 32) x[j] = 0.0f;
+            continue;
+        }
         float mx = -INFINITY;
         for (int j = lane; j < len; j += 32) mx = fmaxf(mx, x[j]);
         mx = warp_max(mx);
@@ -138,12 +148,12 @@ __global__ void k_softmax_masked(float *att, const int *lengths, int H, int T, l
 }
 
 int launch_softmax_masked(cuda_ctx *c, float *att, const int *lengths, int B, int H, int T,
-                          float scale)
+                          float scale, int zero_pad_rows)
 {
     long long rows = (long long)B * H * T;
     if (rows <= 0) return SM_OK;
-    k_softmax_masked<<<row_grid(rows), 32 * WARPS, 0, c->stream>>>(att, lengths, H, T, rows,
-                                                                   scale);
+    LAUNCH_KERNEL(k_softmax_masked, row_grid(rows), 32 * WARPS, 0, c->stream, att, lengths, H, T,
+                  rows, scale, zero_pad_rows);
     LAUNCHED(c, "k_softmax_masked");
     return SM_OK;
 }
@@ -152,7 +162,7 @@ static int cuda_softmax_masked(backend *be, float *att, const int *lengths, int 
                                float scale)
 {
     ENTER(be);
-    return launch_softmax_masked(c, att, lengths, B, H, T, scale);
+    return launch_softmax_masked(c, att, lengths, B, H, T, scale, 0);
 }
 
 /* ---- dropout ----------------------------------------------------------------------- */
@@ -187,7 +197,7 @@ int launch_dropout(cuda_ctx *c, float *out, const float *in, size_t n, float p,
     }
     unsigned thr = dropout_threshold(p);
     float inv = 1.0f / (1.0f - p);
-    k_dropout<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, n, thr, inv, key);
+    LAUNCH_KERNEL(k_dropout, grid_for(n, 256), 256, 0, c->stream, out, in, n, thr, inv, key);
     LAUNCHED(c, "k_dropout");
     return SM_OK;
 }
@@ -217,8 +227,8 @@ static int cuda_embed(backend *be, float *out, const int *ids, const int *types,
     ENTER(be);
     size_t n = (size_t)B * T * C;
     if (!n) return SM_OK;
-    k_embed<<<grid_for(n, 256), 256, 0, c->stream>>>(out, ids, types, word, pos, type, task, T,
-                                                     C, pos_offset, n);
+    LAUNCH_KERNEL(k_embed, grid_for(n, 256), 256, 0, c->stream, out, ids, types, word, pos, type,
+                  task, T, C, pos_offset, n);
     LAUNCHED(c, "k_embed");
     return SM_OK;
 }
@@ -245,7 +255,7 @@ int launch_split_qkv(cuda_ctx *c, float *q, float *k, float *v, const float *qkv
 {
     size_t n = (size_t)B * T * 3 * H * d;
     if (!n) return SM_OK;
-    k_split_qkv<<<grid_for(n, 256), 256, 0, c->stream>>>(q, k, v, qkv, T, H, d, n);
+    LAUNCH_KERNEL(k_split_qkv, grid_for(n, 256), 256, 0, c->stream, q, k, v, qkv, T, H, d, n);
     LAUNCHED(c, "k_split_qkv");
     return SM_OK;
 }
@@ -270,7 +280,7 @@ int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *leng
 {
     size_t n = (size_t)B * T * H * d;
     if (!n) return SM_OK;
-    k_split_heads<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, lengths, T, H, d, n);
+    LAUNCH_KERNEL(k_split_heads, grid_for(n, 256), 256, 0, c->stream, out, in, lengths, T, H, d, n);
     LAUNCHED(c, "k_split_heads");
     return SM_OK;
 }
@@ -296,7 +306,7 @@ int launch_merge_heads(cuda_ctx *c, float *out, const float *in, const int *leng
 {
     size_t n = (size_t)B * T * H * d;
     if (!n) return SM_OK;
-    k_merge_heads<<<grid_for(n, 256), 256, 0, c->stream>>>(out, in, lengths, T, H, d, n);
+    LAUNCH_KERNEL(k_merge_heads, grid_for(n, 256), 256, 0, c->stream, out, in, lengths, T, H, d, n);
     LAUNCHED(c, "k_merge_heads");
     return SM_OK;
 }
@@ -328,7 +338,7 @@ static int cuda_gather_cls(backend *be, float *out, const float *x, int B, int T
     ENTER(be);
     size_t n = (size_t)B * C;
     if (!n) return SM_OK;
-    k_gather_cls<<<grid_for(n, 256), 256, 0, c->stream>>>(out, x, T, C, n);
+    LAUNCH_KERNEL(k_gather_cls, grid_for(n, 256), 256, 0, c->stream, out, x, T, C, n);
     LAUNCHED(c, "k_gather_cls");
     return SM_OK;
 }
@@ -346,9 +356,10 @@ static int attention_common(cuda_ctx *c, float *out, float *att, float *att_drop
     float *q = (float *)c->attn.p, *k = q + NC, *v = k + NC, *o = v + NC;
     /* q, k, v (B,H,T,d) */
     TRY(launch_split_qkv(c, q, k, v, qkv, B, T, H, d));
-    /* att(B·H: T x T) = q kᵀ; softmax(scale · att) over unmasked keys */
+    /* att(B·H: T x T) = q kᵀ; softmax(scale · att) over unmasked keys, the
+     * rows of padding queries 0 (backend.h) */
     TRY(cuda_gemm(c, 0, 1, T, T, d, 1.0f, q, d, Td, k, d, Td, 0.0f, att, T, TT, B * H));
-    TRY(launch_softmax_masked(c, att, lengths, B, H, T, scale));
+    TRY(launch_softmax_masked(c, att, lengths, B, H, T, scale, 1));
     const float *P = att;
     if (p > 0.0f) {
         /* element (b,h,i,j) of att has flat index ((b·H + h)·T + i)·T + j, the

@@ -44,7 +44,7 @@ static int cuda_scale(backend *be, float *x, size_t n, float s)
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_scale<<<grid_for(n, 256), 256, 0, c->stream>>>(x, n, s);
+    LAUNCH_KERNEL(k_scale, grid_for(n, 256), 256, 0, c->stream, x, n, s);
     LAUNCHED(c, "k_scale");
     return SM_OK;
 }
@@ -54,7 +54,7 @@ static int cuda_gelu_backward(backend *be, float *din, const float *dout, const 
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_gelu_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(din, dout, in, n);
+    LAUNCH_KERNEL(k_gelu_backward, grid_for(n, 256), 256, 0, c->stream, din, dout, in, n);
     LAUNCHED(c, "k_gelu_backward");
     return SM_OK;
 }
@@ -64,7 +64,7 @@ static int cuda_tanh_backward(backend *be, float *din, const float *dout, const 
 {
     ENTER(be);
     if (!n) return SM_OK;
-    k_tanh_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(din, dout, out, n);
+    LAUNCH_KERNEL(k_tanh_backward, grid_for(n, 256), 256, 0, c->stream, din, dout, out, n);
     LAUNCHED(c, "k_tanh_backward");
     return SM_OK;
 }
@@ -107,9 +107,9 @@ __global__ void k_sumsq_final(float *out, const double *partial, int nb)
 static int cuda_sumsq(backend *be, float *out, const float *x, size_t n)
 {
     ENTER(be);
-    k_sumsq_partial<<<SUMSQ_BLOCKS, 256, 0, c->stream>>>(c->sumsq_partial, x, n);
+    LAUNCH_KERNEL(k_sumsq_partial, SUMSQ_BLOCKS, 256, 0, c->stream, c->sumsq_partial, x, n);
     LAUNCHED(c, "k_sumsq_partial");
-    k_sumsq_final<<<1, 32, 0, c->stream>>>(out, c->sumsq_partial, SUMSQ_BLOCKS);
+    LAUNCH_KERNEL(k_sumsq_final, 1, 32, 0, c->stream, out, c->sumsq_partial, SUMSQ_BLOCKS);
     LAUNCHED(c, "k_sumsq_final");
     return SM_OK;
 }
@@ -199,9 +199,10 @@ static int colsum_add(cuda_ctx *c, float *db, const float *src, int R, int N)
     TRY(growbuf_reserve(c, &c->colsum, (size_t)chunks * N * sizeof(float), "column sums"));
     float *partial = (float *)c->colsum.p;
     dim3 grid((unsigned)((N + CS_X - 1) / CS_X), (unsigned)chunks), block(CS_X, CS_Y);
-    k_colsum_partial<<<grid, block, 0, c->stream>>>(partial, src, R, N, rpc);
+    LAUNCH_KERNEL(k_colsum_partial, grid, block, 0, c->stream, partial, src, R, N, rpc);
     LAUNCHED(c, "k_colsum_partial");
-    k_colsum_finish<<<grid_for((size_t)N, 256), 256, 0, c->stream>>>(db, partial, chunks, N);
+    LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)N, 256), 256, 0, c->stream, db, partial, chunks,
+                  N);
     LAUNCHED(c, "k_colsum_finish");
     return SM_OK;
 }
@@ -264,14 +265,15 @@ static int cuda_layernorm_backward(backend *be, float *din, float *dw, float *db
     TRY(growbuf_reserve(c, &c->colsum, 2 * (size_t)chunks * C * sizeof(float), "column sums"));
     float *pw = (float *)c->colsum.p, *pb = pw + (size_t)chunks * C;
     dim3 grid((unsigned)((C + CS_X - 1) / CS_X), (unsigned)chunks), block(CS_X, CS_Y);
-    k_ln_colsum_partial<<<grid, block, 0, c->stream>>>(pw, pb, dout, in, mean, rstd, R, C, rpc);
+    LAUNCH_KERNEL(k_ln_colsum_partial, grid, block, 0, c->stream, pw, pb, dout, in, mean, rstd, R,
+                  C, rpc);
     LAUNCHED(c, "k_ln_colsum_partial");
-    k_colsum_finish<<<grid_for((size_t)C, 256), 256, 0, c->stream>>>(dw, pw, chunks, C);
+    LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)C, 256), 256, 0, c->stream, dw, pw, chunks, C);
     LAUNCHED(c, "k_colsum_finish");
-    k_colsum_finish<<<grid_for((size_t)C, 256), 256, 0, c->stream>>>(db, pb, chunks, C);
+    LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)C, 256), 256, 0, c->stream, db, pb, chunks, C);
     LAUNCHED(c, "k_colsum_finish");
-    k_ln_backward_rows<<<row_grid(R), 32 * WARPS, 0, c->stream>>>(din, dout, in, mean, rstd, w,
-                                                                  R, C);
+    LAUNCH_KERNEL(k_ln_backward_rows, row_grid(R), 32 * WARPS, 0, c->stream, din, dout, in, mean,
+                  rstd, w, R, C);
     LAUNCHED(c, "k_ln_backward_rows");
     return SM_OK;
 }
@@ -344,13 +346,15 @@ static int cuda_attention_backward(backend *be, float *dqkv, float *datt, float 
     /* back through the dropout (same mask), then the softmax */
     if (p > 0.0f) TRY(launch_dropout(c, datt, datt, (size_t)BH * TT, p, key));
     long long rows = (long long)BH * T;
-    k_softmax_backward<<<row_grid(rows), 32 * WARPS, 0, c->stream>>>(datt, att, rows, T, scale);
+    LAUNCH_KERNEL(k_softmax_backward, row_grid(rows), 32 * WARPS, 0, c->stream, datt, att, rows, T,
+                  scale);
     LAUNCHED(c, "k_softmax_backward");
     /* dq = dS k; dk = dSᵀ q */
     TRY(cuda_gemm(c, 0, 0, T, d, T, 1.0f, datt, T, TT, k, d, Td, 0.0f, dq, d, Td, BH));
     TRY(cuda_gemm(c, 1, 0, T, d, T, 1.0f, datt, T, TT, q, d, Td, 0.0f, dk, d, Td, BH));
     size_t n = 3 * NC;
-    k_merge_qkv<<<grid_for(n, 256), 256, 0, c->stream>>>(dqkv, dq, dk, dv, lengths, T, H, d, n);
+    LAUNCH_KERNEL(k_merge_qkv, grid_for(n, 256), 256, 0, c->stream, dqkv, dq, dk, dv, lengths, T, H,
+                  d, n);
     LAUNCHED(c, "k_merge_qkv");
     return SM_OK;
 }
@@ -399,11 +403,11 @@ static int scatter_add(cuda_ctx *c, float *dst, const float *src, const int *row
     int *dplan = (int *)c->plan.p;
     TRY(stage_upload(c, dplan, pl->buf, pl->n_ints * sizeof(int)));
     unsigned cblocks = (unsigned)((C + SEG_THREADS - 1) / SEG_THREADS);
-    k_seg_sum<<<dim3((unsigned)pl->n_segs, cblocks), SEG_THREADS, 0, c->stream>>>(
-        (float *)c->seg.p, src, dplan + pl->off_order, dplan + pl->off_seg_start, C);
+    LAUNCH_KERNEL(k_seg_sum, dim3((unsigned)pl->n_segs, cblocks), SEG_THREADS, 0, c->stream,
+                  (float *)c->seg.p, src, dplan + pl->off_order, dplan + pl->off_seg_start, C);
     LAUNCHED(c, "k_seg_sum");
-    k_seg_finish<<<dim3((unsigned)pl->n_rows, cblocks), SEG_THREADS, 0, c->stream>>>(
-        dst, (const float *)c->seg.p, dplan + pl->off_row, dplan + pl->off_row_seg, C);
+    LAUNCH_KERNEL(k_seg_finish, dim3((unsigned)pl->n_rows, cblocks), SEG_THREADS, 0, c->stream, dst,
+                  (const float *)c->seg.p, dplan + pl->off_row, dplan + pl->off_row_seg, C);
     LAUNCHED(c, "k_seg_finish");
     return SM_OK;
 }
@@ -455,7 +459,7 @@ static int cuda_scatter_cls(backend *be, float *dx, const float *dcls, int B, in
     ENTER(be);
     size_t n = (size_t)B * T * C;
     if (!n) return SM_OK;
-    k_scatter_cls<<<grid_for(n, 256), 256, 0, c->stream>>>(dx, dcls, T, C, n);
+    LAUNCH_KERNEL(k_scatter_cls, grid_for(n, 256), 256, 0, c->stream, dx, dcls, T, C, n);
     LAUNCHED(c, "k_scatter_cls");
     return SM_OK;
 }
@@ -494,8 +498,8 @@ static int cuda_cross_entropy(backend *be, float *losses, float *probs, const fl
 {
     ENTER(be);
     if (B <= 0 || K <= 0) return SM_OK;
-    k_cross_entropy<<<grid_for((size_t)B, 128), 128, 0, c->stream>>>(losses, probs, logits,
-                                                                     labels, B, K);
+    LAUNCH_KERNEL(k_cross_entropy, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs,
+                  logits, labels, B, K);
     LAUNCHED(c, "k_cross_entropy");
     return SM_OK;
 }
@@ -506,8 +510,8 @@ static int cuda_cross_entropy_backward(backend *be, float *dlogits, const float 
     ENTER(be);
     size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(K > 0 ? K : 0);
     if (!n) return SM_OK;
-    k_cross_entropy_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(dlogits, probs, labels, K,
-                                                                      scale, n);
+    LAUNCH_KERNEL(k_cross_entropy_backward, grid_for(n, 256), 256, 0, c->stream, dlogits, probs,
+                  labels, K, scale, n);
     LAUNCHED(c, "k_cross_entropy_backward");
     return SM_OK;
 }
@@ -556,8 +560,8 @@ static int cuda_distill_loss(backend *be, float *losses, float *probs, float *pr
 {
     ENTER(be);
     if (B <= 0 || K <= 0) return SM_OK;
-    k_distill_loss<<<grid_for((size_t)B, 128), 128, 0, c->stream>>>(losses, probs, probs_t, logits,
-                                                                    labels, q, B, K, T, alpha);
+    LAUNCH_KERNEL(k_distill_loss, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs,
+                  probs_t, logits, labels, q, B, K, T, alpha);
     LAUNCHED(c, "k_distill_loss");
     return SM_OK;
 }
@@ -569,20 +573,26 @@ static int cuda_distill_backward(backend *be, float *dlogits, const float *probs
     ENTER(be);
     size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(K > 0 ? K : 0);
     if (!n) return SM_OK;
-    k_distill_backward<<<grid_for(n, 256), 256, 0, c->stream>>>(dlogits, probs, probs_t, labels, q,
-                                                                K, T, alpha, scale, n);
+    LAUNCH_KERNEL(k_distill_backward, grid_for(n, 256), 256, 0, c->stream, dlogits, probs, probs_t,
+                  labels, q, K, T, alpha, scale, n);
     LAUNCHED(c, "k_distill_backward");
     return SM_OK;
 }
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay,
+/* coef != 1: the gradient is clipped first (g *= coef, written back), as
+ * cpu/optimizer_cpu.c does it. */
+__global__ void k_adamw(float *p, float *g, float *m, float *v, size_t n, float coef, float decay,
                         float step, float bc2_sqrt, float a1, float beta2, float a2, float eps)
 {
     GRID_STRIDE(i, n)
     {
         float gi = g[i];
+        if (coef != 1.0f) {
+            gi *= coef;
+            g[i] = gi;
+        }
         float pi = p[i] * decay;
         float mi = m[i] + (gi - m[i]) * a1;
         float vi = v[i] * beta2 + gi * gi * a2;
@@ -593,10 +603,11 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
     }
 }
 
-static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay, int t)
+/* The AdamW step on n elements, with the gradient first scaled by coef
+ * (1: as it is). */
+static int adamw_launch(cuda_ctx *c, float *p, float *g, float *m, float *v, size_t n, float coef,
+                        float lr, float beta1, float beta2, float eps, float weight_decay, int t)
 {
-    ENTER(be);
     if (!n) return SM_OK;
     if (t < 1) return cu_error(c, SM_ERR_INVALID, "adamw: step %d (expected >= 1)", t);
     /* the scalars as the CPU (and torch) compute them, in double */
@@ -604,27 +615,36 @@ static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v,
     float decay = weight_decay != 0.0f ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
     float step = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    k_adamw<<<grid_for(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, decay, step, bc2_sqrt, a1,
-                                                     beta2, a2, eps);
+    LAUNCH_KERNEL(k_adamw, grid_for(n, 256), 256, 0, c->stream, p, g, m, v, n, coef, decay, step,
+                  bc2_sqrt, a1, beta2, a2, eps);
     LAUNCHED(c, "k_adamw");
     return SM_OK;
 }
 
-/* The optimizer's step: clipping, then one k_adamw launch per run (a run is
- * a large contiguous range, so a handful of launches per step). */
+static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int t)
+{
+    ENTER(be);
+    /* coef 1: g is only read */
+    return adamw_launch(c, p, (float *)g, m, v, n, 1.0f, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+/* The optimizer's step (backend.h): one k_adamw launch per run (a run is a
+ * large contiguous range, so a handful of launches per step), each clipping
+ * its own gradients first when coef != 1; floats outside the runs are not
+ * touched. */
 static int cuda_adamw_step(backend *be, float *params, float *grads, float *m, float *v,
                            const backend_adamw_run *runs, int n_runs, size_t total, float coef,
                            float lr, float head_lr, float beta1, float beta2, float eps,
                            float weight_decay, int t)
 {
-    int rc;
-    if (coef < 1.0f && (rc = cuda_scale(be, grads, total, coef))) return rc;
+    ENTER(be);
+    (void)total;
     for (int i = 0; i < n_runs; i++) {
         const backend_adamw_run *r = &runs[i];
-        rc = cuda_adamw(be, params + r->offset, grads + r->offset, m + r->offset, v + r->offset,
-                        r->n, r->head ? head_lr : lr, beta1, beta2, eps,
-                        r->decay ? weight_decay : 0.0f, t);
-        if (rc) return rc;
+        TRY(adamw_launch(c, params + r->offset, grads + r->offset, m + r->offset, v + r->offset,
+                         r->n, coef, r->head ? head_lr : lr, beta1, beta2, eps,
+                         r->decay ? weight_decay : 0.0f, t));
     }
     return SM_OK;
 }
@@ -657,7 +677,7 @@ static int cuda_gather_rows(backend *be, float *out, const float *x, const int *
     ENTER(be);
     size_t n = (size_t)(M > 0 ? M : 0) * (size_t)(C > 0 ? C : 0);
     if (!n) return SM_OK;
-    k_gather_rows<<<grid_for(n, 256), 256, 0, c->stream>>>(out, x, rows, C, n);
+    LAUNCH_KERNEL(k_gather_rows, grid_for(n, 256), 256, 0, c->stream, out, x, rows, C, n);
     LAUNCHED(c, "k_gather_rows");
     return SM_OK;
 }
@@ -670,7 +690,7 @@ static int cuda_scatter_rows(backend *be, float *dx, const float *dout, const in
     CU(c, cudaMemsetAsync(dx, 0, (size_t)N * C * sizeof(float), c->stream));
     size_t n = (size_t)(M > 0 ? M : 0) * (size_t)C;
     if (!n) return SM_OK;
-    k_scatter_rows<<<grid_for(n, 256), 256, 0, c->stream>>>(dx, dout, rows, C, n);
+    LAUNCH_KERNEL(k_scatter_rows, grid_for(n, 256), 256, 0, c->stream, dx, dout, rows, C, n);
     LAUNCHED(c, "k_scatter_rows");
     return SM_OK;
 }

@@ -16,6 +16,12 @@
  *       when that names one, else bf16. Destroy with be->destroy(be).
  *   sentiment_cuda_device_count(&n, err)
  *       SM_OK and n >= 1, or SM_ERR_DEVICE, n = 0 and the reason in err.
+ *   sentiment_cuda_versions(&driver, &runtime, &cublas, err)
+ *       The CUDA version the driver supports (cudaDriverGetVersion: 13000
+ *       is 13.0; 0 without a driver), the runtime linked into the plugin
+ *       (cudaRuntimeGetVersion) and the cuBLAS that was loaded (major *
+ *       10000 + minor * 100 + patch). Needs no GPU; SM_ERR_DEVICE when a
+ *       query fails. scripts/gpu-check.sh prints them first.
  * The precision (fp32, tf32, bf16, bf16-fast), the memory free, the last
  * error and the GEMM yardstick are slots of the backend itself
  * (set_precision, mem_info, last_error, gemm_tflops in backend.h):
@@ -43,12 +49,14 @@ extern "C" {
 typedef int (*sentiment_cuda_backend_create_fn)(int device, backend **out, char *desc,
                                                 size_t desc_cap, char *err);
 typedef int (*sentiment_cuda_device_count_fn)(int *count, char *err);
+typedef int (*sentiment_cuda_versions_fn)(int *driver, int *runtime, int *cublas, char *err);
 
 #ifdef SM_CUDA_PLUGIN_BUILD
 #define SM_CUDA_EXPORT __attribute__((visibility("default")))
 SM_CUDA_EXPORT int sentiment_cuda_backend_create(int device, backend **out, char *desc,
                                                  size_t desc_cap, char *err);
 SM_CUDA_EXPORT int sentiment_cuda_device_count(int *count, char *err);
+SM_CUDA_EXPORT int sentiment_cuda_versions(int *driver, int *runtime, int *cublas, char *err);
 #endif
 
 #ifdef __cplusplus

@@ -214,9 +214,10 @@ struct backend {
     int (*dropout)(backend *be, float *out, const float *in, size_t n,
                    float p, unsigned long long key);
     /* attention with dropout on the probabilities: att(B,H,T,T) keeps the
-     * softmax probabilities (as attention does); with p > 0 the output uses
-     * them dropped (element index (b,h,i,j) of att, key), written to the
-     * scratch att_drop(B,H,T,T), which may be NULL when p == 0. */
+     * softmax probabilities (as attention does), and its rows i >=
+     * lengths[b] (padding queries) are written 0; with p > 0 the output
+     * uses them dropped (element index (b,h,i,j) of att, key), written to
+     * the scratch att_drop(B,H,T,T), which may be NULL when p == 0. */
     int (*attention_train)(backend *be, float *out, float *att,
                            float *att_drop, const float *qkv,
                            const int *lengths, int B, int T, int H, int d,
@@ -267,10 +268,14 @@ struct backend {
     int (*adamw)(backend *be, float *p, const float *g, float *m, float *v,
                  size_t n, float lr, float beta1, float beta2, float eps,
                  float weight_decay, int t);
-    /* The optimizer's whole step, fused: grads(total) *= coef (gradient
-     * clipping; 1: none), then the adamw step above on each run of `runs`,
-     * with weight_decay where run.decay, at learning rate lr, or head_lr
-     * where run.head. Floats outside the runs are left alone. */
+    /* The optimizer's whole step, fused, on each run of `runs` (ranges of
+     * the arenas of `total` floats): when coef != 1 (gradient clipping; 1:
+     * none) the run's gradients are multiplied by coef first and written
+     * back, then the adamw step above runs on them, with weight_decay where
+     * run.decay, at learning rate lr, or head_lr where run.head. Floats
+     * outside the runs (parameters, gradients and moments) are left alone.
+     * The multiply-adds may be fused (FMA) or not, so backends agree within
+     * rounding, not bit for bit. */
     int (*adamw_step)(backend *be, float *params, float *grads, float *m,
                       float *v, const backend_adamw_run *runs, int n_runs,
                       size_t total, float coef, float lr, float head_lr,

@@ -4,8 +4,19 @@
  * The plugin is dlopen'd through the seam sentiment.so uses
  * ($SENTIMENT_CUDA_PLUGIN, else $BUILD/sentiment_cuda.so, else
  * build/sentiment_cuda.so). Without the plugin or without a GPU the device
- * tests print "skipped: no CUDA device (<why>)" and the test passes; the
- * host-side checks below run everywhere:
+ * tests print "skipped: no CUDA device (<why>)" and the test passes.
+ *
+ * Built with -DSM_CUDA_EMU_TEST (build/tests/test_cuda_emu, part of make
+ * test) the same tests run on the plugin compiled for the CUDA emulator
+ * (tests/cuda_emu: $SENTIMENT_CUDA_PLUGIN, else
+ * $BUILD/tests/sentiment_cuda_emu.so), twice: with SENTIMENT_CUDA_SYNC=1,
+ * and without it with blocks and threads run last to first
+ * (SENTIMENT_CUDA_EMU_ORDER=reverse; set SENTIMENT_CUDA_SYNC to run one
+ * pass), and every device test
+ * also fails when the emulator reported a fault (a barrier or shuffle
+ * misuse, memory outside an allocation, bad cuBLAS arguments) that the
+ * plugin did not turn into an error. Same shapes, same tolerances.
+ * Either way the host-side checks below run everywhere:
  *   - the row-major -> column-major cuBLAS mapping (gpu/gemm_plan.h) against
  *     a plain column-major GEMM,
  *   - the embedding scatter plan (gpu/scatter_plan.c),
@@ -38,7 +49,7 @@
  *   tanh, tanh_backward      1e-5     -
  *   add, scale, embed,       1e-6     -        same arithmetic
  *   split/merge, cls, rows,
- *   dropout, adamw
+ *   dropout, adamw(_step)
  *   embed_backward           1e-5     -        different summation order
  *   cross_entropy(_backward) 1e-6     -        double on both
  *   sumsq                    1e-6     -        double partials, different order
@@ -102,6 +113,7 @@ static const tol_entry k_tol[] = {
     {"scatter_rows", 1e-6, -1},
     {"dropout", 1e-6, -1},
     {"adamw", 1e-6, -1},
+    {"adamw_step", 1e-6, -1},
     {"embed_backward", 1e-5, -1},
     {"cross_entropy", 1e-6, -1},
     {"cross_entropy_backward", 1e-6, -1},
@@ -192,7 +204,17 @@ static struct {
     int devices;
     sentiment_cuda_backend_create_fn create;
     sentiment_cuda_device_count_fn count;
+    sentiment_cuda_versions_fn versions;
+    /* the emulated plugin's fault count and first message (NULL elsewhere) */
+    int (*emu_faults)(void);
+    const char *(*emu_first_fault)(void);
 } P;
+
+#ifdef SM_CUDA_EMU_TEST
+#define PLUGIN_FILE "tests/sentiment_cuda_emu.so"
+#else
+#define PLUGIN_FILE "sentiment_cuda.so"
+#endif
 
 static int plugin_open(void)
 {
@@ -201,7 +223,7 @@ static int plugin_open(void)
     if (env && *env)
         snprintf(P.path, sizeof P.path, "%s", env);
     else
-        snprintf(P.path, sizeof P.path, "%s/sentiment_cuda.so", build && *build ? build : "build");
+        snprintf(P.path, sizeof P.path, "%s/" PLUGIN_FILE, build && *build ? build : "build");
     if (access(P.path, R_OK) != 0) {
         snprintf(P.why, sizeof P.why, "the CUDA plugin %.400s was not built: no nvcc, or a sanitizer build",
                  P.path);
@@ -222,7 +244,16 @@ static int plugin_open(void)
     } while (0)
     SYM(create, "sentiment_cuda_backend_create");
     SYM(count, "sentiment_cuda_device_count");
+    SYM(versions, "sentiment_cuda_versions");
 #undef SYM
+    *(void **)&P.emu_faults = dlsym(P.handle, "sentiment_cuda_emu_faults");
+    *(void **)&P.emu_first_fault = dlsym(P.handle, "sentiment_cuda_emu_first_fault");
+#ifdef SM_CUDA_EMU_TEST
+    if (!P.emu_faults || !P.emu_first_fault) {
+        snprintf(P.why, sizeof P.why, "%.400s is not the emulated plugin", P.path);
+        return -1;
+    }
+#endif
     char err[SM_ERR_MAX] = "";
     if (P.count(&P.devices, err) != SM_OK) {
         /* the message says "no CUDA device: <why>"; keep the why */
@@ -426,7 +457,8 @@ static void test_tolerance_plumbing(void **state)
                          "layernorm_backward", "gelu_backward", "tanh_backward", "dropout",
                          "attention_train", "attention_backward", "embed_backward", "scatter_cls",
                          "cross_entropy", "cross_entropy_backward", "distill_loss",
-                         "distill_backward", "adamw", "gather_rows", "scatter_rows"};
+                         "distill_backward", "adamw", "adamw_step", "gather_rows",
+                         "scatter_rows"};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         assert_true(tol_of(ops[i], 0) >= 0);
         assert_true(tol_of(ops[i], 1) >= tol_of(ops[i], 0));
@@ -470,7 +502,10 @@ static void test_plugin_errors(void **state)
         assert_non_null(strstr(err, "does not exist"));
         print_message("create(%d): %s\n", n, err);
     }
-    /* the plugin exports create and count only: the rest is the backend table */
+    int drv = -1, rt = -1, blas = -1;
+    assert_int_equal(P.versions(&drv, &rt, &blas, err), SM_OK);
+    assert_true(drv >= 0 && rt >= 1000 && blas >= 10000);
+    /* the plugin exports create, count and versions only: the rest is the backend table */
     const char *gone[] = {"sentiment_cuda_set_precision", "sentiment_cuda_mem_info",
                           "sentiment_cuda_last_error", "sentiment_cuda_gemm_tflops"};
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) assert_null(dlsym(P.handle, gone[i]));
@@ -693,6 +728,28 @@ static void test_gemm_ops_fp32(void **state)
     (void)state;
     set_precision("fp32");
     gemm_ops();
+}
+
+/* The benchmark's yardstick (gemm_tflops) runs and gives a rate, in each
+ * precision (its operands are filled by a kernel template, BF16 or FP32). */
+static void test_gemm_tflops(void **state)
+{
+    (void)state;
+    const char *precs[] = {"fp32", "tf32", "bf16", "bf16-fast"};
+    for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) {
+        char err[SM_ERR_MAX] = "";
+        double tf = -1;
+        set_precision(precs[i]);
+        int rc = g_gpu->gemm_tflops(g_gpu, 96, 80, 64, 2, &tf, err);
+        if (rc) print_error("gemm_tflops %s: %s\n", precs[i], err);
+        assert_int_equal(rc, SM_OK);
+        assert_true(tf > 0 && isfinite(tf));
+        print_message("  gemm_tflops %-9s 96x80x64: %.3g TFLOP/s\n", precs[i], tf);
+    }
+    char err[SM_ERR_MAX] = "";
+    double tf;
+    assert_int_equal(g_gpu->gemm_tflops(g_gpu, 0, 8, 8, 1, &tf, err), SM_ERR_INVALID);
+    set_precision("fp32");
 }
 
 static void test_gemm_ops_bf16(void **state)
@@ -1007,7 +1064,8 @@ static void run_attention(int B, int T, int H, int d, const int *len, float p)
     GPU_OK(g_gpu->attention_train(g_gpu, out.d, att.d, drop.d, qkv.d, lengths.d, B, T, H, d,
                                   scale, p, key));
     check("attention_train", what, &out, NULL);
-    check("attention_train", "probabilities", &att, rows);
+    /* every row: those of padding queries are 0 (backend.h) */
+    check("attention_train", "probabilities", &att, NULL);
     if (p > 0) check("attention_train", "dropped", &drop, block);
 
     /* backward from each side's own forward; dout nonzero on padding rows */
@@ -1116,6 +1174,53 @@ static void test_loss_and_adamw(void **state)
             check("adamw", "m", &m, NULL);
             check("adamw", "v", &v, NULL);
         }
+
+    /* adamw_step: two runs with gaps around them; clipping (coef != 1, below
+     * and above 1) scales the runs' gradients only, and nothing outside the
+     * runs changes, on either side */
+    size_t total = 5000;
+    const backend_adamw_run runs[2] = {{100, 2000, 1, 0}, {2500, 2000, 0, 1}};
+    for (int k = 0; k < 3; k++) {
+        float coef = k == 0 ? 0.5f : (k == 1 ? 1.25f : 1.0f);
+        fbuf P = fb_rand(total, 1), G = fb_rand(total, 0.1f), M = fb_rand(total, 0.01f),
+             V = fb_new(total);
+        for (size_t i = 0; i < total; i++) V.h[i] = uniform(0, 1e-3f);
+        fb_push(&V);
+        fbuf *all[4] = {&P, &G, &M, &V};
+        float *before[4];
+        for (int a = 0; a < 4; a++) {
+            before[a] = malloc(total * sizeof(float));
+            memcpy(before[a], all[a]->h, total * sizeof(float));
+        }
+        CPU_OK(g_cpu->adamw_step(g_cpu, P.h, G.h, M.h, V.h, runs, 2, total, coef, 1e-3f, 5e-3f,
+                                 0.9f, 0.999f, 1e-8f, 0.01f, 3));
+        GPU_OK(g_gpu->adamw_step(g_gpu, P.d, G.d, M.d, V.d, runs, 2, total, coef, 1e-3f, 5e-3f,
+                                 0.9f, 0.999f, 1e-8f, 0.01f, 3));
+        const char *names[4] = {"p", "grads", "m", "v"};
+        for (int a = 0; a < 4; a++) {
+            char what[48];
+            snprintf(what, sizeof what, "coef %.2f %s", coef, names[a]);
+            check("adamw_step", what, all[a], NULL);
+            float *got = fb_pull(all[a]);
+            for (size_t i = 0; i < total; i++) {
+                int inside = (i >= 100 && i < 2100) || (i >= 2500 && i < 4500);
+                if (inside) continue;
+                if (got[i] != before[a][i] || all[a]->h[i] != before[a][i])
+                    print_error("adamw_step coef %.2f: %s[%zu] outside the runs changed: cpu %g "
+                                "gpu %g, was %g\n",
+                                coef, names[a], i, all[a]->h[i], got[i], before[a][i]);
+                assert_true(got[i] == before[a][i] && all[a]->h[i] == before[a][i]);
+            }
+            /* the clipped gradients inside the runs */
+            if (a == 1)
+                assert_true(all[a]->h[150] == before[a][150] * coef &&
+                            got[2600] == before[a][2600] * coef);
+            free(got);
+            free(before[a]);
+            fb_free(all[a]);
+        }
+    }
+
     ib_free(&labels);
     fb_free(&logits);
     fb_free(&losses);
@@ -1373,6 +1478,17 @@ static int gpu_setup(void **state)
     return 0;
 }
 
+/* After each device test: a fault the emulator saw fails the test even
+ * when the plugin swallowed the error it caused. */
+static int emu_faults_teardown(void **state)
+{
+    (void)state;
+    if (!P.emu_faults || !P.emu_faults()) return 0;
+    print_error("the CUDA emulator reported %d fault(s); the first: %s\n", P.emu_faults(),
+                P.emu_first_fault());
+    return -1;
+}
+
 static int gpu_teardown(void **state)
 {
     (void)state;
@@ -1382,8 +1498,47 @@ static int gpu_teardown(void **state)
     return 0;
 }
 
-int main(void)
+/* test_cuda --versions: what scripts/gpu-check.sh prints first, in a
+ * second: the plugin, the CUDA driver, runtime and cuBLAS versions, and the
+ * device (or why there is none). Exits 0 with a device, 2 without, 1 when
+ * the plugin does not load. */
+static int print_versions(void)
 {
+    if (plugin_open() != 0) {
+        printf("plugin: %s: %s\n", P.path, P.why);
+        return 1;
+    }
+    char err[SM_ERR_MAX] = "";
+    int drv = 0, rt = 0, blas = 0;
+    if (P.versions(&drv, &rt, &blas, err) != SM_OK) {
+        printf("plugin: %s: %s\n", P.path, err);
+        return 1;
+    }
+    printf("plugin: %s\n", P.path);
+    printf("CUDA driver: %d.%d%s\n", drv / 1000, drv % 1000 / 10, drv ? "" : " (no driver)");
+    printf("CUDA runtime: %d.%d\n", rt / 1000, rt % 1000 / 10);
+    printf("cuBLAS: %d.%d.%d\n", blas / 10000, blas / 100 % 100, blas % 100);
+    if (P.devices < 1) {
+        printf("device: none (%s)\n", P.why);
+        return 2;
+    }
+    backend *be = NULL;
+    char desc[256] = "";
+    if (P.create(0, &be, desc, sizeof desc, err) != SM_OK) {
+        printf("device: cuda:0 of %d: %s\n", P.devices, err);
+        return 2;
+    }
+    size_t fr = 0, tot = 0;
+    be->mem_info(be, &fr, &tot);
+    printf("device: %s (%d device%s), %.1f of %.1f GiB free\n", desc, P.devices,
+           P.devices == 1 ? "" : "s", fr / 1073741824.0, tot / 1073741824.0);
+    be->destroy(be);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--versions")) return print_versions();
     const char *seed_env = getenv("SENTIMENT_TEST_SEED");
     uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
                                           : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -1401,24 +1556,56 @@ int main(void)
     int failed = cmocka_run_group_tests_name("cuda host-side", host_tests, NULL, NULL);
 
     if (!have_plugin || P.devices < 1) {
+#ifdef SM_CUDA_EMU_TEST
+        /* the emulated plugin is built with the test: not finding it is a failure */
+        printf("test_cuda_emu: FAILED: no emulated device (%s)\n", P.why);
+        return 1;
+#endif
         printf("test_cuda: device tests skipped: no CUDA device (%s)\n", P.why);
         fflush(stdout);
         return failed ? 1 : 0;
     }
+#define DEVICE_TEST(f) cmocka_unit_test_teardown(f, emu_faults_teardown)
     const struct CMUnitTest gpu_tests[] = {
-        cmocka_unit_test(test_gemm_ops_fp32),
-        cmocka_unit_test(test_gemm_ops_bf16),
-        cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_softmax_and_layouts),
-        cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_embed),
-        cmocka_unit_test(test_attention_fp32),
-        cmocka_unit_test(test_attention_bf16),
-        cmocka_unit_test(test_loss_and_adamw),
-        cmocka_unit_test(test_models),
-        cmocka_unit_test(test_training_curve),
+        DEVICE_TEST(test_gemm_ops_fp32),
+        DEVICE_TEST(test_gemm_ops_bf16),
+        DEVICE_TEST(test_gemm_tflops),
+        DEVICE_TEST(test_elementwise),
+        DEVICE_TEST(test_layernorm),
+        DEVICE_TEST(test_softmax_and_layouts),
+        DEVICE_TEST(test_dropout),
+        DEVICE_TEST(test_embed),
+        DEVICE_TEST(test_attention_fp32),
+        DEVICE_TEST(test_attention_bf16),
+        DEVICE_TEST(test_loss_and_adamw),
+        DEVICE_TEST(test_models),
+        DEVICE_TEST(test_training_curve),
     };
-    failed += cmocka_run_group_tests_name("cuda vs cpu", gpu_tests, gpu_setup, gpu_teardown);
+#undef DEVICE_TEST
+    /* The emulator runs the group with per-op synchronisation and without
+     * (the plugin reads SENTIMENT_CUDA_SYNC when a backend is made); on a
+     * GPU, and when SENTIMENT_CUDA_SYNC is set, once as the environment says. */
+    const char *sync_env = getenv("SENTIMENT_CUDA_SYNC");
+    int emu_both = P.emu_faults && !(sync_env && *sync_env);
+    for (int pass = 0; pass < (emu_both ? 2 : 1); pass++) {
+        char name[96];
+        if (emu_both) {
+            setenv("SENTIMENT_CUDA_SYNC", pass ? "0" : "1", 1);
+            /* the second pass runs blocks and threads last to first */
+            if (pass) setenv("SENTIMENT_CUDA_EMU_ORDER", "reverse", 1);
+        }
+        const char *mode = getenv("SENTIMENT_CUDA_SYNC");
+        const char *order = getenv("SENTIMENT_CUDA_EMU_ORDER");
+        snprintf(name, sizeof name, "cuda vs cpu%s%s%s", P.emu_faults ? " (emulated)" : "",
+                 mode && mode[0] == '1' ? ", SENTIMENT_CUDA_SYNC=1" : ", unsynchronised",
+                 P.emu_faults && order && !strcmp(order, "reverse") ? ", threads in reverse order" : "");
+        printf("test_cuda: %s\n", name);
+        fflush(stdout);
+        failed += cmocka_run_group_tests_name(name, gpu_tests, gpu_setup, gpu_teardown);
+    }
+    if (emu_both) {
+        unsetenv("SENTIMENT_CUDA_SYNC");
+        unsetenv("SENTIMENT_CUDA_EMU_ORDER");
+    }
     return failed ? 1 : 0;
 }
