@@ -466,19 +466,45 @@ static int cuda_scatter_cls(backend *be, float *dx, const float *dcls, int B, in
 
 /* ---- loss ----------------------------------------------------------------------------------- */
 
-/* One thread per example, in double as the CPU. */
+/* Sums and maxima over the 32 lanes of a warp, in double. */
+__device__ __forceinline__ double warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_max_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The softmax of a row z(K) / T into out, by one warp: each lane takes
+ * every 32nd logit, the maximum and the sum of exponentials are reduced
+ * over the warp in double (as the CPU sums in double; the order differs).
+ * Returns log Σ exp(z / T) for every lane. */
+__device__ static double warp_softmax_row(float *out, const float *z, int K, double T, int lane)
+{
+    double mx = -HUGE_VAL, sum = 0.0;
+    for (int k = lane; k < K; k += 32) mx = fmax(mx, z[k] / T);
+    mx = warp_max_d(mx);
+    for (int k = lane; k < K; k += 32) sum += exp(z[k] / T - mx);
+    sum = warp_sum_d(sum);
+    for (int k = lane; k < K; k += 32) out[k] = (float)(exp(z[k] / T - mx) / sum);
+    return mx + log(sum);
+}
+
+/* One warp per example, so a vocabulary-sized K (the masked-LM loss) is
+ * spread over the GPU rather than serial in one thread. */
 __global__ void k_cross_entropy(float *losses, float *probs, const float *logits,
                                 const int *labels, int B, int K)
 {
-    GRID_STRIDE(b, (size_t)B)
+    int lane = threadIdx.x & 31;
+    WARP_ROWS(b, B)
     {
-        const float *z = logits + b * K;
-        float *pr = probs + b * K;
-        double mx = z[0], sum = 0.0;
-        for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
-        for (int k = 0; k < K; k++) sum += exp((double)z[k] - mx);
-        for (int k = 0; k < K; k++) pr[k] = (float)(exp((double)z[k] - mx) / sum);
-        losses[b] = (float)(log(sum) + mx - z[labels[b]]);
+        const float *z = logits + (size_t)b * K;
+        double lse = warp_softmax_row(probs + (size_t)b * K, z, K, 1.0, lane);
+        if (lane == 0) losses[b] = (float)(lse - z[labels[b]]);
     }
 }
 
@@ -498,8 +524,8 @@ static int cuda_cross_entropy(backend *be, float *losses, float *probs, const fl
 {
     ENTER(be);
     if (B <= 0 || K <= 0) return SM_OK;
-    LAUNCH_KERNEL(k_cross_entropy, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs,
-                  logits, labels, B, K);
+    LAUNCH_KERNEL(k_cross_entropy, row_grid(B), 32 * WARPS, 0, c->stream, losses, probs, logits,
+                  labels, B, K);
     LAUNCHED(c, "k_cross_entropy");
     return SM_OK;
 }
@@ -516,28 +542,22 @@ static int cuda_cross_entropy_backward(backend *be, float *dlogits, const float 
     return SM_OK;
 }
 
-__device__ static double softmax_row_t(float *out, const float *z, int K, double T)
-{
-    double mx = z[0] / T, sum = 0.0;
-    for (int k = 1; k < K; k++) mx = z[k] / T > mx ? z[k] / T : mx;
-    for (int k = 0; k < K; k++) sum += exp(z[k] / T - mx);
-    for (int k = 0; k < K; k++) out[k] = (float)(exp(z[k] / T - mx) / sum);
-    return mx + log(sum);
-}
-
 __global__ void k_distill_loss(float *losses, float *probs, float *probs_t, const float *logits,
                                const int *labels, const float *q, int B, int K, float T,
                                float alpha)
 {
-    GRID_STRIDE(b, (size_t)B)
+    int lane = threadIdx.x & 31;
+    WARP_ROWS(b, B)
     {
-        const float *z = logits + b * K, *qb = q + b * K;
-        double lse = softmax_row_t(probs + b * K, z, K, 1.0);
-        double lse_t = softmax_row_t(probs_t + b * K, z, K, T);
-        double hard = labels[b] >= 0 ? lse - z[labels[b]] : 0.0, kl = 0.0;
-        for (int k = 0; k < K; k++)
+        const float *z = logits + (size_t)b * K, *qb = q + (size_t)b * K;
+        double lse = warp_softmax_row(probs + (size_t)b * K, z, K, 1.0, lane);
+        double lse_t = warp_softmax_row(probs_t + (size_t)b * K, z, K, T, lane);
+        double kl = 0.0;
+        for (int k = lane; k < K; k += 32)
             if (qb[k] > 0) kl += qb[k] * (log((double)qb[k]) - (z[k] / (double)T - lse_t));
-        losses[b] = (float)((1.0 - alpha) * hard + (double)alpha * T * T * kl);
+        kl = warp_sum_d(kl);
+        double hard = labels[b] >= 0 ? lse - z[labels[b]] : 0.0;
+        if (lane == 0) losses[b] = (float)((1.0 - alpha) * hard + (double)alpha * T * T * kl);
     }
 }
 
@@ -560,8 +580,8 @@ static int cuda_distill_loss(backend *be, float *losses, float *probs, float *pr
 {
     ENTER(be);
     if (B <= 0 || K <= 0) return SM_OK;
-    LAUNCH_KERNEL(k_distill_loss, grid_for((size_t)B, 128), 128, 0, c->stream, losses, probs,
-                  probs_t, logits, labels, q, B, K, T, alpha);
+    LAUNCH_KERNEL(k_distill_loss, row_grid(B), 32 * WARPS, 0, c->stream, losses, probs, probs_t,
+                  logits, labels, q, B, K, T, alpha);
     LAUNCHED(c, "k_distill_loss");
     return SM_OK;
 }

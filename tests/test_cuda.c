@@ -1158,6 +1158,22 @@ static void test_loss_and_adamw(void **state)
     fb_free(&probs_t);
     ib_free(&dlabels);
 
+    /* a vocabulary-sized K (the masked-LM loss), spread over a warp's lanes */
+    {
+        int VB = 3, VK = 4099, vlab[3] = {0, 4098, 2049};
+        ibuf vl = ib_from(vlab, VB);
+        fbuf vz = fb_rand((size_t)VB * VK, 6), vloss = fb_poison(VB),
+             vp = fb_poison((size_t)VB * VK);
+        CPU_OK(g_cpu->cross_entropy(g_cpu, vloss.h, vp.h, vz.h, vl.h, VB, VK));
+        GPU_OK(g_gpu->cross_entropy(g_gpu, vloss.d, vp.d, vz.d, vl.d, VB, VK));
+        check("cross_entropy", "losses, K 4099", &vloss, NULL);
+        check("cross_entropy", "probs, K 4099", &vp, NULL);
+        fb_free(&vz);
+        fb_free(&vloss);
+        fb_free(&vp);
+        ib_free(&vl);
+    }
+
     size_t n = 10007;
     fbuf p = fb_rand(n, 1), g = fb_rand(n, 0.1f), m = fb_rand(n, 0.01f), v = fb_new(n);
     for (size_t i = 0; i < n; i++) v.h[i] = uniform(0, 1e-3f);
