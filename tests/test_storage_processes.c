@@ -8,6 +8,9 @@
  *   - three processes train into one rollback-journal database (and one in
  *     WAL) at the same time: every version one of them reports is in the
  *     file, and the file holds no version nobody reported;
+ *   - another process holding a read transaction in a rollback-journal
+ *     database: sentiment_save() and train() fail saying it is locked and
+ *     leave autocommit, and the user's next write commits;
  *   - a full disk (the file-size limit just above the database's size, with
  *     SIGXFSZ ignored so a write fails with EFBIG, which SQLite reports as
  *     an I/O error): sentiment_save() and train() fail saying so, the
@@ -254,12 +257,91 @@ static void test_full_disk(void **state)
     remove_db(path);
 }
 
+/* ---- another process holding a read transaction ---------------------------- */
+
+/* Holds a read transaction (a SHARED lock) on path from when it writes to
+ * `ready` until `release` is readable. */
+static void reader_child(const char *path, int ready, int release)
+{
+    sqlite3 *db = NULL;
+    char c = 1;
+    if (sqlite3_open(path, &db) != SQLITE_OK ||
+        sqlite3_exec(db, "BEGIN; SELECT count(*) FROM u", NULL, NULL, NULL) != SQLITE_OK)
+        _exit(95);
+    if (write(ready, &c, 1) != 1 || read(release, &c, 1) < 0) _exit(96);
+    sqlite3_close(db);
+    _exit(0);
+}
+
+/* While the reader holds on: each storing call fails saying the database is
+ * locked and leaves autocommit; then, the reader gone, the user's write
+ * commits and nothing was stored. Exit codes name the failed check. */
+static void writer_child(const char *path, int release)
+{
+    static const char *const calls[] = {
+        "SELECT sentiment_save('m', 'tiny')",
+        "SELECT train('m', t, y, '{\"base\":\"tiny\",\"epochs\":1}') FROM d",
+    };
+    sqlite3 *db = child_conn(path);
+    char *out = NULL, c = 1;
+    sqlite3_exec(db, "PRAGMA busy_timeout = 100", NULL, NULL, NULL);
+    for (int i = 0; i < 2; i++) {
+        if (run_sql(db, calls[i], &out) == SQLITE_OK) _exit(30 + i);
+        if (!strstr(out, "locked")) {
+            fprintf(stderr, "%s: %s\n", calls[i], out);
+            _exit(40 + i);
+        }
+        free(out);
+        if (!sqlite3_get_autocommit(db)) _exit(50 + i);
+    }
+    if (write(release, &c, 1) != 1) _exit(97);
+    close(release);
+    sqlite3_busy_timeout(db, 5000);
+    if (sqlite3_exec(db, "INSERT INTO u VALUES (2)", NULL, NULL, NULL) != SQLITE_OK) _exit(60);
+    sqlite3_close(db);
+    _exit(0);
+}
+
+static void test_reader_in_another_process(void **state)
+{
+    (void)state;
+    char path[256], c;
+    int ready[2], release[2];
+    db_path(path, sizeof path, "reader");
+    make_db(path, 0);
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(release), 0);
+    pid_t r = fork();
+    assert_true(r >= 0);
+    if (r == 0) {
+        close(ready[0]);
+        close(release[1]);
+        reader_child(path, ready[1], release[0]);
+    }
+    close(ready[1]);
+    close(release[0]);
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    pid_t w = fork();
+    assert_true(w >= 0);
+    if (w == 0) writer_child(path, release[1]);
+    close(release[1]);
+    int sw = wait_child(w, 120), sr = wait_child(r, 120);
+    if (!WIFEXITED(sw) || WEXITSTATUS(sw) != 0)
+        fail_msg("the writer failed check %d (see writer_child)",
+                 WIFEXITED(sw) ? WEXITSTATUS(sw) : -WTERMSIG(sw));
+    assert_true(WIFEXITED(sr) && WEXITSTATUS(sr) == 0);
+    assert_int_equal(file_int(path, "SELECT count(*) FROM u"), 2);
+    assert_true(file_int(path, "SELECT count(*) FROM sentiment_model_store") <= 0);
+    remove_db(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trainers_rollback_journal),
         cmocka_unit_test(test_trainers_wal),
         cmocka_unit_test(test_full_disk),
+        cmocka_unit_test(test_reader_in_another_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
