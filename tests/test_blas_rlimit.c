@@ -17,14 +17,7 @@
 
 #include "blas.h"
 #include "ext_test_util.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define NO_RLIMIT_AS "AddressSanitizer's shadow memory does not fit under RLIMIT_AS"
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NO_RLIMIT_AS "AddressSanitizer's shadow memory does not fit under RLIMIT_AS"
-#endif
-#endif
+#include "rlimit_test_util.h"
 
 static const char *const k_texts[] = {
     "这家酒店很干净，服务也很周到，下次还会再来",

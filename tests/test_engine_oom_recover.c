@@ -13,16 +13,7 @@
 #include <unistd.h>
 
 #include "ext_test_util.h"
-
-/* AddressSanitizer reserves terabytes of shadow memory: an address-space
- * limit cannot be set under it. */
-#if defined(__SANITIZE_ADDRESS__)
-#define NO_RLIMIT_AS "AddressSanitizer's shadow memory does not fit under RLIMIT_AS"
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NO_RLIMIT_AS "AddressSanitizer's shadow memory does not fit under RLIMIT_AS"
-#endif
-#endif
+#include "rlimit_test_util.h"
 
 /* The process's mapped address space in bytes (/proc/self/statm). */
 static size_t mapped_bytes(void)

@@ -4,6 +4,7 @@ sentiment_probs() in plain SQL), which the CLI and the plugins must match."""
 
 import json
 import os
+import shutil
 import sqlite3
 import sys
 
@@ -61,3 +62,17 @@ def texts():
 @pytest.fixture(scope="session")
 def expected(texts):
     return reference(texts)
+
+
+# The browser tests' Chromium and chromedriver (Debian's chromium and
+# chromium-driver, which scripts/install-deps.sh installs as root), and the
+# marks that skip a browser test, saying why, where either is missing.
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
+                 if p), None)
+CHROMEDRIVER = shutil.which("chromedriver") or (
+    "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
+BROWSER_MARKS = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"),
+    pytest.mark.skipif(CHROMEDRIVER is None,
+                       reason="no chromedriver on PATH (apt-get install chromium-driver)"),
+]

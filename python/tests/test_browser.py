@@ -9,7 +9,6 @@ selenium or datasette-enrichments."""
 import importlib.util
 import os
 import re
-import shutil
 import socket
 import sqlite3
 import subprocess
@@ -19,18 +18,10 @@ import urllib.request
 
 import pytest
 
-from conftest import NEGATIVE, POSITIVE, bin_path, reference
+from conftest import (BROWSER_MARKS, CHROMEDRIVER, CHROMIUM, NEGATIVE, POSITIVE, bin_path,
+                      reference)
 
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
-                 if p), None)
-DRIVER = shutil.which("chromedriver") or (
-    "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
-
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"),
-    pytest.mark.skipif(DRIVER is None,
-                       reason="no chromedriver on PATH (apt-get install chromium-driver)"),
-]
+pytestmark = BROWSER_MARKS
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
 # Looked up, not imported: the server is another process, and importing
 # datasette_enrichments before datasette.app would load Datasette's plugins
@@ -100,7 +91,7 @@ def browser():
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               "--window-size=1280,1000"):
         opts.add_argument(a)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER),
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER),
                               options=opts)
     driver.implicitly_wait(5)
     yield driver

@@ -21,19 +21,10 @@ import zlib
 
 import pytest
 
-from conftest import bin_path
+from conftest import BROWSER_MARKS, CHROMEDRIVER, CHROMIUM, bin_path
 from sqlite_sentiment import explanation
 
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
-                 if p), None)
-DRIVER = shutil.which("chromedriver") or (
-    "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
-
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"),
-    pytest.mark.skipif(DRIVER is None,
-                       reason="no chromedriver on PATH (apt-get install chromium-driver)"),
-]
+pytestmark = BROWSER_MARKS
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
 if importlib.util.find_spec("datasette") is None:
     pytest.skip("datasette not installed", allow_module_level=True)
@@ -90,7 +81,7 @@ def browser():
               "--window-size=1280,1000", "--force-device-scale-factor=1",
               "--force-color-profile=srgb"):
         opts.add_argument(a)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER),
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER),
                               options=opts)
     driver.implicitly_wait(5)
     yield driver
