@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "config.h"
 #include "tokenizer.h"
+#include "wide.h"
 
 typedef struct bert_layer_params {
     float *qkv_w;   /* (3C, C): query, key, value weights stacked */
@@ -102,6 +103,8 @@ typedef struct bert_model {
     float *arena;        /* all parameters, host F32, n_floats long */
     size_t n_floats;
     bert_params p;       /* views into arena */
+    wide_part *wide;     /* the wide part (wide.h), owned; NULL: none (then
+                            cfg.wide.set is 0) */
 } bert_model;
 
 /* Loads a Hugging Face model directory: config.json, model.safetensors, the
@@ -172,7 +175,8 @@ void bert_checkpoint_name(const bert_config *cfg, const char *spec_name, char *o
  * nothing useful (NaN probabilities), so it is refused, never served or
  * stored. */
 int bert_check_finite(const char *name, const float *x, size_t n, char *err);
-/* Number of scalar parameters (what sentiment_models reports). */
+/* Number of scalar parameters, the wide part's included (what
+ * sentiment_models reports). */
 size_t bert_model_num_params(const bert_model *m);
 
 /* Activations for one forward pass, sized for up to max_batch x max_seq

@@ -10,6 +10,12 @@
  * buffer and pre-training heads ("cls.", "lm_head."); any other unknown
  * tensor is an error.
  *
+ * A model whose config.json has a "wide" key (wide_config.h) has its wide
+ * part's tensors too: wide.weight (K, buckets), wide.bias (K) and, with
+ * idf, wide.idf (buckets), read into m->wide and written back under the
+ * same names (transformers ignores them, with a warning; see
+ * sentiment_export). Without the key they are unexpected tensors.
+ *
  * RoBERTa and XLM-RoBERTa (bert_config_is_roberta): the head is
  * RobertaClassificationHead, classifier.dense + classifier.out_proj with no
  * pooler (a "roberta.pooler" next to it is ignored, as transformers does);
@@ -149,6 +155,53 @@ int bert_check_finite(const char *name, const float *x, size_t n, char *err)
     return SM_OK;
 }
 
+/* One wide-part tensor of st into x (numel floats, shape [d0] or [d0, d1]). */
+static int load_wide_tensor(const safetensors *st, const char *name, int ndim, int d0, int d1,
+                            float *x, char *err)
+{
+    const st_tensor *t = safetensors_find(st, name);
+    char want[64], got[64];
+    int64_t shape[2] = {d0, d1};
+    if (!t)
+        return sm_error(err, SM_ERR_FORMAT,
+                        "model.safetensors: missing tensor '%s' (config.json has 'wide')", name);
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
+        format_shape(want, sizeof want, ndim, shape);
+        format_shape(got, sizeof got, t->ndim, t->shape);
+        return sm_error(err, SM_ERR_FORMAT,
+                        "tensor '%s': expected shape %s, got %s (check config.json's 'wide')",
+                        name, want, got);
+    }
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
+        return sm_error(err, SM_ERR_FORMAT, "tensor '%s': dtype %s, expected F32, F16 or BF16",
+                        name, st_dtype_name(t->dtype));
+    int rc = st_tensor_to_f32(t, x, err);
+    if (!rc) rc = bert_check_finite(name, x, (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1), err);
+    return rc;
+}
+
+/* m->wide from st when the config has a wide part. */
+static int load_wide(bert_model *m, const safetensors *st, char *err)
+{
+    const sm_wide_config *wc = &m->cfg.wide;
+    int rc, K = m->cfg.num_labels;
+    if (!wc->set) return SM_OK;
+    if ((rc = wide_part_create(wc, K, &m->wide, err))) return rc;
+    if ((rc = load_wide_tensor(st, "wide.weight", 2, K, wc->buckets, m->wide->weight, err)) ||
+        (rc = load_wide_tensor(st, "wide.bias", 1, K, 0, m->wide->bias, err)) ||
+        (wc->idf && (rc = load_wide_tensor(st, "wide.idf", 1, wc->buckets, 0, m->wide->idf, err))))
+        return rc;
+    return SM_OK;
+}
+
+/* A wide-part tensor name the model reads (so not unexpected). */
+static int is_wide_tensor(const bert_model *m, const char *name)
+{
+    if (!m->cfg.wide.set) return 0;
+    return !strcmp(name, "wide.weight") || !strcmp(name, "wide.bias") ||
+           (m->cfg.wide.idf && !strcmp(name, "wide.idf"));
+}
+
 /* Copies every table tensor from st into m->arena. With pooler_optional a
  * missing pooler is initialised (normal(0, 0.02) from seed, zero bias). */
 static int load_tensors(bert_model *m, const safetensors *st, int pooler_optional,
@@ -230,7 +283,7 @@ static int load_tensors(bert_model *m, const safetensors *st, int pooler_optiona
             int used = 0;
             for (int i = 0; i < n && !used; i++)
                 used = find_entry(st, prefix, specs[i].name) == &st->tensors[j];
-            if (!used && ignorable(tn, prefix, roberta_head)) continue;
+            if (!used && (ignorable(tn, prefix, roberta_head) || is_wide_tensor(m, tn))) continue;
             if (!used) {
                 rc = sm_error(err, SM_ERR_FORMAT,
                               "model.safetensors: unexpected tensor '%s' for a %d-layer %s model",
@@ -283,6 +336,7 @@ static int load_files(const bert_files *f, int pooler_optional, uint64_t seed, b
     if ((rc = load_tokenizer(m, f, err))) goto fail;
     if ((rc = safetensors_open_buffer(f->safetensors, f->safetensors_len, &st, err))) goto fail;
     if ((rc = load_tensors(m, &st, pooler_optional, seed, err))) goto fail;
+    if ((rc = load_wide(m, &st, err))) goto fail;
     safetensors_close(&st);
     *out = m;
     return SM_OK;
@@ -400,13 +454,14 @@ void bert_model_free(bert_model *m)
     free(m->arena);
     tokenizer_free(m->tok);
     free(m->tokenizer_json);
+    wide_part_free(m->wide);
     bert_config_free(&m->cfg);
     free(m);
 }
 
 size_t bert_model_num_params(const bert_model *m)
 {
-    return m->n_floats;
+    return m->n_floats + (m->wide ? wide_part_num_params(m->wide) : 0);
 }
 
 int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
@@ -420,7 +475,13 @@ int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
     *out = NULL;
     *out_len = 0;
     if ((rc = bert_param_table(&m->cfg, m->has_head, &specs, &n, &total, err))) return rc;
-    entries = calloc((size_t)n, sizeof *entries);
+    const wide_part *w = m->wide;
+    if (!w != !m->cfg.wide.set || (w && w->K != m->cfg.num_labels)) {
+        rc = sm_error(err, SM_ERR_INVALID, "the model's wide part does not match its config");
+        goto end;
+    }
+    int n_wide = w ? (w->idf ? 3 : 2) : 0;
+    entries = calloc((size_t)(n + n_wide), sizeof *entries);
     names = calloc((size_t)n, sizeof *names);
     if (!entries || !names) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory saving a model");
@@ -436,7 +497,23 @@ int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
         entries[i].shape[0] = specs[i].shape[0];
         entries[i].shape[1] = specs[i].shape[1];
     }
-    rc = safetensors_serialize(entries, n, (st_dtype)dtype, (uint8_t **)out, out_len, err);
+    if (w) {
+        size_t B = (size_t)w->cfg.buckets;
+        st_write_entry *e = entries + n;
+        e[0] = (st_write_entry){.name = "wide.weight", .data = w->weight, .ndim = 2,
+                                .shape = {w->K, (int)B}};
+        e[1] = (st_write_entry){.name = "wide.bias", .data = w->bias, .ndim = 1,
+                                .shape = {w->K, 0}};
+        if (w->idf)
+            e[2] = (st_write_entry){.name = "wide.idf", .data = w->idf, .ndim = 1,
+                                    .shape = {(int)B, 0}};
+        for (int i = 0; i < n_wide; i++)
+            if ((rc = bert_check_finite(e[i].name, e[i].data,
+                                        (size_t)e[i].shape[0] * (e[i].ndim == 2 ? B : 1), err)))
+                goto end;
+    }
+    rc = safetensors_serialize(entries, n + n_wide, (st_dtype)dtype, (uint8_t **)out, out_len,
+                               err);
 end:
     free(names);
     free(entries);

@@ -19,6 +19,9 @@
  * softmax of the mean of its windows' logits. Tokenizing stops once the
  * windows are full, so a text of any size costs at most that many
  * sequences.
+ *
+ * A model with a wide part (wide.h) adds its logits, from the whole text,
+ * to each text's (mean) encoder logits before the softmax.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "bert.h"
@@ -228,7 +231,7 @@ static int lane_count(const bert_workspace *ws, int n_batches)
     return t < n_batches ? t : n_batches;
 }
 
-/* probs(n,K) = softmax of the mean logits of each text's sequences. */
+/* probs(n,K) = the mean logits of each text's sequences. */
 static int average_windows(const encoded *e, const float *logits, int n, int K, float *probs,
                            char *err)
 {
@@ -254,7 +257,6 @@ static int average_windows(const encoded *e, const float *logits, int n, int K, 
         free(sum);
         free(count);
     }
-    for (int i = 0; i < n; i++) softmax(probs + (size_t)i * K, K);
     return SM_OK;
 }
 
@@ -325,6 +327,11 @@ static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *
         rc = lanes_for_each(lanes, n_batches, lane_batch, &j, err);
     }
     if (!rc && !embed) rc = average_windows(&e, logits, n, K, out, err);
+    if (!rc && !embed && m->wide)
+        rc = wide_add_logits_texts(m->wide, texts, lens, n, out, o ? o->stop : NULL,
+                                   o ? o->user : NULL, err);
+    if (!rc && !embed)
+        for (int i = 0; i < n; i++) softmax(out + (size_t)i * K, K);
 end:
     free(logits);
     free(scratch);

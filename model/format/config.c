@@ -449,7 +449,8 @@ static int parse_root(const json_in_value *root, bert_config *c, char *err)
         (rc = parse_floats(root, c, err)) ||
         (rc = get_bool(root, "do_lower_case", &c->do_lower_case, err)) ||
         (get(root, "embedding_pooling") &&
-         (rc = sm_pooling_from_json(get(root, "embedding_pooling"), &c->pooling, err))))
+         (rc = sm_pooling_from_json(get(root, "embedding_pooling"), &c->pooling, err))) ||
+        (get(root, "wide") && (rc = sm_wide_config_from_json(get(root, "wide"), &c->wide, err))))
         return rc;
     c->position_offset = bert_config_is_roberta(c) ? c->pad_token_id + 1 : 0;
     if (c->max_position_embeddings - c->position_offset < 2)
@@ -592,6 +593,16 @@ static json_t *build_json(const bert_config *c)
                                       "normalize", c->pooling.normalize))) {
         json_decref(root);
         return NULL;
+    }
+    if (c->wide.set) {
+        char *text = NULL;
+        json_t *w = sm_wide_config_to_json(&c->wide, &text, NULL) ? NULL
+                                                                  : json_loads(text, 0, NULL);
+        free(text);
+        if (!w || json_object_set_new(root, "wide", w)) {
+            json_decref(root);
+            return NULL;
+        }
     }
     return root;
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "pooling.h"
+#include "wide_config.h"
 
 #define BERT_MAX_LABELS 1024
 #define BERT_LABEL_MAX 128 /* bytes, including the NUL */
@@ -38,6 +39,8 @@ typedef struct bert_config {
     char **id2label;            /* num_labels strings, owned */
     sm_pooling pooling;         /* sentence embedding (pooling.h): the
                                    "embedding_pooling" key, or modules.json */
+    sm_wide_config wide;        /* the wide part's settings (wide_config.h):
+                                   the "wide" key; set 0 when absent */
 } bert_config;
 
 /* Parses config.json text. On failure *cfg is left empty (safe to free). */

@@ -1,0 +1,112 @@
+/* wide.c: the wide part's logits (wide.h). Owns the arrays of a
+ * wide_part.
+ */
+#include "wide.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+
+int wide_part_create(const sm_wide_config *cfg, int K, wide_part **out, char *err)
+{
+    int rc;
+    *out = NULL;
+    if ((rc = sm_wide_config_check(cfg, err))) return rc;
+    if (K < 1) return sm_error(err, SM_ERR_INVALID, "wide: %d labels: expected at least 1", K);
+    wide_part *w = calloc(1, sizeof *w);
+    if (!w) goto nomem;
+    w->cfg = *cfg;
+    w->cfg.set = 1;
+    w->K = K;
+    w->weight = calloc((size_t)K * (size_t)cfg->buckets, sizeof *w->weight);
+    w->bias = calloc((size_t)K, sizeof *w->bias);
+    if (cfg->idf) w->idf = malloc((size_t)cfg->buckets * sizeof *w->idf);
+    if (!w->weight || !w->bias || (cfg->idf && !w->idf)) goto nomem;
+    for (int b = 0; cfg->idf && b < cfg->buckets; b++) w->idf[b] = 1.0f;
+    *out = w;
+    return SM_OK;
+nomem:
+    wide_part_free(w);
+    return sm_error(err, SM_ERR_NOMEM, "out of memory for a wide part of %d x %d", K,
+                    cfg->buckets);
+}
+
+int wide_part_clone(const wide_part *src, wide_part **out, char *err)
+{
+    int rc = wide_part_create(&src->cfg, src->K, out, err);
+    if (rc) return rc;
+    wide_part *w = *out;
+    memcpy(w->weight, src->weight, (size_t)src->K * src->cfg.buckets * sizeof *w->weight);
+    memcpy(w->bias, src->bias, (size_t)src->K * sizeof *w->bias);
+    if (src->idf) memcpy(w->idf, src->idf, (size_t)src->cfg.buckets * sizeof *w->idf);
+    return SM_OK;
+}
+
+void wide_part_free(wide_part *w)
+{
+    if (!w) return;
+    free(w->weight);
+    free(w->bias);
+    free(w->idf);
+    free(w);
+}
+
+size_t wide_part_num_params(const wide_part *w)
+{
+    size_t B = (size_t)w->cfg.buckets;
+    return (size_t)w->K * B + (size_t)w->K + (w->idf ? B : 0);
+}
+
+int wide_features(const wide_part *w, const ngram_counts *nc, double *val)
+{
+    double ss = 0.0;
+    int n = nc->n_touched;
+    for (int i = 0; i < n; i++) {
+        int b = nc->touched[i];
+        double v = (double)nc->count[b];
+        if (w->cfg.sublinear_tf) v = 1.0 + log(v);
+        if (w->idf) v *= (double)w->idf[b];
+        val[i] = v;
+        ss += v * v;
+    }
+    if (w->cfg.l2_norm && ss > 0.0) {
+        double inv = 1.0 / sqrt(ss);
+        for (int i = 0; i < n; i++) val[i] *= inv;
+    }
+    return n;
+}
+
+int wide_add_logits(const wide_part *w, ngram_counts *nc, double *val, const char *text,
+                    size_t len, float *logits, int (*stop)(void *user), void *user, char *err)
+{
+    int rc, n = 0;
+    if (text) {
+        if ((rc = ngram_count_text(&w->cfg, text, len, nc, stop, user, err))) return rc;
+        n = wide_features(w, nc, val);
+    }
+    size_t B = (size_t)w->cfg.buckets;
+    for (int k = 0; k < w->K; k++) {
+        const float *row = w->weight + (size_t)k * B;
+        double z = w->bias[k];
+        for (int i = 0; i < n; i++) z += (double)row[nc->touched[i]] * val[i];
+        logits[k] += (float)z;
+    }
+    return SM_OK;
+}
+
+int wide_add_logits_texts(const wide_part *w, const char *const *texts, const size_t *lens,
+                          int n, float *logits, int (*stop)(void *user), void *user, char *err)
+{
+    ngram_counts *nc = NULL;
+    int rc = ngram_counts_create(&w->cfg, &nc, err);
+    double *val = rc ? NULL : malloc((size_t)w->cfg.buckets * sizeof *val);
+    if (!rc && !val) rc = sm_error(err, SM_ERR_NOMEM, "out of memory for the wide features");
+    for (int i = 0; !rc && i < n; i++)
+        rc = wide_add_logits(w, nc, val, texts[i], texts[i] ? lens[i] : 0,
+                             logits + (size_t)i * w->K, stop, user, err);
+    free(val);
+    ngram_counts_free(nc);
+    return rc;
+}
