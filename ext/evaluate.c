@@ -41,6 +41,12 @@
  * macro_f1 is the mean F1 over the labels that occur in the data or in the
  * predictions. With no usable rows, accuracy and macro_f1 are null.
  *
+ * A model with a wide part (model/encoder/wide.h) is scored as a whole (its
+ * logits are the encoder's plus the wide part's), and the JSON says so:
+ * "wide":{"features":"char_ngrams","ngram_range":[1,3],...}, its settings
+ * (null for a model without one); train()'s report has each part's own
+ * validation accuracy.
+ *
  * Texts are buffered and classified EVAL_BATCH (64) at a time, one encoder
  * call per batch, on this connection's device; the model argument is
  * resolved on the first row (default 'default').
@@ -48,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errors.h"
 #include "sentiment_ext.h"
 
 #define EVAL_BATCH 64
@@ -357,6 +364,16 @@ static void eval_final(sqlite3_context *ctx)
                         (long long)s->rows, (long long)s->skipped, (long long)s->unknown);
     if (s->rows) json_ratio(j, (double)correct / (double)s->rows);
     else sqlite3_str_appendall(j, "null");
+    sqlite3_str_appendall(j, ",\"wide\":");
+    {
+        char *w = NULL;
+        const sm_wide_config *wc = &s->m->bert->cfg.wide;
+        if (wc->set && sm_wide_config_to_json(wc, &w, NULL) == SM_OK)
+            sqlite3_str_appendall(j, w);
+        else
+            sqlite3_str_appendall(j, "null");
+        free(w);
+    }
     if (s->unknown) {
         sqlite3_str_appendf(j, ",\"warning\":\"%lld of %lld rows have a label the model does "
                                "not have (",

@@ -36,6 +36,11 @@
  *                without one, e.g. multilingual-e5-small: sentiment_embed
  *                and classify's embedding only); NULL for a database model,
  *                whose weights listing does not read (using it tells)
+ *   wide         the model's wide part (a hashed character n-gram layer
+ *                whose logits are added to the encoder's, model/encoder/wide.h):
+ *                its settings as config.json's "wide" key holds them, e.g.
+ *                {"features": "char_ngrams", "ngram_range": [1, 3],
+ *                "buckets": 262144, ...}; NULL for a model without one
  * A stored model whose config cannot be parsed is listed with NULL
  * architecture columns; using it gives the parse error.
  */
@@ -61,11 +66,12 @@ enum {
     COL_LOADED,
     COL_METRICS,
     COL_KIND,
+    COL_WIDE,
     N_COLS
 };
 
 typedef struct mv_row {
-    char *name, *source, *labels, *type, *created, *path, *metrics;
+    char *name, *source, *labels, *type, *created, *path, *metrics, *wide;
     sqlite3_int64 version, params;
     int layers, hidden, heads, maxlen, loaded, have_cfg;
     int head; /* 1: a classification head, 0: none (an embedding model), -1: not known */
@@ -94,7 +100,7 @@ static int mvConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                                   "labels TEXT, model_type TEXT, layers INTEGER, "
                                   "hidden_size INTEGER, heads INTEGER, max_length INTEGER, "
                                   "parameters INTEGER, created TEXT, path TEXT, loaded INTEGER, "
-                                  "metrics TEXT, kind TEXT)");
+                                  "metrics TEXT, kind TEXT, wide TEXT)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
@@ -132,6 +138,7 @@ static void rows_free(mv_cursor *cur)
         sqlite3_free(r->created);
         sqlite3_free(r->path);
         sqlite3_free(r->metrics);
+        sqlite3_free(r->wide);
     }
     sqlite3_free(cur->rows);
     cur->rows = NULL;
@@ -194,6 +201,13 @@ static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
             if (set > 0 && set < r->maxlen) r->maxlen = set;
         }
         r->params = params;
+        if (cfg->wide.set) {
+            char *w = NULL;
+            if (sm_wide_config_to_json(&cfg->wide, &w, NULL) != SM_OK) return NULL;
+            r->wide = sqlite3_mprintf("%s", w);
+            free(w);
+            if (!r->wide) return NULL;
+        }
     }
     return r;
 }
@@ -348,6 +362,11 @@ static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
         case COL_HEADS: sqlite3_result_int(ctx, r->heads); break;
         case COL_MAXLEN: sqlite3_result_int(ctx, r->maxlen); break;
         case COL_PARAMS: sqlite3_result_int64(ctx, r->params); break;
+        case COL_WIDE:
+            if (!r->wide) break;
+            sqlite3_result_text(ctx, r->wide, -1, SQLITE_TRANSIENT);
+            sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
+            break;
         }
     }
     return SQLITE_OK;

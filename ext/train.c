@@ -132,6 +132,7 @@
 #include "safetensors.h"
 #include "sentiment_ext.h"
 #include "train_options.h"
+#include "train_wide.h"
 #include "trainer.h"
 #include "vocab_builder.h"
 
@@ -163,6 +164,7 @@ typedef struct tr_state {
     int64_t rows, skipped, truncated;
     float head_lr;            /* what the head was trained at */
     int labels_mapped;        /* 1 by option "labels", 2 by the 0/1 convention */
+    sx_wide_report wide;      /* option "wide": what the fit did */
     int failed;
     /* during training */
     sqlite3_stmt *probe;      /* SELECT 1: fails with SQLITE_INTERRUPT after sqlite3_interrupt */
@@ -542,6 +544,7 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             goto fail;
         }
         s->truncated += trunc != 0;
+        if (s->o.wide == 1 && keep_text(s, text, len, li) != SQLITE_OK) goto nomem;
     } else {
         if ((rc = vocab_builder_add(s->vb, text, len, err)) != SM_OK) {
             sx_from_sm(rc, TRAIN_FN, err, &errmsg);
@@ -723,6 +726,28 @@ static char *report_json(const tr_state *s, int64_t version, int kept,
     json_num(j, r->seconds);
     sqlite3_str_appendall(j, ",\"examples_per_sec\":");
     json_num(j, r->examples_per_sec);
+    sqlite3_str_appendall(j, ",\"wide\":");
+    if (s->wide.done) {
+        const sx_wide_report *w = &s->wide;
+        sqlite3_str_appendf(j, "{\"buckets\":%d,\"ngram_range\":[%d,%d],\"l2\":",
+                            cfg->wide.buckets, cfg->wide.ngram_min, cfg->wide.ngram_max);
+        json_num(j, w->l2);
+        sqlite3_str_appendf(j, ",\"mixed\":%s,\"mix_encoder\":", w->mixed ? "true" : "false");
+        json_num(j, w->mix_encoder);
+        sqlite3_str_appendall(j, ",\"mix_wide\":");
+        json_num(j, w->mix_wide);
+        sqlite3_str_appendall(j, ",\"valid_accuracy_encoder\":");
+        json_num(j, w->valid_encoder);
+        sqlite3_str_appendall(j, ",\"valid_accuracy_wide\":");
+        json_num(j, w->valid_wide);
+        sqlite3_str_appendall(j, ",\"valid_accuracy\":");
+        json_num(j, w->valid_mixed);
+        sqlite3_str_appendall(j, ",\"seconds\":");
+        json_num(j, w->seconds);
+        sqlite3_str_appendchar(j, 1, '}');
+    } else {
+        sqlite3_str_appendall(j, cfg->wide.set ? "\"kept\"" : "null");
+    }
     sqlite3_str_appendall(j, ",\"device\":");
     sx_json_string(j, s->c->be_desc);
     sqlite3_str_appendchar(j, 1, '}');
@@ -752,8 +777,10 @@ static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
         s->truncated += trunc != 0;
         start = end;
     }
-    free(s->texts);
-    s->texts = NULL;
+    if (s->o.wide != 1) { /* else the wide part reads them */
+        free(s->texts);
+        s->texts = NULL;
+    }
     return SQLITE_OK;
 }
 
@@ -869,6 +896,24 @@ static int map_labels(tr_state *s, char **errmsg)
     return SQLITE_OK;
 nomem:
     return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
+}
+
+/* "epochs": 0: no training, only the split's sizes for the report (the
+ * wide part is fitted on the same split). */
+static int split_only(const tr_state *s, const trainer_options *t, trainer_result *res,
+                      char *err)
+{
+    unsigned char *is_valid = malloc((size_t)s->rows + 1);
+    int rc = is_valid ? trainer_valid_rows((int)s->rows, t, is_valid, err)
+                      : sm_error(err, SM_ERR_NOMEM, "out of memory");
+    memset(res, 0, sizeof *res);
+    res->best_accuracy = NAN;
+    for (int64_t i = 0; !rc && i < s->rows; i++) {
+        if (is_valid[i]) res->n_valid++;
+        else res->n_train++;
+    }
+    free(is_valid);
+    return rc;
 }
 
 static void train_final(sqlite3_context *ctx)
@@ -995,7 +1040,8 @@ static void train_final(sqlite3_context *ctx)
                          (s->c->progress == SX_PROGRESS_AUTO && isatty(2));
         s->progress_last = now_s();
         s->status = sx_train_status_begin(s->name, s->o.base, (int64_t)s->rows);
-        rc = trainer_run(m, s->c->be, s->ds, &t, &res, err);
+        rc = t.loop.epochs ? trainer_run(m, s->c->be, s->ds, &t, &res, err)
+                           : split_only(s, &t, &res, err);
         sx_train_status_end(s->status);
         s->status = NULL;
         if (s->progress_on) {
@@ -1011,6 +1057,19 @@ static void train_final(sqlite3_context *ctx)
             rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "%s; nothing was stored", err);
             goto end;
         }
+    }
+    /* The wide part: fitted (option "wide"), dropped ("wide": false), or
+     * the base's kept as it is */
+    if (s->o.wide == 0 && m->wide) {
+        wide_part_free(m->wide);
+        m->wide = NULL;
+        m->cfg.wide.set = 0;
+    }
+    if (s->o.wide == 1) {
+        sx_wide_rows wr = {s->texts, s->text_end, s->text_label, (int)s->rows};
+        if ((rc = sx_train_fit_wide(&s->o, &wr, s->max_len, m, s->c->be, on_interrupt, s,
+                                    &s->wide, &errmsg)) != SQLITE_OK)
+            goto end;
     }
     if ((rc = bert_model_permute_head(m, (const char *const *)order, err)) != SM_OK) {
         rc = sx_from_sm(rc, TRAIN_FN, err, &errmsg);

@@ -30,6 +30,18 @@
  *   grad_clip       global norm, >= 0 (0 = off), default 1.0
  *   dropout         0 <= p < 1 for every dropout, default the model config's
  *   group_by_length true (default) / false: batches of similar lengths
+ *   wide            true, false or an object: fit a wide part (a hashed
+ *                   character n-gram linear layer, model/encoder/wide.h) on the
+ *                   training rows and mix it with the encoder on the
+ *                   validation rows (train.c, "The wide part"); false drops a
+ *                   base's wide part. Default: a base's wide part is kept as it
+ *                   is when its head is kept, none otherwise. The object's
+ *                   keys (all optional): buckets 1..16777216 (262144),
+ *                   ngram_range [min, max] within 1..8 ([1, 3]), l2 > 0 (the
+ *                   penalty; default chosen on the validation rows among
+ *                   1 / (C x training rows), C = 1, 4, 16)
+ *   epochs 0        (with "wide") keeps the base's encoder and head as they
+ *                   are and fits only the wide part: seconds, not minutes
  * With "base":"none" only:
  *   layers 1..48 (4), hidden 8..4096 (256), heads 1..64 (4; divides hidden),
  *   intermediate 8..16384 (4 x hidden), do_lower_case (true),
@@ -52,7 +64,7 @@
 #include "json_in.h"
 #include "train_options.h"
 
-enum { OK_INT, OK_NUM, OK_STR, OK_BOOL, OK_OBJ };
+enum { OK_INT, OK_NUM, OK_STR, OK_BOOL, OK_OBJ, OK_WIDE };
 
 static const struct {
     const char *name;
@@ -62,7 +74,7 @@ static const struct {
     const char *expect;
 } k_opts[] = {
     {"base", OK_STR, 0, 0, 0, "a model name or \"none\""},
-    {"epochs", OK_INT, 1, 1000, 0, "an integer from 1 to 1000"},
+    {"epochs", OK_INT, 0, 1000, 0, "an integer from 1 to 1000 (0 with \"wide\")"},
     {"lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
     {"head_lr", OK_NUM, 0, 1, 0, "a number greater than 0 and less than 1"},
     {"batch_size", OK_INT, 1, 4096, 0, "an integer from 1 to 4096"},
@@ -75,6 +87,9 @@ static const struct {
     {"grad_clip", OK_NUM, 0, 1e9, 0, "a number >= 0 (0 turns clipping off)"},
     {"dropout", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
     {"group_by_length", OK_BOOL, 0, 0, 0, "true or false"},
+    {"wide", OK_WIDE, 0, 0, 0,
+     "true, false or an object such as {\"buckets\": 262144, \"ngram_range\": [1, 3], "
+     "\"l2\": 1e-5}"},
     {"labels", OK_OBJ, 0, 0, 0,
      "an object mapping each label in the data to a label of the model, e.g. "
      "{\"0\":\"negative\",\"1\":\"positive\"}, or {} to keep the data's labels"},
@@ -95,6 +110,45 @@ static char *known_options(void)
     for (int i = 0; i < N_OPTS; i++)
         sqlite3_str_appendf(s, "%s%s", i ? ", " : "", k_opts[i].name);
     return sqlite3_str_finish(s);
+}
+
+/* Option "wide" as an object: buckets, ngram_range, l2. */
+static int parse_wide(const json_in_value *v, sx_train_options *o, char **errmsg)
+{
+    char got[64];
+    for (size_t m = 0; m < v->n; m++) {
+        const char *k = v->members[m].key;
+        const json_in_value *x = &v->members[m].value;
+        if (!strcmp(k, "buckets")) {
+            if (!json_in_is(x, JSON_IN_NUMBER) || !x->is_int || x->i < 1 ||
+                x->i > SM_WIDE_MAX_BUCKETS)
+                return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                               "option 'wide': 'buckets' must be an integer from 1 to %d; got %s",
+                               SM_WIDE_MAX_BUCKETS, json_in_describe(x, got, sizeof got));
+            o->wide_cfg.buckets = (int)x->i;
+        } else if (!strcmp(k, "ngram_range")) {
+            const json_in_value *a = x->items;
+            if (!json_in_is(x, JSON_IN_ARRAY) || x->n != 2 || !json_in_is(&a[0], JSON_IN_NUMBER) ||
+                !json_in_is(&a[1], JSON_IN_NUMBER) || !a[0].is_int || !a[1].is_int ||
+                a[0].i < 1 || a[1].i < a[0].i || a[1].i > SM_WIDE_MAX_NGRAM)
+                return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                               "option 'wide': 'ngram_range' must be [min, max] with 1 <= min "
+                               "<= max <= %d; got %s",
+                               SM_WIDE_MAX_NGRAM, json_in_describe(x, got, sizeof got));
+            o->wide_cfg.ngram_min = (int)a[0].i;
+            o->wide_cfg.ngram_max = (int)a[1].i;
+        } else if (!strcmp(k, "l2")) {
+            if (!json_in_is(x, JSON_IN_NUMBER) || !(x->d > 0) || !isfinite(x->d))
+                return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                               "option 'wide': 'l2' must be a number greater than 0; got %s",
+                               json_in_describe(x, got, sizeof got));
+            o->wide_l2 = x->d;
+        } else {
+            return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                           "option 'wide': unknown key '%s'; known: buckets, ngram_range, l2", k);
+        }
+    }
+    return SQLITE_OK;
 }
 
 /* Option "labels": {"data label": "model label", ...}, each 1 to
@@ -151,6 +205,8 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
     o->do_lower_case = 1;
     o->vocab_min_count = 2;
     o->vocab_size = 30000;
+    o->wide = -1;
+    sm_wide_config_default(&o->wide_cfg);
     if (!text) return SQLITE_OK;
     if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
         rc = sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory parsing the options");
@@ -228,6 +284,12 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
         case OK_OBJ:
             if (!json_in_is(v, JSON_IN_OBJECT)) goto bad;
             break;
+        case OK_WIDE:
+            if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE) &&
+                !json_in_is(v, JSON_IN_OBJECT))
+                goto bad;
+            x = !json_in_is(v, JSON_IN_FALSE);
+            break;
         }
         if (!strcmp(key, "epochs")) o->t.loop.epochs = (int)x;
         else if (!strcmp(key, "lr")) { o->t.loop.lr = (float)x; o->lr_given = 1; }
@@ -252,6 +314,11 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
         else if (!strcmp(key, "labels")) {
             if ((rc = parse_label_map(v, o, errmsg)) != SQLITE_OK) goto end;
         }
+        else if (!strcmp(key, "wide")) {
+            o->wide = (int)x;
+            if (json_in_is(v, JSON_IN_OBJECT) && (rc = parse_wide(v, o, errmsg)) != SQLITE_OK)
+                goto end;
+        }
         else if (!strcmp(key, "vocab")) {
             o->vocab_path = sqlite3_mprintf("%s", v->str);
             if (!o->vocab_path) {
@@ -263,6 +330,12 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
     bad:
         rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "option '%s' must be %s; got %s", key,
                      k_opts[i].expect, json_in_describe(v, got, sizeof got));
+        goto end;
+    }
+    if (o->t.loop.epochs == 0 && (o->wide != 1 || o->none)) {
+        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                     "option 'epochs' 0 trains no encoder: it needs \"wide\" and a base "
+                     "model, to fit only the wide part");
         goto end;
     }
     if (o->t.loop.accumulation > o->t.loop.batch_size) {

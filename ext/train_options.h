@@ -27,6 +27,9 @@ typedef struct sx_train_options {
     int n_map;
     char **map_from, **map_to; /* data label -> model label (sqlite3_malloc'd) */
     int vocab_min_count, vocab_size;
+    int wide;                 /* option "wide": -1 not given, 0 false, 1 true or an object */
+    sm_wide_config wide_cfg;  /* its settings (sm_wide_config_default, then the object's) */
+    double wide_l2;           /* its "l2"; 0: chosen on the validation rows */
 } sx_train_options;
 
 /* Parses the options JSON (NULL: the defaults) into *o, which it clears

@@ -31,6 +31,13 @@
  * from; W 0: none).
  * Calibration: --calib-rows 2000 (the last training rows, held out; the
  * temperature that fits them best is folded into the classifier).
+ * Wide part: --wide-buckets N (a hashed character n-gram part of N buckets,
+ * fitted on the training rows and mixed with the encoder on the
+ * calibration rows, which then replaces the temperature: recipe/wide_stage.h;
+ * 0: none) --wide-ngram-max 3 --wide-l2 1e-5,3e-6,1e-6 (the penalties tried,
+ * strongest first; the mixed log-loss on the calibration rows chooses);
+ * --wide-only 1 (with --init: the encoder as
+ * it is, no pretraining or fine-tuning; only the wide stage).
  * --soft-write TSV --soft OUT converts the teacher's `p<TAB>text` lines into
  * a soft labels file and exits (recipe/teacher.sh label).
  *
@@ -57,6 +64,7 @@
 #include "soft_labels.h"
 #include "trainer.h"
 #include "vocab_builder.h"
+#include "wide_stage.h"
 
 typedef struct recipe {
     const char *data, *out;
@@ -79,6 +87,11 @@ typedef struct recipe {
     int calib_rows;        /* --calib-rows N: training rows held out to fit a temperature */
     const char *average_with; /* --average-with DIR: averaged with the trained weights */
     float average_weight;  /* --average-weight W: DIR's share (0: no averaging) */
+    int wide_buckets;      /* --wide-buckets N: a wide part of N buckets (0: none) */
+    int wide_ngram_max;    /* --wide-ngram-max N: its longest n-gram (3) */
+    int wide_only;         /* --wide-only 1: no encoder training: --init's encoder as it is */
+    double wide_l2[8];     /* --wide-l2 a,b,...: the penalties tried (1e-5,3e-6,1e-6) */
+    int n_wide_l2;
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -95,7 +108,7 @@ static int parse_args(int argc, char **argv, recipe *r)
     *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
                   2, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 3, 1e-3f, NULL, NULL, 0,
                   40000, "model/builtin/teacher_soft.bin", NULL, 0.5f, 2.0f, -1, 2000,
-                  NULL, 0.0f};
+                  NULL, 0.0f, 0, 3, 0, {1e-5, 3e-6, 1e-6}, 3};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -129,6 +142,16 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--calib-rows")) r->calib_rows = atoi(v);
         else if (!strcmp(k, "--average-with")) r->average_with = v;
         else if (!strcmp(k, "--average-weight")) r->average_weight = strtof(v, NULL);
+        else if (!strcmp(k, "--wide-buckets")) r->wide_buckets = atoi(v);
+        else if (!strcmp(k, "--wide-ngram-max")) r->wide_ngram_max = atoi(v);
+        else if (!strcmp(k, "--wide-only")) r->wide_only = atoi(v);
+        else if (!strcmp(k, "--wide-l2")) {
+            char *end = (char *)v;
+            for (r->n_wide_l2 = 0; r->n_wide_l2 < 8 && *end;) {
+                r->wide_l2[r->n_wide_l2++] = strtod(end, &end);
+                if (*end == ',') end++;
+            }
+        }
         else {
             fprintf(stderr, "train_builtin: unknown option %s\n", k);
             return 1;
@@ -495,8 +518,13 @@ int main(int argc, char **argv)
             m->cfg.num_hidden_layers, m->cfg.hidden_size, m->cfg.num_attention_heads,
             m->cfg.intermediate_size, bert_model_num_params(m));
     if ((rc = backend_cpu_create(r.threads, &be, err))) goto fail;
+    if (r.wide_only && !r.init) {
+        rc = sm_error(err, SM_ERR_INVALID, "--wide-only 1 needs --init DIR");
+        goto fail;
+    }
+    if (r.wide_only) r.pretrain_epochs = 0;
     if (r.pretrain_epochs > 0 && (rc = pretrain(&r, &d, n_train, m, be, vocab, err))) goto fail;
-    if (r.epochs == 0) { /* pretraining only: the checkpoint is the output */
+    if (r.epochs == 0 && !r.wide_only) { /* pretraining only: the checkpoint is the output */
         fprintf(stderr, "--epochs 0: no fine-tuning; the checkpoint is %s/pretrained\n", r.out);
         goto fail; /* rc is SM_OK: a clean exit */
     }
@@ -504,14 +532,17 @@ int main(int argc, char **argv)
     /* Tokenize the training rows once; with --soft, each with the teacher's
      * probabilities (a row the teacher did not label keeps its hard label
      * as a one-hot target), then unlabeled texts the teacher labeled. */
-    if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
-    if (r.soft && (rc = soft_labels_load(r.soft, &soft, err))) goto fail;
-    int *ids = malloc((size_t)r.shape.max_length * sizeof *ids);
-    int no_soft = 0, n_unlabeled_soft = 0;
-    /* the last calib_rows training rows fit the temperature, not the weights */
+    /* the last calib_rows training rows fit the temperature (or the wide
+     * mix), not the weights */
     int n_calib = r.calib_rows > 0 && r.calib_rows < n_train / 2 ? r.calib_rows : 0;
     int n_fit = n_train - n_calib;
     review_set calib = {d.train.rows + n_fit, n_calib, n_calib}; /* a view */
+    int n_unlabeled_soft = 0;
+    if (r.wide_only) goto trained;
+    if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
+    if (r.soft && (rc = soft_labels_load(r.soft, &soft, err))) goto fail;
+    int *ids = malloc((size_t)r.shape.max_length * sizeof *ids);
+    int no_soft = 0;
     for (int i = 0; i < n_fit && !rc; i++) {
         int n, cut, y = d.train.rows[i].label;
         rc = tokenizer_encode(m->tok, d.train.rows[i].text, strlen(d.train.rows[i].text),
@@ -566,6 +597,7 @@ int main(int argc, char **argv)
     if (r.average_with && r.average_weight > 0 &&
         (rc = average_with(m, r.average_with, r.average_weight, err)))
         goto fail;
+trained:;
 
     /* Calibration: the temperature that fits the held-out training rows
      * best, folded into the classifier (logits / T); then every held-out
@@ -577,8 +609,20 @@ int main(int argc, char **argv)
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (n_calib && !(rc = positive_probs(m, ws, &calib, r.shape.max_length, p1, err)))
+    wide_stage_report wrep = {0};
+    if (r.wide_buckets > 0) { /* the mix on the calibration rows is the calibration */
+        sm_wide_config wc;
+        sm_wide_config_default(&wc);
+        wc.buckets = r.wide_buckets;
+        wc.ngram_max = r.wide_ngram_max;
+        review_set fitset = {d.train.rows, n_fit, n_fit}; /* a view */
+        rc = n_calib ? wide_stage_run(m, ws, &fitset, &calib, r.shape.max_length, &wc, r.wide_l2,
+                                      r.n_wide_l2,
+                                      &wrep, err)
+                     : sm_error(err, SM_ERR_INVALID, "--wide-buckets needs --calib-rows");
+    } else if (n_calib && !(rc = positive_probs(m, ws, &calib, r.shape.max_length, p1, err))) {
         T = fit_temperature(&calib, p1);
+    }
     free(p1);
     if (rc) goto fail;
     fprintf(stderr, "temperature %.2f (fitted on %d held-out training rows)\n", T, n_calib);
@@ -653,6 +697,13 @@ int main(int argc, char **argv)
     fprintf(f, "},\n  \"ece_at_temperature\": {");
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
         fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], ece_t[e]);
+    if (r.wide_buckets > 0)
+        fprintf(f, "},\n  \"wide\": {\"buckets\": %d, \"ngram_max\": %d, \"l2\": %g, "
+                   "\"mix_encoder\": %.6f, \"mix_wide\": %.6f, \"calib_log_loss\": %.5f, "
+                   "\"calib_log_loss_encoder\": %.5f, \"calib_log_loss_wide\": %.5f, "
+                   "\"seconds\": %.1f, \"only\": %d",
+                r.wide_buckets, r.wide_ngram_max, wrep.l2, wrep.a, wrep.c, wrep.calib_loss,
+                wrep.calib_loss_encoder, wrep.calib_loss_wide, wrep.seconds, r.wide_only);
     fprintf(f, "},\n  \"eval_rows\": {");
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
         fprintf(f, "%s\"%s\": %d", e ? ", " : "", d.eval_name[e], d.eval[e].n);

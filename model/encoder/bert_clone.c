@@ -6,7 +6,8 @@
  * values), the F32 arena of n_floats parameters, the views into it
  * (bert_params, bound again into the copy's arena by the same size table,
  * and its layers array), the tokenizer (tokenizer_clone) and the
- * tokenizer.json bytes it was read from. Nothing is serialised: the arena
+ * tokenizer.json bytes it was read from, and the wide part (wide_part_clone).
+ * Nothing is serialised: the arena
  * is copied as it is, so the copy's arithmetic is the source's.
  */
 #include "bert_clone.h"
@@ -75,6 +76,7 @@ int bert_model_clone(const bert_model *src, bert_model **out, char *err)
         m->tokenizer_json[src->tokenizer_json_len] = 0;
         m->tokenizer_json_len = src->tokenizer_json_len;
     }
+    if (src->wide && (rc = wide_part_clone(src->wide, &m->wide, err))) goto fail;
     *out = m;
     return SM_OK;
 fail:
@@ -86,14 +88,16 @@ int bert_model_permute_head(bert_model *m, const char *const *order, char *err)
 {
     int K = m->cfg.num_labels, C = m->cfg.hidden_size, rc;
     int *from = NULL;
-    float *w = NULL, *b = NULL;
+    float *w = NULL, *b = NULL, *ww = NULL;
+    size_t WB = m->wide ? (size_t)m->wide->cfg.buckets : 0;
 
     if (!m->p.cls_w || !m->p.cls_b)
         return sm_error(err, SM_ERR_INVALID, "the model has no classification head");
     from = calloc(K ? (size_t)K : 1, sizeof *from);
     w = malloc((K ? (size_t)K : 1) * C * sizeof *w);
     b = malloc((K ? (size_t)K : 1) * sizeof *b);
-    if (!from || !w || !b) {
+    if (m->wide) ww = malloc((size_t)K * WB * sizeof *ww);
+    if (!from || !w || !b || (m->wide && !ww)) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
         goto end;
     }
@@ -116,11 +120,19 @@ int bert_model_permute_head(bert_model *m, const char *const *order, char *err)
         memcpy(w + (size_t)j * C, m->p.cls_w + (size_t)from[j] * C, (size_t)C * sizeof *w);
         b[j] = m->p.cls_b[from[j]];
     }
+    for (int j = 0; m->wide && j < K; j++)
+        memcpy(ww + (size_t)j * WB, m->wide->weight + (size_t)from[j] * WB, WB * sizeof *ww);
     /* the labels first: replacing them is the step that can fail */
     if ((rc = bert_config_set_labels(&m->cfg, K, order, err))) goto end;
     memcpy(m->p.cls_w, w, (size_t)K * C * sizeof *w);
     memcpy(m->p.cls_b, b, (size_t)K * sizeof *b);
+    if (m->wide) { /* the wide part's rows follow the head's */
+        memcpy(m->wide->weight, ww, (size_t)K * WB * sizeof *ww);
+        for (int j = 0; j < K; j++) b[j] = m->wide->bias[from[j]];
+        memcpy(m->wide->bias, b, (size_t)K * sizeof *b);
+    }
 end:
+    free(ww);
     free(from);
     free(w);
     free(b);

@@ -128,6 +128,30 @@ void loop_init(train_loop *L, const char *what, const loop_options *o, backend *
     bert_dropout_from_config(&m->cfg, o->dropout, o->seed, &L->drop);
 }
 
+/* The seeded order whose first n_valid rows are the validation split. */
+static void split_order(int n, uint64_t seed, int *perm)
+{
+    uint64_t split_rng = rng_mix64(seed ^ 0x5011700ull);
+    for (int i = 0; i < n; i++) perm[i] = i;
+    shuffle(perm, n, &split_rng);
+}
+
+int loop_valid_rows(int n, const loop_options *o, unsigned char *is_valid, char *err)
+{
+    int n_valid = 0;
+    if (o->valid_fraction > 0) {
+        n_valid = (int)floor(n * (double)o->valid_fraction + 0.5);
+        if (n_valid < 1) n_valid = 1;
+    }
+    int *perm = malloc((size_t)(n ? n : 1) * sizeof *perm);
+    if (!perm) return sm_error(err, SM_ERR_NOMEM, "out of memory splitting %d rows", n);
+    split_order(n, o->seed, perm);
+    memset(is_valid, 0, (size_t)n);
+    for (int i = 0; i < n_valid && i < n; i++) is_valid[perm[i]] = 1;
+    free(perm);
+    return SM_OK;
+}
+
 int loop_split(train_loop *L, char *err)
 {
     int n = L->ds->rows, n_valid = L->n_valid, n_train = L->n_train;
@@ -137,9 +161,7 @@ int loop_split(train_loop *L, char *err)
     L->batches = malloc((size_t)L->steps_per_epoch * sizeof *L->batches);
     if (!L->perm || !L->train_idx || !L->valid_idx || !L->batches)
         return sm_error(err, SM_ERR_NOMEM, "out of memory setting up %s", L->what);
-    uint64_t split_rng = rng_mix64(L->o.seed ^ 0x5011700ull);
-    for (int i = 0; i < n; i++) L->perm[i] = i;
-    shuffle(L->perm, n, &split_rng);
+    split_order(n, L->o.seed, L->perm);
     memcpy(L->valid_idx, L->perm, (size_t)n_valid * sizeof *L->perm);
     memcpy(L->train_idx, L->perm + n_valid, (size_t)n_train * sizeof *L->perm);
     token_dataset_sort_by_len(L->ds, L->valid_idx, n_valid);

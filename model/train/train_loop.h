@@ -71,6 +71,9 @@ void loop_init(train_loop *L, const char *what, const loop_options *o, backend *
 /* Allocates the row orders and makes the split: a seeded permutation whose
  * first n_valid rows are held out; both parts sorted by length. */
 int loop_split(train_loop *L, char *err);
+/* The same split of n rows without a run: is_valid[i] (n bytes) is 1 for
+ * the rows loop_split holds out under o (valid_fraction, seed). */
+int loop_valid_rows(int n, const loop_options *o, unsigned char *is_valid, char *err);
 /* Allocates the parameter and gradient arenas, total floats each. */
 int loop_arenas(train_loop *L, size_t total, char *err);
 /* Copies n host floats into the parameter arena at offset. */

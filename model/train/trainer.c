@@ -197,6 +197,10 @@ int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64
     m->n_floats = total;
     m->p = p;
     m->has_head = 1;
+    /* a wide part's rows are the old labels': it goes with the old head */
+    wide_part_free(m->wide);
+    m->wide = NULL;
+    m->cfg.wide.set = 0;
     return SM_OK;
 }
 
@@ -520,4 +524,9 @@ end:
         res->epochs = 0;
     }
     return rc;
+}
+
+int trainer_valid_rows(int n, const trainer_options *opt, unsigned char *is_valid, char *err)
+{
+    return loop_valid_rows(n, &opt->loop, is_valid, err);
 }

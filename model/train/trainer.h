@@ -55,7 +55,8 @@ int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap,
  * Otherwise a fresh head replaces it (weights normal(0, 0.02), seeded; bias
  * 0; labels in the order given), *kept = 0: the classifier (K, C), and for
  * a RoBERTa / XLM-RoBERTa encoder without a head also classifier.dense,
- * as transformers builds RobertaForSequenceClassification on an encoder. */
+ * as transformers builds RobertaForSequenceClassification on an encoder.
+ * A fresh head drops m's wide part (its rows are the old labels'). */
 int trainer_prepare_head(bert_model *m, int n, const char *const *labels,
                          uint64_t seed, int *kept, char *err);
 
@@ -122,5 +123,8 @@ void trainer_result_free(trainer_result *r);
  * A non-finite loss stops training with SM_ERR_INVALID naming the step. */
 int trainer_run(bert_model *m, backend *be, const train_dataset *ds,
                 const trainer_options *opt, trainer_result *res, char *err);
+/* The rows trainer_run holds out for validation from n rows under opt:
+ * is_valid (n bytes) 1 for those. */
+int trainer_valid_rows(int n, const trainer_options *opt, unsigned char *is_valid, char *err);
 
 #endif

@@ -1,0 +1,147 @@
+/* wide_stage.c: the built-in model's wide part fitted, mixed and folded in
+ * (wide_stage.h). Owns only temporaries.
+ */
+#include "wide_stage.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "errors.h"
+#include "wide_fit.h"
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The texts, lengths and labels of a set (views). */
+static int set_arrays(const review_set *s, const char ***texts, size_t **lens, int **labels,
+                      char *err)
+{
+    *texts = malloc(((size_t)s->n + 1) * sizeof **texts);
+    *lens = malloc(((size_t)s->n + 1) * sizeof **lens);
+    *labels = malloc(((size_t)s->n + 1) * sizeof **labels);
+    if (!*texts || !*lens || !*labels) return sm_error(err, SM_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < s->n; i++) {
+        (*texts)[i] = s->rows[i].text;
+        (*lens)[i] = strlen(s->rows[i].text);
+        (*labels)[i] = s->rows[i].label;
+    }
+    return SM_OK;
+}
+
+/* The encoder's log-probabilities (its logits up to a shift) for texts. */
+static int encoder_logits(bert_model *m, bert_workspace *ws, const char **texts,
+                          const size_t *lens, int n, int max_length, float *out, char *err)
+{
+    wide_part *w = m->wide;
+    m->wide = NULL;
+    int rc = SM_OK, K = m->cfg.num_labels;
+    for (int first = 0; first < n && !rc; first += 512) {
+        int b = n - first < 512 ? n - first : 512;
+        rc = bert_classify_texts(m, &m->p, ws, texts + first, lens + first, b, max_length, 32,
+                                 out + (size_t)first * K, NULL, err);
+    }
+    m->wide = w;
+    for (size_t j = 0; !rc && j < (size_t)n * K; j++) out[j] = logf(out[j] > 1e-30f ? out[j] : 1e-30f);
+    return rc;
+}
+
+int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
+                   const review_set *calib, int max_length, const sm_wide_config *cfg,
+                   const double *l2s, int n_l2, wide_stage_report *rep, char *err)
+{
+    const char **ft = NULL, **ct = NULL;
+    size_t *fl = NULL, *cl = NULL;
+    int *fy = NULL, *cy = NULL, K = m->cfg.num_labels, rc;
+    float *enc = NULL, *z = NULL, *mixed = NULL;
+    wide_rows *rows = NULL;
+    wide_part *w = NULL, *best = NULL;
+    double t0 = seconds_now(), acc;
+    memset(rep, 0, sizeof *rep);
+    rep->calib_loss = INFINITY;
+    if (m->wide || K != 2)
+        return sm_error(err, SM_ERR_INVALID, "wide stage: needs a 2-label model without a wide part");
+    if ((rc = set_arrays(fit, &ft, &fl, &fy, err)) || (rc = set_arrays(calib, &ct, &cl, &cy, err)))
+        goto end;
+    if ((rc = wide_part_create(cfg, K, &w, err))) goto end;
+    if ((rc = wide_fit_idf(w, ft, fl, fit->n, NULL, NULL, err))) goto end;
+    if ((rc = wide_rows_make(w, ft, fl, fy, fit->n, NULL, NULL, &rows, err))) goto end;
+    fprintf(stderr, "wide: %d buckets, %d training rows, %zu features (%.1f s)\n", cfg->buckets,
+            fit->n, rows->start[rows->n], seconds_now() - t0);
+
+    enc = malloc((size_t)calib->n * K * sizeof *enc);
+    z = malloc((size_t)calib->n * K * sizeof *z);
+    mixed = malloc((size_t)calib->n * K * sizeof *mixed);
+    if (!enc || !z || !mixed) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+        goto end;
+    }
+    if ((rc = encoder_logits(m, ws, ct, cl, calib->n, max_length, enc, err))) goto end;
+    wide_score(enc, cy, calib->n, K, &rep->calib_loss_encoder, &acc);
+    fprintf(stderr, "wide: encoder alone on %d calibration rows: log-loss %.4f, accuracy %.4f\n",
+            calib->n, rep->calib_loss_encoder, acc);
+
+    for (int g = 0; g < n_l2; g++) {
+        wide_fit_options o;
+        lbfgs_result res;
+        wide_fit_options_default(&o);
+        o.l2 = l2s[g];
+        double t1 = seconds_now(), a, c, d[2], loss, wloss, wacc;
+        if ((rc = wide_fit(w, rows, NULL, &o, &res, err))) goto end;
+        memset(z, 0, (size_t)calib->n * K * sizeof *z);
+        if ((rc = wide_add_logits_texts(w, ct, cl, calib->n, z, NULL, NULL, err))) goto end;
+        wide_score(z, cy, calib->n, K, &wloss, &wacc);
+        if ((rc = wide_fit_mix(enc, z, cy, calib->n, K, &a, &c, d, err))) goto end;
+        for (size_t j = 0; j < (size_t)calib->n * K; j++)
+            mixed[j] = (float)(a * enc[j] + c * z[j] + d[j % K]);
+        wide_score(mixed, cy, calib->n, K, &loss, &acc);
+        fprintf(stderr,
+                "wide: l2 %g: %d iterations, training loss %.4f (%.1f s); calibration rows: "
+                "wide alone log-loss %.4f accuracy %.4f; mixed (a %.3f, c %.3f) log-loss %.4f "
+                "accuracy %.4f\n",
+                o.l2, res.iterations, res.f, seconds_now() - t1, wloss, wacc, a, c, loss, acc);
+        if (loss < rep->calib_loss) {
+            rep->calib_loss = loss;
+            rep->calib_loss_wide = wloss;
+            rep->l2 = o.l2;
+            rep->a = a;
+            rep->c = c;
+            rep->d[0] = d[0];
+            rep->d[1] = d[1];
+            wide_part_free(best);
+            best = NULL;
+            if ((rc = wide_part_clone(w, &best, err))) goto end;
+        }
+    }
+    if (!best) {
+        rc = sm_error(err, SM_ERR_INVALID, "wide stage: no penalty to try");
+        goto end;
+    }
+    m->wide = best;
+    m->cfg.wide = best->cfg;
+    best = NULL;
+    if ((rc = bert_model_apply_mix(m, rep->a, rep->c, rep->d, err))) goto end;
+    rep->seconds = seconds_now() - t0;
+    fprintf(stderr, "wide: chose l2 %g, mix a %.4f c %.4f d %.4f %.4f (%.0f s)\n", rep->l2,
+            rep->a, rep->c, rep->d[0], rep->d[1], rep->seconds);
+end:
+    wide_part_free(best);
+    wide_part_free(w);
+    wide_rows_free(rows);
+    free(mixed);
+    free(z);
+    free(enc);
+    free(ft);
+    free(fl);
+    free(fy);
+    free(ct);
+    free(cl);
+    free(cy);
+    return rc;
+}
