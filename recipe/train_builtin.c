@@ -35,7 +35,8 @@
  * fitted on the training rows and mixed with the encoder on the
  * calibration rows, which then replaces the temperature: recipe/wide_stage.h;
  * 0: none) --wide-ngram-max 3 --wide-l2 1e-5,3e-6,1e-6 (the penalties tried,
- * strongest first; the mixed log-loss on the calibration rows chooses);
+ * strongest first; the mixed log-loss on the calibration rows chooses)
+ * --wide-stack A (fit it on top of A x the encoder's logits; 0: alone);
  * --wide-only 1 (with --init: the encoder as
  * it is, no pretraining or fine-tuning; only the wide stage).
  * --soft-write TSV --soft OUT converts the teacher's `p<TAB>text` lines into
@@ -92,6 +93,7 @@ typedef struct recipe {
     int wide_only;         /* --wide-only 1: no encoder training: --init's encoder as it is */
     double wide_l2[8];     /* --wide-l2 a,b,...: the penalties tried (1e-5,3e-6,1e-6) */
     int n_wide_l2;
+    double wide_stack;     /* --wide-stack A: fitted on top of A x the encoder's logits (0) */
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -108,7 +110,7 @@ static int parse_args(int argc, char **argv, recipe *r)
     *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
                   2, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 3, 1e-3f, NULL, NULL, 0,
                   40000, "model/builtin/teacher_soft.bin", NULL, 0.5f, 2.0f, -1, 2000,
-                  NULL, 0.0f, 0, 3, 0, {1e-5, 3e-6, 1e-6}, 3};
+                  NULL, 0.0f, 0, 3, 0, {1e-5, 3e-6, 1e-6}, 3, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -145,6 +147,7 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--wide-buckets")) r->wide_buckets = atoi(v);
         else if (!strcmp(k, "--wide-ngram-max")) r->wide_ngram_max = atoi(v);
         else if (!strcmp(k, "--wide-only")) r->wide_only = atoi(v);
+        else if (!strcmp(k, "--wide-stack")) r->wide_stack = strtod(v, NULL);
         else if (!strcmp(k, "--wide-l2")) {
             char *end = (char *)v;
             for (r->n_wide_l2 = 0; r->n_wide_l2 < 8 && *end;) {
@@ -617,7 +620,7 @@ trained:;
         wc.ngram_max = r.wide_ngram_max;
         review_set fitset = {d.train.rows, n_fit, n_fit}; /* a view */
         rc = n_calib ? wide_stage_run(m, ws, &fitset, &calib, r.shape.max_length, &wc, r.wide_l2,
-                                      r.n_wide_l2,
+                                      r.n_wide_l2, r.wide_stack,
                                       &wrep, err)
                      : sm_error(err, SM_ERR_INVALID, "--wide-buckets needs --calib-rows");
     } else if (n_calib && !(rc = positive_probs(m, ws, &calib, r.shape.max_length, p1, err))) {
@@ -701,9 +704,10 @@ trained:;
         fprintf(f, "},\n  \"wide\": {\"buckets\": %d, \"ngram_max\": %d, \"l2\": %g, "
                    "\"mix_encoder\": %.6f, \"mix_wide\": %.6f, \"calib_log_loss\": %.5f, "
                    "\"calib_log_loss_encoder\": %.5f, \"calib_log_loss_wide\": %.5f, "
-                   "\"seconds\": %.1f, \"only\": %d",
+                   "\"seconds\": %.1f, \"only\": %d, \"stack\": %g",
                 r.wide_buckets, r.wide_ngram_max, wrep.l2, wrep.a, wrep.c, wrep.calib_loss,
-                wrep.calib_loss_encoder, wrep.calib_loss_wide, wrep.seconds, r.wide_only);
+                wrep.calib_loss_encoder, wrep.calib_loss_wide, wrep.seconds, r.wide_only,
+                r.wide_stack);
     fprintf(f, "},\n  \"eval_rows\": {");
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
         fprintf(f, "%s\"%s\": %d", e ? ", " : "", d.eval_name[e], d.eval[e].n);

@@ -54,12 +54,13 @@ static int encoder_logits(bert_model *m, bert_workspace *ws, const char **texts,
 
 int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
                    const review_set *calib, int max_length, const sm_wide_config *cfg,
-                   const double *l2s, int n_l2, wide_stage_report *rep, char *err)
+                   const double *l2s, int n_l2, double stack, wide_stage_report *rep,
+                   char *err)
 {
     const char **ft = NULL, **ct = NULL;
     size_t *fl = NULL, *cl = NULL;
     int *fy = NULL, *cy = NULL, K = m->cfg.num_labels, rc;
-    float *enc = NULL, *z = NULL, *mixed = NULL;
+    float *enc = NULL, *z = NULL, *mixed = NULL, *offset = NULL;
     wide_rows *rows = NULL;
     wide_part *w = NULL, *best = NULL;
     double t0 = seconds_now(), acc;
@@ -75,6 +76,18 @@ int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
     fprintf(stderr, "wide: %d buckets, %d training rows, %zu features (%.1f s)\n", cfg->buckets,
             fit->n, rows->start[rows->n], seconds_now() - t0);
 
+    if (stack > 0) { /* the encoder's logits on the training rows, scaled */
+        double t1 = seconds_now();
+        offset = malloc((size_t)fit->n * K * sizeof *offset);
+        if (!offset) {
+            rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+            goto end;
+        }
+        if ((rc = encoder_logits(m, ws, ft, fl, fit->n, max_length, offset, err))) goto end;
+        for (size_t j = 0; j < (size_t)fit->n * K; j++) offset[j] = (float)(stack * offset[j]);
+        fprintf(stderr, "wide: stacked on the encoder's logits x %g (%.0f s)\n", stack,
+                seconds_now() - t1);
+    }
     enc = malloc((size_t)calib->n * K * sizeof *enc);
     z = malloc((size_t)calib->n * K * sizeof *z);
     mixed = malloc((size_t)calib->n * K * sizeof *mixed);
@@ -93,7 +106,7 @@ int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
         wide_fit_options_default(&o);
         o.l2 = l2s[g];
         double t1 = seconds_now(), a, c, d[2], loss, wloss, wacc;
-        if ((rc = wide_fit(w, rows, NULL, &o, &res, err))) goto end;
+        if ((rc = wide_fit(w, rows, offset, &o, &res, err))) goto end;
         memset(z, 0, (size_t)calib->n * K * sizeof *z);
         if ((rc = wide_add_logits_texts(w, ct, cl, calib->n, z, NULL, NULL, err))) goto end;
         wide_score(z, cy, calib->n, K, &wloss, &wacc);
@@ -134,6 +147,7 @@ end:
     wide_part_free(best);
     wide_part_free(w);
     wide_rows_free(rows);
+    free(offset);
     free(mixed);
     free(z);
     free(enc);

@@ -4,7 +4,10 @@
  * 1. The wide part is fitted on the training rows (the calibration rows
  *    excluded): its idf from their texts, then the logistic regression
  *    (model/train/wide_fit.h) for each penalty of a small grid, warm-started
- *    from the previous one.
+ *    from the previous one. With stack > 0 it is fitted on top of the
+ *    encoder: the encoder's logits for each training row times stack are a
+ *    fixed offset of the regression, so the wide part learns what the
+ *    encoder gets wrong rather than the labels alone.
  * 2. For each penalty, the mix (the encoder's share a, the wide part's c and
  *    a bias d) is fitted on the calibration rows, which neither part trained
  *    on; the penalty whose mixed model has the lowest log-loss there wins.
@@ -32,6 +35,7 @@ typedef struct wide_stage_report {
  * fit and mixed on calib. ws is a workspace for m on the CPU. */
 int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
                    const review_set *calib, int max_length, const sm_wide_config *cfg,
-                   const double *l2s, int n_l2, wide_stage_report *rep, char *err);
+                   const double *l2s, int n_l2, double stack, wide_stage_report *rep,
+                   char *err);
 
 #endif

@@ -556,7 +556,7 @@ static void test_huge_text_and_stop(void **state)
     assert_int_equal(ngram_counts_create(&c, &nc, err), SM_OK);
     assert_int_equal(ngram_count_text(&c, text, n, nc, NULL, NULL, err), SM_OK);
     uint64_t total = 0;
-    for (int t = 0; t < nc->n_touched; t++) total += nc->count[nc->touched[t]];
+    for (int t = 0; t < nc->n_touched; t++) total += nc->count[t];
     assert_true(total == 3 * (uint64_t)n - 3); /* n code points: n + (n-1) + (n-2) */
     int calls = 0;
     assert_int_equal(ngram_count_text(&c, text, n, nc, stop_now, &calls, err),

@@ -65,7 +65,7 @@ int wide_features(const wide_part *w, const ngram_counts *nc, double *val)
     int n = nc->n_touched;
     for (int i = 0; i < n; i++) {
         int b = nc->touched[i];
-        double v = (double)nc->count[b];
+        double v = (double)nc->count[i];
         if (w->cfg.sublinear_tf) v = 1.0 + log(v);
         if (w->idf) v *= (double)w->idf[b];
         val[i] = v;
@@ -101,11 +101,23 @@ int wide_add_logits_texts(const wide_part *w, const char *const *texts, const si
 {
     ngram_counts *nc = NULL;
     int rc = ngram_counts_create(&w->cfg, &nc, err);
-    double *val = rc ? NULL : malloc((size_t)w->cfg.buckets * sizeof *val);
-    if (!rc && !val) rc = sm_error(err, SM_ERR_NOMEM, "out of memory for the wide features");
-    for (int i = 0; !rc && i < n; i++)
+    double *val = NULL;
+    size_t val_cap = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        /* val as long as the text's n-grams can be many */
+        size_t need = texts[i] ? lens[i] * (size_t)(w->cfg.ngram_max - w->cfg.ngram_min + 1) : 0;
+        if (need > (size_t)w->cfg.buckets) need = (size_t)w->cfg.buckets;
+        if (need > val_cap) {
+            free(val);
+            val_cap = need;
+            if (!(val = malloc(val_cap * sizeof *val))) {
+                rc = sm_error(err, SM_ERR_NOMEM, "out of memory for the wide features");
+                break;
+            }
+        }
         rc = wide_add_logits(w, nc, val, texts[i], texts[i] ? lens[i] : 0,
                              logits + (size_t)i * w->K, stop, user, err);
+    }
     free(val);
     ngram_counts_free(nc);
     return rc;

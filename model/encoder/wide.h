@@ -52,7 +52,8 @@ size_t wide_part_num_params(const wide_part *w);
 int wide_features(const wide_part *w, const ngram_counts *nc, double *val);
 
 /* logits[0..K) += z for text[0..len). nc is a counter of w's buckets;
- * val holds nc->buckets doubles. stop as ngram_count_text. */
+ * val holds at most min(buckets, len x n-gram orders) doubles, what the
+ * text can have. stop as ngram_count_text. */
 int wide_add_logits(const wide_part *w, ngram_counts *nc, double *val, const char *text,
                     size_t len, float *logits, int (*stop)(void *user), void *user, char *err);
 

@@ -63,12 +63,7 @@ int ngram_counts_create(const sm_wide_config *cfg, ngram_counts **out, char *err
     *out = NULL;
     if ((rc = sm_wide_config_check(cfg, err))) return rc;
     ngram_counts *nc = calloc(1, sizeof *nc);
-    if (nc) nc->count = calloc((size_t)cfg->buckets, sizeof *nc->count);
-    if (nc && nc->count) nc->touched = malloc((size_t)cfg->buckets * sizeof *nc->touched);
-    if (!nc || !nc->count || !nc->touched) {
-        ngram_counts_free(nc);
-        return sm_error(err, SM_ERR_NOMEM, "out of memory for %d n-gram buckets", cfg->buckets);
-    }
+    if (!nc) return sm_error(err, SM_ERR_NOMEM, "out of memory for n-gram counters");
     nc->buckets = cfg->buckets;
     *out = nc;
     return SM_OK;
@@ -77,9 +72,77 @@ int ngram_counts_create(const sm_wide_config *cfg, ngram_counts **out, char *err
 void ngram_counts_free(ngram_counts *nc)
 {
     if (!nc) return;
-    free(nc->count);
+    free(nc->slot);
     free(nc->touched);
+    free(nc->count);
     free(nc);
+}
+
+static size_t slot_of(int b, size_t cap)
+{
+    return ((uint32_t)b * 2654435761u) & (cap - 1);
+}
+
+/* Room for one more distinct bucket: the lists and a map at most half full. */
+static int reserve(ngram_counts *nc)
+{
+    if ((size_t)nc->n_touched == nc->list_cap) {
+        size_t cap = nc->list_cap ? 2 * nc->list_cap : 256;
+        int *t = realloc(nc->touched, cap * sizeof *t);
+        if (t) nc->touched = t;
+        uint32_t *c = realloc(nc->count, cap * sizeof *c);
+        if (c) nc->count = c;
+        if (!t || !c) return SM_ERR_NOMEM;
+        nc->list_cap = cap;
+    }
+    if (2 * ((size_t)nc->n_touched + 1) > nc->cap) {
+        size_t cap = nc->cap ? 2 * nc->cap : 1024;
+        int *slot = calloc(cap, sizeof *slot);
+        if (!slot) return SM_ERR_NOMEM;
+        for (int i = 0; i < nc->n_touched; i++) {
+            size_t j = slot_of(nc->touched[i], cap);
+            while (slot[j]) j = (j + 1) & (cap - 1);
+            slot[j] = i + 1;
+        }
+        free(nc->slot);
+        nc->slot = slot;
+        nc->cap = cap;
+    }
+    return SM_OK;
+}
+
+static int count_bucket(ngram_counts *nc, int b)
+{
+    if (!nc->cap && reserve(nc)) return SM_ERR_NOMEM;
+    size_t j = slot_of(b, nc->cap);
+    while (nc->slot[j]) {
+        int i = nc->slot[j] - 1;
+        if (nc->touched[i] == b) {
+            nc->count[i]++;
+            return SM_OK;
+        }
+        j = (j + 1) & (nc->cap - 1);
+    }
+    size_t cap = nc->cap;
+    if (reserve(nc)) return SM_ERR_NOMEM;
+    if (nc->cap != cap) { /* the map grew: find the free slot again */
+        j = slot_of(b, nc->cap);
+        while (nc->slot[j]) j = (j + 1) & (nc->cap - 1);
+    }
+    nc->touched[nc->n_touched] = b;
+    nc->count[nc->n_touched] = 1;
+    nc->slot[j] = ++nc->n_touched;
+    return SM_OK;
+}
+
+static void clear(ngram_counts *nc)
+{
+    for (int i = 0; i < nc->n_touched; i++) {
+        size_t j = slot_of(nc->touched[i], nc->cap);
+        while (nc->slot[j] != i + 1) j = (j + 1) & (nc->cap - 1);
+        nc->slot[j] = 0;
+    }
+    nc->n_touched = 0;
 }
 
 /* Python's str.isspace. */
@@ -123,14 +186,8 @@ typedef struct recent {
     long seen; /* code points so far */
 } recent;
 
-static void count_one(ngram_counts *nc, const uint8_t *key, size_t len)
-{
-    int b = ngram_bucket(ngram_murmur3_32(key, len, 0), nc->buckets);
-    if (nc->count[b]++ == 0) nc->touched[nc->n_touched++] = b;
-}
-
 /* Adds code point c and counts the n-grams that end with it. */
-static void push(const sm_wide_config *cfg, recent *r, int32_t c, ngram_counts *nc)
+static int push(const sm_wide_config *cfg, recent *r, int32_t c, ngram_counts *nc)
 {
     uint8_t key[4 * SM_WIDE_MAX_NGRAM];
     r->head = (r->head + 1) % SM_WIDE_MAX_NGRAM;
@@ -143,8 +200,12 @@ static void push(const sm_wide_config *cfg, recent *r, int32_t c, ngram_counts *
         int slot = (r->head - (n - 1) + SM_WIDE_MAX_NGRAM) % SM_WIDE_MAX_NGRAM;
         off -= (size_t)r->len[slot];
         memcpy(key + off, r->bytes[slot], (size_t)r->len[slot]);
-        if (n >= cfg->ngram_min) count_one(nc, key + off, sizeof key - off);
+        if (n >= cfg->ngram_min &&
+            count_bucket(nc, ngram_bucket(ngram_murmur3_32(key + off, sizeof key - off, 0),
+                                          nc->buckets)))
+            return SM_ERR_NOMEM;
     }
+    return SM_OK;
 }
 
 int ngram_count_text(const sm_wide_config *cfg, const char *text, size_t len, ngram_counts *nc,
@@ -153,8 +214,7 @@ int ngram_count_text(const sm_wide_config *cfg, const char *text, size_t len, ng
     const unsigned char *s = (const unsigned char *)text;
     recent r;
     memset(&r, 0, sizeof r);
-    for (int i = 0; i < nc->n_touched; i++) nc->count[nc->touched[i]] = 0;
-    nc->n_touched = 0;
+    clear(nc);
     if (nc->buckets != cfg->buckets)
         return sm_error(err, SM_ERR_INVALID, "n-gram counters for %d buckets, not %d",
                         nc->buckets, cfg->buckets);
@@ -173,12 +233,14 @@ int ngram_count_text(const sm_wide_config *cfg, const char *text, size_t len, ng
             }
         }
         if (cfg->lowercase && c >= 'A' && c <= 'Z') c += 'a' - 'A';
-        push(cfg, &r, c, nc);
+        if (push(cfg, &r, c, nc)) {
+            clear(nc);
+            return sm_error(err, SM_ERR_NOMEM, "out of memory counting n-grams");
+        }
         if (i >= next_poll) {
             next_poll = i + 65536;
             if (stop && stop(user)) {
-                for (int t = 0; t < nc->n_touched; t++) nc->count[nc->touched[t]] = 0;
-                nc->n_touched = 0;
+                clear(nc);
                 return sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
             }
         }

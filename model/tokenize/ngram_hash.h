@@ -13,7 +13,7 @@
  * INT32_MIN goes to (INT32_MAX - (buckets - 1)) mod buckets, as
  * scikit-learn's _hashing_fast does). A text of N code points has at most
  * (ngram_max - ngram_min + 1) N n-grams: time linear in the text, memory
- * one counter per bucket.
+ * linear in its distinct buckets.
  *
  * ngram_counts owns its arrays; one is reused text after text (each
  * ngram_count_text starts from zero), not shared between threads.
@@ -33,12 +33,16 @@ int ngram_bucket(int32_t h, int n);
 
 typedef struct ngram_counts {
     int buckets;
-    uint32_t *count;  /* (buckets): the n-grams of the last text per bucket */
-    int *touched;     /* (n_touched) the buckets with a count, first-seen order */
+    int *touched;       /* (n_touched) the buckets with a count, first-seen order */
+    uint32_t *count;    /* (n_touched) their counts */
     int n_touched;
+    /* private: an open-addressing map bucket -> index into touched, sized
+     * by the text (at most twice its distinct buckets), not by buckets */
+    int *slot;          /* (cap) index + 1, 0 empty */
+    size_t cap, list_cap;
 } ngram_counts;
 
-/* Counters for cfg->buckets buckets. */
+/* Counters for cfg->buckets buckets (the map grows with the texts). */
 int ngram_counts_create(const sm_wide_config *cfg, ngram_counts **out, char *err);
 void ngram_counts_free(ngram_counts *nc);
 
