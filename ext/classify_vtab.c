@@ -15,8 +15,8 @@
  *   SELECT * FROM labels;                  -- every row, classified in batches
  *   SELECT label FROM labels WHERE id = 7; -- classifies just that row
  *
- * Arguments (hidden columns source, column, model, batch_size; in CREATE
- * VIRTUAL TABLE the first three, quoted or not):
+ * Arguments (hidden columns source, column, model, batch_size, long_text; in
+ * CREATE VIRTUAL TABLE the first three, quoted or not):
  *   source      a table name (id = its rowid, text = `column`), or one
  *               query starting with SELECT, WITH or VALUES that returns
  *               exactly two columns, the id and the text. A query source
@@ -24,6 +24,10 @@
  *   column      the text column of a table source.
  *   model       a model name as for sentiment() (default 'default').
  *   batch_size  rows per encoder call (default sentiment_config('batch_size')).
+ *   long_text   'truncate' or 'windows': how a text longer than max_length
+ *               is read, for this query (default sentiment_config('long_text')):
+ *                 SELECT * FROM classify('reviews', 'comment', 'default', 64, 'windows');
+ *                 SELECT * FROM classify('reviews', 'comment') WHERE long_text = 'windows';
  * Hidden-column arguments given in a query take precedence over the ones a
  * persistent table was created with.
  *
@@ -112,32 +116,35 @@ enum {
     COL_COLUMN,
     COL_MODEL,
     COL_BATCH_SIZE,
+    COL_LONG_TEXT,
     COL_EMBEDDING, /* hidden, but a result: the pooled embedding (embed.c) */
     COL_EXPLANATION /* hidden, a result: sentiment_explain's JSON (explain.c) */
 };
-#define N_ARGS 4
+#define N_ARGS 5
 
 /* idxNum bits set by xBestIndex, and the order of xFilter's argv:
  *   0x01  source = ?      (hidden column source)
  *   0x02  column = ?      (hidden column column)
  *   0x04  model = ?       (hidden column model)
  *   0x08  batch_size = ?  (hidden column batch_size)
- *   0x10  id = ?          (classify only the matching source row)
+ *   0x10  long_text = ?   (hidden column long_text)
+ *   0x20  id = ?          (classify only the matching source row)
  * argv holds the values of the bits that are set, in this order. Bits
  * that take no argument:
- *   0x20  the embedding column is used: pool embeddings
- *   0x40  label, score and probs are unused and embedding is used: run
+ *   0x40  the embedding column is used: pool embeddings
+ *   0x80  label, score and probs are unused and embedding is used: run
  *         no head (so an encoder without one serves embedding)
- *   0x80  embedding = a constant that is not a BLOB (a fifth argument):
+ *   0x100 embedding = a constant that is not a BLOB (a sixth argument):
  *         an error */
 #define IDX_SOURCE 0x01
 #define IDX_COLUMN 0x02
 #define IDX_MODEL 0x04
 #define IDX_BATCH 0x08
-#define IDX_ID 0x10
-#define IDX_EMBED 0x20
-#define IDX_NO_LABELS 0x40
-#define IDX_EMBED_ARG 0x80
+#define IDX_LONG_TEXT 0x10
+#define IDX_ID 0x20
+#define IDX_EMBED 0x40
+#define IDX_NO_LABELS 0x80
+#define IDX_EMBED_ARG 0x100
 
 static const char *const k_fn = "classify()";
 
@@ -154,6 +161,7 @@ typedef struct cl_cursor {
     sqlite3_stmt *src;       /* the source query */
     sx_model *m;
     int batch_size;
+    int long_text;           /* -1: the connection's setting; else windows (0: truncate) */
     int is_query;            /* source is a SELECT (filter ids in C) */
     sqlite3_value *want_id;  /* id = ? on a query source, or NULL */
     sqlite3_value *args[N_ARGS]; /* argument values, for the hidden columns */
@@ -224,7 +232,7 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                        argc - 3);
     rc = sqlite3_declare_vtab(db, "CREATE TABLE x(id, label TEXT, score REAL, probs TEXT, "
                                   "truncated INTEGER, source HIDDEN, \"column\" HIDDEN, "
-                                  "model HIDDEN, batch_size HIDDEN, embedding HIDDEN, "
+                                  "model HIDDEN, batch_size HIDDEN, long_text HIDDEN, embedding HIDDEN, "
                                   "explanation HIDDEN)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
@@ -443,8 +451,9 @@ static int fill_batch(cl_cursor *cur)
             where[j++] = i;
         }
     }
-    if ((cur->labels && sx_engine_classify(v->c, k_fn, cur->m, texts, lens, n_text,
-                                           cur->batch_size, probs, trunc, &errmsg) != SQLITE_OK) ||
+    if ((cur->labels &&
+         sx_engine_classify_long(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size,
+                                 cur->long_text, probs, trunc, &errmsg) != SQLITE_OK) ||
         (cur->embed && sx_engine_embed(v->c, k_fn, cur->m, texts, lens, n_text,
                                        cur->batch_size, emb, trunc, &errmsg) != SQLITE_OK)) {
         rc = set_error(cur, errmsg);
@@ -540,11 +549,12 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     cursor_reset(cur);
     if (idxNum & IDX_EMBED_ARG)
         return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                       "too many arguments on classify() - max 4 (source, column, model, "
-                       "batch_size); embedding is a result column, not an argument");
+                       "too many arguments on classify() - max 5 (source, column, model, "
+                       "batch_size, long_text); embedding is a result column, not an argument");
     cur->embed = (idxNum & IDX_EMBED) != 0;
     cur->labels = !(idxNum & IDX_NO_LABELS);
     cur->batch_size = v->c->batch_size;
+    cur->long_text = -1;
     for (int bit = 0; bit < N_ARGS; bit++) {
         if (!(idxNum & (1 << bit))) continue;
         cur->args[bit] = sqlite3_value_dup(argv[a]);
@@ -560,6 +570,16 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
                     return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "%s contains a NUL byte",
                                    what[bit]);
             }
+        } else if (bit == 4) {
+            const char *lt = (const char *)sqlite3_value_text(argv[a]);
+            if (sqlite3_value_type(argv[a]) == SQLITE_TEXT && lt && !strcmp(lt, "truncate"))
+                cur->long_text = 0;
+            else if (sqlite3_value_type(argv[a]) == SQLITE_TEXT && lt && !strcmp(lt, "windows"))
+                cur->long_text = SX_LONG_TEXT_WINDOWS;
+            else
+                return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                               "long_text must be 'truncate' or 'windows', got '%s'",
+                               lt ? lt : "NULL");
         } else {
             sqlite3_int64 bs = sqlite3_value_int64(argv[a]);
             if (sqlite3_value_type(argv[a]) != SQLITE_INTEGER || bs < 1 || bs > 4096) {
@@ -810,7 +830,7 @@ static int clRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
  * xFilter with a message, not by failing the plan. */
 static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 {
-    int col_of[N_ARGS + 1] = {-1, -1, -1, -1, -1};
+    int col_of[N_ARGS + 1] = {-1, -1, -1, -1, -1, -1};
     int mask = 0, n = 0, flags = 0;
     (void)pVtab;
 
@@ -837,14 +857,14 @@ static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
             continue;
         }
         if (c->iColumn >= COL_SOURCE) bit = c->iColumn - COL_SOURCE;
-        else if (c->iColumn == COL_ID) bit = 4;
+        else if (c->iColumn == COL_ID) bit = N_ARGS;
         else continue;
         if (c->op != SQLITE_INDEX_CONSTRAINT_EQ) {
-            if (bit < 4) return SQLITE_CONSTRAINT; /* e.g. source > 'x' */
+            if (bit < N_ARGS) return SQLITE_CONSTRAINT; /* e.g. source > 'x' */
             continue;
         }
         if (!c->usable) {
-            if (bit < 4) return SQLITE_CONSTRAINT;
+            if (bit < N_ARGS) return SQLITE_CONSTRAINT;
             continue;
         }
         if (col_of[bit] < 0) {
@@ -852,10 +872,10 @@ static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
             mask |= 1 << bit;
         }
     }
-    for (int bit = 0; bit <= 4; bit++) {
+    for (int bit = 0; bit <= N_ARGS; bit++) {
         if (col_of[bit] < 0) continue;
         info->aConstraintUsage[col_of[bit]].argvIndex = ++n;
-        info->aConstraintUsage[col_of[bit]].omit = bit < 4;
+        info->aConstraintUsage[col_of[bit]].omit = bit < N_ARGS;
     }
     info->idxNum = mask | flags;
     if (mask & IDX_ID) {

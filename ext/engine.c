@@ -244,8 +244,8 @@ int sx_text_not_chinese(const char *text, size_t len)
 /* sx_engine_classify (embed 0: out is probs) and sx_engine_embed (embed 1:
  * out is emb). */
 static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
-                      const size_t *lens, int n, int batch_size, int embed, float *out,
-                      int *truncated, char **errmsg)
+                      const size_t *lens, int n, int batch_size, int windows, int embed,
+                      float *out, int *truncated, char **errmsg)
 {
     char err[SM_ERR_MAX];
     bert_workspace *ws = NULL;
@@ -266,7 +266,7 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
      * inside a long text's tokenizing and between batches */
     sx_poll poll;
     sx_poll_begin(&poll, c->db);
-    bert_text_opts opts = {sx_poll_stop, &poll, c->long_text_windows};
+    bert_text_opts opts = {sx_poll_stop, &poll, windows >= 0 ? windows : c->long_text_windows};
     rc = embed ? bert_embed_texts_opts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
                                        &opts, err)
                : bert_classify_texts_opts(m->bert, params, ws, texts, lens, n, seq, bs, out,
@@ -294,12 +294,20 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
                        int batch_size, float *probs, int *truncated,
                        char **errmsg)
 {
-    return run_engine(c, fn, m, texts, lens, n, batch_size, 0, probs, truncated, errmsg);
+    return run_engine(c, fn, m, texts, lens, n, batch_size, -1, 0, probs, truncated, errmsg);
+}
+
+int sx_engine_classify_long(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+                            const size_t *lens, int n, int batch_size, int windows,
+                            float *probs, int *truncated, char **errmsg)
+{
+    return run_engine(c, fn, m, texts, lens, n, batch_size, windows, 0, probs, truncated,
+                      errmsg);
 }
 
 int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
                     const size_t *lens, int n, int batch_size, float *emb, int *truncated,
                     char **errmsg)
 {
-    return run_engine(c, fn, m, texts, lens, n, batch_size, 1, emb, truncated, errmsg);
+    return run_engine(c, fn, m, texts, lens, n, batch_size, -1, 1, emb, truncated, errmsg);
 }

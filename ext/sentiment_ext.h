@@ -273,6 +273,12 @@ int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
                        const char *const *texts, const size_t *lens, int n,
                        int batch_size, float *probs, int *truncated,
                        char **errmsg);
+/* The same with the long-text reading given: windows -1 the connection's
+ * setting (sentiment_config('long_text')), 0 truncate, else up to that many
+ * windows (bert_text_opts.windows). */
+int sx_engine_classify_long(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+                            const size_t *lens, int n, int batch_size, int windows,
+                            float *probs, int *truncated, char **errmsg);
 /* The same batching for sentence embeddings: emb gets n x hidden_size
  * floats, each text pooled as the model's pooling setting says
  * (model/format/pooling.h). Needs no classification head. */

@@ -258,13 +258,13 @@ static void test_batched_equals_single(void **state)
     expect_text(db, "SELECT count(embedding) FROM classify('t', 'body', 'st')", "16");
     expect_error(db, "SELECT label, embedding FROM classify('t', 'body', 'st')",
                  "classify(): the model has no classification head");
-    /* a fifth argument is not an embedding */
-    expect_error(db, "SELECT * FROM classify('t', 'body', 'st', 4, 'x')",
-                 "classify(): too many arguments on classify() - max 4 (source, column, "
-                 "model, batch_size); embedding is a result column, not an argument");
-    expect_error(db, "SELECT * FROM classify('t', 'body', 'st', 4, 5)",
-                 "classify(): too many arguments on classify() - max 4 (source, column, "
-                 "model, batch_size); embedding is a result column, not an argument");
+    /* a sixth argument is not an embedding */
+    expect_error(db, "SELECT * FROM classify('t', 'body', 'st', 4, 'truncate', 'x')",
+                 "classify(): too many arguments on classify() - max 5 (source, column, "
+                 "model, batch_size, long_text); embedding is a result column, not an argument");
+    expect_error(db, "SELECT * FROM classify('t', 'body', 'st', 4, 'windows', 5)",
+                 "classify(): too many arguments on classify() - max 5 (source, column, "
+                 "model, batch_size, long_text); embedding is a result column, not an argument");
     /* comparing embedding with a BLOB filters, as for any column */
     expect_text(db, "SELECT count(*) FROM classify('t', 'body', 'st') WHERE embedding = x'00'", "0");
     expect_text(db, "SELECT count(*) FROM classify('t', 'body', 'st') "

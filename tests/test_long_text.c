@@ -1,5 +1,6 @@
 /* test_long_text.c: long texts read in windows (model/encoder/classifier.c,
- * bert_text_opts.windows; sentiment_config('long_text')): the windows'
+ * bert_text_opts.windows; sentiment_config('long_text'), classify's long_text
+ * argument): the windows'
  * probabilities against the softmax of the mean of each window's logits
  * computed here by hand with bert_forward, texts of one window unchanged,
  * the window limit, and the SQL setting.
@@ -151,12 +152,57 @@ static void test_sql_setting(void **state)
     sqlite3_close(db);
 }
 
+/* classify's long_text argument overrides the setting for one query, as a
+ * fifth argument or a constraint; a bad value is refused. */
+static void test_classify_argument(void **state)
+{
+    (void)state;
+    sqlite3 *db = open_db();
+    load_tiny(db);
+    char text[256], sql[1024];
+    ideographs(text, 40);
+    exec_ok(db, "SELECT sentiment_config('max_length', 12)");
+    exec_ok(db, "CREATE TABLE r(body TEXT)");
+    snprintf(sql, sizeof sql, "INSERT INTO r VALUES ('%s'), ('好')", text);
+    exec_ok(db, sql);
+    snprintf(sql, sizeof sql, "SELECT sentiment_probs('%s', 'tiny')", text);
+    char *cut = q_text(db, sql);
+    exec_ok(db, "SELECT sentiment_config('long_text', 'windows')");
+    char *win = q_text(db, sql);
+    assert_string_not_equal(cut, win);
+    /* the setting is windows; the argument says truncate, then windows */
+    snprintf(sql, sizeof sql,
+             "SELECT probs FROM classify('r', 'body', 'tiny', 8, 'truncate') WHERE id = 1");
+    expect_text(db, sql, cut);
+    exec_ok(db, "SELECT sentiment_config('long_text', 'truncate')");
+    expect_text(db, "SELECT probs FROM classify('r', 'body', 'tiny', 8, 'windows') WHERE id = 1",
+                win);
+    expect_text(db, "SELECT probs FROM classify('r', 'body', 'tiny') WHERE long_text = 'windows' "
+                    "AND id = 1",
+                win);
+    expect_text(db, "SELECT probs FROM classify('r', 'body', 'tiny') WHERE id = 1", cut);
+    /* a short text is the same either way; the hidden column shows the argument */
+    expect_text(db, "SELECT count(*) FROM classify('r', 'body', 'tiny', 8, 'windows') a "
+                    "JOIN classify('r', 'body', 'tiny') b USING (id) WHERE a.probs = b.probs",
+                "1");
+    expect_text(db, "SELECT DISTINCT long_text FROM classify('r', 'body', 'tiny', 8, 'windows')",
+                "windows");
+    expect_error(db, "SELECT * FROM classify('r', 'body', 'tiny', 8, 'chunks')",
+                 "classify(): long_text must be 'truncate' or 'windows', got 'chunks'");
+    expect_error(db, "SELECT * FROM classify('r', 'body', 'tiny', 8, 3)",
+                 "classify(): long_text must be 'truncate' or 'windows', got '3'");
+    free(cut);
+    free(win);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_windows_by_hand),
         cmocka_unit_test(test_window_limit),
         cmocka_unit_test(test_sql_setting),
+        cmocka_unit_test(test_classify_argument),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
