@@ -37,6 +37,10 @@
  * 0: none) --wide-ngram-max 3 --wide-l2 1e-5,3e-6,1e-6 (the penalties tried,
  * strongest first; the mixed log-loss on the calibration rows chooses)
  * --wide-stack A (fit it on top of A x the encoder's logits; 0: alone);
+ * --ngram-teacher FOLDS (the n-gram model, out of fold over FOLDS folds of
+ * the training rows, joins the teacher: each soft label becomes (1 - W) x
+ * the teacher's + W x the n-gram model's; wide_stage_teacher)
+ * --ngram-teacher-weight W (0.5) --ngram-teacher-l2 1e-6;
  * --wide-only 1 (with --init: the encoder as
  * it is, no pretraining or fine-tuning; only the wide stage).
  * --soft-write TSV --soft OUT converts the teacher's `p<TAB>text` lines into
@@ -94,6 +98,9 @@ typedef struct recipe {
     double wide_l2[8];     /* --wide-l2 a,b,...: the penalties tried (1e-5,3e-6,1e-6) */
     int n_wide_l2;
     double wide_stack;     /* --wide-stack A: fitted on top of A x the encoder's logits (0) */
+    int ngram_teacher;     /* --ngram-teacher FOLDS: the n-gram model joins the teacher (0) */
+    float ngram_weight;    /* --ngram-teacher-weight W: its share of the soft labels (0.5) */
+    double ngram_l2;       /* --ngram-teacher-l2 (1e-6) */
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -110,7 +117,7 @@ static int parse_args(int argc, char **argv, recipe *r)
     *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
                   2, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 3, 1e-3f, NULL, NULL, 0,
                   40000, "model/builtin/teacher_soft.bin", NULL, 0.5f, 2.0f, -1, 2000,
-                  NULL, 0.0f, 0, 3, 0, {1e-5, 3e-6, 1e-6}, 3, 0};
+                  NULL, 0.0f, 0, 3, 0, {1e-5, 3e-6, 1e-6}, 3, 0, 0, 0.5f, 1e-6};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -148,6 +155,9 @@ static int parse_args(int argc, char **argv, recipe *r)
         else if (!strcmp(k, "--wide-ngram-max")) r->wide_ngram_max = atoi(v);
         else if (!strcmp(k, "--wide-only")) r->wide_only = atoi(v);
         else if (!strcmp(k, "--wide-stack")) r->wide_stack = strtod(v, NULL);
+        else if (!strcmp(k, "--ngram-teacher")) r->ngram_teacher = atoi(v);
+        else if (!strcmp(k, "--ngram-teacher-weight")) r->ngram_weight = strtof(v, NULL);
+        else if (!strcmp(k, "--ngram-teacher-l2")) r->ngram_l2 = strtod(v, NULL);
         else if (!strcmp(k, "--wide-l2")) {
             char *end = (char *)v;
             for (r->n_wide_l2 = 0; r->n_wide_l2 < 8 && *end;) {
@@ -544,6 +554,25 @@ int main(int argc, char **argv)
     if (r.wide_only) goto trained;
     if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
     if (r.soft && (rc = soft_labels_load(r.soft, &soft, err))) goto fail;
+    float *p_ngram = NULL, *p_ngram_u = NULL;
+    if (r.soft && r.ngram_teacher > 1) {
+        sm_wide_config wc;
+        sm_wide_config_default(&wc);
+        wc.buckets = r.wide_buckets > 0 ? r.wide_buckets : 1 << 20;
+        wc.ngram_max = r.wide_ngram_max;
+        review_set fitset = {d.train.rows, n_fit, n_fit}; /* a view */
+        p_ngram = malloc(((size_t)n_fit + 1) * sizeof *p_ngram);
+        p_ngram_u = malloc(((size_t)d.unlabeled.n + 1) * sizeof *p_ngram_u);
+        if (!p_ngram || !p_ngram_u) {
+            rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        if ((rc = wide_stage_teacher(&fitset, &d.unlabeled, r.ngram_teacher, &wc, r.ngram_l2,
+                                     p_ngram, p_ngram_u, err)))
+            goto fail;
+        fprintf(stderr, "n-gram teacher: %d folds, its share %g\n", r.ngram_teacher,
+                r.ngram_weight);
+    }
     int *ids = malloc((size_t)r.shape.max_length * sizeof *ids);
     int no_soft = 0;
     for (int i = 0; i < n_fit && !rc; i++) {
@@ -560,6 +589,7 @@ int main(int argc, char **argv)
             p1 = (float)y;
             no_soft++;
         }
+        if (p_ngram) p1 = (1 - r.ngram_weight) * p1 + r.ngram_weight * p_ngram[i];
         float q[2] = {1 - p1, p1};
         rc = train_dataset_add_soft(ds, ids, n, y, q, 2, err);
     }
@@ -567,6 +597,7 @@ int main(int argc, char **argv)
         if (r.unlabeled_soft >= 0 && n_unlabeled_soft >= r.unlabeled_soft) break;
         float p1;
         if (!soft_labels_find(&soft, d.unlabeled.rows[i].text, &p1)) continue;
+        if (p_ngram_u) p1 = (1 - r.ngram_weight) * p1 + r.ngram_weight * p_ngram_u[i];
         int n, cut;
         rc = tokenizer_encode(m->tok, d.unlabeled.rows[i].text, strlen(d.unlabeled.rows[i].text),
                               r.shape.max_length, ids, &n, &cut, err);
@@ -577,6 +608,8 @@ int main(int argc, char **argv)
         }
     }
     free(ids);
+    free(p_ngram);
+    free(p_ngram_u);
     if (rc) goto fail;
     if (r.soft)
         fprintf(stderr, "distillation: %d soft labels; %d training rows without one (one-hot), "

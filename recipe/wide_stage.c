@@ -159,3 +159,105 @@ end:
     free(cy);
     return rc;
 }
+
+/* P(positive) of texts under w into p. */
+static int positive_of(const wide_part *w, const char **texts, const size_t *lens, int n,
+                       float *p, char *err)
+{
+    float *z = calloc((size_t)n * 2 + 2, sizeof *z);
+    if (!z) return sm_error(err, SM_ERR_NOMEM, "out of memory");
+    int rc = wide_add_logits_texts(w, texts, lens, n, z, NULL, NULL, err);
+    for (int i = 0; !rc && i < n; i++)
+        p[i] = (float)(1.0 / (1.0 + exp((double)z[2 * i] - z[2 * i + 1])));
+    free(z);
+    return rc;
+}
+
+/* A wide part fitted on the rows i of (texts, labels) with keep(i). */
+static int fit_subset(const sm_wide_config *cfg, double l2, const char **texts,
+                      const size_t *lens, const int *labels, int n, int folds, int fold,
+                      wide_part **out, char *err)
+{
+    const char **t = malloc(((size_t)n + 1) * sizeof *t);
+    size_t *l = malloc(((size_t)n + 1) * sizeof *l);
+    int *y = malloc(((size_t)n + 1) * sizeof *y), m = 0, rc;
+    wide_rows *rows = NULL;
+    if (!t || !l || !y) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+        goto end;
+    }
+    for (int i = 0; i < n; i++)
+        if (fold < 0 || i % folds != fold) {
+            t[m] = texts[i];
+            l[m] = lens[i];
+            y[m++] = labels[i];
+        }
+    wide_fit_options o;
+    lbfgs_result res;
+    wide_fit_options_default(&o);
+    o.l2 = l2;
+    if ((rc = wide_part_create(cfg, 2, out, err)) ||
+        (rc = wide_fit_idf(*out, t, l, m, NULL, NULL, err)) ||
+        (rc = wide_rows_make(*out, t, l, y, m, NULL, NULL, &rows, err)) ||
+        (rc = wide_fit(*out, rows, NULL, &o, &res, err)))
+        goto end;
+    fprintf(stderr, "wide teacher: fold %d: %d rows, %d iterations, loss %.4f\n", fold, m,
+            res.iterations, res.f);
+end:
+    wide_rows_free(rows);
+    free(t);
+    free(l);
+    free(y);
+    return rc;
+}
+
+int wide_stage_teacher(const review_set *fit, const review_set *extra, int folds,
+                       const sm_wide_config *cfg, double l2, float *p_fit, float *p_extra,
+                       char *err)
+{
+    const char **ft = NULL, **et = NULL;
+    size_t *fl = NULL, *el = NULL;
+    int *fy = NULL, *ey = NULL, rc;
+    wide_part *w = NULL;
+    const char **sub = NULL;
+    size_t *subl = NULL;
+    float *subp = NULL;
+    if ((rc = set_arrays(fit, &ft, &fl, &fy, err)) || (rc = set_arrays(extra, &et, &el, &ey, err)))
+        goto end;
+    sub = malloc(((size_t)fit->n + 1) * sizeof *sub);
+    subl = malloc(((size_t)fit->n + 1) * sizeof *subl);
+    subp = malloc(((size_t)fit->n + 1) * sizeof *subp);
+    if (!sub || !subl || !subp) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+        goto end;
+    }
+    for (int f = 0; f < folds; f++) {
+        if ((rc = fit_subset(cfg, l2, ft, fl, fy, fit->n, folds, f, &w, err))) goto end;
+        int m = 0;
+        for (int i = f; i < fit->n; i += folds) {
+            sub[m] = ft[i];
+            subl[m++] = fl[i];
+        }
+        if ((rc = positive_of(w, sub, subl, m, subp, err))) goto end;
+        for (int i = f, k = 0; i < fit->n; i += folds) p_fit[i] = subp[k++];
+        wide_part_free(w);
+        w = NULL;
+    }
+    if (extra->n) {
+        if ((rc = fit_subset(cfg, l2, ft, fl, fy, fit->n, 1, -1, &w, err)) ||
+            (rc = positive_of(w, et, el, extra->n, p_extra, err)))
+            goto end;
+    }
+end:
+    wide_part_free(w);
+    free(sub);
+    free(subl);
+    free(subp);
+    free(ft);
+    free(fl);
+    free(fy);
+    free(et);
+    free(el);
+    free(ey);
+    return rc;
+}

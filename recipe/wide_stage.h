@@ -38,4 +38,13 @@ int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
                    const double *l2s, int n_l2, double stack, wide_stage_report *rep,
                    char *err);
 
+/* A teacher's P(positive) from the n-gram model alone (recipe stage 2 with
+ * --ngram-teacher): for each row of fit, out of fold (the model of `folds`
+ * folds, fold = row index mod folds, that did not see the row), and for
+ * each text of extra (may be empty), the model fitted on all of fit.
+ * p_fit (fit->n) and p_extra (extra->n). */
+int wide_stage_teacher(const review_set *fit, const review_set *extra, int folds,
+                       const sm_wide_config *cfg, double l2, float *p_fit, float *p_extra,
+                       char *err);
+
 #endif

@@ -28,14 +28,16 @@ mkdir -p "$OUT"
 sources() {
     case $1 in
     safetensors) echo "model/format/safetensors.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
-    config) echo "model/format/config.c model/format/pooling.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
+    config) echo "model/format/config.c model/format/pooling.c model/format/wide_config.c model/format/json_in.c" \
+        "model/errors.c model/format/file_read.c" ;;
     pooling) echo "model/format/pooling.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
     json_in) echo "model/format/json_in.c model/errors.c" ;;
     vocab | tokenize) echo "model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/json_in.c" \
         "model/errors.c model/format/file_read.c" ;;
     tokenizer_json) echo "model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/json_in.c" \
         "model/errors.c model/format/file_read.c" ;;
-    stored_model) echo "model/encoder/bert_load.c model/encoder/bert_params.c model/format/config.c model/format/pooling.c" \
+    stored_model) echo "model/encoder/bert_load.c model/encoder/bert_params.c model/encoder/wide.c" \
+        "model/tokenize/ngram_hash.c model/format/config.c model/format/pooling.c model/format/wide_config.c" \
         "model/format/safetensors.c model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/model_dir.c" \
         "model/errors.c model/format/file_read.c model/format/json_in.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
@@ -95,6 +97,7 @@ write_seeds() {
     printf '%s' '{"vocab_size":100,"hidden_size":32,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":64,"max_position_embeddings":64,"num_labels":3,"do_lower_case":false}' >"$c/small"
     printf '%s' '{"vocab_size":5,"hidden_size":4,"num_hidden_layers":1,"num_attention_heads":3,"intermediate_size":"4","max_position_embeddings":2,"pad_token_id":5,"id2label":{"0":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","1":""}}' >"$c/errors"
     printf '%s' '[{"model_type":"roberta","pad_token_id":511,"max_position_embeddings":512}]' >"$c/array"
+    printf '%s' '{"vocab_size":100,"hidden_size":32,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":64,"max_position_embeddings":64,"wide":{"features":"char_ngrams","ngram_range":[1,3],"buckets":262144,"hash":"murmur3_32","lowercase":"ascii","tf":"sublinear","idf":true,"norm":"l2"}}' >"$c/wide"
     printf '%s' '{"model_type":"xlm-roberta","vocab_size":9,"hidden_size":8.0,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"max_position_embeddings":16,"id2label":{"1":"正面","0":"负面","2":"x"}}' >"$c/labels"
     j=$OUT/seeds/json_in
     mkdir -p "$j"

@@ -8,7 +8,7 @@
  * top bit set means the tokenizer bytes are a tokenizer.json (the tokenizer
  * column), else a vocab.txt (the vocab column); the other 31 bits are the
  * length. When it loads, the model must have labels and a maximum length,
- * and tokenize. Built by scripts/fuzz.sh; seeds come from
+ * and tokenize; a model with a wide part must give finite wide logits. Built by scripts/fuzz.sh; seeds come from
  * tests/fuzz/make_model_seed.py.
  */
 #include <stdint.h>
@@ -48,6 +48,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         __builtin_trap();
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size) __builtin_trap();
+    if (m->wide) {
+        static const char text[] = "房间很干净  ok \xff";
+        const char *texts[1] = {text};
+        size_t lens[1] = {sizeof text - 1};
+        float *z = calloc((size_t)m->cfg.num_labels, sizeof *z);
+        if (!z) __builtin_trap();
+        if (m->wide->K != m->cfg.num_labels ||
+            wide_add_logits_texts(m->wide, texts, lens, 1, z, NULL, NULL, err) != SM_OK)
+            __builtin_trap();
+        for (int k = 0; k < m->cfg.num_labels; k++)
+            if (z[k] != z[k]) __builtin_trap(); /* finite weights give no NaN */
+        free(z);
+    }
     bert_model_free(m);
     return 0;
 }

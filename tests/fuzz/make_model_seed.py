@@ -6,9 +6,10 @@ length and tokenizer length (little-endian uint32; the tokenizer length's top
 bit set when the tokenizer is a tokenizer.json, the tokenizer column, else it
 is a vocab.txt), config.json, the tokenizer, model.safetensors. The models are
 the smallest BERT shapes (hidden 4, one layer, vocabulary of 8) in F32, F16
-and BF16, one with three labels, the same shape as an XLM-RoBERTa classifier
-with a small Unigram tokenizer.json, and the repository's bert_tiny and
-xlmr_tiny fixtures. Standard library only.
+and BF16, one with three labels, one with a wide part (config.json's "wide"
+key and the wide.weight, wide.bias and wide.idf tensors, 16 buckets), the same
+shape as an XLM-RoBERTa classifier with a small Unigram tokenizer.json, and
+the repository's bert_tiny and xlmr_tiny fixtures. Standard library only.
 """
 import json
 import os
@@ -106,12 +107,20 @@ def micro_xlmr(dtype):
                  tokenizer_json=True)
 
 
-def micro(labels, dtype):
+WIDE = {"features": "char_ngrams", "ngram_range": [1, 3], "buckets": 16, "hash": "murmur3_32",
+        "lowercase": "ascii", "tf": "sublinear", "idf": True, "norm": "l2"}
+
+
+def micro(labels, dtype, wide=False):
     cfg = {"model_type": "bert", "vocab_size": len(VOCAB), "hidden_size": 4,
            "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 8,
            "max_position_embeddings": 8, "type_vocab_size": 2,
            "id2label": {str(i): l for i, l in enumerate(labels)}}
     shapes = tensors(4, 8, 1, len(VOCAB), 8, len(labels))
+    if wide:
+        cfg["wide"] = WIDE
+        shapes.update({"wide.weight": [len(labels), 16], "wide.bias": [len(labels)],
+                       "wide.idf": [16]})
     return frame(json.dumps(cfg).encode(), ("\n".join(VOCAB) + "\n").encode(),
                  safetensors(shapes, dtype))
 
@@ -123,6 +132,7 @@ def main():
         "micro_f32": micro(["negative", "positive"], "F32"),
         "micro_f16": micro(["negative", "positive"], "F16"),
         "micro_bf16_3labels": micro(["x", "y", "z"], "BF16"),
+        "micro_wide_f32": micro(["negative", "positive"], "F32", wide=True),
     }
     tiny = os.path.join(os.path.dirname(__file__), "..", "fixtures", "models", "bert_tiny")
     parts = [open(os.path.join(tiny, f), "rb").read()
