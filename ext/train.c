@@ -1000,6 +1000,13 @@ static void train_final(sqlite3_context *ctx)
             goto end;
         }
     }
+    if (s->o.t.loop.epochs == 0 && !kept) {
+        rc = sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
+                     "option 'epochs' 0 keeps the base's encoder and head, but base '%s' has no "
+                     "head for these %d labels; train the encoder too (epochs >= 1)",
+                     s->o.base, s->n_labels);
+        goto end;
+    }
     /* order: the classes as stored; the head is trained in dataset order */
     order = sqlite3_malloc64((sqlite3_uint64)s->n_labels * sizeof *order);
     if (!order) goto nomem;

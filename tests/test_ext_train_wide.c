@@ -12,7 +12,9 @@
 #include "ext_test_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend_cpu.h"
@@ -203,10 +205,62 @@ static void test_kept_dropped_replaced(void **state)
                 "AS y FROM d");
     free(q_text(db, "SELECT train('n', t, y, '{\"base\":\"w\",\"epochs\":1}') FROM e"));
     assert_true(q_is_null(db, "SELECT wide FROM sentiment_models WHERE name = 'n'"));
-    /* and with "wide": a new one of three rows */
-    free(q_text(db, "SELECT train('n3', t, y, '{\"base\":\"w\",\"epochs\":0,\"wide\":true}') FROM e"));
+    /* and with "wide": a new one of three rows; "epochs": 0 cannot keep a head it has not */
+    expect_error(db, "SELECT train('n3', t, y, '{\"base\":\"w\",\"epochs\":0,\"wide\":true}') FROM e",
+                 "option 'epochs' 0 keeps the base's encoder and head, but base 'w' has no head "
+                 "for these 3 labels");
+    free(q_text(db, "SELECT train('n3', t, y, '{\"base\":\"w\",\"epochs\":1,\"wide\":true}') FROM e"));
     expect_text(db, "SELECT json_array_length(labels) FROM sentiment_models WHERE name = 'n3'", "3");
     assert_false(q_is_null(db, "SELECT wide FROM sentiment_models WHERE name = 'n3'"));
+    sqlite3_close(db);
+}
+
+typedef struct interrupter {
+    sqlite3 *db;
+    int after_ms;
+    double when;
+} interrupter;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *interrupt_later(void *p)
+{
+    interrupter *it = p;
+    usleep((useconds_t)it->after_ms * 1000);
+    it->when = now_s();
+    sqlite3_interrupt(it->db);
+    return NULL;
+}
+
+/* sqlite3_interrupt while the wide part is fitted on 30,000 rows: an
+ * error within a second, nothing stored. */
+static void test_interrupt(void **state)
+{
+    (void)state;
+    sqlite3 *db = open_db();
+    load_tiny(db);
+    exec_ok(db, "CREATE TABLE big(t TEXT, y TEXT)");
+    exec_ok(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 30000) "
+                "INSERT INTO big SELECT printf('%d 房间%s服务%d很好 %x 的确%d', i, "
+                "char(20000 + i % 5000), i * 7, i * 13, i % 977), "
+                "CASE WHEN i % 2 THEN 'positive' ELSE 'negative' END FROM n");
+    interrupter it = {db, 1000, 0}; /* after the rows are read (about 0.4 s), inside the 2.6 s fit */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, interrupt_later, &it), 0);
+    expect_error(db, "SELECT train('x', t, y, '{\"base\":\"tiny\",\"epochs\":0,"
+                     "\"wide\":{\"l2\":1e-9}}') FROM big",
+                 "interrupted");
+    double stopped = now_s();
+    pthread_join(th, NULL);
+    if (stopped - it.when > 1.0) fail_msg("train() stopped %.2fs after sqlite3_interrupt", stopped - it.when);
+    assert_int_equal(q_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = "
+                               "'sentiment_model_store'"),
+                     0);
     sqlite3_close(db);
 }
 
@@ -247,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_wide_after_encoder),
         cmocka_unit_test(test_export_round_trip),
         cmocka_unit_test(test_kept_dropped_replaced),
+        cmocka_unit_test(test_interrupt),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -104,6 +104,10 @@ int wide_add_logits_texts(const wide_part *w, const char *const *texts, const si
     double *val = NULL;
     size_t val_cap = 0;
     for (int i = 0; !rc && i < n; i++) {
+        if (i % 256 == 255 && stop && stop(user)) {
+            rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
+            break;
+        }
         /* val as long as the text's n-grams can be many */
         size_t need = texts[i] ? lens[i] * (size_t)(w->cfg.ngram_max - w->cfg.ngram_min + 1) : 0;
         if (need > (size_t)w->cfg.buckets) need = (size_t)w->cfg.buckets;

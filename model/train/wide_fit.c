@@ -21,6 +21,10 @@ int wide_fit_idf(wide_part *w, const char *const *texts, const size_t *lens, int
     if ((rc = ngram_counts_create(&w->cfg, &nc, err))) goto end;
     for (int i = 0; i < n; i++) {
         if (!texts[i]) continue;
+        if (i % 256 == 255 && stop && stop(user)) {
+            rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
+            goto end;
+        }
         if ((rc = ngram_count_text(&w->cfg, texts[i], lens[i], nc, stop, user, err))) goto end;
         for (int t = 0; t < nc->n_touched; t++) df[nc->touched[t]]++;
     }
@@ -67,6 +71,10 @@ int wide_rows_make(const wide_part *w, const char *const *texts, const size_t *l
             goto end;
         }
         r->label[i] = labels[i];
+        if (i % 256 == 255 && stop && stop(user)) {
+            rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
+            goto end;
+        }
         int m = 0;
         if (texts[i]) {
             if ((rc = ngram_count_text(&w->cfg, texts[i], lens[i], nc, stop, user, err)))

@@ -39,7 +39,9 @@ typedef struct wide_rows {
 } wide_rows;
 
 /* Sets w's idf from texts[0..n) (NULL texts count as empty); w must have
- * idf on. stop as ngram_count_text. */
+ * idf on. stop, when not NULL, is asked every 256 texts and inside long
+ * ones (ngram_count_text); non-zero ends with SM_ERR_INTERRUPTED. The same
+ * for wide_rows_make. */
 int wide_fit_idf(wide_part *w, const char *const *texts, const size_t *lens, int n,
                  int (*stop)(void *user), void *user, char *err);
 /* The rows of texts[0..n) (labels in [0, w->K)) under w's features. */
