@@ -32,6 +32,19 @@
  * call costs about 3 x steps forward passes of the text. It stops, with
  * "interrupted", on sqlite3_interrupt() or the progress handler between
  * passes.
+ *
+ * A model with a wide part (model/encoder/wide.h): the label, score and
+ * logit are the whole model's (the encoder's logits plus the wide part's,
+ * as sentiment() classifies), and the baseline's logit is the encoder's
+ * baseline plus the wide part's bias (its logit for an empty text). The
+ * wide part is linear, so its attributions are exact: each n-gram's term
+ * weight[label, bucket] x value, split evenly among its characters, is
+ * added to the token that holds each character, and each token also has
+ * "wide", its share of that; "wide":{"logit":z,"bias":b,"unassigned":u}
+ * gives the wide logit of the label, its bias and the terms of characters
+ * in no listed token (white space, text after the cut), so that "sum" =
+ * logit - baseline_logit - unassigned, up to the integrated gradients'
+ * approximation of the encoder's share.
  */
 #include <math.h>
 #include <stdio.h>
@@ -156,30 +169,114 @@ static void append_text(sqlite3_str *s, const char *text, size_t len)
     sqlite3_str_appendchar(s, 1, '"');
 }
 
+/* The wide part's side of an explanation: each token's share (tokens
+ * 1..n_tokens of the encoding, by byte spans), the logits and what falls
+ * outside every token. */
+typedef struct wide_side {
+    int on;
+    const char *text;
+    size_t *b0, *b1;   /* (n) token byte spans, in order */
+    int n;
+    double *share;     /* (n) */
+    double unassigned;
+    double bias;       /* the wide part's bias for the label explained */
+    float logits[BERT_MAX_LABELS];
+} wide_side;
+
+/* Bytes of the character (as SQLite counts them) at text[p]. */
+static size_t char_bytes(const unsigned char *t, size_t p, size_t len)
+{
+    size_t q = p + 1;
+    if (t[p] >= 0xC0)
+        while (q < len && (t[q] & 0xC0) == 0x80) q++;
+    return q - p;
+}
+
+/* Each character of [from, to) gets share / characters; the token that
+ * holds it takes it. */
+static void wide_span(void *arg, size_t from, size_t to, double share)
+{
+    wide_side *w = arg;
+    const unsigned char *t = (const unsigned char *)w->text;
+    int chars = 0;
+    for (size_t p = from; p < to; p += char_bytes(t, p, to)) chars++;
+    if (!chars) return;
+    double each = share / chars;
+    for (size_t p = from; p < to; p += char_bytes(t, p, to)) {
+        int lo = 0, hi = w->n - 1, at = -1; /* the last token starting at or before p */
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            if (w->b0[mid] <= p) at = mid, lo = mid + 1;
+            else hi = mid - 1;
+        }
+        if (at >= 0 && p < w->b1[at]) w->share[at] += each;
+        else w->unassigned += each;
+    }
+}
+
+/* Byte spans of the tokens whose character spans are starts/ends[1..n]. */
+static void token_bytes(const char *text, size_t len, const int *starts, const int *ends, int n,
+                        size_t *b0, size_t *b1)
+{
+    const unsigned char *t = (const unsigned char *)text;
+    size_t p = 0;
+    int ch = 0;
+    for (int i = 0; i < n; i++) {
+        int s = starts[i + 1], e = ends[i + 1];
+        if (s < ch) p = 0, ch = 0; /* spans that go back: count again */
+        while (ch < s && p < len) p += char_bytes(t, p, len), ch++;
+        b0[i] = p;
+        size_t q = p;
+        for (int c = ch; c < e && q < len; c++) q += char_bytes(t, q, len);
+        b1[i] = q;
+    }
+}
+
 /* The JSON result of one explained text. */
 static char *result_json(const bert_config *cfg, const tokenizer *tok, const explain_options *o,
                          const bert_explanation *e, const char *text, size_t len, const int *ids,
-                         const int *starts, const int *ends, int n_tokens, int truncated)
+                         const int *starts, const int *ends, int n_tokens, int truncated,
+                         const wide_side *w)
 {
+    int k = e->target;
+    double logit = e->logit, base = e->baseline_logit, sum = e->attr_sum, score = e->probs[k];
+    if (w->on) {
+        double z[BERT_MAX_LABELS], mx = -INFINITY, tot = 0;
+        for (int j = 0; j < cfg->num_labels; j++) {
+            z[j] = log(e->probs[j] > 1e-30f ? e->probs[j] : 1e-30f) + w->logits[j];
+            mx = z[j] > mx ? z[j] : mx;
+        }
+        for (int j = 0; j < cfg->num_labels; j++) tot += exp(z[j] - mx);
+        score = exp(z[k] - mx) / tot;
+        logit += w->logits[k];
+        base += w->bias;
+        for (int i = 0; i < n_tokens; i++) sum += w->share[i];
+    }
     sqlite3_str *s = sqlite3_str_new(NULL);
     sqlite3_str_appendall(s, "{\"text\":");
     append_text(s, text, len);
     sqlite3_str_appendall(s, ",\"label\":");
     sx_json_string(s, cfg->id2label[e->target]);
     sqlite3_str_appendf(s, ",\"score\":%.6g,\"method\":\"%s\",\"steps\":%d,\"logit\":%.7g,"
-                        "\"baseline_logit\":%.7g,\"sum\":%.7g,\"truncated\":%s,\"tokens\":[",
-                        (double)e->probs[e->target],
+                        "\"baseline_logit\":%.7g,\"sum\":%.7g,\"truncated\":%s,",
+                        score,
                         o->method == EXPLAIN_INTEGRATED_GRADIENTS ? "integrated_gradients"
                                                                   : "gradient_x_input",
-                        o->method == EXPLAIN_INTEGRATED_GRADIENTS ? o->steps : 1,
-                        (double)e->logit, (double)e->baseline_logit, e->attr_sum,
-                        truncated ? "true" : "false");
+                        o->method == EXPLAIN_INTEGRATED_GRADIENTS ? o->steps : 1, logit, base,
+                        sum, truncated ? "true" : "false");
+    if (w->on)
+        sqlite3_str_appendf(s, "\"wide\":{\"logit\":%.7g,\"bias\":%.7g,\"unassigned\":%.7g},",
+                            (double)w->logits[k], w->bias, w->unassigned);
+    sqlite3_str_appendall(s, "\"tokens\":[");
     for (int i = 0; i < n_tokens; i++) {
         const char *t = tokenizer_token(tok, ids[i + 1]);
+        double a = e->attr[i + 1] + (w->on ? w->share[i] : 0.0);
         sqlite3_str_appendall(s, i ? ",{\"token\":" : "{\"token\":");
         sx_json_string(s, t ? t : "[UNK]");
-        sqlite3_str_appendf(s, ",\"start\":%d,\"end\":%d,\"attribution\":%.6g}", starts[i + 1],
-                            ends[i + 1], (double)e->attr[i + 1]);
+        sqlite3_str_appendf(s, ",\"start\":%d,\"end\":%d,\"attribution\":%.6g", starts[i + 1],
+                            ends[i + 1], a);
+        if (w->on) sqlite3_str_appendf(s, ",\"wide\":%.6g", w->share[i]);
+        sqlite3_str_appendchar(s, 1, '}');
     }
     sqlite3_str_appendall(s, "]}");
     if (sqlite3_str_errcode(s)) {
@@ -197,6 +294,8 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
     bert_explainer *x = NULL;
     sx_poll poll;
     explain_options o;
+    wide_side side;
+    memset(&side, 0, sizeof side);
     const bert_model *bm = m->bert;
     const bert_config *cfg = &bm->cfg;
 
@@ -231,13 +330,44 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
     bert_explanation e;
     if (rc == SM_OK)
         rc = bert_explain(x, ids, n, o.label, o.method, o.steps, sx_poll_stop, &poll, &e, err);
+    if (rc == SM_OK && bm->wide) {
+        /* the whole model's label: the encoder's logits (log-probabilities,
+         * up to a shift) plus the wide part's */
+        side.on = 1;
+        side.text = text;
+        side.n = n - 2;
+        rc = wide_add_logits_texts(bm->wide, &text, &len, 1, side.logits, sx_poll_stop, &poll,
+                                   err);
+        int k = 0;
+        for (int j = 1; rc == SM_OK && j < cfg->num_labels; j++)
+            if (log(e.probs[j] > 1e-30f ? e.probs[j] : 1e-30f) + side.logits[j] >
+                log(e.probs[k] > 1e-30f ? e.probs[k] : 1e-30f) + side.logits[k])
+                k = j;
+        if (rc == SM_OK && o.label < 0 && k != e.target)
+            rc = bert_explain(x, ids, n, k, o.method, o.steps, sx_poll_stop, &poll, &e, err);
+        side.b0 = sqlite3_malloc64((sqlite3_uint64)(side.n + 1) * sizeof *side.b0);
+        side.b1 = sqlite3_malloc64((sqlite3_uint64)(side.n + 1) * sizeof *side.b1);
+        side.share = sqlite3_malloc64((sqlite3_uint64)(side.n + 1) * sizeof *side.share);
+        if (rc == SM_OK && (!side.b0 || !side.b1 || !side.share)) {
+            rc = sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
+            goto end;
+        }
+        if (rc == SM_OK) {
+            memset(side.share, 0, (size_t)(side.n + 1) * sizeof *side.share);
+            token_bytes(text, len, starts, ends, side.n, side.b0, side.b1);
+            side.bias = bm->wide->bias[e.target];
+            rc = wide_explain(bm->wide, text, len, e.target, side.logits, wide_span, &side,
+                              sx_poll_stop, &poll, err);
+        }
+    }
     if (rc != SM_OK) {
         rc = sx_from_sm(rc, fn, err, errmsg);
         goto end;
     }
     c->rows++;
     c->truncated += truncated != 0;
-    *json = result_json(cfg, bm->tok, &o, &e, text, len, ids, starts, ends, n - 2, truncated);
+    *json = result_json(cfg, bm->tok, &o, &e, text, len, ids, starts, ends, n - 2, truncated,
+                        &side);
     if (!*json) rc = sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
 end:
     sx_poll_end(&poll);
@@ -245,6 +375,9 @@ end:
     sqlite3_free(ids);
     sqlite3_free(starts);
     sqlite3_free(ends);
+    sqlite3_free(side.b0);
+    sqlite3_free(side.b1);
+    sqlite3_free(side.share);
     return rc;
 }
 

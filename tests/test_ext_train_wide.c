@@ -215,6 +215,50 @@ static void test_kept_dropped_replaced(void **state)
     sqlite3_close(db);
 }
 
+/* sentiment_explain of a model with a wide part: the whole model's label
+ * and score; each token's attribution is the encoder's (as the base alone
+ * explains it, times the mix's encoder share, which scales its head) plus
+ * its exact wide share; the shares and the unassigned rest sum to the wide
+ * logit minus its bias. */
+static void test_explain_with_wide(void **state)
+{
+    (void)state;
+    sqlite3 *db = wide_db();
+    free(q_text(db, "SELECT train('w', t, y, '{\"base\":\"tiny\",\"epochs\":0,\"wide\":true}') "
+                    "FROM d"));
+    sqlite3_stmt *st = prepare(db, "SELECT t FROM test LIMIT 6");
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        char text[256], sql[4096];
+        snprintf(text, sizeof text, "%s  还有 ABC", (const char *)sqlite3_column_text(st, 0));
+        snprintf(sql, sizeof sql,
+                 "WITH e AS (SELECT sentiment_explain('%s', 'w') AS j), "
+                 "b AS (SELECT sentiment_explain('%s', 'tiny', json_object('label', "
+                 "json_extract((SELECT j FROM e), '$.label'))) AS j) "
+                 "SELECT json_extract(e.j, '$.label') = sentiment('%s', 'w'), "
+                 "abs(json_extract(e.j, '$.score') - json_extract(sentiment_probs('%s', 'w'), "
+                 "'$.' || json_extract(e.j, '$.label'))) < 1e-5, "
+                 "(SELECT max(abs(json_extract(x.value, '$.attribution') - "
+                 "json_extract(x.value, '$.wide') - json_extract(y.value, '$.attribution') * "
+                 "(SELECT json_extract(metrics, '$.wide.mix_encoder') FROM sentiment_models "
+                 "WHERE name = 'w'))) "
+                 " FROM json_each(e.j, '$.tokens') x JOIN json_each(b.j, '$.tokens') y "
+                 " ON x.key = y.key) < 1e-5, "
+                 "abs((SELECT sum(json_extract(x.value, '$.wide')) FROM json_each(e.j, '$.tokens') x) "
+                 " + json_extract(e.j, '$.wide.unassigned') - json_extract(e.j, '$.wide.logit') "
+                 " + json_extract(e.j, '$.wide.bias')) < 1e-4 "
+                 "FROM e, b",
+                 text, text, text, text);
+        expect_text(db, sql, "1");
+        sqlite3_stmt *q = prepare(db, sql);
+        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+        for (int c = 0; c < 4; c++)
+            if (sqlite3_column_int(q, c) != 1) fail_msg("check %d failed for '%s'", c, text);
+        sqlite3_finalize(q);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
 typedef struct interrupter {
     sqlite3 *db;
     int after_ms;
@@ -301,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_wide_after_encoder),
         cmocka_unit_test(test_export_round_trip),
         cmocka_unit_test(test_kept_dropped_replaced),
+        cmocka_unit_test(test_explain_with_wide),
         cmocka_unit_test(test_interrupt),
         cmocka_unit_test(test_bad_options),
     };

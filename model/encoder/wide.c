@@ -126,3 +126,52 @@ int wide_add_logits_texts(const wide_part *w, const char *const *texts, const si
     ngram_counts_free(nc);
     return rc;
 }
+
+typedef struct explain_walk {
+    const wide_part *w;
+    const ngram_counts *nc;
+    const double *val;
+    int k;
+    wide_span_fn span;
+    void *arg;
+} explain_walk;
+
+static int explain_each(void *arg, int bucket, size_t from, size_t to)
+{
+    const explain_walk *e = arg;
+    int i = ngram_counts_find(e->nc, bucket);
+    if (i < 0) return 0; /* cannot happen: the same text was counted */
+    double term = (double)e->w->weight[(size_t)e->k * e->w->cfg.buckets + bucket] * e->val[i];
+    e->span(e->arg, from, to, term / e->nc->count[i]);
+    return 0;
+}
+
+int wide_explain(const wide_part *w, const char *text, size_t len, int k, float *logits,
+                 wide_span_fn span, void *arg, int (*stop)(void *user), void *user, char *err)
+{
+    ngram_counts *nc = NULL;
+    double *val = NULL;
+    int rc;
+    if (k < 0 || k >= w->K)
+        return sm_error(err, SM_ERR_INVALID, "wide: label %d is not in [0, %d)", k, w->K);
+    if ((rc = ngram_counts_create(&w->cfg, &nc, err))) return rc;
+    if ((rc = ngram_count_text(&w->cfg, text, len, nc, stop, user, err))) goto end;
+    val = malloc(((size_t)nc->n_touched + 1) * sizeof *val);
+    if (!val) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory for the wide features");
+        goto end;
+    }
+    int n = wide_features(w, nc, val);
+    for (int j = 0; j < w->K; j++) {
+        const float *row = w->weight + (size_t)j * w->cfg.buckets;
+        double z = w->bias[j];
+        for (int i = 0; i < n; i++) z += (double)row[nc->touched[i]] * val[i];
+        logits[j] = (float)z;
+    }
+    explain_walk e = {w, nc, val, k, span, arg};
+    rc = ngram_walk(&w->cfg, text, len, explain_each, &e, stop, user, err);
+end:
+    free(val);
+    ngram_counts_free(nc);
+    return rc;
+}

@@ -63,4 +63,15 @@ int wide_add_logits_texts(const wide_part *w, const char *const *texts, const si
                           int n, float *logits, int (*stop)(void *user), void *user,
                           char *err);
 
+/* The wide part's side of an explanation, for label k of text[0..len):
+ * logits (K) gets the wide logits z (bias included), and each n-gram
+ * occurrence's share of z_k - bias_k is given to span(arg, from, to,
+ * share), [from, to) its bytes in text: bucket b's exact term
+ * weight[k, b] x_b split evenly among the occurrences of b (an n-gram that
+ * occurs twice, or two that share a bucket). The shares sum to
+ * z_k - bias_k. stop as ngram_count_text. */
+typedef void (*wide_span_fn)(void *arg, size_t from, size_t to, double share);
+int wide_explain(const wide_part *w, const char *text, size_t len, int k, float *logits,
+                 wide_span_fn span, void *arg, int (*stop)(void *user), void *user, char *err);
+
 #endif

@@ -177,21 +177,26 @@ static int utf8_put(int32_t c, uint8_t *out)
     return 4;
 }
 
-/* The last SM_WIDE_MAX_NGRAM code points of the analysed text, as UTF-8:
- * a ring of their encodings. */
+/* The last SM_WIDE_MAX_NGRAM code points of the analysed text, as UTF-8,
+ * with the byte span of the text each came from: a ring. */
 typedef struct recent {
     uint8_t bytes[SM_WIDE_MAX_NGRAM][4];
     int len[SM_WIDE_MAX_NGRAM];
+    size_t from[SM_WIDE_MAX_NGRAM], to[SM_WIDE_MAX_NGRAM];
     int head;  /* slot of the newest */
     long seen; /* code points so far */
 } recent;
 
-/* Adds code point c and counts the n-grams that end with it. */
-static int push(const sm_wide_config *cfg, recent *r, int32_t c, ngram_counts *nc)
+/* Adds code point c (from text bytes [from, to)) and calls each for the
+ * n-grams that end with it. */
+static int push(const sm_wide_config *cfg, recent *r, int32_t c, size_t from, size_t to,
+                ngram_fn each, void *arg)
 {
     uint8_t key[4 * SM_WIDE_MAX_NGRAM];
     r->head = (r->head + 1) % SM_WIDE_MAX_NGRAM;
     r->len[r->head] = utf8_put(c, r->bytes[r->head]);
+    r->from[r->head] = from;
+    r->to[r->head] = to;
     r->seen++;
     int avail = r->seen < cfg->ngram_max ? (int)r->seen : cfg->ngram_max;
     /* key holds the last n code points, built from the newest backwards */
@@ -200,27 +205,23 @@ static int push(const sm_wide_config *cfg, recent *r, int32_t c, ngram_counts *n
         int slot = (r->head - (n - 1) + SM_WIDE_MAX_NGRAM) % SM_WIDE_MAX_NGRAM;
         off -= (size_t)r->len[slot];
         memcpy(key + off, r->bytes[slot], (size_t)r->len[slot]);
-        if (n >= cfg->ngram_min &&
-            count_bucket(nc, ngram_bucket(ngram_murmur3_32(key + off, sizeof key - off, 0),
-                                          nc->buckets)))
-            return SM_ERR_NOMEM;
+        if (n < cfg->ngram_min) continue;
+        int b = ngram_bucket(ngram_murmur3_32(key + off, sizeof key - off, 0), cfg->buckets);
+        if (each(arg, b, r->from[slot], to)) return SM_ERR_NOMEM;
     }
     return SM_OK;
 }
 
-int ngram_count_text(const sm_wide_config *cfg, const char *text, size_t len, ngram_counts *nc,
-                     int (*stop)(void *user), void *user, char *err)
+int ngram_walk(const sm_wide_config *cfg, const char *text, size_t len, ngram_fn each, void *arg,
+               int (*stop)(void *user), void *user, char *err)
 {
     const unsigned char *s = (const unsigned char *)text;
     recent r;
     memset(&r, 0, sizeof r);
-    clear(nc);
-    if (nc->buckets != cfg->buckets)
-        return sm_error(err, SM_ERR_INVALID, "n-gram counters for %d buckets, not %d",
-                        nc->buckets, cfg->buckets);
     size_t i = 0, next_poll = 65536;
     while (i < len) {
         int32_t c;
+        size_t from = i;
         i += utf8_next(s + i, len - i, &c);
         if (py_space(c) && i < len) {
             /* a run of two or more becomes one space */
@@ -233,17 +234,43 @@ int ngram_count_text(const sm_wide_config *cfg, const char *text, size_t len, ng
             }
         }
         if (cfg->lowercase && c >= 'A' && c <= 'Z') c += 'a' - 'A';
-        if (push(cfg, &r, c, nc)) {
-            clear(nc);
+        if (push(cfg, &r, c, from, i, each, arg))
             return sm_error(err, SM_ERR_NOMEM, "out of memory counting n-grams");
-        }
         if (i >= next_poll) {
             next_poll = i + 65536;
-            if (stop && stop(user)) {
-                clear(nc);
-                return sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
-            }
+            if (stop && stop(user)) return sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
         }
     }
     return SM_OK;
+}
+
+static int count_each(void *arg, int bucket, size_t from, size_t to)
+{
+    (void)from;
+    (void)to;
+    return count_bucket(arg, bucket);
+}
+
+int ngram_count_text(const sm_wide_config *cfg, const char *text, size_t len, ngram_counts *nc,
+                     int (*stop)(void *user), void *user, char *err)
+{
+    clear(nc);
+    if (nc->buckets != cfg->buckets)
+        return sm_error(err, SM_ERR_INVALID, "n-gram counters for %d buckets, not %d",
+                        nc->buckets, cfg->buckets);
+    int rc = ngram_walk(cfg, text, len, count_each, nc, stop, user, err);
+    if (rc) clear(nc);
+    return rc;
+}
+
+int ngram_counts_find(const ngram_counts *nc, int bucket)
+{
+    if (!nc->cap) return -1;
+    size_t j = slot_of(bucket, nc->cap);
+    while (nc->slot[j]) {
+        int i = nc->slot[j] - 1;
+        if (nc->touched[i] == bucket) return i;
+        j = (j + 1) & (nc->cap - 1);
+    }
+    return -1;
 }

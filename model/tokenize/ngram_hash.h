@@ -46,6 +46,16 @@ typedef struct ngram_counts {
 int ngram_counts_create(const sm_wide_config *cfg, ngram_counts **out, char *err);
 void ngram_counts_free(ngram_counts *nc);
 
+/* Calls each(arg, bucket, from, to) for every n-gram of text[0..len) in
+ * order of its last code point: its bucket and the bytes [from, to) of the
+ * text it was read from (a folded white-space run counts whole). A non-zero
+ * return ends the walk with SM_ERR_NOMEM. stop as below. */
+typedef int (*ngram_fn)(void *arg, int bucket, size_t from, size_t to);
+int ngram_walk(const sm_wide_config *cfg, const char *text, size_t len, ngram_fn each, void *arg,
+               int (*stop)(void *user), void *user, char *err);
+/* The index in nc->touched of bucket, or -1 when the last text had none. */
+int ngram_counts_find(const ngram_counts *nc, int bucket);
+
 /* Counts the n-grams of text[0..len) into nc (cleared first). stop, when
  * not NULL, is asked every 64 KB of text; non-zero ends the count with
  * SM_ERR_INTERRUPTED. */
