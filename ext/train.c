@@ -51,8 +51,16 @@
  * Options: the optional fourth argument, a JSON object (base, epochs, lr,
  * head_lr, labels, batch_size, accumulation, max_length, valid_fraction,
  * seed, weight_decay, warmup_ratio, grad_clip, dropout, group_by_length,
- * and for "base":"none" the shape and vocabulary options). Every key,
+ * wide, and for "base":"none" the shape and vocabulary options). Every key,
  * its range and its default: the header comment of train_options.c.
+ *
+ * The wide part. With "wide", the rows' texts are kept too, and after the
+ * encoder is trained (or, with "epochs": 0, kept as the base has it) a wide
+ * part (model/encoder/wide.h) is fitted on the training rows and mixed
+ * with the encoder on the validation rows (train_wide.c says how and why);
+ * the report gets "wide": {...} with both parts' validation accuracy.
+ * Without the option a base's wide part is kept with a kept head ("wide":
+ * "kept" in the report) and dropped with a new one.
  *
  * Errors, each before anything is written: an unknown base, a read-only
  * database, one whose write lock cannot be had (checked on the first row,
