@@ -6,6 +6,7 @@
  * learn it in a few epochs (a fraction of a second each).
  */
 #include "ext_test_util.h"
+#include "interrupt_test_util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -390,29 +391,6 @@ static void test_read_only(void **state)
     expect_text(db, "SELECT sentiment('很好', 'm') IN ('negative', 'positive')", "1");
     sqlite3_close(db);
     unlink(path);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-typedef struct interrupter {
-    sqlite3 *db;
-    int delay_ms;
-    volatile int *started;   /* wait for this to become nonzero first (may be NULL) */
-    double when;
-} interrupter;
-
-static void *interrupt_later(void *p)
-{
-    interrupter *it = p;
-    usleep((useconds_t)it->delay_ms * 1000);
-    it->when = now_s();
-    sqlite3_interrupt(it->db);
-    return NULL;
 }
 
 static void test_interrupt(void **state)

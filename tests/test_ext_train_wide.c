@@ -10,6 +10,7 @@
  * [UNK]), which a character n-gram model learns at once.
  */
 #include "ext_test_util.h"
+#include "interrupt_test_util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -259,28 +260,6 @@ static void test_explain_with_wide(void **state)
     sqlite3_close(db);
 }
 
-typedef struct interrupter {
-    sqlite3 *db;
-    int after_ms;
-    double when;
-} interrupter;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void *interrupt_later(void *p)
-{
-    interrupter *it = p;
-    usleep((useconds_t)it->after_ms * 1000);
-    it->when = now_s();
-    sqlite3_interrupt(it->db);
-    return NULL;
-}
-
 /* sqlite3_interrupt while the wide part is fitted on 30,000 rows: an
  * error within a second, nothing stored. */
 static void test_interrupt(void **state)
@@ -293,7 +272,7 @@ static void test_interrupt(void **state)
                 "INSERT INTO big SELECT printf('%d 房间%s服务%d很好 %x 的确%d', i, "
                 "char(20000 + i % 5000), i * 7, i * 13, i % 977), "
                 "CASE WHEN i % 2 THEN 'positive' ELSE 'negative' END FROM n");
-    interrupter it = {db, 1000, 0}; /* after the rows are read (about 0.4 s), inside the 2.6 s fit */
+    interrupter it = {db, 1000, NULL, 0}; /* after the rows are read (about 0.4 s), inside the 2.6 s fit */
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, interrupt_later, &it), 0);
     expect_error(db, "SELECT train('x', t, y, '{\"base\":\"tiny\",\"epochs\":0,"
