@@ -319,9 +319,9 @@ static void test_errors(void **state)
     expect_train_error(db, "SELECT train('m', t, y, '{\"base\":\"tiny\",\"epoch\":3}') FROM d",
                        "train(): unknown option 'epoch'; known: base, epochs, lr");
     expect_train_error(db, "SELECT train('m', t, y, '{\"base\":\"tiny\",\"epochs\":0}') FROM d",
-                       "train(): option 'epochs' must be an integer from 1 to 1000; got 0");
+                       "train(): option 'epochs' 0 trains no encoder: it needs \"wide\" and a base model");
     expect_train_error(db, "SELECT train('m', t, y, '{\"base\":\"tiny\",\"epochs\":\"3\"}') FROM d",
-                       "train(): option 'epochs' must be an integer from 1 to 1000; got \"3\"");
+                       "train(): option 'epochs' must be an integer from 1 to 1000 (0 with \"wide\"); got \"3\"");
     expect_train_error(db, "SELECT train('m', t, y, '{\"base\":\"tiny\",\"lr\":1}') FROM d",
                        "train(): option 'lr' must be a number greater than 0 and less than 1; got 1");
     expect_train_error(db, "SELECT train('m', t, y, '{\"base\":\"tiny\",\"valid_fraction\":0.9}') FROM d",
