@@ -639,6 +639,7 @@ trained:;
      * best, folded into the classifier (logits / T); then every held-out
      * set's accuracy and expected calibration error, before and after. */
     double acc[REVIEW_EVAL_SETS], ece[REVIEW_EVAL_SETS], ece_t[REVIEW_EVAL_SETS], T = 1;
+    double acc_enc[REVIEW_EVAL_SETS], acc_wide[REVIEW_EVAL_SETS];
     if ((rc = bert_workspace_create(be, &m->cfg, 32, r.shape.max_length, &ws, err))) goto fail;
     float *p1 = malloc(((size_t)n_calib + 1) * sizeof *p1);
     if (!p1) {
@@ -676,6 +677,13 @@ trained:;
         if (rc) goto fail;
         printf("accuracy %-40s %.4f (%d rows), ECE %.4f, at T %.2f %.4f\n", d.eval_name[e],
                acc[e], d.eval[e].n, ece[e], T, ece_t[e]);
+        if (m->wide) {
+            if ((rc = wide_stage_part_accuracy(m, ws, &d.eval[e], r.shape.max_length,
+                                               &acc_enc[e], &acc_wide[e], err)))
+                goto fail;
+            printf("         %-40s encoder part alone %.4f, wide part alone %.4f\n",
+                   d.eval_name[e], acc_enc[e], acc_wide[e]);
+        }
     }
     for (int k = 0; k < m->cfg.num_labels * (m->cfg.hidden_size + 1); k++) {
         float *x = k < m->cfg.num_labels * m->cfg.hidden_size
@@ -741,6 +749,14 @@ trained:;
                 r.wide_buckets, r.wide_ngram_max, wrep.l2, wrep.a, wrep.c, wrep.calib_loss,
                 wrep.calib_loss_encoder, wrep.calib_loss_wide, wrep.seconds, r.wide_only,
                 r.wide_stack);
+    if (m->wide) {
+        fprintf(f, "},\n  \"accuracy_encoder_part\": {");
+        for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+            fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], acc_enc[e]);
+        fprintf(f, "},\n  \"accuracy_wide_part\": {");
+        for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+            fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], acc_wide[e]);
+    }
     fprintf(f, "},\n  \"eval_rows\": {");
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
         fprintf(f, "%s\"%s\": %d", e ? ", " : "", d.eval_name[e], d.eval[e].n);

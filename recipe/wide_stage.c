@@ -261,3 +261,34 @@ end:
     free(ey);
     return rc;
 }
+
+int wide_stage_part_accuracy(bert_model *m, bert_workspace *ws, const review_set *set,
+                             int max_length, double *encoder, double *wide, char *err)
+{
+    const char **t = NULL;
+    size_t *l = NULL;
+    int *y = NULL, K = m->cfg.num_labels, rc;
+    float *enc = NULL, *z = NULL;
+    double loss;
+    *encoder = *wide = NAN;
+    if (!m->wide) return SM_OK;
+    if ((rc = set_arrays(set, &t, &l, &y, err))) goto end;
+    enc = malloc(((size_t)set->n + 1) * K * sizeof *enc);
+    z = calloc(((size_t)set->n + 1) * K, sizeof *z);
+    if (!enc || !z) {
+        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
+        goto end;
+    }
+    if ((rc = encoder_logits(m, ws, t, l, set->n, max_length, enc, err)) ||
+        (rc = wide_add_logits_texts(m->wide, t, l, set->n, z, NULL, NULL, err)))
+        goto end;
+    wide_score(enc, y, set->n, K, &loss, encoder);
+    wide_score(z, y, set->n, K, &loss, wide);
+end:
+    free(enc);
+    free(z);
+    free(t);
+    free(l);
+    free(y);
+    return rc;
+}

@@ -38,6 +38,11 @@ int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
                    const double *l2s, int n_l2, double stack, wide_stage_report *rep,
                    char *err);
 
+/* Accuracy on set of each part of m alone: the encoder with its head
+ * (wide part removed) and the wide part (its logits alone). */
+int wide_stage_part_accuracy(bert_model *m, bert_workspace *ws, const review_set *set,
+                             int max_length, double *encoder, double *wide, char *err);
+
 /* A teacher's P(positive) from the n-gram model alone (recipe stage 2 with
  * --ngram-teacher): for each row of fit, out of fold (the model of `folds`
  * folds, fold = row index mod folds, that did not see the row), and for
