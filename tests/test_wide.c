@@ -347,9 +347,10 @@ static void test_config_round_trip_and_refusals(void **state)
         {"{\"features\":\"char_ngrams\",\"hash\":\"murmur3_32\",\"ngram_range\":[3,2],"
          "\"buckets\":8,\"tf\":\"raw\",\"idf\":true,\"norm\":\"l2\"}", "ngram_range [3, 2]"},
         {"{\"features\":\"char_ngrams\",\"hash\":\"murmur3_32\",\"ngram_range\":[1,3],"
-         "\"buckets\":0,\"tf\":\"raw\",\"idf\":true,\"norm\":\"l2\"}", "buckets 0"},
+         "\"buckets\":0,\"tf\":\"raw\",\"idf\":true,\"norm\":\"l2\"}", "'buckets' 0: expected 1..16777216"},
         {"{\"features\":\"char_ngrams\",\"hash\":\"murmur3_32\",\"ngram_range\":[1,3],"
-         "\"buckets\":99999999999,\"tf\":\"raw\",\"idf\":true,\"norm\":\"l2\"}", "buckets -1"},
+         "\"buckets\":99999999999,\"tf\":\"raw\",\"idf\":true,\"norm\":\"l2\"}",
+         "'buckets' 99999999999: expected 1..16777216"},
         {"{\"features\":\"char_ngrams\",\"hash\":\"murmur3_32\",\"ngram_range\":[1,3],"
          "\"buckets\":1.5,\"tf\":\"raw\",\"idf\":true,\"norm\":\"l2\"}", "must be an integer"},
         {"{\"features\":\"char_ngrams\",\"hash\":\"murmur3_32\",\"ngram_range\":[1,3],"

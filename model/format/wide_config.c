@@ -108,7 +108,10 @@ int sm_wide_config_from_json(const json_in_value *v, sm_wide_config *out, char *
     if (!json_in_is(b, JSON_IN_NUMBER) || !b->is_int)
         return sm_error(err, SM_ERR_FORMAT, "%s: 'buckets' must be an integer, got %s", k_key,
                         b ? json_in_describe(b, buf, 64) : "nothing");
-    c.buckets = b->i < 0 || b->i > SM_WIDE_MAX_BUCKETS ? -1 : (int)b->i;
+    if (b->i < 1 || b->i > SM_WIDE_MAX_BUCKETS)
+        return sm_error(err, SM_ERR_FORMAT, "%s: 'buckets' %lld: expected 1..%d", k_key,
+                        (long long)b->i, SM_WIDE_MAX_BUCKETS);
+    c.buckets = (int)b->i;
     if ((rc = get_choice(v, "lowercase", "ascii", "none", 1, &c.lowercase, err)) ||
         (rc = get_choice(v, "tf", "sublinear", "raw", -1, &c.sublinear_tf, err)) ||
         (rc = get_choice(v, "norm", "l2", "none", -1, &c.l2_norm, err)))
