@@ -37,6 +37,21 @@ SELECT 'reviews_ft',
        round(json_extract(e, '$.macro_f1'), 3)
 FROM (SELECT sentiment_evaluate(comment, label, 'reviews_ft') AS e FROM reviews WHERE id % 5 = 0);
 
+-- A wide part (hashed character n-grams, mixed with the encoder on the
+-- validation rows) fitted in seconds on top of the fine-tuned model:
+-- "epochs": 0 keeps its encoder as it is.
+SELECT json_extract(r, '$.wide.valid_accuracy_encoder') AS encoder_valid,
+       json_extract(r, '$.wide.valid_accuracy_wide') AS wide_valid,
+       json_extract(r, '$.wide.valid_accuracy') AS mixed_valid,
+       round(json_extract(r, '$.wide.seconds'), 2) AS seconds
+FROM (SELECT train('reviews_wide', comment, label,
+                   '{"base":"reviews_ft","epochs":0,"wide":true,"seed":42}') AS r
+      FROM reviews WHERE id % 5 <> 0);
+SELECT 'reviews_wide' AS model,
+       round(json_extract(e, '$.accuracy'), 3) AS accuracy,
+       round(json_extract(e, '$.macro_f1'), 3) AS macro_f1
+FROM (SELECT sentiment_evaluate(comment, label, 'reviews_wide') AS e FROM reviews WHERE id % 5 = 0);
+
 -- The new model works everywhere a model name does.
 SELECT id, label AS written, sentiment(comment, 'reviews_ft') AS predicted, comment
 FROM reviews WHERE id % 5 = 0 LIMIT 5;

@@ -15,9 +15,10 @@
  *      validation rows and the mix (a, c, d) fitted on them
  *      (wide_fit_mix); the penalty whose mixed model has the lowest
  *      validation log-loss wins, and its mix is folded into the model.
- * With fewer than 20 validation rows, or one label among them, no mix is
- * fitted (a = c = 1, d = 0: the two parts' logits are summed) and C = 4.
- * A mix with a negative share is not used either (the sum is kept).
+ * With no validation rows, or one label among them, no mix is fitted (a =
+ * c = 1, d = 0: the two parts' logits are summed) and C = 4. On few rows
+ * the mix's penalty (wide_fit.h) keeps it near the encoder alone. A mix
+ * with a negative share is not used (the sum is kept).
  * Owns only temporaries.
  */
 #include <math.h>
@@ -28,8 +29,6 @@
 #include "errors.h"
 #include "train_wide.h"
 #include "wide_fit.h"
-
-#define MIX_MIN_ROWS 20
 
 static double seconds(void)
 {
@@ -117,7 +116,7 @@ int sx_train_fit_wide(const sx_train_options *o, const sx_wide_rows *rows, int m
     if (take(rows, is_valid, 0, &tr) || take(rows, is_valid, 1, &va)) goto nomem;
     int distinct = 0;
     for (int i = 1; i < va.n && !distinct; i++) distinct = va.labels[i] != va.labels[0];
-    int mix = va.n >= MIX_MIN_ROWS && distinct;
+    int mix = distinct;
 
     if ((rc = wide_part_create(&o->wide_cfg, K, &w, err)) ||
         (rc = wide_fit_idf(w, tr.texts, tr.lens, tr.n, stop, user, err)) ||

@@ -15,8 +15,10 @@
  *
  * The mix: on rows the encoder did not train on, the scalars a (the
  * encoder's share), c (the wide part's) and a bias d that make
- * softmax(a e_i + c z_i + d) fit the labels best (the same loss, no
- * penalty), where e_i are the encoder's logits and z_i the wide part's;
+ * softmax(a e_i + c z_i + d) fit the labels best (the same loss, plus a
+ * penalty of one row's weight, (1 / 2n) ((a - 1)^2 + c^2 + |d|^2), toward
+ * the encoder alone, which keeps the mix finite on few or separable rows),
+ * where e_i are the encoder's logits and z_i the wide part's;
  * bert_model_apply_mix folds them into the model's head and wide part, so
  * the mix is also the model's calibration.
  */
