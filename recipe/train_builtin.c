@@ -42,7 +42,9 @@
  * the teacher's + W x the n-gram model's; wide_stage_teacher)
  * --ngram-teacher-weight W (0.5) --ngram-teacher-l2 1e-6;
  * --wide-only 1 (with --init: the encoder as
- * it is, no pretraining or fine-tuning; only the wide stage).
+ * it is, no pretraining or fine-tuning; only averaging and the wide stage).
+ * With a wide part the encoder before the wide stage is also written, to
+ * OUT/encoder/ (F32).
  * --soft-write TSV --soft OUT converts the teacher's `p<TAB>text` lines into
  * a soft labels file and exits (recipe/teacher.sh label).
  *
@@ -630,10 +632,26 @@ int main(int argc, char **argv)
     if ((rc = trainer_run(m, be, ds, &opt, &res, err))) goto fail;
     fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n", res.n_train,
             res.seconds, res.examples_per_sec, res.best_epoch);
+trained:;
     if (r.average_with && r.average_weight > 0 &&
         (rc = average_with(m, r.average_with, r.average_weight, err)))
         goto fail;
-trained:;
+    if (r.wide_buckets > 0) { /* the encoder before the wide stage, for later stages */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/encoder", r.out);
+        mkdir(r.out, 0755);
+        mkdir(dir, 0755);
+        if ((rc = bert_config_to_json(&m->cfg, &config, err)) ||
+            (rc = write_file(dir, "config.json", config, strlen(config), err)) ||
+            (rc = write_file(dir, "vocab.txt", vocab, vocab_len, err)) ||
+            (rc = bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err)) ||
+            (rc = write_file(dir, "model.safetensors", weights, weights_len, err)))
+            goto fail;
+        free(config);
+        free(weights);
+        config = NULL;
+        weights = NULL;
+    }
 
     /* Calibration: the temperature that fits the held-out training rows
      * best, folded into the classifier (logits / T); then every held-out
