@@ -6,8 +6,8 @@
  *      (model/train/wide_fit.h) on them, the wide part on its own: a convex
  *      problem that L-BFGS solves in seconds, where the encoder's few epochs
  *      of AdamW at its small learning rate would leave a 2^18-weight sparse
- *      layer far from its optimum (which is why it is fitted first and
- *      apart, not jointly);
+ *      layer far from its optimum (which is why it is fitted on its own,
+ *      not jointly with the encoder);
  *   2. the encoder's logits for the validation rows, which neither part
  *      trained on;
  *   3. for each penalty l2 = 1 / (C x training rows), C = 1, 4, 16 (warm
