@@ -189,7 +189,8 @@ static void test_wrong_argument_counts(void **state)
     expect_error(db, "SELECT sentiment_version(1)", "wrong number of arguments to function sentiment_version()");
     expect_error(db, "SELECT sentiment_debug(1)", "wrong number of arguments to function sentiment_debug()");
     expect_error(db, "SELECT sentiment_batch() OVER ()", "wrong number of arguments to function sentiment_batch()");
-    expect_error(db, "SELECT * FROM classify('a', 'b', 'c', 1, 2)", "too many arguments on classify()");
+    expect_error(db, "SELECT * FROM classify('a', 'b', 'c', 1, 'windows', 2)", "too many arguments on classify()");
+    expect_error(db, "SELECT * FROM classify('a', 'b', 'c', 1, 2)", "long_text must be 'truncate' or 'windows', got '2'");
     sqlite3_close(db);
 }
 
