@@ -24,6 +24,7 @@
  *   evaluate.c        sentiment_evaluate(): accuracy, F1, confusion matrix
  *   train.c           train(): the fine-tuning aggregate, sentiment_use()
  *   train_options.c   train()'s options
+ *   train_wide.c      train()'s option "wide": the wide part's fit and mix
  *   train_status.c    the sentiment_training table of running trainings
  *   args.c            name/path arguments (no NUL bytes), the interrupt and
  *                     progress-handler poll (sx_poll), the admin switch
