@@ -61,7 +61,9 @@
  * and runs one batch of batch_size per thread concurrently; results come
  * back in source order. A progress line (rows, rows/s, ETA)
  * appears on stderr when it is a terminal (sentiment_config('progress')).
- * sqlite3_interrupt() (Ctrl-C in the shell) stops it before the next batch.
+ * sqlite3_interrupt() (Ctrl-C in the shell) stops it before the next batch,
+ * or inside one (between texts, batches and the wide part's texts), with
+ * SQLite's own SQLITE_INTERRUPT "interrupted" either way.
  *
  * Trust. A source is SQL, and SQL decides what runs: writefile(),
  * load_extension(), sentiment_config(..., value), train(). Who wrote it
@@ -451,11 +453,22 @@ static int fill_batch(cl_cursor *cur)
             where[j++] = i;
         }
     }
-    if ((cur->labels &&
-         sx_engine_classify_long(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size,
-                                 cur->long_text, probs, trunc, &errmsg) != SQLITE_OK) ||
-        (cur->embed && sx_engine_embed(v->c, k_fn, cur->m, texts, lens, n_text,
-                                       cur->batch_size, emb, trunc, &errmsg) != SQLITE_OK)) {
+    int erc = SQLITE_OK;
+    if (cur->labels)
+        erc = sx_engine_classify_long(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size,
+                                      cur->long_text, probs, trunc, &errmsg);
+    if (erc == SQLITE_OK && cur->embed)
+        erc = sx_engine_embed(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size, emb,
+                              trunc, &errmsg);
+    if (erc == SQLITE_INTERRUPT) {
+        /* heard inside the engine: the statement ends as when it is heard
+         * reading the source, SQLite's own "interrupted" */
+        sqlite3_free(errmsg);
+        errmsg = NULL;
+        rc = SQLITE_INTERRUPT;
+        goto end;
+    }
+    if (erc != SQLITE_OK) {
         rc = set_error(cur, errmsg);
         errmsg = NULL;
         goto end;
