@@ -7,7 +7,9 @@
  * large product, and when that mmap fails it retries forever (tens of
  * thousands of failed mmap calls a second: under an address-space limit,
  * RLIMIT_AS, the call never returns). So each thread test-maps that much
- * before its first OpenBLAS call; while it cannot, its products are
+ * before its first OpenBLAS call, one thread at a time through that call (so
+ * two threads cannot both pass the test where one buffer fits); while it
+ * cannot, its products are
  * computed here by a plain loop (correct, slower; blas_fallback_products
  * counts them) and the test is repeated on the next call. OpenBLAS is
  * loaded with OPENBLAS_NUM_THREADS=1 (unless the user set it; restored
@@ -97,14 +99,25 @@ int blas_load(char *err)
 
 static _Thread_local int t_buffer_ok; /* this thread's OpenBLAS buffer fitted */
 static atomic_llong g_fallback_products;
+/* Held by a thread from its test-map through its first OpenBLAS call: two
+ * threads' test-maps can both succeed where only one buffer fits, and the
+ * second OpenBLAS mmap would then retry forever (two lanes starting their
+ * first batches at once, under RLIMIT_AS). */
+static pthread_mutex_t g_first_call = PTHREAD_MUTEX_INITIALIZER;
 
-/* 1 when BLAS_BUFFER_BYTES of address space can be mapped now. */
+/* OpenBLAS asks malloc for BLAS_BUFFER_BYTES + 4 KiB, which glibc serves
+ * with an mmap rounded up to 1 MiB and its own header: test that much and
+ * a little more, or a test that passes by less than that lets OpenBLAS's
+ * malloc fail and retry forever. */
+#define BLAS_BUFFER_TEST_BYTES (BLAS_BUFFER_BYTES + ((size_t)4 << 20))
+
+/* 1 when BLAS_BUFFER_TEST_BYTES of address space can be mapped now. */
 static int buffer_fits(void)
 {
-    void *p = mmap(NULL, BLAS_BUFFER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void *p = mmap(NULL, BLAS_BUFFER_TEST_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return 0;
-    munmap(p, BLAS_BUFFER_BYTES);
+    munmap(p, BLAS_BUFFER_TEST_BYTES);
     return 1;
 }
 
@@ -135,14 +148,20 @@ void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta,
                 float *C, int ldc)
 {
-    if (!t_buffer_ok && !(t_buffer_ok = buffer_fits())) {
-        atomic_fetch_add_explicit(&g_fallback_products, 1, memory_order_relaxed);
-        loop_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
+    int first = !t_buffer_ok;
+    if (first) {
+        pthread_mutex_lock(&g_first_call);
+        if (!(t_buffer_ok = buffer_fits())) {
+            pthread_mutex_unlock(&g_first_call);
+            atomic_fetch_add_explicit(&g_fallback_products, 1, memory_order_relaxed);
+            loop_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
     }
     g_blas.sgemm(CBLAS_ROW_MAJOR, transA ? CBLAS_TRANS : CBLAS_NO_TRANS,
                  transB ? CBLAS_TRANS : CBLAS_NO_TRANS, M, N, K, alpha, A, lda, B,
                  ldb, beta, C, ldc);
+    if (first) pthread_mutex_unlock(&g_first_call);
 }
 
 long long blas_fallback_products(void)
