@@ -11,7 +11,12 @@
  * two threads cannot both pass the test where one buffer fits); while it
  * cannot, its products are
  * computed here by a plain loop (correct, slower; blas_fallback_products
- * counts them) and the test is repeated on the next call. OpenBLAS is
+ * counts them) and the test is repeated on the next call. Under an
+ * address-space limit (RLIMIT_AS set) OpenBLAS is not called at all, every
+ * product runs in the plain loops: threads' buffers, glibc's rounding of
+ * OpenBLAS's malloc and other allocations in between still let a passed
+ * test be followed by a failing, endlessly retried allocation about once
+ * in twenty runs at 300 MB, and a slow product is better than a hung one. OpenBLAS is
  * loaded with OPENBLAS_NUM_THREADS=1 (unless the user set it; restored
  * after loading), so its own threads, which we never use
  * (openblas_set_num_threads(1)), do not each map a buffer at load time. */
@@ -24,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "errors.h"
 
@@ -121,6 +127,19 @@ static int buffer_fits(void)
     return 1;
 }
 
+/* 1 when the process has an address-space limit (RLIMIT_AS). Read once. */
+static int address_space_limited(void)
+{
+    static atomic_int limited = -1;
+    int v = atomic_load_explicit(&limited, memory_order_relaxed);
+    if (v < 0) {
+        struct rlimit rl;
+        v = getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+        atomic_store_explicit(&limited, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C by plain loops (beta 0: C is
  * not read, as in BLAS). */
 static void loop_sgemm(int transA, int transB, int M, int N, int K, float alpha,
@@ -148,6 +167,11 @@ void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta,
                 float *C, int ldc)
 {
+    if (address_space_limited()) { /* see the top of this file */
+        atomic_fetch_add_explicit(&g_fallback_products, 1, memory_order_relaxed);
+        loop_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     int first = !t_buffer_ok;
     if (first) {
         pthread_mutex_lock(&g_first_call);

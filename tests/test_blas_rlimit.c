@@ -2,8 +2,8 @@
  * sentiment() returns, with a correct label or an error that says out of
  * memory, and never spins. OpenBLAS maps a 128 MiB buffer per calling
  * thread on its first large product and, when that mmap fails, retries it
- * forever (about 40,000 failed mmap calls a second); cpu/blas.c test-maps
- * that much first and computes the product itself when it cannot.
+ * forever (about 40,000 failed mmap calls a second); cpu/blas.c computes
+ * every product itself while an address-space limit is set.
  *
  * Each case runs in a forked child that has not used OpenBLAS yet (the
  * parent never classifies); the parent kills a child that has not ended
