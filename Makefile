@@ -228,7 +228,7 @@ CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=
 NVCCFLAGS  ?= -O2 -g -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra
 CUDA_SO    := $(if $(NVCC),$(if $(SAN),,$(BUILD)/sentiment_cuda.so))
 GPU_CU     := $(sort $(wildcard gpu/*.cu))
-GPU_OBJ    := $(GPU_CU:%.cu=$(BUILD)/%.cu.o) $(BUILD)/gpu/scatter_plan.o
+GPU_OBJ    := $(GPU_CU:%.cu=$(BUILD)/%.cu.o)
 GPU_HDR    := $(wildcard gpu/*.h gpu/*.cuh) model/backend.h model/errors.h model/rng.h
 
 .PHONY: cuda gpu-check
@@ -249,8 +249,6 @@ $(BUILD)/sentiment_cuda.so: $(GPU_OBJ) gpu/exports.map
 	    -Xlinker --version-script=gpu/exports.map -Xlinker -rpath,$(CUDA_HOME)/lib64 \
 	    -Xlinker --no-undefined
 
--include $(BUILD)/gpu/scatter_plan.d
-
 gpu-check:
 	@./scripts/gpu-check.sh
 
@@ -269,8 +267,7 @@ EMU_DIR      := tests/cuda_emu
 EMU_HDR      := $(wildcard $(EMU_DIR)/*.h)
 EMU_CXXFLAGS := $(OPT) -g -std=gnu++17 -Wall -Wextra -fPIC -fvisibility=hidden
 EMU_SO       := $(BUILD)/tests/sentiment_cuda_emu.so
-EMU_OBJ      := $(GPU_CU:gpu/%.cu=$(BUILD)/tests/cuda_emu/%.o) $(BUILD)/tests/cuda_emu/emu.o \
-                $(BUILD)/gpu/scatter_plan.o
+EMU_OBJ      := $(GPU_CU:gpu/%.cu=$(BUILD)/tests/cuda_emu/%.o) $(BUILD)/tests/cuda_emu/emu.o
 EMU_TEST_BIN := $(BUILD)/tests/test_cuda_emu $(BUILD)/tests/test_cuda_emu_selftest
 
 $(BUILD)/tests/cuda_emu/%.o: gpu/%.cu $(GPU_HDR) $(EMU_HDR) | $(DEPS_OK)
@@ -284,7 +281,7 @@ $(BUILD)/tests/cuda_emu/emu.o: $(EMU_DIR)/emu.cpp $(EMU_HDR) | $(DEPS_OK)
 $(EMU_SO): $(EMU_OBJ) gpu/exports.map
 	$(CXX) $(SAN) -shared -o $@ $(EMU_OBJ) -Wl,--version-script=gpu/exports.map
 
-$(BUILD)/tests/test_cuda_emu: tests/test_cuda.c $(LIB) $(wildcard tests/*.h) gpu/gemm_plan.h gpu/scatter_plan.c $(EMU_SO) | $(DEPS_OK)
+$(BUILD)/tests/test_cuda_emu: tests/test_cuda.c $(LIB) $(wildcard tests/*.h) gpu/gemm_plan.h $(EMU_SO) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Icpu -Itests $(CFLAGS) $(SAN) -DSM_CUDA_EMU_TEST=1 $< -o $@ $(LIB) -lcmocka $(LDLIBS)
 

@@ -7,7 +7,8 @@
  * between threads). The model's parameters come from the registry: the
  * cached host copy on the CPU (with its packed BF16 or INT8 copy when the
  * precision is bf16 or int8), the copy uploaded once per model and GPU on a GPU
- * (sx_registry_params), shared by every connection on that GPU.
+ * (sx_registry_params, with its four matrices per layer packed as BF16 once
+ * when the GPU computes in bf16), shared by every connection on that GPU.
  *
  * On a GPU a workspace is sized by free device memory: when the estimate of
  * its activations and the plugin's scratch (ws_bytes) exceeds
@@ -69,6 +70,15 @@ static char *gpu_reason(const sx_conn *c)
 {
     const char *why = sx_device_last_error(c->be);
     return *why ? sqlite3_mprintf(" (%s)", why) : NULL;
+}
+
+/* The packing a GPU backend's linear layers want at its precision
+ * (linear_pack_kind): BERT_BF16 in bf16, whose weights are then converted
+ * once per model and GPU instead of in every product; else BERT_FP32. */
+static bert_precision gpu_packing(backend *be)
+{
+    int kind = be->linear_pack_kind ? be->linear_pack_kind(be) : 0;
+    return kind == BACKEND_PACK_BF16 ? BERT_BF16 : BERT_FP32;
 }
 
 /* Device memory for a batch x seq workspace on a GPU backend: the
@@ -159,8 +169,9 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     /* the weights first (once per model and GPU), then the activations in
      * what memory is left */
     bert_precision packing = c->gpu < 0 ? sx_device_cpu_packing_for(c->precision, m->key)
-                                        : BERT_FP32;
+                                        : gpu_packing(c->be);
     int rc_params = packing == BERT_FP32 ? sx_registry_params(m, c->gpu, &p, err)
+                    : c->gpu >= 0        ? sx_registry_params_gpu_packed(m, c->gpu, &p, err)
                                          : sx_registry_params_packed(m, c->be, packing, &p, err);
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not
      * finite); a precision the user named reports why. Out of memory is an

@@ -30,7 +30,7 @@
  * load it once, while callers asking for any other model, loaded or not,
  * never wait behind it (one slow disk or big file blocks only its own key).
  * When a load fails its waiters wake and the first of them tries again.
- * `g_upload_lock` guards every entry's gpu[], cpu_packed[] and the owner
+ * `g_upload_lock` guards every entry's gpu[], gpu_packed[], cpu_packed[] and the owner
  * backends' use (uploads and frees), so a model is uploaded once per GPU
  * however many connections ask at the same time; it is never held together
  * with g_lock. The cache outlives every connection; sentiment.c pins
@@ -62,6 +62,8 @@ static void entry_free(sx_model *e)
     if (on_gpu) {
         pthread_mutex_lock(&g_upload_lock);
         for (int i = 0; i < SX_MAX_GPUS; i++) {
+            bert_packed_params_free(e->gpu_packed[i]);
+            e->gpu_packed[i] = NULL;
             bert_device_params_free(e->gpu[i]);
             e->gpu[i] = NULL;
         }
@@ -281,6 +283,23 @@ int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err)
         }
     }
     if (rc == SM_OK) *out = &e->gpu[gpu]->p;
+    pthread_mutex_unlock(&g_upload_lock);
+    return rc;
+}
+
+int sx_registry_params_gpu_packed(sx_model *e, int gpu, const bert_params **out, char *err)
+{
+    bert_precision plan[BERT_PACK_N];
+    const bert_params *dev;
+    backend *owner;
+    int rc = sx_registry_params(e, gpu, &dev, err);
+    *out = NULL;
+    if (rc != SM_OK) return rc;
+    bert_pack_plan(BERT_BF16, plan);
+    pthread_mutex_lock(&g_upload_lock);
+    if (!e->gpu_packed[gpu] && (rc = sx_device_owner(gpu, &owner, err)) == SM_OK)
+        rc = bert_params_pack(owner, &e->bert->cfg, dev, plan, &e->gpu_packed[gpu], err);
+    if (rc == SM_OK) *out = &e->gpu_packed[gpu]->p;
     pthread_mutex_unlock(&g_upload_lock);
     return rc;
 }

@@ -146,6 +146,11 @@ typedef struct sx_model {
      * unused), made on first use by sx_registry_params_packed and freed
      * with the entry; guarded by the same lock */
     bert_packed_params *cpu_packed[BERT_N_PRECISIONS];
+    /* BF16 copies of gpu[N]'s encoder weights for GPU backends in bf16
+     * (linear_pack_kind), packed once on the device from gpu[N] by
+     * sx_registry_params_gpu_packed; the other parameters are gpu[N]'s.
+     * Freed with the entry, before gpu[N]; guarded by the same lock */
+    bert_packed_params *gpu_packed[SX_MAX_GPUS];
     struct sx_model *next;
 } sx_model;
 
@@ -176,6 +181,12 @@ int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err)
  * caller holds a reference, whatever becomes of be. */
 int sx_registry_params_packed(sx_model *e, backend *be, bert_precision precision,
                               const bert_params **out, char *err);
+/* The parameters on GPU gpu with the four matrices of every layer packed
+ * once as BF16 (bert_params_pack from the device copy of
+ * sx_registry_params), for a GPU backend whose linear_pack_kind is
+ * BACKEND_PACK_BF16: made by the first caller, shared like the device copy,
+ * valid while the caller holds a reference. */
+int sx_registry_params_gpu_packed(sx_model *e, int gpu, const bert_params **out, char *err);
 /* 1 when key is in the cache (and not stale). */
 int sx_registry_is_loaded(const char *key);
 /* 1 when a version of family is in the cache (and not stale). */

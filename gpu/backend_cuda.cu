@@ -234,17 +234,55 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
         dst[i] = __float2bfloat16(src[i]);
 }
 
-static int to_bf16(cuda_ctx *c, growbuf *g, const float *src, size_t n, const void **out)
+int cuda_convert_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const float *src, size_t n)
+{
+    if (!n) return SM_OK;
+    LAUNCH_KERNEL(k_to_bf16, grid_for(n, 256), 256, 0, c->stream, dst, src, n);
+    LAUNCHED(c, "k_to_bf16");
+    return SM_OK;
+}
+
+int cuda_to_bf16(cuda_ctx *c, growbuf *g, const float *src, size_t n, const void **out)
 {
     TRY(growbuf_reserve(c, g, n * sizeof(__nv_bfloat16), "BF16 matrix operands"));
-    LAUNCH_KERNEL(k_to_bf16, grid_for(n, 256), 256, 0, c->stream, (__nv_bfloat16 *)g->p, src, n);
-    LAUNCHED(c, "k_to_bf16");
+    TRY(cuda_convert_bf16(c, (__nv_bfloat16 *)g->p, src, n));
     *out = g->p;
     return SM_OK;
 }
 
 /* cuBLAS rejects a batch count above 65535 on some versions: split. */
 #define MAX_BATCH_PER_CALL 65535
+
+int cuda_gemm_typed(cuda_ctx *c, const gemm_plan *pl, float alpha, const void *A,
+                    long long strideA, const void *B, long long strideB, cudaDataType_t ab_type,
+                    cublasComputeType_t compute, float beta, float *C, int ldc,
+                    long long strideC, int batch)
+{
+    size_t esz = ab_type == CUDA_R_16BF ? sizeof(__nv_bfloat16) : sizeof(float);
+    cublasOperation_t op1 = pl->trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op2 = pl->trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+    /* first operand = B, second = A (gemm_plan.h) */
+    const char *first = (const char *)B, *second = (const char *)A;
+    if (batch == 1) {
+        BLAS(c, cublasGemmEx(c->blas, op1, op2, pl->m, pl->n, pl->k, &alpha, first, ab_type,
+                             pl->ld_first, second, ab_type, pl->ld_second, &beta, C, CUDA_R_32F,
+                             ldc, compute, CUBLAS_GEMM_DEFAULT));
+        return c->sync_each_op ? cu_after_launch(c, "cublasGemmEx", __FILE__, __LINE__) : SM_OK;
+    }
+    for (int done = 0; done < batch;) {
+        int nb = batch - done < MAX_BATCH_PER_CALL ? batch - done : MAX_BATCH_PER_CALL;
+        BLAS(c, cublasGemmStridedBatchedEx(
+                    c->blas, op1, op2, pl->m, pl->n, pl->k, &alpha,
+                    first + (size_t)done * (size_t)strideB * esz, ab_type, pl->ld_first,
+                    pl->stride_first,
+                    second + (size_t)done * (size_t)strideA * esz, ab_type, pl->ld_second,
+                    pl->stride_second, &beta, C + (size_t)done * (size_t)strideC, CUDA_R_32F,
+                    ldc, strideC, nb, compute, CUBLAS_GEMM_DEFAULT));
+        done += nb;
+    }
+    return c->sync_each_op ? cu_after_launch(c, "cublasGemmStridedBatchedEx", __FILE__, __LINE__)
+                           : SM_OK;
+}
 
 int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float alpha,
               const float *A, int lda, long long strideA, const float *B, int ldb,
@@ -261,7 +299,6 @@ int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float al
 
     cudaDataType_t ab_type = CUDA_R_32F;
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-    size_t esz = sizeof(float);
     const void *a = A, *b = B;
     switch (c->precision) {
     case PREC_TF32:
@@ -272,38 +309,16 @@ int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float al
         break;
     case PREC_BF16:
         if (K > 0) {
-            TRY(to_bf16(c, &c->bf16_a, A, pl.extent_a, &a));
-            TRY(to_bf16(c, &c->bf16_b, B, pl.extent_b, &b));
+            TRY(cuda_to_bf16(c, &c->bf16_a, A, pl.extent_a, &a));
+            TRY(cuda_to_bf16(c, &c->bf16_b, B, pl.extent_b, &b));
         }
         ab_type = CUDA_R_16BF;
-        esz = sizeof(__nv_bfloat16);
         break;
     default:
         break;
     }
-    cublasOperation_t op1 = pl.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t op2 = pl.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
-    /* first operand = B, second = A (gemm_plan.h) */
-    const char *first = (const char *)b, *second = (const char *)a;
-    if (batch == 1) {
-        BLAS(c, cublasGemmEx(c->blas, op1, op2, pl.m, pl.n, pl.k, &alpha, first, ab_type,
-                             pl.ld_first, second, ab_type, pl.ld_second, &beta, C, CUDA_R_32F,
-                             ldc, compute, CUBLAS_GEMM_DEFAULT));
-        return c->sync_each_op ? cu_after_launch(c, "cublasGemmEx", __FILE__, __LINE__) : SM_OK;
-    }
-    for (int done = 0; done < batch;) {
-        int nb = batch - done < MAX_BATCH_PER_CALL ? batch - done : MAX_BATCH_PER_CALL;
-        BLAS(c, cublasGemmStridedBatchedEx(
-                    c->blas, op1, op2, pl.m, pl.n, pl.k, &alpha,
-                    first + (size_t)done * (size_t)strideB * esz, ab_type, pl.ld_first,
-                    pl.stride_first,
-                    second + (size_t)done * (size_t)strideA * esz, ab_type, pl.ld_second,
-                    pl.stride_second, &beta, C + (size_t)done * (size_t)strideC, CUDA_R_32F,
-                    ldc, strideC, nb, compute, CUBLAS_GEMM_DEFAULT));
-        done += nb;
-    }
-    return c->sync_each_op ? cu_after_launch(c, "cublasGemmStridedBatchedEx", __FILE__, __LINE__)
-                           : SM_OK;
+    return cuda_gemm_typed(c, &pl, alpha, a, strideA, b, strideB, ab_type, compute, beta, C, ldc,
+                           strideC, batch);
 }
 
 static int cuda_matmul(backend *be, int transA, int transB, int M, int N, int K, float alpha,
@@ -334,18 +349,22 @@ __global__ void k_add_bias(float *out, const float *b, size_t R, int N)
         out[i] += b[i % (size_t)N];
 }
 
+int cuda_add_bias(cuda_ctx *c, float *out, const float *b, int R, int N)
+{
+    size_t n = (size_t)R * N;
+    if (!b || !n) return SM_OK;
+    LAUNCH_KERNEL(k_add_bias, grid_for(n, 256), 256, 0, c->stream, out, b, (size_t)R, N);
+    LAUNCHED(c, "k_add_bias");
+    return SM_OK;
+}
+
 static int cuda_linear(backend *be, float *out, const float *in, const float *W,
                        const float *b, int R, int K, int N)
 {
     ENTER(be);
     /* out(R,N) = in(R,K) · W(N,K)ᵀ, then + b */
     TRY(cuda_gemm(c, 0, 1, R, N, K, 1.0f, in, K, 0, W, K, 0, 0.0f, out, N, 0, 1));
-    size_t n = (size_t)R * N;
-    if (b && n) {
-        LAUNCH_KERNEL(k_add_bias, grid_for(n, 256), 256, 0, c->stream, out, b, (size_t)R, N);
-        LAUNCHED(c, "k_add_bias");
-    }
-    return SM_OK;
+    return cuda_add_bias(c, out, b, R, N);
 }
 
 /* ---- create / destroy ------------------------------------------------------------ */
@@ -357,7 +376,8 @@ static void cuda_destroy(backend *be)
     if (c) {
         if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
         if (c->stream && cudaStreamSynchronize(c->stream) != cudaSuccess) (void)cudaGetLastError();
-        growbuf *bufs[] = {&c->bf16_a, &c->bf16_b, &c->attn, &c->colsum, &c->seg, &c->plan};
+        growbuf *bufs[] = {&c->bf16_a, &c->bf16_b, &c->attn, &c->colsum, &c->seg,
+                           &c->sort_keys};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) growbuf_release(bufs[i]);
         if (c->sumsq_partial) (void)cudaFree(c->sumsq_partial);
         for (int i = 0; i < 2; i++) {
@@ -367,8 +387,6 @@ static void cuda_destroy(backend *be)
         if (c->blas) (void)cublasDestroy(c->blas);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         (void)cudaGetLastError();
-        scatter_plan_free(&c->splan);
-        free(c->host_rows);
         c->magic = 0;
         free(c);
     }
@@ -596,6 +614,7 @@ extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *de
     be->zero = cuda_zero;
     cuda_init_infer_ops(be);
     cuda_init_train_ops(be);
+    cuda_init_packed_ops(be);
     describe(c, desc, desc_cap);
     *out = be;
     return SM_OK;

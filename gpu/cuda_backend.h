@@ -20,7 +20,7 @@
 
 #include "backend.h"
 #include "errors.h"
-#include "scatter_plan.h"
+#include "gemm_plan.h"
 
 #define CUDA_CTX_MAGIC 0x43554441u /* "CUDA" */
 
@@ -51,13 +51,9 @@ typedef struct cuda_ctx {
     growbuf bf16_a, bf16_b; /* BF16 copies of GEMM operands */
     growbuf attn;           /* per-head copies of q, k, v, dO, ... */
     growbuf colsum;         /* column-sum partials */
-    growbuf seg;            /* scatter-add segment partials */
-    growbuf plan;           /* an uploaded scatter plan */
+    growbuf seg;            /* embedding gradient partials (a float per token and channel) */
+    growbuf sort_keys;      /* embedding gradient sort keys (row << 32 | token) */
     double *sumsq_partial;  /* SUMSQ_BLOCKS doubles */
-    /* host scratch */
-    scatter_plan splan;
-    int *host_rows;         /* (host_rows_cap) a row index per token */
-    size_t host_rows_cap;
     char err[SM_ERR_MAX];
 } cuda_ctx;
 
@@ -126,6 +122,19 @@ int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float al
               long long strideB, float beta, float *C, int ldc, long long strideC,
               int batch);
 
+/* The same product with operands already in ab_type (CUDA_R_32F or
+ * CUDA_R_16BF) and the given compute type: the cuBLAS call(s) for plan pl
+ * (gemm_plan.h), batches split as cuBLAS needs. */
+int cuda_gemm_typed(cuda_ctx *c, const gemm_plan *pl, float alpha, const void *A,
+                    long long strideA, const void *B, long long strideB, cudaDataType_t ab_type,
+                    cublasComputeType_t compute, float beta, float *C, int ldc,
+                    long long strideC, int batch);
+/* dst(n) = src rounded to BF16 (nearest even), queued on the stream. */
+int cuda_convert_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const float *src, size_t n);
+/* The same into scratch g (grown to fit); *out = g's memory. */
+int cuda_to_bf16(cuda_ctx *c, growbuf *g, const float *src, size_t n, const void **out);
+/* out(R,N) += b broadcast over rows (b NULL: nothing). */
+int cuda_add_bias(cuda_ctx *c, float *out, const float *b, int R, int N);
 /* Launchers shared between the forward and training files
  * (kernels_infer.cu). lengths may be NULL (no masking). */
 int launch_split_qkv(cuda_ctx *c, float *q, float *k, float *v, const float *qkv, int B,
@@ -141,5 +150,7 @@ int launch_dropout(cuda_ctx *c, float *out, const float *in, size_t n, float p,
 
 void cuda_init_infer_ops(backend *be);
 void cuda_init_train_ops(backend *be);
+/* pack_weight (BF16), linear_packed, linear_pack_kind: linear_packed.cu */
+void cuda_init_packed_ops(backend *be);
 
 #endif

@@ -3,11 +3,12 @@
  *
  * Determinism, as on the CPU: no atomics. Sums across rows are done in
  * fixed chunks and the chunk partials added in order (column sums for bias
- * and LayerNorm gradients, the squared norm); embedding gradients go through
- * a scatter plan (scatter_plan.h) built on the host from the token ids, so
- * every table row adds its tokens in token order. The same inputs give the
- * same bits on the same GPU; against the CPU they agree within the
- * tolerances of tests/test_cuda.c (the summation order differs).
+ * and LayerNorm gradients, the squared norm); embedding gradients sort the
+ * tokens by table row on the device (no host round trip) and sum each
+ * row's run in fixed chunks added in order, so every table row adds its
+ * tokens in token order. The same inputs give the same bits on the same
+ * GPU; against the CPU they agree within the tolerances of
+ * tests/test_cuda.c (the summation order differs).
  *
  * Parameter gradients accumulate (+=), activation gradients are written, as
  * backend.h says.
@@ -190,8 +191,8 @@ static void colsum_chunks(int R, int *chunks, int *rows_per_chunk)
     *rows_per_chunk = (R + ch - 1) / ch;
 }
 
-/* db(N) += column sums of src(R,N). */
-static int colsum_add(cuda_ctx *c, float *db, const float *src, int R, int N)
+/* db(N) (and db2(N) when non-NULL) += column sums of src(R,N). */
+static int colsum_add(cuda_ctx *c, float *db, float *db2, const float *src, int R, int N)
 {
     if (R <= 0 || N <= 0) return SM_OK;
     int chunks, rpc;
@@ -204,6 +205,11 @@ static int colsum_add(cuda_ctx *c, float *db, const float *src, int R, int N)
     LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)N, 256), 256, 0, c->stream, db, partial, chunks,
                   N);
     LAUNCHED(c, "k_colsum_finish");
+    if (db2) {
+        LAUNCH_KERNEL(k_colsum_finish, grid_for((size_t)N, 256), 256, 0, c->stream, db2, partial,
+                      chunks, N);
+        LAUNCHED(c, "k_colsum_finish");
+    }
     return SM_OK;
 }
 
@@ -221,7 +227,7 @@ static int cuda_linear_backward(backend *be, float *din, float *dW, float *db, c
     /* dW(N,K) += dout(R,N)ᵀ · in(R,K) */
     TRY(cuda_gemm(c, 1, 0, N, K, R, 1.0f, dout, N, 0, in, K, 0, 1.0f, dW, K, 0, 1));
     /* db(N) += column sums of dout */
-    if (db) TRY(colsum_add(c, db, dout, R, N));
+    if (db) TRY(colsum_add(c, db, NULL, dout, R, N));
     return SM_OK;
 }
 
@@ -361,67 +367,192 @@ static int cuda_attention_backward(backend *be, float *dqkv, float *datt, float 
 
 /* ---- embeddings ----------------------------------------------------------------------------- */
 
-#define SEG_MAX 32     /* tokens per scatter segment */
-#define SEG_THREADS 128
+/* The embedding gradient runs on the device only (no host round trip), with
+ * no atomics, each table row adding its tokens in token order:
+ *   - position rows (t + pos_offset): one thread per (t, channel) adds the
+ *     batch's tokens in order;
+ *   - a single row (types NULL; dtask): the column sums of colsum_add;
+ *   - word rows (ids) and type rows (types): the tokens are sorted by the
+ *     key row << 32 | token (a bitonic sort; the keys are unique, so the
+ *     order is the stable one), each chunk of RUN_CHUNK sorted positions
+ *     sums the pieces of the row runs it holds, and the position that
+ *     starts a run adds its run's pieces in order to the row.
+ * A token whose row is negative adds nothing: the position kernel skips
+ * it, and its key sorts after every valid row, where the run sums stop. */
 
-/* seg[s, ch] = Σ src[order[i], ch] over segment s's tokens, in order.
- * grid (n_segs, ceil(C / SEG_THREADS)). */
-__global__ void k_seg_sum(float *seg, const float *src, const int *order, const int *seg_start,
-                          int C)
+#define SORT_TILE 1024 /* keys sorted in shared memory by one block of SORT_TILE / 2 threads */
+#define RUN_CHUNK 32   /* sorted positions per chunk of the run sums */
+#define RUN_THREADS 128
+#define KEY_PAD 0xffffffffffffffffull
+
+/* keys[i] = (unsigned)rows[i] << 32 | i for the n tokens, KEY_PAD up to npow
+ * (a power of two). Valid rows give keys below 2^63. */
+__global__ void k_row_keys(unsigned long long *keys, const int *rows, int n, size_t npow)
 {
-    int s = blockIdx.x, ch = blockIdx.y * blockDim.x + threadIdx.x;
-    if (ch >= C) return;
-    float acc = 0.0f;
-    for (int i = seg_start[s]; i < seg_start[s + 1]; i++) acc += src[(size_t)order[i] * C + ch];
-    seg[(size_t)s * C + ch] = acc;
+    GRID_STRIDE(i, npow)
+    {
+        keys[i] = i < (size_t)n ? ((unsigned long long)(unsigned)rows[i] << 32) | i : KEY_PAD;
+    }
 }
 
-/* dst[row[g], ch] += Σ seg[s, ch] over group g's segments, in order.
- * grid (n_rows, ceil(C / SEG_THREADS)). */
-__global__ void k_seg_finish(float *dst, const float *seg, const int *row, const int *row_seg,
+/* Puts *a, *b in ascending order (descending when !up). */
+__device__ __forceinline__ void bitonic_swap(unsigned long long *a, unsigned long long *b, int up)
+{
+    unsigned long long x = *a, y = *b;
+    if ((x > y) == (up != 0)) {
+        *a = y;
+        *b = x;
+    }
+}
+
+/* The bitonic stages (k, j) for k = k0, 2 k0, ... k1 and j = min(k, tile) / 2
+ * down to 1, on this block's tile of `tile` keys in shared memory (block:
+ * tile / 2 threads, one compared pair each). A pair (i, i + j) is ascending
+ * when i & k is 0, i counted over the whole array. */
+__global__ void k_bitonic_tile(unsigned long long *keys, int tile, unsigned long long k0,
+                               unsigned long long k1)
+{
+    __shared__ unsigned long long sh[SORT_TILE];
+    size_t base = (size_t)blockIdx.x * tile;
+    int t = threadIdx.x, half = tile / 2;
+    sh[t] = keys[base + t];
+    sh[t + half] = keys[base + t + half];
+    __syncthreads();
+    for (unsigned long long k = k0; k <= k1; k <<= 1)
+        for (int j = (k < (unsigned long long)tile ? (int)k : tile) / 2; j > 0; j >>= 1) {
+            int i = 2 * j * (t / j) + (t & (j - 1));
+            bitonic_swap(&sh[i], &sh[i + j], ((base + i) & k) == 0);
+            __syncthreads();
+        }
+    keys[base + t] = sh[t];
+    keys[base + t + half] = sh[t + half];
+}
+
+/* One bitonic stage (k, j) across tiles (j >= the tile): one thread per
+ * compared pair, pairs = npow / 2. */
+__global__ void k_bitonic_stage(unsigned long long *keys, size_t pairs, size_t j, size_t k)
+{
+    GRID_STRIDE(t, pairs)
+    {
+        size_t i = 2 * j * (t / j) + (t & (j - 1));
+        bitonic_swap(&keys[i], &keys[i + j], (i & k) == 0);
+    }
+}
+
+/* Sorts keys[0, npow) ascending, npow a power of two: one launch per stage
+ * whose pairs span tiles, the rest in shared memory. */
+static int sort_keys(cuda_ctx *c, unsigned long long *keys, size_t npow)
+{
+    if (npow < 2) return SM_OK;
+    int tile = npow < SORT_TILE ? (int)npow : SORT_TILE;
+    unsigned tiles = (unsigned)(npow / (size_t)tile);
+    LAUNCH_KERNEL(k_bitonic_tile, tiles, tile / 2, 0, c->stream, keys, tile, 2ull,
+                  (unsigned long long)tile);
+    LAUNCHED(c, "k_bitonic_tile");
+    for (size_t k = 2 * (size_t)tile; k <= npow; k <<= 1) {
+        for (size_t j = k / 2; j >= (size_t)tile; j >>= 1) {
+            LAUNCH_KERNEL(k_bitonic_stage, grid_for(npow / 2, 256), 256, 0, c->stream, keys,
+                          npow / 2, j, k);
+            LAUNCHED(c, "k_bitonic_stage");
+        }
+        LAUNCH_KERNEL(k_bitonic_tile, tiles, tile / 2, 0, c->stream, keys, tile,
+                      (unsigned long long)k, (unsigned long long)k);
+        LAUNCHED(c, "k_bitonic_tile");
+    }
+    return SM_OK;
+}
+
+/* For chunk blockIdx.x of the n sorted keys and channel ch: each piece of a
+ * row run inside the chunk (a run cut at the chunk's start) is summed in
+ * order, part[first position of the piece, ch] = Σ src[token, ch]. Invalid
+ * keys (bit 63) end the valid positions. */
+__global__ void k_run_pieces(float *part, const float *src, const unsigned long long *keys, int n,
                              int C)
 {
-    int g = blockIdx.x, ch = blockIdx.y * blockDim.x + threadIdx.x;
+    int ch = blockIdx.y * blockDim.x + threadIdx.x;
     if (ch >= C) return;
+    int p0 = blockIdx.x * RUN_CHUNK, p1 = min(n, p0 + RUN_CHUNK), p = p0, start = p0;
+    unsigned row = (unsigned)(keys[p0] >> 32);
     float acc = 0.0f;
-    for (int s = row_seg[g]; s < row_seg[g + 1]; s++) acc += seg[(size_t)s * C + ch];
-    dst[(size_t)row[g] * C + ch] += acc;
+    for (; p < p1; p++) {
+        unsigned long long k = keys[p];
+        if (k >> 63) break;
+        if ((unsigned)(k >> 32) != row) {
+            part[(size_t)start * C + ch] = acc;
+            acc = 0.0f;
+            start = p;
+            row = (unsigned)(k >> 32);
+        }
+        acc += src[(size_t)(unsigned)k * C + ch];
+    }
+    if (p > start) part[(size_t)start * C + ch] = acc;
+}
+
+/* For each position of chunk blockIdx.x that starts a valid run:
+ * dst[row, ch] += its piece, then the piece at each following chunk start
+ * while the run continues, in order. */
+__global__ void k_run_finish(float *dst, const float *part, const unsigned long long *keys, int n,
+                             int C)
+{
+    int ch = blockIdx.y * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    int p0 = blockIdx.x * RUN_CHUNK, p1 = min(n, p0 + RUN_CHUNK);
+    for (int p = p0; p < p1; p++) {
+        unsigned long long k = keys[p];
+        if (k >> 63) break;
+        unsigned row = (unsigned)(k >> 32);
+        if (p > 0 && (unsigned)(keys[p - 1] >> 32) == row) continue;
+        float s = part[(size_t)p * C + ch];
+        for (int q = p0 + RUN_CHUNK; q < n && (unsigned)(keys[q] >> 32) == row; q += RUN_CHUNK)
+            s += part[(size_t)q * C + ch];
+        dst[(size_t)row * C + ch] += s;
+    }
 }
 
 /* dst[rows[i], :] += src[i, :] for the n token rows of src (n, C); rows is
- * host memory (NULL: all 0). */
-static int scatter_add(cuda_ctx *c, float *dst, const float *src, const int *rows, int n, int C)
+ * device memory. Tokens with a negative row are skipped. */
+static int scatter_rows_add(cuda_ctx *c, float *dst, const float *src, const int *rows, int n,
+                            int C)
 {
-    if (n <= 0 || C <= 0) return SM_OK;
-    int rc = scatter_plan_build(&c->splan, rows, n, SEG_MAX);
-    if (rc == -2) return cu_error(c, SM_ERR_NOMEM, "embedding backward: out of host memory");
-    if (rc) return cu_error(c, SM_ERR_INVALID, "embedding backward: a negative row index");
-    const scatter_plan *pl = &c->splan;
-    TRY(growbuf_reserve(c, &c->plan, pl->n_ints * sizeof(int), "the embedding scatter plan"));
-    TRY(growbuf_reserve(c, &c->seg, (size_t)pl->n_segs * C * sizeof(float),
+    size_t npow = 1;
+    while (npow < (size_t)n) npow <<= 1;
+    TRY(growbuf_reserve(c, &c->sort_keys, npow * sizeof(unsigned long long),
+                        "embedding gradient sort keys"));
+    TRY(growbuf_reserve(c, &c->seg, (size_t)n * C * sizeof(float),
                         "embedding gradient partials"));
-    int *dplan = (int *)c->plan.p;
-    TRY(stage_upload(c, dplan, pl->buf, pl->n_ints * sizeof(int)));
-    unsigned cblocks = (unsigned)((C + SEG_THREADS - 1) / SEG_THREADS);
-    LAUNCH_KERNEL(k_seg_sum, dim3((unsigned)pl->n_segs, cblocks), SEG_THREADS, 0, c->stream,
-                  (float *)c->seg.p, src, dplan + pl->off_order, dplan + pl->off_seg_start, C);
-    LAUNCHED(c, "k_seg_sum");
-    LAUNCH_KERNEL(k_seg_finish, dim3((unsigned)pl->n_rows, cblocks), SEG_THREADS, 0, c->stream, dst,
-                  (const float *)c->seg.p, dplan + pl->off_row, dplan + pl->off_row_seg, C);
-    LAUNCHED(c, "k_seg_finish");
+    unsigned long long *keys = (unsigned long long *)c->sort_keys.p;
+    float *part = (float *)c->seg.p;
+    LAUNCH_KERNEL(k_row_keys, grid_for(npow, 256), 256, 0, c->stream, keys, rows, n, npow);
+    LAUNCHED(c, "k_row_keys");
+    TRY(sort_keys(c, keys, npow));
+    dim3 grid((unsigned)((n + RUN_CHUNK - 1) / RUN_CHUNK),
+              (unsigned)((C + RUN_THREADS - 1) / RUN_THREADS));
+    LAUNCH_KERNEL(k_run_pieces, grid, RUN_THREADS, 0, c->stream, part, src, keys, n, C);
+    LAUNCHED(c, "k_run_pieces");
+    LAUNCH_KERNEL(k_run_finish, grid, RUN_THREADS, 0, c->stream, dst, part, keys, n, C);
+    LAUNCHED(c, "k_run_finish");
     return SM_OK;
 }
 
-static int host_rows(cuda_ctx *c, size_t n)
+/* dpos[t + pos_offset, ch] += dout[b, t, ch] for b in order (rows below 0
+ * skipped); one thread per (t, ch). */
+__global__ void k_pos_backward(float *dpos, const float *dout, int B, int T, int C,
+                               int pos_offset)
 {
-    if (c->host_rows_cap >= n) return SM_OK;
-    int *p = (int *)realloc(c->host_rows, n * sizeof *p);
-    if (!p) return cu_error(c, SM_ERR_NOMEM, "embedding backward: out of host memory");
-    c->host_rows = p;
-    c->host_rows_cap = n;
-    return SM_OK;
+    GRID_STRIDE(i, (size_t)T * C)
+    {
+        int t = (int)(i / (size_t)C), ch = (int)(i - (size_t)t * C);
+        if (t + pos_offset < 0) continue;
+        float *d = dpos + (size_t)(t + pos_offset) * C + ch;
+        float acc = *d;
+        for (int b = 0; b < B; b++) acc += dout[((size_t)b * T + t) * C + ch];
+        *d = acc;
+    }
 }
 
+/* backend.h's embed_backward, with every table row taking its tokens in
+ * token order. A token whose row (id, type, or t + pos_offset) is negative
+ * adds nothing to that table; rows past the end of a table are not checked. */
 static int cuda_embed_backward(backend *be, float *dword, float *dpos, float *dtype,
                                float *dtask, const float *dout, const int *ids,
                                const int *types, int B, int T, int C, int pos_offset)
@@ -429,18 +560,15 @@ static int cuda_embed_backward(backend *be, float *dword, float *dpos, float *dt
     ENTER(be);
     int n = B * T;
     if (n <= 0 || C <= 0) return SM_OK;
-    TRY(host_rows(c, (size_t)n));
-    int *rows = c->host_rows;
-    /* word rows: the token ids */
-    TRY(stage_download(c, rows, ids, (size_t)n * sizeof(int)));
-    TRY(scatter_add(c, dword, dout, rows, n, C));
-    /* position rows: t + pos_offset */
-    for (int i = 0; i < n; i++) rows[i] = i % T + pos_offset;
-    TRY(scatter_add(c, dpos, dout, rows, n, C));
-    /* token-type rows */
-    if (types) TRY(stage_download(c, rows, types, (size_t)n * sizeof(int)));
-    TRY(scatter_add(c, dtype, dout, types ? rows : NULL, n, C));
-    if (dtask) TRY(scatter_add(c, dtask, dout, NULL, n, C));
+    TRY(scatter_rows_add(c, dword, dout, ids, n, C));
+    size_t tc = (size_t)T * C;
+    LAUNCH_KERNEL(k_pos_backward, grid_for(tc, 256), 256, 0, c->stream, dpos, dout, B, T, C,
+                  pos_offset);
+    LAUNCHED(c, "k_pos_backward");
+    if (types) TRY(scatter_rows_add(c, dtype, dout, types, n, C));
+    /* every token to row 0 of dtype (no types) and of dtask */
+    float *single = types ? dtask : dtype, *single2 = types ? NULL : dtask;
+    if (single) TRY(colsum_add(c, single, single2, dout, n, C));
     return SM_OK;
 }
 

@@ -308,15 +308,18 @@ struct backend {
 
     /* ---- reduced precision, inference only (see the conventions) -------
      * Optional, as a pair (NULL: the backend packs nothing). */
-    /* Packs W(N,K) (host memory, row-major FP32: the model's parameters)
-     * once as `kind` (backend_pack_kind) into *out, freed with
+    /* Packs W(N,K) (row-major FP32 in this backend's memory, i.e. host
+     * memory on the CPU: the model's parameters) once as `kind`
+     * (backend_pack_kind) into *out, freed with
      * backend_packed_free. SM_ERR_UNSUPPORTED (with the reason in err) when
      * the backend lacks that kind, SM_ERR_INVALID for a shape out of range
      * or weights the kind cannot hold (INT8: non-finite), SM_ERR_NOMEM. The
      * CPU packs every kind on any x86-64; backend_cpu_pack_native
      * (cpu/backend_cpu.h) says which this CPU runs with its own
      * instructions (AVX512-BF16, AVX512-VNNI, AVX-512F); the others run in
-     * plain C, the same bits for INT8 and F32, slowly. */
+     * plain C, the same bits for INT8 and F32, slowly. The CUDA backend
+     * packs BF16 only, on its device; its packed weight is usable by any
+     * backend of that device. */
     int (*pack_weight)(backend *be, int kind, const float *W, int N, int K,
                        backend_packed **out, char *err);
     /* out(R,N) = in(R,K) · Wᵀ + b with W(N,K) packed (as its kind says,
@@ -325,6 +328,12 @@ struct backend {
     int (*linear_packed)(backend *be, float *out, const float *in,
                          const backend_packed *W, const float *b, int R,
                          int K, int N);
+    /* Optional (NULL: 0). The kind whose linear_packed computes what linear
+     * computes at the backend's current precision, so weights converted once
+     * replace a conversion in every call: BACKEND_PACK_BF16 for a GPU in
+     * bf16. 0 where linear has no such twin (the CPU, whose linear is FP32:
+     * the caller chooses its packing per model). */
+    int (*linear_pack_kind)(const backend *be);
 };
 
 #endif
