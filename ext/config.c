@@ -158,13 +158,13 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
     }
     if (c->be) {
         /* What a CPU connection runs depends on the model too (auto is
-         * int8 for the built-in model only: sx_device_cpu_packing_for), so
-         * compare both kinds, not the generic choice. */
+         * int8 only for a model whose int8 labels were checked:
+         * sx_device_cpu_packing_for), so compare both kinds, not the
+         * generic choice. */
         int cpu_mode_changed =
             c->gpu < 0 &&
-            (sx_device_cpu_packing_for(shown, "builtin") !=
-                 sx_device_cpu_packing_for(c->precision, "builtin") ||
-             sx_device_cpu_packing_for(shown, "") != sx_device_cpu_packing_for(c->precision, ""));
+            (sx_device_cpu_packing_for(shown, 1) != sx_device_cpu_packing_for(c->precision, 1) ||
+             sx_device_cpu_packing_for(shown, 0) != sx_device_cpu_packing_for(c->precision, 0));
         snprintf(desc, sizeof desc, "%s", c->be_desc);
         rc = sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg);
         if (rc != SQLITE_OK) return rc;

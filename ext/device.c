@@ -241,18 +241,45 @@ bert_precision sx_device_precision_cpu_packing(const char *name)
     return cpu_fp32_packing(); /* FP32 weights packed once where the CPU has AVX-512F */
 }
 
-bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key)
+int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap)
+{
+    /* the built-in model's INT8 accuracy was measured on its dev sets
+     * (model/builtin/README.md: no label change) */
+    if (model_key && !strcmp(model_key, "builtin")) {
+        if (why && cap)
+            snprintf(why, cap, "the built-in model's int8 labels were checked on its dev sets");
+        return 1;
+    }
+    return sm_int8_check_passes(&cfg->int8_check, why, cap);
+}
+
+bert_precision sx_device_cpu_packing_for(const char *name, int int8_vetted)
 {
     bert_precision packing = sx_device_precision_cpu_packing(name);
-    /* INT8 moves probabilities by quantization error; its accuracy was
-     * measured for the built-in model only (model/builtin/README.md: no
-     * label change on its dev sets), so auto keeps every other model FP32
-     * (on random-weight BERT-base shapes the error reaches 0.2 in
-     * probability: bench/RESULTS.md). */
-    if (precision_is_auto(name) && packing == BERT_INT8 &&
-        (!model_key || strcmp(model_key, "builtin")))
+    /* INT8 moves probabilities by quantization error (on random-weight
+     * BERT-base shapes by up to 0.2: bench/RESULTS.md), so auto uses it only
+     * for a model whose labels under INT8 were checked */
+    if (precision_is_auto(name) && packing == BERT_INT8 && !int8_vetted)
         return cpu_fp32_packing();
     return packing;
+}
+
+const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg,
+                                         char *why, size_t cap)
+{
+    char check[200];
+    int vetted = sx_device_int8_vetted(model_key, cfg, check, sizeof check);
+    bert_precision p = sx_device_cpu_packing_for("auto", vetted);
+    if (p == BERT_INT8) {
+        snprintf(why, cap, "int8: %s", check);
+        return "int8";
+    }
+    if (vetted)
+        snprintf(why, cap, "fp32: this CPU has no AVX512-VNNI (int8 would be allowed: %s)",
+                 check);
+    else
+        snprintf(why, cap, "fp32: %s", check);
+    return "fp32";
 }
 
 /* What sentiment_device() says for a CPU backend: the backend's line (the

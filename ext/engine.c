@@ -168,8 +168,10 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     }
     /* the weights first (once per model and GPU), then the activations in
      * what memory is left */
-    bert_precision packing = c->gpu < 0 ? sx_device_cpu_packing_for(c->precision, m->key)
-                                        : gpu_packing(c->be);
+    bert_precision packing =
+        c->gpu < 0 ? sx_device_cpu_packing_for(
+                         c->precision, sx_device_int8_vetted(m->key, &m->bert->cfg, NULL, 0))
+                   : gpu_packing(c->be);
     int rc_params = packing == BERT_FP32 ? sx_registry_params(m, c->gpu, &p, err)
                     : c->gpu >= 0        ? sx_registry_params_gpu_packed(m, c->gpu, &p, err)
                                          : sx_registry_params_packed(m, c->be, packing, &p, err);

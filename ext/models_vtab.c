@@ -41,6 +41,12 @@
  *                its settings as config.json's "wide" key holds them, e.g.
  *                {"features": "char_ngrams", "ngram_range": [1, 3],
  *                "buckets": 262144, ...}; NULL for a model without one
+ *   cpu_precision what precision 'auto' runs the model with on this
+ *                machine's CPU, and why: "int8: held-out accuracy 0.9101 in
+ *                int8, 0.9113 in fp32, same label on 99.5% of 812 rows",
+ *                "fp32: int8 not checked for this model", "fp32: this CPU
+ *                has no AVX512-VNNI (...)" (ext/device.c; the rule:
+ *                model/format/int8_check.h); NULL for an embedding model
  * A stored model whose config cannot be parsed is listed with NULL
  * architecture columns; using it gives the parse error.
  */
@@ -67,11 +73,12 @@ enum {
     COL_METRICS,
     COL_KIND,
     COL_WIDE,
+    COL_CPU_PRECISION,
     N_COLS
 };
 
 typedef struct mv_row {
-    char *name, *source, *labels, *type, *created, *path, *metrics, *wide;
+    char *name, *source, *labels, *type, *created, *path, *metrics, *wide, *cpu_precision;
     sqlite3_int64 version, params;
     int layers, hidden, heads, maxlen, loaded, have_cfg;
     int head; /* 1: a classification head, 0: none (an embedding model), -1: not known */
@@ -100,7 +107,7 @@ static int mvConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                                   "labels TEXT, model_type TEXT, layers INTEGER, "
                                   "hidden_size INTEGER, heads INTEGER, max_length INTEGER, "
                                   "parameters INTEGER, created TEXT, path TEXT, loaded INTEGER, "
-                                  "metrics TEXT, kind TEXT, wide TEXT)");
+                                  "metrics TEXT, kind TEXT, wide TEXT, cpu_precision TEXT)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
@@ -139,6 +146,7 @@ static void rows_free(mv_cursor *cur)
         sqlite3_free(r->path);
         sqlite3_free(r->metrics);
         sqlite3_free(r->wide);
+        sqlite3_free(r->cpu_precision);
     }
     sqlite3_free(cur->rows);
     cur->rows = NULL;
@@ -207,6 +215,12 @@ static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
             r->wide = sqlite3_mprintf("%s", w);
             free(w);
             if (!r->wide) return NULL;
+        }
+        if (head) {
+            char why[300];
+            sx_device_cpu_auto_precision(strcmp(source, "builtin") ? NULL : "builtin", cfg, why,
+                                         sizeof why);
+            if (!(r->cpu_precision = sqlite3_mprintf("%s", why))) return NULL;
         }
     }
     return r;
@@ -366,6 +380,10 @@ static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
             if (!r->wide) break;
             sqlite3_result_text(ctx, r->wide, -1, SQLITE_TRANSIENT);
             sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
+            break;
+        case COL_CPU_PRECISION:
+            if (r->cpu_precision)
+                sqlite3_result_text(ctx, r->cpu_precision, -1, SQLITE_TRANSIENT);
             break;
         }
     }

@@ -25,6 +25,7 @@
  *   train.c           train(): the fine-tuning aggregate, sentiment_use()
  *   train_options.c   train()'s options
  *   train_wide.c      train()'s option "wide": the wide part's fit and mix
+ *   train_int8.c      train()'s INT8 check: validation rows in FP32 and INT8
  *   train_status.c    the sentiment_training table of running trainings
  *   args.c            name/path arguments (no NUL bytes), the interrupt and
  *                     progress-handler poll (sx_poll), the admin switch
@@ -340,10 +341,20 @@ int sx_device_precision_cpu_only(const char *name);
  * says so: a CPU with AVX-512F, or $SENTIMENT_FP32_PACKED=1) or BERT_FP32
  * (packs nothing). */
 bert_precision sx_device_precision_cpu_packing(const char *name);
-/* The same for one model (its registry key): auto gives INT8 only to the
- * built-in model ("builtin"), whose accuracy under INT8 was measured, and
- * FP32 to every other. */
-bert_precision sx_device_cpu_packing_for(const char *name, const char *model_key);
+/* 1 when INT8's labels were checked for a model (its registry key and
+ * config): the built-in model ("builtin"), or a config whose int8_check
+ * passes its rule (model/format/int8_check.h, written by train()); why (may
+ * be NULL) gets the reason either way. */
+int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap);
+/* The same as sx_device_precision_cpu_packing for one model: auto gives
+ * INT8 only to a model whose INT8 labels were checked (int8_vetted, from
+ * sx_device_int8_vetted), FP32 to every other. */
+bert_precision sx_device_cpu_packing_for(const char *name, int int8_vetted);
+/* What precision auto runs a model with on this machine's CPU, "int8" or
+ * "fp32", with why ("int8: held-out accuracy ...", "fp32: int8 not checked
+ * for this model", ...) in why (cap bytes). */
+const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg,
+                                         char *why, size_t cap);
 /* Applies precision name to a live backend: on the CPU only what
  * sx_device_precision_cpu_ok accepts (else an error saying why), and desc
  * (may be NULL) gets the new description; on a GPU the plugin switches and

@@ -62,6 +62,12 @@
  * Without the option a base's wide part is kept with a kept head ("wide":
  * "kept" in the report) and dropped with a new one.
  *
+ * The INT8 check ("int8_check", on by default; the texts are kept for it
+ * too): last, the model classifies its validation rows on the CPU in FP32
+ * and in INT8 (train_int8.c); the result goes into its config.json and the
+ * report's "int8": {...}, and decides whether precision auto runs it in INT8
+ * (model/format/int8_check.h).
+ *
  * Errors, each before anything is written: an unknown base, a read-only
  * database, one whose write lock cannot be had (checked on the first row,
  * waiting as for the store, below), bad options, fewer than 2 labels or 8
@@ -140,6 +146,7 @@
 #include "safetensors.h"
 #include "sentiment_ext.h"
 #include "train_options.h"
+#include "train_int8.h"
 #include "train_wide.h"
 #include "trainer.h"
 #include "vocab_builder.h"
@@ -173,6 +180,7 @@ typedef struct tr_state {
     float head_lr;            /* what the head was trained at */
     int labels_mapped;        /* 1 by option "labels", 2 by the 0/1 convention */
     sx_wide_report wide;      /* option "wide": what the fit did */
+    char int8_why[256];       /* the INT8 check's verdict, for the report */
     int failed;
     /* during training */
     sqlite3_stmt *probe;      /* SELECT 1: fails with SQLITE_INTERRUPT after sqlite3_interrupt */
@@ -552,7 +560,8 @@ static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             goto fail;
         }
         s->truncated += trunc != 0;
-        if (s->o.wide == 1 && keep_text(s, text, len, li) != SQLITE_OK) goto nomem;
+        if ((s->o.wide == 1 || s->o.int8_check) && keep_text(s, text, len, li) != SQLITE_OK)
+            goto nomem;
     } else {
         if ((rc = vocab_builder_add(s->vb, text, len, err)) != SM_OK) {
             sx_from_sm(rc, TRAIN_FN, err, &errmsg);
@@ -756,7 +765,21 @@ static char *report_json(const tr_state *s, int64_t version, int kept,
     } else {
         sqlite3_str_appendall(j, cfg->wide.set ? "\"kept\"" : "null");
     }
-    sqlite3_str_appendall(j, ",\"device\":");
+    sqlite3_str_appendall(j, ",\"int8\":{");
+    if (cfg->int8_check.set) {
+        const sm_int8_check *q = &cfg->int8_check;
+        sqlite3_str_appendf(j, "\"rows\":%d,\"accuracy_fp32\":", q->rows);
+        json_num(j, q->accuracy_fp32);
+        sqlite3_str_appendall(j, ",\"accuracy_int8\":");
+        json_num(j, q->accuracy_int8);
+        sqlite3_str_appendall(j, ",\"agreement\":");
+        json_num(j, q->agreement);
+        sqlite3_str_appendchar(j, 1, ',');
+    }
+    sqlite3_str_appendf(j, "\"auto\":%s,\"why\":",
+                        sm_int8_check_passes(&cfg->int8_check, NULL, 0) ? "true" : "false");
+    sx_json_string(j, s->int8_why);
+    sqlite3_str_appendall(j, "},\"device\":");
     sx_json_string(j, s->c->be_desc);
     sqlite3_str_appendchar(j, 1, '}');
     if (sqlite3_str_errcode(j)) {
@@ -785,7 +808,7 @@ static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
         s->truncated += trunc != 0;
         start = end;
     }
-    if (s->o.wide != 1) { /* else the wide part reads them */
+    if (s->o.wide != 1 && !s->o.int8_check) { /* else the wide part or the int8 check reads them */
         free(s->texts);
         s->texts = NULL;
     }
@@ -1085,6 +1108,15 @@ static void train_final(sqlite3_context *ctx)
         if ((rc = sx_train_fit_wide(&s->o, &wr, s->max_len, m, s->c->be, on_interrupt, s,
                                     &s->wide, &errmsg)) != SQLITE_OK)
             goto end;
+    }
+    if (s->o.int8_check) {
+        sx_wide_rows wr = {s->texts, s->text_end, s->text_label, (int)s->rows};
+        if ((rc = sx_train_check_int8(&s->o, &wr, s->max_len, m, s->c->threads, on_interrupt, s,
+                                      s->int8_why, sizeof s->int8_why, &errmsg)) != SQLITE_OK)
+            goto end;
+    } else {
+        m->cfg.int8_check.set = 0;
+        snprintf(s->int8_why, sizeof s->int8_why, "not checked (\"int8_check\": false)");
     }
     if ((rc = bert_model_permute_head(m, (const char *const *)order, err)) != SM_OK) {
         rc = sx_from_sm(rc, TRAIN_FN, err, &errmsg);

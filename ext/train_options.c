@@ -40,6 +40,11 @@
  *                   ngram_range [min, max] within 1..8 ([1, 3]), l2 > 0 (the
  *                   penalty; default chosen on the validation rows among
  *                   1 / (C x training rows), C = 1, 4, 16)
+ *   int8_check      true (default) / false: classify the validation rows
+ *                   (at most 4000) on the CPU with FP32 and with INT8 linear
+ *                   layers and store the result in the model's config.json
+ *                   ("int8_check", model/format/int8_check.h), which decides
+ *                   whether precision auto runs the model in INT8
  *   epochs 0        (with "wide") keeps the base's encoder and head as they
  *                   are and fits only the wide part: seconds, not minutes
  * With "base":"none" only:
@@ -87,6 +92,7 @@ static const struct {
     {"grad_clip", OK_NUM, 0, 1e9, 0, "a number >= 0 (0 turns clipping off)"},
     {"dropout", OK_NUM, 0, 1, 0, "a number from 0 to less than 1"},
     {"group_by_length", OK_BOOL, 0, 0, 0, "true or false"},
+    {"int8_check", OK_BOOL, 0, 0, 0, "true or false"},
     {"wide", OK_WIDE, 0, 0, 0,
      "true, false or an object such as {\"buckets\": 262144, \"ngram_range\": [1, 3], "
      "\"l2\": 1e-5}"},
@@ -206,6 +212,7 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
     o->vocab_min_count = 2;
     o->vocab_size = 30000;
     o->wide = -1;
+    o->int8_check = 1;
     sm_wide_config_default(&o->wide_cfg);
     if (!text) return SQLITE_OK;
     if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
@@ -304,6 +311,7 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
         else if (!strcmp(key, "grad_clip")) o->t.loop.grad_clip = (float)x;
         else if (!strcmp(key, "dropout")) o->t.loop.dropout = (float)x;
         else if (!strcmp(key, "group_by_length")) o->t.loop.group_by_length = (int)x;
+        else if (!strcmp(key, "int8_check")) o->int8_check = (int)x;
         else if (!strcmp(key, "layers")) o->shape.layers = (int)x;
         else if (!strcmp(key, "hidden")) o->shape.hidden = (int)x;
         else if (!strcmp(key, "heads")) o->shape.heads = (int)x;

@@ -30,6 +30,7 @@ typedef struct sx_train_options {
     int wide;                 /* option "wide": -1 not given, 0 false, 1 true or an object */
     sm_wide_config wide_cfg;  /* its settings (sm_wide_config_default, then the object's) */
     double wide_l2;           /* its "l2"; 0: chosen on the validation rows */
+    int int8_check;           /* option "int8_check": 1 (default) or 0 */
 } sx_train_options;
 
 /* Parses the options JSON (NULL: the defaults) into *o, which it clears

@@ -300,7 +300,7 @@ static const bad_case k_cases[] = {
      1, "train(): options must be a JSON object, e.g. '{\"epochs\":3}'; got '[1]'"},
     {"train_options_unknown_key",
      "SELECT train('m', body, label, '{\"epoch\":1}') FROM t",
-     1, "train(): unknown option 'epoch'; known: base, epochs, lr, head_lr, batch_size, accumulation, max_length, valid_fraction, seed, weight_decay, warmup_ratio, grad_clip, dropout, group_by_length, wide, labels, layers, hidden, heads, intermediate, do_lower_case, vocab, vocab_min_count, vocab_size"},
+     1, "train(): unknown option 'epoch'; known: base, epochs, lr, head_lr, batch_size, accumulation, max_length, valid_fraction, seed, weight_decay, warmup_ratio, grad_clip, dropout, group_by_length, int8_check, wide, labels, layers, hidden, heads, intermediate, do_lower_case, vocab, vocab_min_count, vocab_size"},
     {"train_options_dup_key",
      "SELECT train('m', body, label, '{\"epochs\":1,\"epochs\":2}') FROM t",
      1, "train(): options must be a JSON object, e.g. '{\"epochs\":3}'; got '{\"epochs\":1,\"epochs\":2}': duplicate key 'epochs'"},

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -729,6 +730,69 @@ static void test_bad_json(void **state)
 
 /* ---- writing ------------------------------------------------------------- */
 
+/* "int8_check": read, written back with the same numbers, every value
+ * checked, and the rule (model/format/int8_check.h) at its edges. */
+static void test_int8_check(void **state)
+{
+    (void)state;
+    char err[SM_ERR_MAX], why[256];
+    bert_config cfg, back;
+    char *text = NULL;
+    char *json = small_with("int8_check", "{\"rows\": 812, \"accuracy_fp32\": 0.9113, "
+                                          "\"accuracy_int8\": 0.9101, \"agreement\": 0.995}");
+    assert_int_equal(parse(json, &cfg, err), SM_OK);
+    free(json);
+    assert_int_equal(cfg.int8_check.set, 1);
+    assert_int_equal(cfg.int8_check.rows, 812);
+    assert_true(cfg.int8_check.agreement == 0.995);
+    assert_int_equal(sm_int8_check_passes(&cfg.int8_check, why, sizeof why), 1);
+    assert_string_equal(why, "held-out accuracy 0.9101 in int8, 0.9113 in fp32, same label on "
+                             "99.5% of 812 rows");
+    assert_int_equal(bert_config_to_json(&cfg, &text, err), SM_OK);
+    assert_int_equal(parse(text, &back, err), SM_OK);
+    assert_int_equal(back.int8_check.rows, 812);
+    assert_true(fabs(back.int8_check.accuracy_int8 - 0.9101) < 1e-9);
+    free(text);
+    bert_config_free(&back);
+
+    sm_int8_check c = cfg.int8_check;
+    c.rows = SM_INT8_CHECK_MIN_ROWS - 1;
+    assert_int_equal(sm_int8_check_passes(&c, why, sizeof why), 0);
+    assert_contains(why, "too few rows to judge int8: ");
+    c = cfg.int8_check;
+    c.agreement = 0.989;
+    assert_int_equal(sm_int8_check_passes(&c, why, sizeof why), 0);
+    assert_contains(why, "int8 changes too many labels: ");
+    c = cfg.int8_check;
+    c.accuracy_int8 = c.accuracy_fp32 - 0.0031;
+    assert_int_equal(sm_int8_check_passes(&c, why, sizeof why), 0);
+    assert_contains(why, "int8 loses accuracy: ");
+    c.accuracy_int8 = c.accuracy_fp32 - 0.0029;
+    assert_int_equal(sm_int8_check_passes(&c, NULL, 0), 1);
+    c.set = 0;
+    assert_int_equal(sm_int8_check_passes(&c, why, sizeof why), 0);
+    assert_string_equal(why, "int8 not checked for this model");
+    bert_config_free(&cfg);
+
+    /* a config without one has none */
+    assert_int_equal(parse(ROBERTA_JSON, &cfg, err), SM_OK);
+    assert_int_equal(cfg.int8_check.set, 0);
+    bert_config_free(&cfg);
+
+    expect_error("int8_check", "true", SM_ERR_FORMAT, "'int8_check' must be an object");
+    expect_error("int8_check", "{\"rows\": 0, \"accuracy_fp32\": 1, \"accuracy_int8\": 1, "
+                               "\"agreement\": 1}",
+                 SM_ERR_FORMAT, "'rows' must be an integer of 1 or more, got 0");
+    expect_error("int8_check", "{\"rows\": 9, \"accuracy_fp32\": 1.5, \"accuracy_int8\": 1, "
+                               "\"agreement\": 1}",
+                 SM_ERR_FORMAT, "'accuracy_fp32' 1.5: expected a share from 0 to 1");
+    expect_error("int8_check", "{\"rows\": 9, \"accuracy_fp32\": 1, \"agreement\": 1}",
+                 SM_ERR_FORMAT, "'accuracy_int8' must be a number, got nothing");
+    expect_error("int8_check", "{\"rows\": 9, \"accuracy_fp32\": 1, \"accuracy_int8\": 1, "
+                               "\"agreement\": \"all\"}",
+                 SM_ERR_FORMAT, "'agreement' must be a number");
+}
+
 static void test_to_json(void **state)
 {
     (void)state;
@@ -876,6 +940,7 @@ int main(void)
         cmocka_unit_test(test_int_errors),
         cmocka_unit_test(test_other_errors),
         cmocka_unit_test(test_bad_json),
+        cmocka_unit_test(test_int8_check),
         cmocka_unit_test(test_to_json),
         cmocka_unit_test(test_roundtrip_built),
         cmocka_unit_test(test_to_json_invalid),

@@ -450,7 +450,9 @@ static int parse_root(const json_in_value *root, bert_config *c, char *err)
         (rc = get_bool(root, "do_lower_case", &c->do_lower_case, err)) ||
         (get(root, "embedding_pooling") &&
          (rc = sm_pooling_from_json(get(root, "embedding_pooling"), &c->pooling, err))) ||
-        (get(root, "wide") && (rc = sm_wide_config_from_json(get(root, "wide"), &c->wide, err))))
+        (get(root, "wide") && (rc = sm_wide_config_from_json(get(root, "wide"), &c->wide, err))) ||
+        (get(root, "int8_check") &&
+         (rc = sm_int8_check_from_json(get(root, "int8_check"), &c->int8_check, err))))
         return rc;
     c->position_offset = bert_config_is_roberta(c) ? c->pad_token_id + 1 : 0;
     if (c->max_position_embeddings - c->position_offset < 2)
@@ -600,6 +602,17 @@ static json_t *build_json(const bert_config *c)
                                                                   : json_loads(text, 0, NULL);
         free(text);
         if (!w || json_object_set_new(root, "wide", w)) {
+            json_decref(root);
+            return NULL;
+        }
+    }
+    if (c->int8_check.set) {
+        char *text = NULL;
+        json_t *v = sm_int8_check_to_json(&c->int8_check, &text, NULL)
+                        ? NULL
+                        : json_loads(text, 0, NULL);
+        free(text);
+        if (!v || json_object_set_new(root, "int8_check", v)) {
             json_decref(root);
             return NULL;
         }

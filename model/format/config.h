@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "pooling.h"
+#include "int8_check.h"
 #include "wide_config.h"
 
 #define BERT_MAX_LABELS 1024
@@ -41,6 +42,9 @@ typedef struct bert_config {
                                    "embedding_pooling" key, or modules.json */
     sm_wide_config wide;        /* the wide part's settings (wide_config.h):
                                    the "wide" key; set 0 when absent */
+    sm_int8_check int8_check;   /* held-out accuracy in FP32 and INT8
+                                   (int8_check.h): the "int8_check" key;
+                                   set 0 when absent */
 } bert_config;
 
 /* Parses config.json text. On failure *cfg is left empty (safe to free). */

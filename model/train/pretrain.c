@@ -298,6 +298,7 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     const loop_options *lo = &o->loop;
     bert_param_spec *specs = NULL;
     int n_specs, rc = SM_OK;
+    m->cfg.int8_check.set = 0; /* new weights: an INT8 check no longer holds */
 
     memset(res, 0, sizeof *res);
     if ((rc = loop_check_sizes(lo, err))) return rc;

@@ -201,6 +201,7 @@ int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64
     wide_part_free(m->wide);
     m->wide = NULL;
     m->cfg.wide.set = 0;
+    m->cfg.int8_check.set = 0;
     return SM_OK;
 }
 
@@ -434,6 +435,8 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
     memset(res, 0, sizeof *res);
     res->best_accuracy = NAN;
     if ((rc = loop_check_sizes(lo, err)) || (rc = loop_check_optimizer(lo, err))) return rc;
+    /* new weights: an INT8 check of the old ones no longer holds */
+    m->cfg.int8_check.set = 0;
     if (!m->has_head || !m->p.cls_w)
         return sm_error(err, SM_ERR_INVALID, "training: the model has no classification head");
     st.K = m->cfg.num_labels;

@@ -306,6 +306,7 @@ int wide_fit_mix(const float *enc, const float *wide, const int *labels, int n, 
 int bert_model_apply_mix(bert_model *m, double a, double c, const double *d, char *err)
 {
     int K = m->cfg.num_labels, C = m->cfg.hidden_size;
+    m->cfg.int8_check.set = 0; /* the outputs change: an INT8 check no longer holds */
     if (!m->has_head || !m->p.cls_w || !m->wide)
         return sm_error(err, SM_ERR_INVALID, "wide: the mix needs a head and a wide part");
     if (!isfinite(a) || !isfinite(c))
