@@ -8,9 +8,15 @@
 #
 # Options (bench/peers.py run --help): --shapes builtin,ernie-medium,bert-base
 # --threads 1,2 --batches 1,32 --inputs real,fixed --runs 5
-# --engines ours,ours-int8,sql,onnxruntime,torch,paddle --no-train --train-shapes ...
+# --engines ours,ours-int8,sql,onnxruntime,onnxruntime-int8,torch,paddle
+# --no-train --train-shapes ...
 # (ours-int8: our engine with INT8 linear layers, run and reported beside the
-# FP32 engines on a CPU with AVX512-VNNI, left out with the reason elsewhere)
+# FP32 engines on a CPU with AVX512-VNNI, left out with the reason elsewhere;
+# onnxruntime-int8: ONNX Runtime on the same model.onnx quantized with
+# quantize_dynamic, ONNX Runtime's own INT8, which ours INT8 gets a ratio to;
+# onnxruntime-int8-pt (per-tensor weights) and onnxruntime-qdq (quantize_static,
+# QDQ, calibrated on the run's own reviews) only when --engines names them.
+# PaddlePaddle is installed only when paddle is to run.)
 #
 # The peers live in a Python virtual environment outside the repository,
 # created and filled from PyPI on first use; they are never a dependency of the
@@ -31,7 +37,7 @@ set -euo pipefail
 # --help before anything is built or installed: this text
 for a in "$@"; do
     case $a in
-        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     esac
 done
 
@@ -107,8 +113,22 @@ for spec in "torch:$TORCH_REQ" numpy:numpy safetensors:safetensors transformers:
         fi
     fi
 done
-# PaddlePaddle: optional; the others are reported without it.
-if ! has paddle; then
+# PaddlePaddle: optional; the others are reported without it. Not installed
+# when --engines leaves paddle out.
+want_paddle=1
+prev=""
+for a in "${ARGS[@]}"; do
+    list=""
+    case $a in
+        --engines=*) list=${a#--engines=} ;;
+        *) if [ "$prev" = --engines ]; then list=$a; fi ;;
+    esac
+    if [ -n "$list" ]; then
+        case ",$list," in *,paddle,*) want_paddle=1 ;; *) want_paddle=0 ;; esac
+    fi
+    prev=$a
+done
+if [ "$want_paddle" = 1 ] && ! has paddle; then
     say "installing paddlepaddle into $VENV"
     if install paddlepaddle && has paddle; then
         :
