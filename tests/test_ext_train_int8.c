@@ -12,53 +12,13 @@
  * ("epochs": 0 fits only the wide part, in seconds).
  */
 #include "ext_test_util.h"
+#include "rare_rows_test_util.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "backend_cpu.h"
 #include "int8_check.h"
-
-static const char *const k_pos[] = {"鑫", "燊", "犇", "骉", "淼", "焱", "垚", "赟"};
-static const char *const k_neg[] = {"囧", "槑", "嘦", "烎", "氼", "嫑", "巭", "靐"};
-static const char *const k_filler[] = {"这家", "酒店", "房间", "服务", "东西", "外卖", "今天", "感觉"};
-
-static unsigned lcg(unsigned *s)
-{
-    *s = *s * 1103515245u + 12345u;
-    return (*s >> 16) & 0x7fff;
-}
-
-/* Table d(t TEXT, y TEXT): n rows, alternately positive and negative. */
-static void make_rows(sqlite3 *db, int n, unsigned seed)
-{
-    char text[256];
-    exec_ok(db, "CREATE TABLE d(t TEXT, y TEXT)");
-    sqlite3_stmt *st = prepare(db, "INSERT INTO d VALUES (?1, ?2)");
-    for (int i = 0; i < n; i++) {
-        int pos = i % 2 == 0;
-        const char *const *w = pos ? k_pos : k_neg;
-        snprintf(text, sizeof text, "%s%s%s%s", k_filler[lcg(&seed) % 8], w[lcg(&seed) % 8],
-                 k_filler[lcg(&seed) % 8], w[lcg(&seed) % 8]);
-        sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 2, pos ? "positive" : "negative", -1, SQLITE_STATIC);
-        assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-        sqlite3_reset(st);
-    }
-    sqlite3_finalize(st);
-}
-
-static double jnum(sqlite3 *db, const char *json, const char *path)
-{
-    sqlite3_stmt *st = prepare(db, "SELECT json_extract(?1, ?2)");
-    sqlite3_bind_text(st, 1, json, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    if (sqlite3_column_type(st, 0) == SQLITE_NULL) fail_msg("%s missing in %s", path, json);
-    double v = sqlite3_column_double(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
 
 static int starts(const char *s, const char *prefix)
 {
@@ -94,7 +54,7 @@ static sqlite3 *trained(int n, const char *options)
 {
     sqlite3 *db = open_db();
     load_tiny(db);
-    make_rows(db, n, 5);
+    make_rare(db, "d", n, 5);
     char sql[400];
     snprintf(sql, sizeof sql, "SELECT train('q', t, y, '%s') FROM d", options);
     char *r = q_text(db, sql);
@@ -110,7 +70,7 @@ static void test_report_config_and_listing(void **state)
     (void)state;
     sqlite3 *db = open_db();
     load_tiny(db);
-    make_rows(db, 500, 5);
+    make_rare(db, "d", 500, 5);
     char *r = q_text(db, "SELECT train('q', t, y, '{\"base\":\"tiny\",\"epochs\":0,\"wide\":true,"
                          "\"valid_fraction\":0.5}') FROM d");
     assert_non_null(r);

@@ -10,6 +10,7 @@
  * [UNK]), which a character n-gram model learns at once.
  */
 #include "ext_test_util.h"
+#include "rare_rows_test_util.h"
 #include "interrupt_test_util.h"
 
 #include <math.h>
@@ -21,39 +22,6 @@
 #include "backend_cpu.h"
 #include "bert.h"
 #include "errors.h"
-
-/* Characters outside bert_tiny's vocabulary. */
-static const char *const k_pos[] = {"鑫", "燊", "犇", "骉", "淼", "焱", "垚", "赟"};
-static const char *const k_neg[] = {"囧", "槑", "嘦", "烎", "氼", "嫑", "巭", "靐"};
-static const char *const k_filler[] = {"这家", "酒店", "房间", "服务", "东西", "外卖", "今天", "感觉"};
-
-static unsigned lcg(unsigned *s)
-{
-    *s = *s * 1103515245u + 12345u;
-    return (*s >> 16) & 0x7fff;
-}
-
-/* Table `name`(t TEXT, y TEXT) with n rows, alternately positive and
- * negative. */
-static void make_rare(sqlite3 *db, const char *name, int n, unsigned seed)
-{
-    char sql[128], text[256];
-    snprintf(sql, sizeof sql, "CREATE TABLE %s(t TEXT, y TEXT)", name);
-    exec_ok(db, sql);
-    snprintf(sql, sizeof sql, "INSERT INTO %s VALUES (?1, ?2)", name);
-    sqlite3_stmt *st = prepare(db, sql);
-    for (int i = 0; i < n; i++) {
-        int pos = i % 2 == 0;
-        const char *const *w = pos ? k_pos : k_neg;
-        snprintf(text, sizeof text, "%s%s%s%s", k_filler[lcg(&seed) % 8], w[lcg(&seed) % 8],
-                 k_filler[lcg(&seed) % 8], w[lcg(&seed) % 8]);
-        sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 2, pos ? "positive" : "negative", -1, SQLITE_STATIC);
-        assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-        sqlite3_reset(st);
-    }
-    sqlite3_finalize(st);
-}
 
 static sqlite3 *wide_db(void)
 {
@@ -70,18 +38,6 @@ static double accuracy(sqlite3 *db, const char *model)
     snprintf(sql, sizeof sql,
              "SELECT json_extract(sentiment_evaluate(t, y, '%s'), '$.accuracy') FROM test", model);
     return q_double(db, sql);
-}
-
-static double jnum(sqlite3 *db, const char *json, const char *path)
-{
-    sqlite3_stmt *st = prepare(db, "SELECT json_extract(?1, ?2)");
-    sqlite3_bind_text(st, 1, json, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    if (sqlite3_column_type(st, 0) == SQLITE_NULL) fail_msg("%s missing in %s", path, json);
-    double v = sqlite3_column_double(st, 0);
-    sqlite3_finalize(st);
-    return v;
 }
 
 /* "epochs": 0 fits only the wide part: the encoder's [UNK]s cannot carry
