@@ -305,7 +305,7 @@ int main(int argc, char **argv)
          * matrices of each layer packed once (linear_pack_kind) */
         const bert_params *ip = &dp->p;
         bert_packed_params *pp = NULL;
-        if (be->linear_pack_kind && be->linear_pack_kind(be) == BACKEND_PACK_BF16) {
+        if (be->linear_pack_kind && be->linear_pack_kind(be, 0) == BACKEND_PACK_BF16) {
             bert_precision plan[BERT_PACK_N];
             bert_pack_plan(BERT_BF16, plan);
             if (bert_params_pack(be, &m->cfg, &dp->p, plan, &pp, err))

@@ -297,6 +297,28 @@ int backend_cpu_fp32_packed(void)
     return backend_cpu_pack_native(BACKEND_PACK_F32);
 }
 
+int backend_cpu_auto_pack_kind(int int8_ok)
+{
+    if (int8_ok && backend_cpu_pack_native(BACKEND_PACK_INT8)) return BACKEND_PACK_INT8;
+    return backend_cpu_fp32_packed() ? BACKEND_PACK_F32 : 0;
+}
+
+static int cpu_linear_pack_kind(const backend *be, int int8_ok)
+{
+    switch (((const cpu_ctx *)be->ctx)->precision) {
+    case CPU_PREC_BF16: return BACKEND_PACK_BF16;
+    case CPU_PREC_INT8: return BACKEND_PACK_INT8;
+    case CPU_PREC_FP32: return backend_cpu_fp32_packed() ? BACKEND_PACK_F32 : 0;
+    default: return backend_cpu_auto_pack_kind(int8_ok);
+    }
+}
+
+static int cpu_device_index(const backend *be)
+{
+    (void)be;
+    return -1;
+}
+
 /* ---- elementwise ------------------------------------------------------- */
 
 SIMD_CLONES
@@ -610,8 +632,14 @@ static void cpu_describe(const backend *be, char *desc, size_t cap)
 
 static int cpu_set_precision(backend *be, const char *name, char *err)
 {
-    (void)be;
-    if (backend_cpu_precision_ok(name)) return SM_OK;
+    if (backend_cpu_precision_ok(name)) {
+        cpu_ctx *ctx = be->ctx;
+        ctx->precision = !name || !*name || !strcmp(name, "auto") ? CPU_PREC_AUTO
+                         : !strcmp(name, "fp32")                  ? CPU_PREC_FP32
+                         : !strcmp(name, "bf16")                  ? CPU_PREC_BF16
+                                                                  : CPU_PREC_INT8;
+        return SM_OK;
+    }
     if (name && !strcmp(name, "bf16"))
         return sm_error(err, SM_ERR_UNSUPPORTED, "bf16 on the CPU needs AVX512-BF16, which this CPU lacks");
     if (name && !strcmp(name, "int8"))
@@ -676,6 +704,8 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->linear = cpu_linear;
     be->pack_weight = cpu_pack_weight;
     be->linear_packed = cpu_linear_packed;
+    be->linear_pack_kind = cpu_linear_pack_kind;
+    be->device_index = cpu_device_index;
     be->add = cpu_add;
     be->layernorm = cpu_layernorm;
     be->gelu = cpu_gelu;

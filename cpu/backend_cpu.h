@@ -39,6 +39,11 @@ int backend_cpu_pack_native(int kind);
  * linear, 1 the packed weights (on any CPU; without AVX-512F the packed
  * product runs in plain C, slowly). */
 int backend_cpu_fp32_packed(void);
+/* The packed kind a CPU backend in precision auto runs a model's linear
+ * layers with (its linear_pack_kind): INT8 where this CPU has AVX512-VNNI
+ * and int8_ok (the model's INT8 labels were checked), else packed FP32
+ * where backend_cpu_fp32_packed says so, else 0 (FP32 through linear). */
+int backend_cpu_auto_pack_kind(int int8_ok);
 /* The BLAS the CPU backend uses, loaded first ("OpenBLAS 0.3.21 (...)", or
  * why it is not loaded). */
 const char *backend_cpu_blas(void);

@@ -8,8 +8,13 @@
 
 #include "backend.h"
 
+/* The precision a CPU backend was set to (set_precision): which weights its
+ * linear layers run (linear_pack_kind). */
+enum cpu_precision { CPU_PREC_AUTO = 0, CPU_PREC_FP32, CPU_PREC_BF16, CPU_PREC_INT8 };
+
 typedef struct cpu_ctx {
-    int threads; /* what each op splits its work over (thread_pool.h) */
+    int threads;   /* what each op splits its work over (thread_pool.h) */
+    int precision; /* enum cpu_precision */
 } cpu_ctx;
 
 /* Below these sizes an op runs on one thread: waking and joining workers

@@ -157,20 +157,20 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
         if ((rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) return rc;
     }
     if (c->be) {
-        /* What a CPU connection runs depends on the model too (auto is
-         * int8 only for a model whose int8 labels were checked:
-         * sx_device_cpu_packing_for), so compare both kinds, not the
-         * generic choice. */
-        int cpu_mode_changed =
-            c->gpu < 0 &&
-            (sx_device_cpu_packing_for(shown, 1) != sx_device_cpu_packing_for(c->precision, 1) ||
-             sx_device_cpu_packing_for(shown, 0) != sx_device_cpu_packing_for(c->precision, 0));
+        /* Which weights the linear layers run may change (and differs per
+         * model on the CPU: int8 only for checked models), so compare the
+         * backend's choice before and after for both kinds of model. */
+        backend *be = c->be;
+        int before[2] = {be->linear_pack_kind ? be->linear_pack_kind(be, 0) : 0,
+                         be->linear_pack_kind ? be->linear_pack_kind(be, 1) : 0};
         snprintf(desc, sizeof desc, "%s", c->be_desc);
         rc = sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg);
         if (rc != SQLITE_OK) return rc;
         snprintf(c->be_desc, sizeof c->be_desc, "%s", desc);
         /* the workspaces hold the other precision's parameters */
-        if (cpu_mode_changed) sx_engine_reset(c);
+        if (be->linear_pack_kind &&
+            (be->linear_pack_kind(be, 0) != before[0] || be->linear_pack_kind(be, 1) != before[1]))
+            sx_engine_reset(c);
     }
     snprintf(c->precision, sizeof c->precision, "%s", shown);
     return SQLITE_OK;

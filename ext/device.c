@@ -30,11 +30,16 @@
  * cpu/gemm_bf16.h) and on a CPU with AVX512-VNNI in int8 (the same
  * layers with INT8 weights, inputs quantized per token and INT32 sums,
  * cpu/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
- * the CPU auto is int8 for the built-in model where the CPU has
- * AVX512-VNNI (its accuracy under int8 was measured; fp32 for weights that
- * cannot be quantized, ext/engine.c) and fp32, the exact reference, for
- * every other model and CPU (precision int8 asks for int8 for any model). On a GPU, auto is the plugin's
+ * the CPU auto is int8 where the CPU has AVX512-VNNI for a model whose
+ * labels under int8 were checked (sx_device_int8_vetted: the built-in
+ * model, or a config whose int8_check passes; fp32 for weights that cannot
+ * be quantized, ext/engine.c) and fp32, the exact reference, for every
+ * other model and CPU (precision int8 asks for int8 for any model). Which
+ * weights a backend's linear layers run at its precision is the backend's
+ * linear_pack_kind, not this file's choice. On a GPU, auto is the plugin's
  * default: $SENTIMENT_CUDA_PRECISION when it names one, else bf16.
+ * The plugin's exports are cast to the typedefs of its own header,
+ * gpu/sentiment_cuda.h, the one declaration both sides include.
  *
  * Owners: model weights live on a GPU once per model (ext/registry.c), not
  * once per connection. They are allocated through one backend per GPU made
@@ -51,20 +56,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../gpu/sentiment_cuda.h"
 #include "backend_cpu.h"
 #include "errors.h"
 #include "sentiment_ext.h"
 
-typedef int (*sx_cuda_create_fn)(int device, backend **out, char *desc,
-                                 size_t desc_cap, char *err);
-typedef int (*sx_cuda_count_fn)(int *count, char *err);
 
 #define SX_CUDA_PLUGIN "sentiment_cuda.so"
 
 static pthread_mutex_t g_plugin_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *g_plugin;                  /* dlopen handle, never closed */
-static sx_cuda_create_fn g_cuda_create;
-static sx_cuda_count_fn g_cuda_count;   /* optional */
+static sentiment_cuda_backend_create_fn g_cuda_create;
+static sentiment_cuda_device_count_fn g_cuda_count;   /* optional */
 
 /* One backend per GPU that owns the cached models' weights (see above). */
 static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -113,8 +116,8 @@ static int plugin_load(char *err)
                       dlerror());
         goto end;
     }
-    g_cuda_count = (sx_cuda_count_fn)dlsym(g_plugin, "sentiment_cuda_device_count");
-    g_cuda_create = (sx_cuda_create_fn)dlsym(g_plugin, "sentiment_cuda_backend_create");
+    g_cuda_count = (sentiment_cuda_device_count_fn)dlsym(g_plugin, "sentiment_cuda_device_count");
+    g_cuda_create = (sentiment_cuda_backend_create_fn)dlsym(g_plugin, "sentiment_cuda_backend_create");
     if (!g_cuda_create)
         rc = sm_error(err, SM_ERR_DEVICE, "CUDA plugin %.300s lacks sentiment_cuda_backend_create",
                       path);
@@ -216,31 +219,6 @@ int sx_device_precision_cpu_only(const char *name)
     return name && !strcmp(name, "int8");
 }
 
-/* What FP32 inference on the CPU runs: FP32 weights packed once
- * (BERT_FP32_PACKED) where the CPU backend says they beat OpenBLAS sgemm
- * (AVX-512F; $SENTIMENT_FP32_PACKED overrides, backend_cpu.h), else the
- * FP32 weights as they are (BERT_FP32). */
-static bert_precision cpu_fp32_packing(void)
-{
-    return backend_cpu_fp32_packed() ? BERT_FP32_PACKED : BERT_FP32;
-}
-
-/* 1 when precision name means auto (NULL and "" do too). */
-static int precision_is_auto(const char *name)
-{
-    return !name || !*name || !strcmp(name, "auto");
-}
-
-bert_precision sx_device_precision_cpu_packing(const char *name)
-{
-    if (name && !strcmp(name, "bf16")) return BERT_BF16;
-    if (name && !strcmp(name, "int8")) return BERT_INT8;
-    /* auto: int8 where the CPU has it (for the models whose accuracy under
-     * int8 was checked: sx_device_cpu_packing_for), else fp32 */
-    if (precision_is_auto(name) && backend_cpu_pack_native(BACKEND_PACK_INT8)) return BERT_INT8;
-    return cpu_fp32_packing(); /* FP32 weights packed once where the CPU has AVX-512F */
-}
-
 int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap)
 {
     /* the built-in model's INT8 accuracy was measured on its dev sets
@@ -253,24 +231,12 @@ int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *w
     return sm_int8_check_passes(&cfg->int8_check, why, cap);
 }
 
-bert_precision sx_device_cpu_packing_for(const char *name, int int8_vetted)
-{
-    bert_precision packing = sx_device_precision_cpu_packing(name);
-    /* INT8 moves probabilities by quantization error (on random-weight
-     * BERT-base shapes by up to 0.2: bench/RESULTS.md), so auto uses it only
-     * for a model whose labels under INT8 were checked */
-    if (precision_is_auto(name) && packing == BERT_INT8 && !int8_vetted)
-        return cpu_fp32_packing();
-    return packing;
-}
-
 const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg,
                                          char *why, size_t cap)
 {
     char check[200];
     int vetted = sx_device_int8_vetted(model_key, cfg, check, sizeof check);
-    bert_precision p = sx_device_cpu_packing_for("auto", vetted);
-    if (p == BERT_INT8) {
+    if (backend_cpu_auto_pack_kind(vetted) == BACKEND_PACK_INT8) {
         snprintf(why, cap, "int8: %s", check);
         return "int8";
     }
@@ -285,21 +251,20 @@ const char *sx_device_cpu_auto_precision(const char *model_key, const bert_confi
 /* What sentiment_device() says for a CPU backend: the backend's line (the
  * threads, the BLAS for training and FP32 without AVX-512F) and what the
  * linear layers run, which this file chooses per model. */
-static void cpu_desc(backend *be, const char *precision, char *desc, size_t cap)
+static void cpu_desc(backend *be, char *desc, size_t cap)
 {
     char base[256];
     be->describe(be, base, sizeof base);
-    bert_precision packing = sx_device_precision_cpu_packing(precision);
-    int packed_fp32 = cpu_fp32_packing() == BERT_FP32_PACKED;
-    const char *fp32 = packed_fp32 ? "fp32 (AVX-512F kernel)" : "fp32";
-    char what[160] = ""; /* FP32 through the BLAS adds nothing to the BLAS's name */
-    if (packing == BERT_BF16) snprintf(what, sizeof what, ", bf16 (AVX512-BF16)");
-    else if (packing != BERT_INT8 && packed_fp32) snprintf(what, sizeof what, ", %s", fp32);
-    else if (packing == BERT_INT8 && !precision_is_auto(precision))
+    int checked = be->linear_pack_kind(be, 1), unchecked = be->linear_pack_kind(be, 0);
+    const char *fp32 = backend_cpu_fp32_packed() ? "fp32 (AVX-512F kernel)" : "fp32";
+    char what[200] = ""; /* FP32 through the BLAS adds nothing to the BLAS's name */
+    if (checked == BACKEND_PACK_BF16) snprintf(what, sizeof what, ", bf16 (AVX512-BF16)");
+    else if (checked == BACKEND_PACK_INT8 && unchecked == BACKEND_PACK_INT8)
         snprintf(what, sizeof what, ", int8 (AVX512-VNNI)");
-    else if (packing == BERT_INT8)
-        snprintf(what, sizeof what, ", int8 (AVX512-VNNI) for the built-in model, %s for others",
+    else if (checked == BACKEND_PACK_INT8)
+        snprintf(what, sizeof what, ", int8 (AVX512-VNNI) for checked models, %s for others",
                  fp32);
+    else if (checked == BACKEND_PACK_F32) snprintf(what, sizeof what, ", %s", fp32);
     snprintf(desc, cap, "%s%s", base, what);
 }
 
@@ -309,9 +274,12 @@ int sx_device_set_precision(const char *fn, backend *be, const char *name, char 
     char err[SM_ERR_MAX];
     int rc;
     if (!name || !*name) name = "auto";
-    if (!be || be->host_memory) { /* the CPU: precision is chosen per packed weight */
+    if (!be || be->host_memory) { /* the CPU: which weights its linear layers run */
         if (precision_known(name, 1)) {
-            if (be && desc) cpu_desc(be, name, desc, desc_cap);
+            if (be && (rc = be->set_precision(be, name, err)) != SM_OK)
+                return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s",
+                               name, err);
+            if (be && desc) cpu_desc(be, desc, desc_cap);
             return SQLITE_OK;
         }
         return sx_fail(errmsg, SQLITE_ERROR, fn,
@@ -413,6 +381,12 @@ int sx_device_create(const char *fn, const char *spec, int threads, const char *
                        why[0] ? ")" : "");
     if ((rc = backend_cpu_create(threads, out, err)) != SM_OK)
         return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot create the CPU backend: %s", err);
-    cpu_desc(*out, precision, desc, desc_cap);
+    if ((rc = (*out)->set_precision(*out, precision, err)) != SM_OK) {
+        (*out)->destroy(*out);
+        *out = NULL;
+        return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s", precision,
+                       err);
+    }
+    cpu_desc(*out, desc, desc_cap);
     return SQLITE_OK;
 }

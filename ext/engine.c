@@ -7,8 +7,9 @@
  * between threads). The model's parameters come from the registry: the
  * cached host copy on the CPU (with its packed BF16 or INT8 copy when the
  * precision is bf16 or int8), the copy uploaded once per model and GPU on a GPU
- * (sx_registry_params, with its four matrices per layer packed as BF16 once
- * when the GPU computes in bf16), shared by every connection on that GPU.
+ * (sx_registry_params), shared by every connection on that GPU; the packed
+ * copy the backend's linear_pack_kind asks for (sx_registry_params_packed)
+ * made once per model, memory and kind.
  *
  * On a GPU a workspace is sized by free device memory: when the estimate of
  * its activations and the plugin's scratch (ws_bytes) exceeds
@@ -72,32 +73,17 @@ static char *gpu_reason(const sx_conn *c)
     return *why ? sqlite3_mprintf(" (%s)", why) : NULL;
 }
 
-/* The packing a GPU backend's linear layers want at its precision
- * (linear_pack_kind): BERT_BF16 in bf16, whose weights are then converted
- * once per model and GPU instead of in every product; else BERT_FP32. */
-static bert_precision gpu_packing(backend *be)
+/* Device memory for a batch x seq workspace: its activations
+ * (bert_workspace_bytes) plus the scratch the backend says it may grow to
+ * in a forward pass (forward_scratch_bytes: a GPU's BF16 operand copies,
+ * per-head attention copies, cuBLAS's workspace). */
+static double ws_bytes(const backend *be, const bert_config *cfg, int batch, int seq)
 {
-    int kind = be->linear_pack_kind ? be->linear_pack_kind(be) : 0;
-    return kind == BACKEND_PACK_BF16 ? BERT_BF16 : BERT_FP32;
-}
-
-/* Device memory for a batch x seq workspace on a GPU backend: the
- * activations of bert_workspace_create (bert_workspace_bytes) plus the
- * scratch the plugin grows on demand for a forward pass (gpu/README.md:
- * BF16 copies of the matrix operands, per-head attention copies; each with
- * the plugin's 25% headroom) and a little for cuBLAS. An estimate, on the
- * high side. */
-static double ws_bytes(const bert_config *cfg, int batch, int seq)
-{
-    double B = batch, T = seq, N = B * T, C = cfg->hidden_size,
-           F = cfg->intermediate_size, H = cfg->num_attention_heads;
-    double scores = B * H * T * T;
     double act = (double)bert_workspace_bytes(cfg, batch, seq);
-    double a = N * F > scores ? N * F : scores;
-    double b = F * C > 3 * C * C ? F * C : 3 * C * C;
-    if (N * C > b) b = N * C;
-    double scratch = 1.25 * (2.0 * a + 2.0 * b + 4.0 * 4 * N * C);
-    return act + scratch + 32.0 * 1048576;
+    if (!be->forward_scratch_bytes) return act;
+    return act + (double)be->forward_scratch_bytes(be, batch, seq, cfg->hidden_size,
+                                                   cfg->intermediate_size,
+                                                   cfg->num_attention_heads);
 }
 
 /* On a backend with memory of its own (a GPU), the largest batch <= *batch
@@ -111,22 +97,22 @@ static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *ba
     int b = *batch;
     if (sx_device_mem_info(c->be, &fr, &tot) != SQLITE_OK) return SQLITE_OK;
     double room = SX_GPU_MEM_SHARE * (double)fr;
-    if (ws_bytes(cfg, b, seq) > room) { /* the largest batch that fits */
+    if (ws_bytes(c->be, cfg, b, seq) > room) { /* the largest batch that fits */
         int lo = 1, hi = b - 1;
         while (lo < hi) {
             int mid = lo + (hi - lo + 1) / 2;
-            if (ws_bytes(cfg, mid, seq) <= room) lo = mid;
+            if (ws_bytes(c->be, cfg, mid, seq) <= room) lo = mid;
             else hi = mid - 1;
         }
         b = lo > 0 ? lo : 1;
     }
-    if (ws_bytes(cfg, b, seq) > room)
+    if (ws_bytes(c->be, cfg, b, seq) > room)
         return sx_fail(errmsg, SQLITE_ERROR, fn,
                        "not enough GPU memory on cuda:%d: one row of %d tokens needs about "
                        "%.1f MiB, %.1f MiB is free of %.1f MiB (at most %d%% of what is free "
                        "is used); lower sentiment_config('max_length') or free GPU memory",
-                       c->gpu, seq, ws_bytes(cfg, 1, seq) / 1048576.0, (double)fr / 1048576.0,
-                       (double)tot / 1048576.0, (int)(SX_GPU_MEM_SHARE * 100 + 0.5));
+                       c->gpu, seq, ws_bytes(c->be, cfg, 1, seq) / 1048576.0,
+                       (double)fr / 1048576.0, (double)tot / 1048576.0, (int)(SX_GPU_MEM_SHARE * 100 + 0.5));
     *batch = b;
     return SQLITE_OK;
 }
@@ -168,20 +154,19 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     }
     /* the weights first (once per model and GPU), then the activations in
      * what memory is left */
-    bert_precision packing =
-        c->gpu < 0 ? sx_device_cpu_packing_for(
-                         c->precision, sx_device_int8_vetted(m->key, &m->bert->cfg, NULL, 0))
-                   : gpu_packing(c->be);
-    int rc_params = packing == BERT_FP32 ? sx_registry_params(m, c->gpu, &p, err)
-                    : c->gpu >= 0        ? sx_registry_params_gpu_packed(m, c->gpu, &p, err)
-                                         : sx_registry_params_packed(m, c->be, packing, &p, err);
+    int kind = c->be->linear_pack_kind
+                   ? c->be->linear_pack_kind(c->be,
+                                             sx_device_int8_vetted(m->key, &m->bert->cfg, NULL, 0))
+                   : 0;
+    int rc_params = kind ? sx_registry_params_packed(m, c->be, kind, &p, err)
+                         : sx_registry_params(m, c->be, &p, err);
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not
      * finite); a precision the user named reports why. Out of memory is an
      * error, not a fall-back: the same query must not answer differently
      * because memory was short once. */
     int named = c->precision[0] && strcmp(c->precision, "auto");
-    if (rc_params != SM_OK && rc_params != SM_ERR_NOMEM && packing != BERT_FP32 && !named)
-        rc_params = sx_registry_params(m, c->gpu, &p, err);
+    if (rc_params != SM_OK && rc_params != SM_ERR_NOMEM && kind && !named)
+        rc_params = sx_registry_params(m, c->be, &p, err);
     if (rc_params != SM_OK) return sx_from_sm(rc_params, fn, err, errmsg);
     if ((rc = fit_batch(c, fn, &m->bert->cfg, &want, seq, errmsg)) != SQLITE_OK) return rc;
     if ((rc = bert_workspace_create(c->be, &m->bert->cfg, want, seq, &slot->ws, err)) != SM_OK) {

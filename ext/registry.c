@@ -30,7 +30,7 @@
  * load it once, while callers asking for any other model, loaded or not,
  * never wait behind it (one slow disk or big file blocks only its own key).
  * When a load fails its waiters wake and the first of them tries again.
- * `g_upload_lock` guards every entry's gpu[], gpu_packed[], cpu_packed[] and the owner
+ * `g_upload_lock` guards every entry's on_device[], packed[] and the owner
  * backends' use (uploads and frees), so a model is uploaded once per GPU
  * however many connections ask at the same time; it is never held together
  * with g_lock. The cache outlives every connection; sentiment.c pins
@@ -58,18 +58,20 @@ static void entry_free(sx_model *e)
 {
     int on_gpu = 0;
     if (!e) return;
-    for (int i = 0; i < SX_MAX_GPUS; i++) on_gpu |= e->gpu[i] != NULL;
-    if (on_gpu) {
+    for (int i = 0; i < SX_MAX_GPUS; i++) on_gpu |= e->on_device[i] != NULL;
+    if (on_gpu) { /* device memory goes back through the owner backends */
         pthread_mutex_lock(&g_upload_lock);
         for (int i = 0; i < SX_MAX_GPUS; i++) {
-            bert_packed_params_free(e->gpu_packed[i]);
-            e->gpu_packed[i] = NULL;
-            bert_device_params_free(e->gpu[i]);
-            e->gpu[i] = NULL;
+            for (int k = 0; k < SX_PACK_KINDS; k++) {
+                bert_packed_params_free(e->packed[i + 1][k]);
+                e->packed[i + 1][k] = NULL;
+            }
+            bert_device_params_free(e->on_device[i]);
+            e->on_device[i] = NULL;
         }
         pthread_mutex_unlock(&g_upload_lock);
     }
-    for (int i = 0; i < BERT_N_PRECISIONS; i++) bert_packed_params_free(e->cpu_packed[i]);
+    for (int k = 0; k < SX_PACK_KINDS; k++) bert_packed_params_free(e->packed[0][k]);
     bert_model_free(e->bert);
     for (int i = 0; i < SX_MODEL_ALIASES; i++) free(e->alias_family[i]);
     free(e->key);
@@ -256,69 +258,74 @@ void sx_registry_release(sx_model *e)
     free_list(dead);
 }
 
-int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err)
+/* The device a backend computes on: -1 host memory, else its index. */
+static int device_of(const backend *be)
+{
+    if (be->host_memory || !be->device_index) return -1;
+    return be->device_index(be);
+}
+
+/* e's device copy on device dev, uploaded by the device's owner backend on
+ * first use. Called with g_upload_lock held. */
+static int device_copy_locked(sx_model *e, int dev, char *err)
 {
     backend *owner;
-    int rc = SM_OK;
+    int rc;
+    if (e->on_device[dev]) return SM_OK;
+    if ((rc = sx_device_owner(dev, &owner, err)) != SM_OK) return rc;
+    if ((rc = bert_params_to_backend(owner, e->bert, &e->on_device[dev], err)) != SM_OK) {
+        const char *why = sx_device_last_error(owner);
+        e->on_device[dev] = NULL;
+        if (*why) {
+            size_t len = strlen(err);
+            snprintf(err + len, SM_ERR_MAX - len, " (%s)", why);
+        }
+    }
+    return rc;
+}
 
+int sx_registry_params(sx_model *e, backend *be, const bert_params **out, char *err)
+{
+    int dev = device_of(be), rc;
     *out = NULL;
-    if (gpu < 0) {
+    if (dev < 0) {
         *out = &e->bert->p;
         return SM_OK;
     }
-    if (gpu >= SX_MAX_GPUS)
-        return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", gpu,
+    if (dev >= SX_MAX_GPUS)
+        return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", dev,
                         SX_MAX_GPUS);
     pthread_mutex_lock(&g_upload_lock);
-    if (!e->gpu[gpu]) {
-        rc = sx_device_owner(gpu, &owner, err);
-        if (rc == SM_OK &&
-            (rc = bert_params_to_backend(owner, e->bert, &e->gpu[gpu], err)) != SM_OK) {
-            const char *why = sx_device_last_error(owner);
-            e->gpu[gpu] = NULL;
-            if (*why) {
-                size_t len = strlen(err);
-                snprintf(err + len, SM_ERR_MAX - len, " (%s)", why);
-            }
-        }
-    }
-    if (rc == SM_OK) *out = &e->gpu[gpu]->p;
+    rc = device_copy_locked(e, dev, err);
+    if (rc == SM_OK) *out = &e->on_device[dev]->p;
     pthread_mutex_unlock(&g_upload_lock);
     return rc;
 }
 
-int sx_registry_params_gpu_packed(sx_model *e, int gpu, const bert_params **out, char *err)
+int sx_registry_params_packed(sx_model *e, backend *be, int kind, const bert_params **out,
+                              char *err)
 {
     bert_precision plan[BERT_PACK_N];
-    const bert_params *dev;
-    backend *owner;
-    int rc = sx_registry_params(e, gpu, &dev, err);
+    bert_precision precision = bert_precision_of_pack_kind(kind);
+    int dev = device_of(be), rc = SM_OK;
     *out = NULL;
-    if (rc != SM_OK) return rc;
-    bert_pack_plan(BERT_BF16, plan);
-    pthread_mutex_lock(&g_upload_lock);
-    if (!e->gpu_packed[gpu] && (rc = sx_device_owner(gpu, &owner, err)) == SM_OK)
-        rc = bert_params_pack(owner, &e->bert->cfg, dev, plan, &e->gpu_packed[gpu], err);
-    if (rc == SM_OK) *out = &e->gpu_packed[gpu]->p;
-    pthread_mutex_unlock(&g_upload_lock);
-    return rc;
-}
-
-int sx_registry_params_packed(sx_model *e, backend *be, bert_precision precision,
-                              const bert_params **out, char *err)
-{
-    bert_precision plan[BERT_PACK_N];
-    int rc = SM_OK;
-    *out = NULL;
-    if (precision <= BERT_FP32 || precision >= BERT_N_PRECISIONS)
-        return sm_error(err, SM_ERR_INVALID, "packed weights: unknown precision %d",
-                        (int)precision);
+    if (precision == BERT_FP32)
+        return sm_error(err, SM_ERR_INVALID, "packed weights: unknown kind %d", kind);
+    if (dev >= SX_MAX_GPUS)
+        return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", dev,
+                        SX_MAX_GPUS);
     bert_pack_plan(precision, plan);
+    bert_packed_params **slot = &e->packed[dev + 1][kind];
     pthread_mutex_lock(&g_upload_lock);
-    if (!e->cpu_packed[precision])
-        rc = bert_params_pack(be, &e->bert->cfg, &e->bert->p, plan, &e->cpu_packed[precision],
-                              err);
-    *out = rc == SM_OK ? &e->cpu_packed[precision]->p : NULL;
+    if (!*slot) {
+        backend *owner;
+        if (dev < 0) /* every CPU backend packs the same bits and runs what any other packed */
+            rc = bert_params_pack(be, &e->bert->cfg, &e->bert->p, plan, slot, err);
+        else if ((rc = device_copy_locked(e, dev, err)) == SM_OK &&
+                 (rc = sx_device_owner(dev, &owner, err)) == SM_OK)
+            rc = bert_params_pack(owner, &e->bert->cfg, &e->on_device[dev]->p, plan, slot, err);
+    }
+    *out = rc == SM_OK ? &(*slot)->p : NULL;
     pthread_mutex_unlock(&g_upload_lock);
     return rc;
 }

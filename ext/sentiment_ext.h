@@ -139,19 +139,16 @@ typedef struct sx_model {
     int refs;           /* guarded by the registry mutex */
     int stale;          /* a newer version of the family was loaded */
     uint64_t last_used;
-    /* the weights on GPU N, uploaded on first use by sx_registry_params and
-     * freed with the entry; guarded by the registry's upload lock */
-    bert_device_params *gpu[SX_MAX_GPUS];
-    /* packed copies of the encoder weights for CPU connections whose
-     * precision is bf16 or int8, one per bert_precision (index BERT_FP32
-     * unused), made on first use by sx_registry_params_packed and freed
-     * with the entry; guarded by the same lock */
-    bert_packed_params *cpu_packed[BERT_N_PRECISIONS];
-    /* BF16 copies of gpu[N]'s encoder weights for GPU backends in bf16
-     * (linear_pack_kind), packed once on the device from gpu[N] by
-     * sx_registry_params_gpu_packed; the other parameters are gpu[N]'s.
-     * Freed with the entry, before gpu[N]; guarded by the same lock */
-    bert_packed_params *gpu_packed[SX_MAX_GPUS];
+    /* the weights on device N (a backend's device_index), uploaded on first
+     * use by sx_registry_params through the device's owner backend and freed
+     * with the entry; guarded by the registry's upload lock */
+    bert_device_params *on_device[SX_MAX_GPUS];
+    /* packed copies of the encoder's linear layers (bert_params_pack), one
+     * per memory (0: the host's, N + 1: device N) and backend_pack_kind,
+     * made on first use by sx_registry_params_packed and freed with the
+     * entry (before the device copies they point into); same lock */
+#define SX_PACK_KINDS (BACKEND_PACK_F32 + 1)
+    bert_packed_params *packed[SX_MAX_GPUS + 1][SX_PACK_KINDS];
     struct sx_model *next;
 } sx_model;
 
@@ -168,26 +165,21 @@ int sx_registry_acquire(const char *key, const char *family, int64_t version,
 /* Adds a reference to an entry the caller already holds. */
 void sx_registry_retain(sx_model *e);
 void sx_registry_release(sx_model *e);
-/* The entry's parameters as a backend on GPU gpu reads them, or the host
- * copy when gpu < 0. On a GPU they are uploaded once per entry and GPU (the
- * first caller uploads, through a process-wide backend of that GPU, see
- * device.c) and shared by every connection; they stay valid while the
- * caller holds a reference and are freed when the entry is. */
-int sx_registry_params(sx_model *e, int gpu, const bert_params **out, char *err);
-/* The parameters for BF16, INT8 or packed FP32 inference on the CPU
- * (bert_params_pack with bert_pack_plan(precision)): made once per entry
- * and precision by the first caller, packed by its backend be (a CPU
- * connection's: every CPU backend packs the same bits and runs what any
- * other packed), shared by every connection and lane, valid while the
- * caller holds a reference, whatever becomes of be. */
-int sx_registry_params_packed(sx_model *e, backend *be, bert_precision precision,
-                              const bert_params **out, char *err);
-/* The parameters on GPU gpu with the four matrices of every layer packed
- * once as BF16 (bert_params_pack from the device copy of
- * sx_registry_params), for a GPU backend whose linear_pack_kind is
- * BACKEND_PACK_BF16: made by the first caller, shared like the device copy,
- * valid while the caller holds a reference. */
-int sx_registry_params_gpu_packed(sx_model *e, int gpu, const bert_params **out, char *err);
+/* The entry's parameters as backend be reads them: the host copy on a
+ * backend of host memory; on a GPU the copy uploaded once per entry and
+ * device (be's device_index; the first caller uploads, through the
+ * process-wide owner backend of that device, see device.c), shared by
+ * every backend of the device. Valid while the caller holds a reference;
+ * freed with the entry. */
+int sx_registry_params(sx_model *e, backend *be, const bert_params **out, char *err);
+/* The same with the encoder's four matrices per layer packed as `kind`
+ * (backend_pack_kind: what be's linear_pack_kind asks for), made once per
+ * entry, memory and kind by the first caller: on the CPU packed by be from
+ * the host copy (every CPU backend packs the same bits and runs what any
+ * other packed), on a GPU by the device's owner backend from its device
+ * copy. Shared and valid as above. */
+int sx_registry_params_packed(sx_model *e, backend *be, int kind, const bert_params **out,
+                              char *err);
 /* 1 when key is in the cache (and not stale). */
 int sx_registry_is_loaded(const char *key);
 /* 1 when a version of family is in the cache (and not stale). */
@@ -335,21 +327,12 @@ int sx_device_precision_cpu_ok(const char *name);
 const char *sx_device_precision_cpu_why(const char *name);
 /* 1 when precision name runs on the CPU only (int8). */
 int sx_device_precision_cpu_only(const char *name);
-/* The weights a CPU backend with precision name runs: BERT_BF16 (bf16),
- * BERT_INT8 (int8, and auto on a CPU with AVX512-VNNI) or, for FP32,
- * BERT_FP32_PACKED (FP32 weights packed once, where backend_cpu_fp32_packed
- * says so: a CPU with AVX-512F, or $SENTIMENT_FP32_PACKED=1) or BERT_FP32
- * (packs nothing). */
-bert_precision sx_device_precision_cpu_packing(const char *name);
 /* 1 when INT8's labels were checked for a model (its registry key and
  * config): the built-in model ("builtin"), or a config whose int8_check
  * passes its rule (model/format/int8_check.h, written by train()); why (may
- * be NULL) gets the reason either way. */
+ * be NULL) gets the reason either way. What a backend's linear_pack_kind
+ * takes as int8_ok. */
 int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap);
-/* The same as sx_device_precision_cpu_packing for one model: auto gives
- * INT8 only to a model whose INT8 labels were checked (int8_vetted, from
- * sx_device_int8_vetted), FP32 to every other. */
-bert_precision sx_device_cpu_packing_for(const char *name, int int8_vetted);
 /* What precision auto runs a model with on this machine's CPU, "int8" or
  * "fp32", with why ("int8: held-out accuracy ...", "fp32: int8 not checked
  * for this model", ...) in why (cap bytes). */

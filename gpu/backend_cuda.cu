@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "forward_scratch.h"
 #include "gemm_plan.h"
 #include "kernel_util.cuh"
 #include "sentiment_cuda.h"
@@ -543,6 +544,18 @@ static int cuda_lanes(const backend *be)
     return 1;
 }
 
+static size_t cuda_forward_scratch(const backend *be, int batch, int seq, int hidden, int ffn,
+                                   int heads)
+{
+    (void)be;
+    return cuda_forward_scratch_bytes(batch, seq, hidden, ffn, heads);
+}
+
+static int cuda_device_index(const backend *be)
+{
+    return ctx_of(be)->device;
+}
+
 static int cuda_lane_create(backend *be, backend **out, char *err)
 {
     (void)be;
@@ -598,6 +611,8 @@ extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *de
     }
     be->lanes = cuda_lanes;
     be->lane_create = cuda_lane_create;
+    be->forward_scratch_bytes = cuda_forward_scratch;
+    be->device_index = cuda_device_index;
     be->describe = cuda_describe;
     be->set_precision = cuda_set_precision;
     be->mem_info = cuda_mem_info;

@@ -129,8 +129,10 @@ static int cuda_linear_packed(backend *be, float *out, const float *in, const ba
     return cuda_add_bias(c, out, b, R, N);
 }
 
-static int cuda_linear_pack_kind(const backend *be)
+/* BF16 in bf16; else the weights as they are (int8_ok is the CPU's). */
+static int cuda_linear_pack_kind(const backend *be, int int8_ok)
 {
+    (void)int8_ok;
     return ctx_of(be)->precision == PREC_BF16 ? BACKEND_PACK_BF16 : 0;
 }
 

@@ -328,12 +328,30 @@ struct backend {
     int (*linear_packed)(backend *be, float *out, const float *in,
                          const backend_packed *W, const float *b, int R,
                          int K, int N);
-    /* Optional (NULL: 0). The kind whose linear_packed computes what linear
-     * computes at the backend's current precision, so weights converted once
-     * replace a conversion in every call: BACKEND_PACK_BF16 for a GPU in
-     * bf16. 0 where linear has no such twin (the CPU, whose linear is FP32:
-     * the caller chooses its packing per model). */
-    int (*linear_pack_kind)(const backend *be);
+    /* Optional (NULL: 0). The packed kind a model's linear layers should run
+     * with on this backend at its current precision, 0 for FP32 weights as
+     * they are (linear). A GPU in bf16: BACKEND_PACK_BF16, whose
+     * linear_packed computes what its linear does with the weights
+     * converted once. The CPU: its precision's kind (bf16, int8); for fp32
+     * packed FP32 where that beats its BLAS; for auto INT8 where the CPU
+     * runs it natively and int8_ok says the model's labels under INT8 were
+     * checked, else fp32's. Callers pack once per model and kind and run
+     * linear_packed. */
+    int (*linear_pack_kind)(const backend *be, int int8_ok);
+
+    /* ---- what a caller sizes and keys by (optional: NULL = none) -------- */
+    /* The device memory the backend's own scratch may grow to during one
+     * forward pass of a BERT-shaped encoder over batch x seq tokens
+     * (hidden, ffn and heads as the model's config), beyond the activations
+     * of the workspace (bert_workspace_bytes): what a caller adds when it
+     * fits a batch into free memory (mem_info). NULL: none (the CPU's
+     * scratch is host memory). */
+    size_t (*forward_scratch_bytes)(const backend *be, int batch, int seq, int hidden, int ffn,
+                                    int heads);
+    /* Which memory the backend computes on: -1 host memory (the CPU), else
+     * the index of its device; backends with the same index read each
+     * other's memory, so a model's weights uploaded once serve them all. */
+    int (*device_index)(const backend *be);
 };
 
 #endif

@@ -17,6 +17,7 @@
 #include "backend_cpu.h"
 #include "errors.h"
 #include "fake_gpu.h"
+#include "../gpu/forward_scratch.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -178,6 +179,18 @@ static int fake_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
     return SM_OK;
 }
 
+static size_t fake_forward_scratch(const backend *be, int batch, int seq, int hidden, int ffn,
+                                   int heads)
+{
+    (void)be;
+    return cuda_forward_scratch_bytes(batch, seq, hidden, ffn, heads);
+}
+
+static int fake_device_index(const backend *be)
+{
+    return fake_of(be)->device;
+}
+
 static const char *fake_last_error(const backend *be)
 {
     return fake_of(be)->err;
@@ -247,6 +260,9 @@ EXPORT int sentiment_cuda_backend_create(int device, backend **out, char *desc, 
     be->embed = fake_embed;
     be->pack_weight = NULL; /* as a GPU: no CPU-packed weights */
     be->linear_packed = NULL;
+    be->linear_pack_kind = NULL; /* FP32 weights as they are */
+    be->forward_scratch_bytes = fake_forward_scratch; /* the plugin's estimate */
+    be->device_index = fake_device_index;
     be->describe = fake_describe;
     be->set_precision = fake_set_precision;
     be->mem_info = fake_mem_info;

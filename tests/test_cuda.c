@@ -74,6 +74,7 @@
 #include "bert_train.h"
 #include "errors.h"
 #include "optimizer.h"
+#include "rng.h"
 
 #include "../gpu/gemm_plan.h"
 #include "../gpu/sentiment_cuda.h"
@@ -177,10 +178,7 @@ static uint64_t g_rng;
 
 static uint64_t rnd64(void)
 {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rng_next(&g_rng);
 }
 
 static float uniform(float lo, float hi)
@@ -726,9 +724,9 @@ static void test_linear_packed(void **state)
     (void)state;
     char err[SM_ERR_MAX] = "";
     set_precision("fp32");
-    assert_int_equal(g_gpu->linear_pack_kind(g_gpu), 0);
+    assert_int_equal(g_gpu->linear_pack_kind(g_gpu, 1), 0);
     set_precision("bf16");
-    assert_int_equal(g_gpu->linear_pack_kind(g_gpu), BACKEND_PACK_BF16);
+    assert_int_equal(g_gpu->linear_pack_kind(g_gpu, 1), BACKEND_PACK_BF16);
     run_linear_packed(50, 72, 96, 1);
     run_linear_packed(1, 768, 2304, 1);
     run_linear_packed(33, 40, 24, 0);

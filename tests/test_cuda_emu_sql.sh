@@ -86,5 +86,28 @@ for prec in fp32 bf16; do
         >"$tmp/diff.$prec" ||
         { echo "test_cuda_emu_sql: FAILED ($prec): cuda differs from cpu:"; cat "$tmp/diff.$prec"; fail=1; }
 done
+
+# A GPU connection switched from bf16 (weights packed as BF16 once) to fp32
+# answers as fp32 does: the packed weights are not used after the switch.
+text='这家酒店很干净，服务也很周到'
+rm -f "$tmp/db"
+shell "$tmp/db" >"$tmp/switch" 2>&1 <<EOF
+.load ./$BUILD/sentiment
+SELECT sentiment_config('device', 'cuda') IS NOT NULL;
+SELECT sentiment_config('precision', 'bf16') IS NOT NULL;
+SELECT 'bf16', sentiment_score('$text');
+SELECT sentiment_config('precision', 'fp32') IS NOT NULL;
+SELECT 'fp32', sentiment_score('$text');
+EOF
+want=$(awk -F'|' '$1 == "one" { print $3 }' "$tmp/cpu.fp32")
+awk -F'|' -v want="$want" '
+    $1 == "bf16" { b = $2 } $1 == "fp32" { f = $2 }
+    END {
+        d = f - want; if (d < 0) d = -d
+        e = b - want; if (e < 0) e = -e
+        if (f == "" || d > 1e-6) { print "after the switch " f ", fp32 on the CPU " want; exit 1 }
+        if (e <= 1e-6) { print "bf16 " b " cannot be told from fp32 " want; exit 1 }
+    }' "$tmp/switch" >"$tmp/diff.switch" ||
+    { echo "test_cuda_emu_sql: FAILED (bf16 -> fp32):"; cat "$tmp/diff.switch" "$tmp/switch"; fail=1; }
 [ $fail -eq 0 ] || exit 1
-echo "test_cuda_emu_sql: passed (sentiment, classify and train on the emulated GPU match the CPU, fp32 and bf16)"
+echo "test_cuda_emu_sql: passed (sentiment, classify and train on the emulated GPU match the CPU, fp32 and bf16; bf16 -> fp32 on a live connection)"

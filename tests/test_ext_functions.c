@@ -341,10 +341,10 @@ static void test_config_precision(void **state)
         expect_text(db, "SELECT abs(v - sentiment_score('服务很好', 'tiny')) < 2e-2 FROM f32", "1");
         expect_text(db, "SELECT sentiment_config('threads', 0)", "0");
         /* auto on such a CPU: int8 for the built-in model (when this build
-         * has one), fp32 for every other model */
+         * has one) and checked models, fp32 for every other model */
         expect_text(db, "SELECT sentiment_config('precision', 'auto')", "auto");
-        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, int8 (AVX512-VNNI) for the "
-                        "built-in model, fp32 (AVX-512F kernel) for others'", "1");
+        expect_text(db, "SELECT sentiment_device() LIKE 'cpu: %, int8 (AVX512-VNNI) for "
+                        "checked models, fp32 (AVX-512F kernel) for others'", "1");
         expect_text(db, "SELECT v = sentiment_score('服务很好', 'tiny') FROM f32", "1");
         if (q_int(db, "SELECT json_extract(sentiment_debug(), '$.builtin_model')")) {
             exec_ok(db, "CREATE TEMP TABLE b AS SELECT sentiment_score('服务很好') AS v");

@@ -312,6 +312,9 @@ typedef struct bert_packed_params {
  * quantized inputs cost little accuracy (see bert_packed.c); fp32-packed
  * packs all four as packed FP32. */
 void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N]);
+/* The precision that packs weights as `kind` (backend_pack_kind):
+ * BERT_BF16, BERT_INT8, BERT_FP32_PACKED; BERT_FP32 for any other value. */
+bert_precision bert_precision_of_pack_kind(int kind);
 /* Packs src's layers by plan (BERT_PACK_N entries, BERT_FP32 = not packed)
  * with be's pack_weight. SM_ERR_INVALID for an unknown precision,
  * SM_ERR_UNSUPPORTED when be has no packed weights of a kind the plan

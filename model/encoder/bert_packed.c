@@ -29,6 +29,16 @@ static int pack_kind(bert_precision precision)
     }
 }
 
+bert_precision bert_precision_of_pack_kind(int kind)
+{
+    switch (kind) {
+    case BACKEND_PACK_BF16: return BERT_BF16;
+    case BACKEND_PACK_INT8: return BERT_INT8;
+    case BACKEND_PACK_F32: return BERT_FP32_PACKED;
+    default: return BERT_FP32;
+    }
+}
+
 void bert_packed_params_free(bert_packed_params *pp)
 {
     if (!pp) return;
