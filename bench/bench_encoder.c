@@ -27,6 +27,7 @@
 #include "bert.h"
 #include "blas.h"
 #include "errors.h"
+#include "rng.h"
 #include "thread_pool.h"
 
 /* by bert_precision */
@@ -80,13 +81,10 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_state;
 static float frand(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / (1 << 24))) - 0.5f;
+    return (float)((rng_next(&rng_state) >> 40) * (1.0 / (1 << 24))) - 0.5f;
 }
 
 /* Forward FLOPs of one sequence of T tokens (matrix products only). */

@@ -23,6 +23,7 @@
 
 #include "blas.h"
 #include "errors.h"
+#include "rng.h"
 #include "gemm_bf16.h"
 #include "gemm_f32.h"
 #include "gemm_int8.h"
@@ -42,13 +43,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_state;
 static float frand(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / (1 << 24))) - 0.5f;
+    return (float)((rng_next(&rng_state) >> 40) * (1.0 / (1 << 24))) - 0.5f;
 }
 
 /* Largest |o - ref| / (|b| + sum |x_k w_k|) over every 7th row. */

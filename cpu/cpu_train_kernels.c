@@ -14,7 +14,7 @@ void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint6
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float v = in[i] * inv;
-        uint32_t r = (uint32_t)(rng_mix64(key + (base + i) * 0xD1B54A32D192ED03ull) >> 32);
+        uint32_t r = (uint32_t)(rng_element(key, base + i) >> 32);
         out[i] = r >= threshold ? v : 0.0f;
     }
 }

@@ -22,6 +22,7 @@
 
 #include "cpu_features.h"
 #include "errors.h"
+#include "gemm_common.h"
 
 #define PANEL GEMM_BF16_PANEL
 #define MR 12  /* rows of the register tile */
@@ -76,15 +77,13 @@ int gemm_bf16_pack(const float *W, int N, int K, gemm_bf16_weight **out, char *e
     w->K = K;
     w->pairs = (K + 1) / 2;
     w->panels = (N + PANEL - 1) / PANEL;
-    size_t count = (size_t)w->panels * w->pairs * 2 * PANEL;
-    size_t bytes = (count * sizeof *w->data + 63) & ~(size_t)63;
-    w->data = aligned_alloc(64, bytes);
+    size_t bytes;
+    w->data = gemm_packed_alloc((size_t)w->panels * w->pairs * 2 * PANEL, sizeof *w->data, &bytes);
     if (!w->data) {
         free(w);
         return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) bf16 weight needs %zu KiB",
                         N, K, bytes >> 10);
     }
-    memset(w->data, 0, bytes);
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++)
             w->data[packed_index(w, n, k)] = gemm_bf16_round(W[(size_t)n * K + k]);
@@ -242,21 +241,6 @@ AVX512BF16 static void linear_avx512(float *out, const float *in, const gemm_bf1
     }
 }
 
-/* ---- entry points -------------------------------------------------------- */
+/* ---- entry points (gemm_common.h) ---------------------------------------- */
 
-void gemm_bf16_linear_cols(float *out, const float *in, const gemm_bf16_weight *w,
-                           const float *bias, int R, int col_lo, int col_hi)
-{
-    if (col_hi > w->N) col_hi = w->N;
-    if (R < 1 || col_lo >= col_hi) return;
-    if (gemm_bf16_supported()) linear_avx512(out, in, w, bias, R, col_lo, col_hi);
-    else gemm_bf16_linear_scalar(out, in, w, bias, R, col_lo, col_hi);
-}
-
-int gemm_bf16_linear(float *out, const float *in, const gemm_bf16_weight *w, const float *bias,
-                     int R, int K, int N)
-{
-    if (K != w->K || N != w->N || R < 0) return SM_ERR_INVALID;
-    gemm_bf16_linear_cols(out, in, w, bias, R, 0, N);
-    return SM_OK;
-}
+GEMM_ENTRY_POINTS(bf16)

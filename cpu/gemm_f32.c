@@ -39,6 +39,7 @@
 
 #include "cpu_features.h"
 #include "errors.h"
+#include "gemm_common.h"
 
 #define PANEL GEMM_F32_PANEL
 #define MR 12   /* rows of the register tile: 24 accumulators */
@@ -74,15 +75,13 @@ int gemm_f32_pack(const float *W, int N, int K, gemm_f32_weight **out, char *err
     w->N = N;
     w->K = K;
     w->panels = (N + PANEL - 1) / PANEL;
-    size_t count = (size_t)w->panels * K * PANEL;
-    size_t bytes = (count * sizeof *w->data + 63) & ~(size_t)63;
-    w->data = aligned_alloc(64, bytes);
+    size_t bytes;
+    w->data = gemm_packed_alloc((size_t)w->panels * K * PANEL, sizeof *w->data, &bytes);
     if (!w->data) {
         free(w);
         return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) f32 weight needs %zu KiB",
                         N, K, bytes >> 10);
     }
-    memset(w->data, 0, bytes);
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) w->data[packed_index(w, n, k)] = W[(size_t)n * K + k];
     *out = w;
@@ -253,21 +252,6 @@ AVX512F_FN static void linear_avx512(float *out, const float *in, const gemm_f32
     }
 }
 
-/* ---- entry points -------------------------------------------------------- */
+/* ---- entry points (gemm_common.h) ---------------------------------------- */
 
-void gemm_f32_linear_cols(float *out, const float *in, const gemm_f32_weight *w,
-                          const float *bias, int R, int col_lo, int col_hi)
-{
-    if (col_hi > w->N) col_hi = w->N;
-    if (R < 1 || col_lo >= col_hi) return;
-    if (gemm_f32_supported()) linear_avx512(out, in, w, bias, R, col_lo, col_hi);
-    else gemm_f32_linear_scalar(out, in, w, bias, R, col_lo, col_hi);
-}
-
-int gemm_f32_linear(float *out, const float *in, const gemm_f32_weight *w, const float *bias,
-                    int R, int K, int N)
-{
-    if (K != w->K || N != w->N || R < 0) return SM_ERR_INVALID;
-    gemm_f32_linear_cols(out, in, w, bias, R, 0, N);
-    return SM_OK;
-}
+GEMM_ENTRY_POINTS(f32)

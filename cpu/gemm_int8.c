@@ -28,6 +28,7 @@
 
 #include "cpu_features.h"
 #include "errors.h"
+#include "gemm_common.h"
 
 #define PANEL GEMM_INT8_PANEL
 #define MR 12  /* rows of the register tile */
@@ -71,8 +72,8 @@ int gemm_int8_pack(const float *W, int N, int K, gemm_int8_weight **out, char *e
     w->quads = (K + 3) / 4;
     w->panels = (N + PANEL - 1) / PANEL;
     size_t cols = (size_t)w->panels * PANEL;
-    size_t bytes = (cols * w->quads * 4 + 63) & ~(size_t)63;
-    w->data = aligned_alloc(64, bytes);
+    size_t bytes;
+    w->data = gemm_packed_alloc(cols * w->quads * 4, sizeof *w->data, &bytes);
     w->wscale = calloc(cols, sizeof *w->wscale);
     w->colsum = calloc(cols, sizeof *w->colsum);
     if (!w->data || !w->wscale || !w->colsum) {
@@ -80,7 +81,6 @@ int gemm_int8_pack(const float *W, int N, int K, gemm_int8_weight **out, char *e
         return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) int8 weight needs %zu KiB",
                         N, K, bytes >> 10);
     }
-    memset(w->data, 0, bytes);
     for (int n = 0; n < N; n++) {
         const float *row = W + (size_t)n * K;
         float amax = 0.0f;
@@ -342,21 +342,6 @@ AVX512VNNI static void linear_avx512(float *out, const float *in, const gemm_int
     }
 }
 
-/* ---- entry points -------------------------------------------------------- */
+/* ---- entry points (gemm_common.h) ---------------------------------------- */
 
-void gemm_int8_linear_cols(float *out, const float *in, const gemm_int8_weight *w,
-                           const float *bias, int R, int col_lo, int col_hi)
-{
-    if (col_hi > w->N) col_hi = w->N;
-    if (R < 1 || col_lo >= col_hi) return;
-    if (gemm_int8_supported()) linear_avx512(out, in, w, bias, R, col_lo, col_hi);
-    else gemm_int8_linear_scalar(out, in, w, bias, R, col_lo, col_hi);
-}
-
-int gemm_int8_linear(float *out, const float *in, const gemm_int8_weight *w, const float *bias,
-                     int R, int K, int N)
-{
-    if (K != w->K || N != w->N || R < 0) return SM_ERR_INVALID;
-    gemm_int8_linear_cols(out, in, w, bias, R, 0, N);
-    return SM_OK;
-}
+GEMM_ENTRY_POINTS(int8)

@@ -545,29 +545,16 @@ static int prepare_stored(cl_cursor *cur, const char *sql)
     return rc;
 }
 
-static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
-                    sqlite3_value **argv)
-{
-    cl_cursor *cur = (cl_cursor *)pCur;
-    cl_vtab *v = (cl_vtab *)pCur->pVtab;
-    const char *arg[3] = {v->args[0], v->args[1], v->args[2]};
-    const char *source, *column, *model;
-    char *sql = NULL, *errmsg = NULL;
-    int a = 0, rc = SQLITE_OK, K, model_is_column = 0;
-    /* the source comes from the schema when the query does not give one */
-    int from_schema = !(idxNum & IDX_SOURCE) && v->args[0] != NULL;
-    (void)idxStr;
-    (void)argc;
+/* ---- xFilter's steps ----------------------------------------------------- */
 
-    cursor_reset(cur);
-    if (idxNum & IDX_EMBED_ARG)
-        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                       "too many arguments on classify() - max 5 (source, column, model, "
-                       "batch_size, long_text); embedding is a result column, not an argument");
-    cur->embed = (idxNum & IDX_EMBED) != 0;
-    cur->labels = !(idxNum & IDX_NO_LABELS);
-    cur->batch_size = v->c->batch_size;
-    cur->long_text = -1;
+/* The hidden-column arguments the query gives (argv, in the order of
+ * idxNum's bits): each kept in cur->args (the hidden columns show them);
+ * source, column and model, where given, replace arg[0..3) (the persistent
+ * table's); batch_size and long_text checked into cur; an id = ?
+ * constraint into cur->want_id. */
+static int read_arguments(cl_cursor *cur, int idxNum, sqlite3_value **argv, const char *arg[3])
+{
+    int a = 0;
     for (int bit = 0; bit < N_ARGS; bit++) {
         if (!(idxNum & (1 << bit))) continue;
         cur->args[bit] = sqlite3_value_dup(argv[a]);
@@ -609,111 +596,130 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
         cur->want_id = sqlite3_value_dup(argv[a]);
         if (!cur->want_id) return SQLITE_NOMEM;
     }
-    source = arg[0];
-    column = arg[1];
-    model = arg[2];
-    if (!source || !*source) {
-        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                       "expected classify(source, column [, model]) with source a table name "
-                       "or a SELECT; got %s",
-                       source ? "''" : "no source");
-    }
-    cur->is_query = is_query(source);
-    /* a query given in the query replaces a stored table source: the stored
-     * column belongs to that table, it is not a model name */
-    if (cur->is_query && !from_schema && !(idxNum & IDX_COLUMN) && v->args[0] &&
-        !is_query(v->args[0]))
-        column = NULL;
-    if (cur->is_query) {
-        /* classify('SELECT ...', 'model'): the second argument is the model */
-        if (column && model && *column)
-            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                           "a SELECT source takes its text from its second column; pass the "
-                           "model as the second argument, got column '%s'",
-                           column);
-        if (column && !model) {
-            model = column;
-            model_is_column = 1;
-        }
-        if (from_schema) {
-            if ((rc = prepare_stored(cur, source)) != SQLITE_OK) return rc;
-        } else {
-            const char *tail = NULL;
-            rc = sqlite3_prepare_v2(v->db, source, -1, &cur->src, &tail);
-            if (rc != SQLITE_OK)
-                return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "cannot run the source query: %s",
-                               sqlite3_errmsg(v->db));
-            while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r'))
-                tail++;
-            if (!sx_sql_tail_empty(tail))
-                return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                               "the source must be one query; got more after it: '%s'", tail);
-        }
-        if (!sqlite3_stmt_readonly(cur->src))
-            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                           "the source query must only read; got '%s'", source);
-        if (sqlite3_column_count(cur->src) != 2) {
-            int n = sqlite3_column_count(cur->src);
-            sqlite3_str *names = sqlite3_str_new(NULL);
-            for (int i = 0; i < n; i++)
-                sqlite3_str_appendf(names, "%s%s", i ? ", " : "",
-                                    sqlite3_column_name(cur->src, i));
-            char *list = sqlite3_str_finish(names);
-            rc = sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                         "the source query must return two columns (id, text); it returns "
-                         "%d: %s",
-                         n, list ? list : "?");
-            sqlite3_free(list);
-            return rc;
-        }
-    } else {
-        if (!column || !*column)
-            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                           "expected classify('%s', column [, model]): a table source needs "
-                           "the text column",
-                           source);
-        sql = select_sql(column, source, cur->want_id != NULL);
-        if (!sql) return SQLITE_NOMEM;
-        if (from_schema) {
-            rc = prepare_stored(cur, sql);
-            sqlite3_free(sql);
-            if (rc != SQLITE_OK) return rc;
-        } else {
-            rc = sqlite3_prepare_v2(v->db, sql, -1, &cur->src, NULL);
-            sqlite3_free(sql);
-        }
-        if (rc != SQLITE_OK) {
-            const char *e = sqlite3_errmsg(v->db);
-            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                           "cannot read column '%s' of table '%s': %s%s", column, source, e,
-                           strstr(e, "rowid") ? " (a WITHOUT ROWID table needs a SELECT "
-                                                "source: classify('SELECT id, text FROM t'))"
-                                              : "");
-        }
-        if (cur->want_id) {
-            sqlite3_bind_value(cur->src, 1, cur->want_id);
-            sqlite3_value_free(cur->want_id); /* the query filters: no need in C */
-            cur->want_id = NULL;
-        }
-    }
-    if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg) != SQLITE_OK) {
-        if (model_is_column && errmsg) {
-            char *hinted = sqlite3_mprintf("%s (a SELECT source takes the model as its second "
-                                           "argument and its text from the query's second "
-                                           "column: classify('SELECT id, text FROM t' [, model]))",
-                                           errmsg);
-            if (hinted) {
-                sqlite3_free(errmsg);
-                errmsg = hinted;
-            }
-        }
-        return set_error(cur, errmsg);
-    }
+    return SQLITE_OK;
+}
 
-    K = cur->m->bert->cfg.num_labels;
-    /* Read CLASSIFY_BATCHES_PER_THREAD batches per engine thread at a time:
-     * the engine sorts them by length together (less padding than one
-     * batch's worth) and runs one batch per thread concurrently. */
+/* A query source into cur->src (as stored SQL when it comes from the
+ * schema): one statement that only reads and returns two columns. Its
+ * second argument, column, is the model: *model (and *model_is_column)
+ * when no model is given. */
+static int prepare_query_source(cl_cursor *cur, const char *source, const char *column,
+                                int from_schema, const char **model, int *model_is_column)
+{
+    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    int rc;
+    /* classify('SELECT ...', 'model'): the second argument is the model */
+    if (column && *model && *column)
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "a SELECT source takes its text from its second column; pass the "
+                       "model as the second argument, got column '%s'",
+                       column);
+    if (column && !*model) {
+        *model = column;
+        *model_is_column = 1;
+    }
+    if (from_schema) {
+        if ((rc = prepare_stored(cur, source)) != SQLITE_OK) return rc;
+    } else {
+        const char *tail = NULL;
+        rc = sqlite3_prepare_v2(v->db, source, -1, &cur->src, &tail);
+        if (rc != SQLITE_OK)
+            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "cannot run the source query: %s",
+                           sqlite3_errmsg(v->db));
+        while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r'))
+            tail++;
+        if (!sx_sql_tail_empty(tail))
+            return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                           "the source must be one query; got more after it: '%s'", tail);
+    }
+    if (!sqlite3_stmt_readonly(cur->src))
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "the source query must only read; got '%s'", source);
+    if (sqlite3_column_count(cur->src) != 2) {
+        int n = sqlite3_column_count(cur->src);
+        sqlite3_str *names = sqlite3_str_new(NULL);
+        for (int i = 0; i < n; i++)
+            sqlite3_str_appendf(names, "%s%s", i ? ", " : "", sqlite3_column_name(cur->src, i));
+        char *list = sqlite3_str_finish(names);
+        rc = sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                     "the source query must return two columns (id, text); it returns "
+                     "%d: %s",
+                     n, list ? list : "?");
+        sqlite3_free(list);
+        return rc;
+    }
+    return SQLITE_OK;
+}
+
+/* A table source into cur->src: its rowid and `column` (only the row
+ * id = ? names, when the query has that constraint), as stored SQL when
+ * it comes from the schema. */
+static int prepare_table_source(cl_cursor *cur, const char *source, const char *column,
+                                int from_schema)
+{
+    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    char *sql;
+    int rc;
+    if (!column || !*column)
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "expected classify('%s', column [, model]): a table source needs "
+                       "the text column",
+                       source);
+    sql = select_sql(column, source, cur->want_id != NULL);
+    if (!sql) return SQLITE_NOMEM;
+    if (from_schema) {
+        rc = prepare_stored(cur, sql);
+        sqlite3_free(sql);
+        if (rc != SQLITE_OK) return rc;
+    } else {
+        rc = sqlite3_prepare_v2(v->db, sql, -1, &cur->src, NULL);
+        sqlite3_free(sql);
+    }
+    if (rc != SQLITE_OK) {
+        const char *e = sqlite3_errmsg(v->db);
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "cannot read column '%s' of table '%s': %s%s", column, source, e,
+                       strstr(e, "rowid") ? " (a WITHOUT ROWID table needs a SELECT "
+                                            "source: classify('SELECT id, text FROM t'))"
+                                          : "");
+    }
+    if (cur->want_id) {
+        sqlite3_bind_value(cur->src, 1, cur->want_id);
+        sqlite3_value_free(cur->want_id); /* the query filters: no need in C */
+        cur->want_id = NULL;
+    }
+    return SQLITE_OK;
+}
+
+/* The model into cur->m; a model name that was a SELECT source's second
+ * argument gets a hint when it is unknown. */
+static int resolve_model(cl_cursor *cur, const char *model, int model_is_column)
+{
+    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    char *errmsg = NULL;
+    if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg) == SQLITE_OK) return SQLITE_OK;
+    if (model_is_column && errmsg) {
+        char *hinted = sqlite3_mprintf("%s (a SELECT source takes the model as its second "
+                                       "argument and its text from the query's second "
+                                       "column: classify('SELECT id, text FROM t' [, model]))",
+                                       errmsg);
+        if (hinted) {
+            sqlite3_free(errmsg);
+            errmsg = hinted;
+        }
+    }
+    return set_error(cur, errmsg);
+}
+
+/* The batch buffers: CLASSIFY_BATCHES_PER_THREAD batches per engine thread
+ * are read at a time (the engine sorts them by length together, less
+ * padding than one batch's worth, and runs one batch per thread
+ * concurrently). */
+static int alloc_batch(cl_cursor *cur)
+{
+    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    char *errmsg = NULL;
+    int K = cur->m->bert->cfg.num_labels;
     if (sx_engine_backend(v->c, k_fn, &errmsg) != SQLITE_OK) return set_error(cur, errmsg);
     cur->cap = cur->batch_size * sx_engine_parallel_batches(v->c) * CLASSIFY_BATCHES_PER_THREAD;
     cur->ids = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->ids);
@@ -729,14 +735,14 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
         return SQLITE_NOMEM;
     memset(cur->ids, 0, (size_t)cur->cap * sizeof *cur->ids);
     memset(cur->texts, 0, (size_t)cur->cap * sizeof *cur->texts);
+    return SQLITE_OK;
+}
 
-    sx_progress_begin(&cur->progress, v->c, "classify", -1);
-    if (cur->progress.active && !cur->is_query && !(idxNum & IDX_ID))
-        cur->progress.total = count_rows(v->db, source);
-
-    rc = fill_batch(cur);
+/* Reads and classifies the next batch; at the source's end, the cursor's. */
+static int next_batch(cl_cursor *cur)
+{
+    int rc = fill_batch(cur);
     if (rc != SQLITE_OK) return rc;
-    cur->rowid = 1;
     if (cur->n == 0) {
         cur->eof = 1;
         sx_progress_end(&cur->progress);
@@ -744,10 +750,62 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     return SQLITE_OK;
 }
 
+static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
+                    sqlite3_value **argv)
+{
+    cl_cursor *cur = (cl_cursor *)pCur;
+    cl_vtab *v = (cl_vtab *)pCur->pVtab;
+    const char *arg[3] = {v->args[0], v->args[1], v->args[2]};
+    const char *source, *column, *model;
+    int rc, model_is_column = 0;
+    /* the source comes from the schema when the query does not give one */
+    int from_schema = !(idxNum & IDX_SOURCE) && v->args[0] != NULL;
+    (void)idxStr;
+    (void)argc;
+
+    cursor_reset(cur);
+    if (idxNum & IDX_EMBED_ARG)
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "too many arguments on classify() - max 5 (source, column, model, "
+                       "batch_size, long_text); embedding is a result column, not an argument");
+    cur->embed = (idxNum & IDX_EMBED) != 0;
+    cur->labels = !(idxNum & IDX_NO_LABELS);
+    cur->batch_size = v->c->batch_size;
+    cur->long_text = -1;
+    if ((rc = read_arguments(cur, idxNum, argv, arg)) != SQLITE_OK) return rc;
+    source = arg[0];
+    column = arg[1];
+    model = arg[2];
+    if (!source || !*source) {
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
+                       "expected classify(source, column [, model]) with source a table name "
+                       "or a SELECT; got %s",
+                       source ? "''" : "no source");
+    }
+    cur->is_query = is_query(source);
+    if (cur->is_query) {
+        /* a query given in the query replaces a stored table source: the
+         * stored column belongs to that table, it is not a model name */
+        if (!from_schema && !(idxNum & IDX_COLUMN) && v->args[0] && !is_query(v->args[0]))
+            column = NULL;
+        rc = prepare_query_source(cur, source, column, from_schema, &model, &model_is_column);
+    } else {
+        rc = prepare_table_source(cur, source, column, from_schema);
+    }
+    if (rc != SQLITE_OK) return rc;
+    if ((rc = resolve_model(cur, model, model_is_column)) != SQLITE_OK) return rc;
+    if ((rc = alloc_batch(cur)) != SQLITE_OK) return rc;
+    sx_progress_begin(&cur->progress, v->c, "classify", -1);
+    if (cur->progress.active && !cur->is_query && !(idxNum & IDX_ID))
+        cur->progress.total = count_rows(v->db, source);
+    if ((rc = next_batch(cur)) != SQLITE_OK) return rc;
+    cur->rowid = 1;
+    return SQLITE_OK;
+}
+
 static int clNext(sqlite3_vtab_cursor *pCur)
 {
     cl_cursor *cur = (cl_cursor *)pCur;
-    int rc;
     cur->rowid++;
     if (++cur->pos < cur->n) return SQLITE_OK;
     if (cur->src_done) {
@@ -755,13 +813,7 @@ static int clNext(sqlite3_vtab_cursor *pCur)
         sx_progress_end(&cur->progress);
         return SQLITE_OK;
     }
-    rc = fill_batch(cur);
-    if (rc != SQLITE_OK) return rc;
-    if (cur->n == 0) {
-        cur->eof = 1;
-        sx_progress_end(&cur->progress);
-    }
-    return SQLITE_OK;
+    return next_batch(cur);
 }
 
 static int clEof(sqlite3_vtab_cursor *pCur)

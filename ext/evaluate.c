@@ -308,110 +308,123 @@ static void json_ratio(sqlite3_str *j, double x)
     sqlite3_str_appendf(j, "%.6g", x);
 }
 
-static void eval_final(sqlite3_context *ctx)
-{
-    ev_state **pp = sqlite3_aggregate_context(ctx, 0);
-    ev_state *s = pp ? *pp : NULL;
-    char *errmsg = NULL;
-    sqlite3_str *j;
-    int K, L;
-    int64_t correct = 0;
-    double f1_sum = 0;
-    int f1_n = 0, oom = 0;
+/* ---- the final step's steps ---------------------------------------------- */
 
-    if (!s) {
-        sqlite3_result_text(ctx,
-                            "{\"rows\":0,\"skipped\":0,\"unknown_labels\":0,\"accuracy\":null,"
-                            "\"macro_f1\":null,\"labels\":{},\"confusion\":{\"labels\":[],"
-                            "\"matrix\":[]}}",
-                            -1, SQLITE_STATIC);
-        sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
-        return;
-    }
-    if (s->failed) goto end;
-    if (flush(s, &errmsg) != SQLITE_OK) {
-        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-        else sqlite3_result_error_nomem(ctx);
-        sqlite3_free(errmsg);
-        goto end;
-    }
-    K = s->K;
-    L = K + s->n_extra;
-    if (s->rows && s->unknown == s->rows) {
-        sqlite3_str *e = sqlite3_str_new(NULL);
-        const bert_config *cfg = &s->m->bert->cfg;
-        sqlite3_str_appendf(e, "%s: not one row's label is a label of model '%s' (", EVAL_FN,
-                            s->model_name);
-        for (int i = 0; i < K; i++) sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", cfg->id2label[i]);
-        sqlite3_str_appendall(e, "); the data's labels: ");
-        for (int i = 0; i < s->n_extra && i < 10; i++)
-            sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", s->extra[i]);
-        if (s->n_extra > 10) sqlite3_str_appendf(e, ", ... (%d in all)", s->n_extra);
-        sqlite3_str_appendf(e, "; say what they mean with a fourth argument, e.g. "
-                               "sentiment_evaluate(text, label, '%s', '{\"%s\":\"%s\"}')",
-                            s->model_name, s->extra[0], cfg->id2label[0]);
-        errmsg = sqlite3_str_finish(e);
-        sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_evaluate(): out of memory", -1);
-        sqlite3_free(errmsg);
-        goto end;
-    }
-    j = sqlite3_str_new(NULL);
+/* The result of an aggregate that saw no row at all. */
+static void result_no_rows(sqlite3_context *ctx)
+{
+    sqlite3_result_text(ctx,
+                        "{\"rows\":0,\"skipped\":0,\"unknown_labels\":0,\"accuracy\":null,"
+                        "\"macro_f1\":null,\"labels\":{},\"confusion\":{\"labels\":[],"
+                        "\"matrix\":[]}}",
+                        -1, SQLITE_STATIC);
+    sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
+}
+
+/* The error when not one row's label is a label of the model: both label
+ * sets and how to map them (sqlite3_malloc'd; NULL when out of memory). */
+static char *no_known_label_error(const ev_state *s)
+{
+    sqlite3_str *e = sqlite3_str_new(NULL);
+    const bert_config *cfg = &s->m->bert->cfg;
+    sqlite3_str_appendf(e, "%s: not one row's label is a label of model '%s' (", EVAL_FN,
+                        s->model_name);
+    for (int i = 0; i < s->K; i++)
+        sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", cfg->id2label[i]);
+    sqlite3_str_appendall(e, "); the data's labels: ");
+    for (int i = 0; i < s->n_extra && i < 10; i++)
+        sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", s->extra[i]);
+    if (s->n_extra > 10) sqlite3_str_appendf(e, ", ... (%d in all)", s->n_extra);
+    sqlite3_str_appendf(e, "; say what they mean with a fourth argument, e.g. "
+                           "sentiment_evaluate(text, label, '%s', '{\"%s\":\"%s\"}')",
+                        s->model_name, s->extra[0], cfg->id2label[0]);
+    return sqlite3_str_finish(e);
+}
+
+/* Label l of the confusion matrix: the model's, then the extra ones. */
+static const char *label_name(const ev_state *s, int l)
+{
+    return l < s->K ? s->m->bert->cfg.id2label[l] : s->extra[l - s->K];
+}
+
+/* "model", the counts and "accuracy". */
+static void append_counts(sqlite3_str *j, const ev_state *s)
+{
+    int64_t correct = 0;
     sqlite3_str_appendall(j, "{\"model\":");
     sx_json_string(j, s->model_name);
-    for (int i = 0; i < K; i++) correct += s->conf[(size_t)i * K + i];
+    for (int i = 0; i < s->K; i++) correct += s->conf[(size_t)i * s->K + i];
     sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"unknown_labels\":%lld,"
                            "\"accuracy\":",
                         (long long)s->rows, (long long)s->skipped, (long long)s->unknown);
     if (s->rows) json_ratio(j, (double)correct / (double)s->rows);
     else sqlite3_str_appendall(j, "null");
+}
+
+/* "wide": the model's wide part's settings, or null. */
+static void append_wide(sqlite3_str *j, const ev_state *s)
+{
+    char *w = NULL;
+    const sm_wide_config *wc = &s->m->bert->cfg.wide;
     sqlite3_str_appendall(j, ",\"wide\":");
-    {
-        char *w = NULL;
-        const sm_wide_config *wc = &s->m->bert->cfg.wide;
-        if (wc->set && sm_wide_config_to_json(wc, &w, NULL) == SM_OK)
-            sqlite3_str_appendall(j, w);
-        else
-            sqlite3_str_appendall(j, "null");
-        free(w);
+    if (wc->set && sm_wide_config_to_json(wc, &w, NULL) == SM_OK)
+        sqlite3_str_appendall(j, w);
+    else
+        sqlite3_str_appendall(j, "null");
+    free(w);
+}
+
+/* "warning", when some rows have a label the model does not have. */
+static void append_warning(sqlite3_str *j, const ev_state *s)
+{
+    if (!s->unknown) return;
+    sqlite3_str_appendf(j, ",\"warning\":\"%lld of %lld rows have a label the model does "
+                           "not have (",
+                        (long long)s->unknown, (long long)s->rows);
+    for (int i = 0; i < s->n_extra && i < 10; i++) {
+        /* labels are JSON-escaped through sx_json_string into a scratch string */
+        sqlite3_str *q = sqlite3_str_new(NULL);
+        sx_json_string(q, s->extra[i]);
+        char *lit = sqlite3_str_finish(q);
+        size_t n = lit ? strlen(lit) : 0;
+        sqlite3_str_appendf(j, "%s%.*s", i ? ", " : "", n >= 2 ? (int)n - 2 : 0,
+                            lit ? lit + 1 : "");
+        sqlite3_free(lit);
     }
-    if (s->unknown) {
-        sqlite3_str_appendf(j, ",\"warning\":\"%lld of %lld rows have a label the model does "
-                               "not have (",
-                            (long long)s->unknown, (long long)s->rows);
-        for (int i = 0; i < s->n_extra && i < 10; i++) {
-            /* labels are JSON-escaped through sx_json_string into a scratch string */
-            sqlite3_str *q = sqlite3_str_new(NULL);
-            sx_json_string(q, s->extra[i]);
-            char *lit = sqlite3_str_finish(q);
-            size_t n = lit ? strlen(lit) : 0;
-            sqlite3_str_appendf(j, "%s%.*s", i ? ", " : "", n >= 2 ? (int)n - 2 : 0,
-                                lit ? lit + 1 : "");
-            sqlite3_free(lit);
+    if (s->n_extra > 10) sqlite3_str_appendf(j, ", ... %d in all", s->n_extra);
+    sqlite3_str_appendall(j, "), counted as errors; map labels with the fourth argument\"");
+}
+
+/* "label_map" and "label_map_by", when labels were mapped (by the
+ * argument or the 0/1 convention). */
+static void append_label_map(sqlite3_str *j, const ev_state *s)
+{
+    if (!s->map_given && !s->conv_used) return;
+    sqlite3_str_appendall(j, ",\"label_map\":{");
+    if (s->map_given) {
+        for (int i = 0; i < s->n_map; i++) {
+            if (i) sqlite3_str_appendchar(j, 1, ',');
+            sx_json_string(j, s->map_from[i]);
+            sqlite3_str_appendchar(j, 1, ':');
+            sx_json_string(j, s->map_to[i]);
         }
-        if (s->n_extra > 10) sqlite3_str_appendf(j, ", ... %d in all", s->n_extra);
-        sqlite3_str_appendall(j, "), counted as errors; map labels with the fourth argument\"");
+    } else {
+        sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"");
     }
-    if (s->map_given || s->conv_used) {
-        sqlite3_str_appendall(j, ",\"label_map\":{");
-        if (s->map_given) {
-            for (int i = 0; i < s->n_map; i++) {
-                if (i) sqlite3_str_appendchar(j, 1, ',');
-                sx_json_string(j, s->map_from[i]);
-                sqlite3_str_appendchar(j, 1, ':');
-                sx_json_string(j, s->map_to[i]);
-            }
-        } else {
-            sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"");
-        }
-        sqlite3_str_appendf(j, "},\"label_map_by\":\"%s\"",
-                            s->map_given ? "option" : "convention");
-    }
-    /* per-label figures, in a second string: macro_f1 comes first */
+    sqlite3_str_appendf(j, "},\"label_map_by\":\"%s\"", s->map_given ? "option" : "convention");
+}
+
+/* The per-label figures as a JSON object (sqlite3_malloc'd; NULL when out
+ * of memory), for the labels that occur in the data or the predictions;
+ * their F1 sum and count in *f1_sum and *f1_n. */
+static char *per_label_json(const ev_state *s, double *f1_sum, int *f1_n)
+{
+    int K = s->K, L = K + s->n_extra, listed = 0;
     sqlite3_str *per = sqlite3_str_new(NULL);
+    *f1_sum = 0;
+    *f1_n = 0;
     sqlite3_str_appendchar(per, 1, '{');
-    int listed = 0;
     for (int l = 0; l < L; l++) {
-        const char *name = l < K ? s->m->bert->cfg.id2label[l] : s->extra[l - K];
         int64_t tp = l < K ? s->conf[(size_t)l * K + l] : 0, support = 0, predicted = 0;
         for (int p = 0; p < K; p++) support += s->conf[(size_t)l * K + p];
         if (l < K)
@@ -420,10 +433,10 @@ static void eval_final(sqlite3_context *ctx)
         double prec = predicted ? (double)tp / predicted : 0;
         double rec = support ? (double)tp / support : 0;
         double f1 = prec + rec > 0 ? 2 * prec * rec / (prec + rec) : 0;
-        f1_sum += f1;
-        f1_n++;
+        *f1_sum += f1;
+        (*f1_n)++;
         if (listed++) sqlite3_str_appendchar(per, 1, ',');
-        sx_json_string(per, name);
+        sx_json_string(per, label_name(s, l));
         sqlite3_str_appendall(per, ":{\"precision\":");
         json_ratio(per, prec);
         sqlite3_str_appendall(per, ",\"recall\":");
@@ -434,20 +447,17 @@ static void eval_final(sqlite3_context *ctx)
                             (long long)predicted);
     }
     sqlite3_str_appendchar(per, 1, '}');
-    sqlite3_str_appendall(j, ",\"macro_f1\":");
-    if (f1_n) json_ratio(j, f1_sum / f1_n);
-    else sqlite3_str_appendall(j, "null");
-    {
-        char *p = sqlite3_str_finish(per);
-        sqlite3_str_appendall(j, ",\"labels\":");
-        if (p) sqlite3_str_appendall(j, p);
-        else oom = 1;
-        sqlite3_free(p);
-    }
+    return sqlite3_str_finish(per);
+}
+
+/* "confusion": the labels and the matrix (gold rows, predicted columns). */
+static void append_confusion(sqlite3_str *j, const ev_state *s)
+{
+    int K = s->K, L = K + s->n_extra;
     sqlite3_str_appendall(j, ",\"confusion\":{\"labels\":[");
     for (int l = 0; l < L; l++) {
         if (l) sqlite3_str_appendchar(j, 1, ',');
-        sx_json_string(j, l < K ? s->m->bert->cfg.id2label[l] : s->extra[l - K]);
+        sx_json_string(j, label_name(s, l));
     }
     sqlite3_str_appendall(j, "],\"matrix\":[");
     for (int g = 0; g < L; g++) {
@@ -457,17 +467,66 @@ static void eval_final(sqlite3_context *ctx)
                                 p < K ? (long long)s->conf[(size_t)g * K + p] : 0LL);
         sqlite3_str_appendchar(j, 1, ']');
     }
-    sqlite3_str_appendall(j, "]}}");
-    {
-        int bad = sqlite3_str_errcode(j) != SQLITE_OK;
-        char *out = sqlite3_str_finish(j);
-        if (bad || oom || !out) {
-            sqlite3_free(out);
-            sqlite3_result_error_nomem(ctx);
-        } else {
-            sx_result_json(ctx, out);
-        }
+    sqlite3_str_appendall(j, "]}");
+}
+
+/* The result JSON (sqlite3_malloc'd; NULL when out of memory). */
+static char *report_json(const ev_state *s)
+{
+    sqlite3_str *j = sqlite3_str_new(NULL);
+    double f1_sum;
+    int f1_n, oom = 0;
+    append_counts(j, s);
+    append_wide(j, s);
+    append_warning(j, s);
+    append_label_map(j, s);
+    /* per-label figures, in a second string: macro_f1 comes first */
+    char *per = per_label_json(s, &f1_sum, &f1_n);
+    sqlite3_str_appendall(j, ",\"macro_f1\":");
+    if (f1_n) json_ratio(j, f1_sum / f1_n);
+    else sqlite3_str_appendall(j, "null");
+    sqlite3_str_appendall(j, ",\"labels\":");
+    if (per) sqlite3_str_appendall(j, per);
+    else oom = 1;
+    sqlite3_free(per);
+    append_confusion(j, s);
+    sqlite3_str_appendchar(j, 1, '}');
+    int bad = sqlite3_str_errcode(j) != SQLITE_OK;
+    char *out = sqlite3_str_finish(j);
+    if (bad || oom) {
+        sqlite3_free(out);
+        return NULL;
     }
+    return out;
+}
+
+/* ---- the final step ----------------------------------------------------- */
+
+static void eval_final(sqlite3_context *ctx)
+{
+    ev_state **pp = sqlite3_aggregate_context(ctx, 0);
+    ev_state *s = pp ? *pp : NULL;
+    char *errmsg = NULL, *json;
+
+    if (!s) {
+        result_no_rows(ctx);
+        return;
+    }
+    if (s->failed) goto end;
+    if (flush(s, &errmsg) != SQLITE_OK) {
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else sqlite3_result_error_nomem(ctx);
+        sqlite3_free(errmsg);
+        goto end;
+    }
+    if (s->rows && s->unknown == s->rows) {
+        errmsg = no_known_label_error(s);
+        sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_evaluate(): out of memory", -1);
+        sqlite3_free(errmsg);
+        goto end;
+    }
+    if ((json = report_json(s))) sx_result_json(ctx, json);
+    else sqlite3_result_error_nomem(ctx);
 end:
     state_free(s);
     *pp = NULL;

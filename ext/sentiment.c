@@ -93,7 +93,7 @@ static const struct {
     {"classify", sx_register_classify},
     {"sentiment_models", sx_register_models_vtab},
     {"train, sentiment_evaluate", sx_register_training},
-    {"sentiment_drop, sentiment_export", sx_register_store_functions},
+    {"sentiment_drop, sentiment_export, sentiment_use", sx_register_store_functions},
     {"sentiment_explain", sx_register_explain},
     {"sentiment_clauses", sx_register_clauses},
 };

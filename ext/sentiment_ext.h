@@ -11,7 +11,7 @@
  *   registry.c        the process-wide model cache (reference counted)
  *   models.c          model names -> cache entries (lookup order, name@N)
  *   storage.c         the sentiment_model_store table inside a database
- *   store_functions.c sentiment_drop(), sentiment_export()
+ *   store_functions.c sentiment_drop(), sentiment_export(), sentiment_use()
  *   builtin.c         the built-in model embedded with .incbin, when present
  *   classify_vtab.c   the classify table-valued function / virtual table
  *   schema_sql.c      SQL stored in a schema, prepared as SQLite treats views
@@ -22,7 +22,7 @@
  *   results.c         JSON and BLOB results shared by the functions
  *   progress.c        the progress line long runs print on stderr
  *   evaluate.c        sentiment_evaluate(): accuracy, F1, confusion matrix
- *   train.c           train(): the fine-tuning aggregate, sentiment_use()
+ *   train.c           train(): the fine-tuning aggregate
  *   train_options.c   train()'s options
  *   train_wide.c      train()'s option "wide": the wide part's fit and mix
  *   train_int8.c      train()'s INT8 check: validation rows in FP32 and INT8
@@ -648,7 +648,7 @@ int sx_register_models_vtab(sqlite3 *db, sx_conn *c);
 int sx_register_functions(sqlite3 *db, sx_conn *c);
 int sx_register_config(sqlite3 *db, sx_conn *c);
 int sx_register_batch_window(sqlite3 *db, sx_conn *c);
-/* sentiment_drop(), sentiment_export() (store_functions.c). */
+/* sentiment_drop(), sentiment_export(), sentiment_use() (store_functions.c). */
 int sx_register_store_functions(sqlite3 *db, sx_conn *c);
 /* sentiment_explain() (explain.c), sentiment_clauses (clauses_vtab.c). */
 int sx_register_explain(sqlite3 *db, sx_conn *c);
@@ -663,7 +663,7 @@ int sx_register_clauses(sqlite3 *db, sx_conn *c);
 /* train.c, evaluate.c, train_status.c: fine-tuning from SQL (train()'s */
 /* options: train_options.c; its storing SQL: storage.c).               */
 
-/* train(), sentiment_use(), sentiment_evaluate(), sentiment_training. */
+/* train(), sentiment_evaluate(), sentiment_training. */
 int sx_register_training(sqlite3 *db, sx_conn *c);
 int sx_register_evaluate(sqlite3 *db, sx_conn *c);
 int sx_register_train_status(sqlite3 *db, sx_conn *c);

@@ -40,7 +40,7 @@
  *     transaction back after an I/O error, out of memory or a full disk,
  *     the error says so (nothing of it is left to keep).
  * sx_store_txn_begin / sx_store_txn_end are that rule, for every write here
- * and for sentiment_use (train.c).
+ * and for sentiment_use (store_functions.c).
  *
  * The objects are trusted only as SQLite trusts them: a view, index or
  * trigger in the way of one of the store's names is an error naming it
@@ -502,31 +502,55 @@ static int step_insert(sqlite3_stmt *st, const char *name, int64_t *version,
     return SQLITE_OK;
 }
 
+/* What sx_store_copy and sx_store_put share around their INSERT, inside
+ * the savepoint t has begun: the store's tables made, the next version of
+ * name in *next, and the INSERT (sql) prepared into *st. */
+static int insert_prepare(sqlite3 *db, const char *name, const char *sql, int64_t *next,
+                          sqlite3_stmt **st, char **errmsg)
+{
+    int rc;
+    if ((rc = sx_store_ensure(db, errmsg)) != SQLITE_OK) return rc;
+    if ((rc = next_version(db, name, next, errmsg)) != SQLITE_OK) return rc;
+    if ((rc = sx_store_txn_alive(db, errmsg)) != SQLITE_OK) return rc;
+    return sqlite3_prepare_v2(db, sql, -1, st, NULL);
+}
+
+/* Ends an INSERT of version v of name that ended with rc: the message a
+ * failure lacks, the statement finalized, the savepoint released or undone;
+ * *version = v only once committed. */
+static int insert_end(sqlite3 *db, sx_store_txn *t, sqlite3_stmt *st, int rc, const char *name,
+                      int64_t v, int64_t *version, char **errmsg)
+{
+    char what[SX_NAME_MAX + 16];
+    snprintf(what, sizeof what, "model '%s'", name);
+    if (rc != SQLITE_OK && !*errmsg)
+        rc = sx_fail(errmsg, rc, NULL, "cannot store model '%s': %s", name, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    rc = sx_store_txn_end(db, t, rc, what, errmsg);
+    if (rc == SQLITE_OK) *version = v;
+    return rc;
+}
+
 int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version, char **errmsg)
 {
     sqlite3_stmt *st = NULL;
     sx_store_txn t;
     int64_t next = 0, v = 0;
-    char what[SX_NAME_MAX + 16];
 
     *version = 0;
-    snprintf(what, sizeof what, "model '%s'", name);
     int rc = sx_store_txn_begin(db, &t, "sentiment_copy", errmsg);
     if (rc != SQLITE_OK) return rc;
-    if ((rc = sx_store_ensure(db, errmsg)) != SQLITE_OK) goto end;
-    if ((rc = next_version(db, name, &next, errmsg)) != SQLITE_OK) goto end;
-    if ((rc = sx_store_txn_alive(db, errmsg)) != SQLITE_OK) goto end;
-    rc = sqlite3_prepare_v2(db,
-                            "INSERT INTO main." SX_STORE_TABLE
-                            "(name, version, config, vocab, labels, metrics, safetensors, "
-                            "tokenizer) "
-                            "SELECT name, ?3, config, vocab, labels, "
-                            "CASE WHEN json_valid(metrics) AND json_type(metrics) = 'object' "
-                            "THEN json_set(metrics, '$.restored_from', ?2) "
-                            "ELSE json_object('restored_from', ?2) END, safetensors, tokenizer "
-                            "FROM main." SX_STORE_TABLE " WHERE name = ?1 AND version = ?2 "
-                            "RETURNING version",
-                            -1, &st, NULL);
+    rc = insert_prepare(db, name,
+                        "INSERT INTO main." SX_STORE_TABLE
+                        "(name, version, config, vocab, labels, metrics, safetensors, "
+                        "tokenizer) "
+                        "SELECT name, ?3, config, vocab, labels, "
+                        "CASE WHEN json_valid(metrics) AND json_type(metrics) = 'object' "
+                        "THEN json_set(metrics, '$.restored_from', ?2) "
+                        "ELSE json_object('restored_from', ?2) END, safetensors, tokenizer "
+                        "FROM main." SX_STORE_TABLE " WHERE name = ?1 AND version = ?2 "
+                        "RETURNING version",
+                        &next, &st, errmsg);
     if (rc != SQLITE_OK) goto end;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, from);
@@ -541,12 +565,7 @@ int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version,
         if (rc == SQLITE_DONE) rc = SQLITE_OK;
     }
 end:
-    if (rc != SQLITE_OK && !*errmsg)
-        rc = sx_fail(errmsg, rc, NULL, "cannot store model '%s': %s", name, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    rc = sx_store_txn_end(db, &t, rc, what, errmsg);
-    if (rc == SQLITE_OK) *version = v;
-    return rc;
+    return insert_end(db, &t, st, rc, name, v, version, errmsg);
 }
 
 int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed,
@@ -613,21 +632,16 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
     sqlite3_stmt *st = NULL;
     sx_store_txn t;
     int64_t next = 0, v = 0;
-    char what[SX_NAME_MAX + 16];
 
     *version = 0;
-    snprintf(what, sizeof what, "model '%s'", name);
     int rc = sx_store_txn_begin(db, &t, "sentiment_store", errmsg);
     if (rc != SQLITE_OK) return rc;
-    if ((rc = sx_store_ensure(db, errmsg)) != SQLITE_OK) goto end;
-    if ((rc = next_version(db, name, &next, errmsg)) != SQLITE_OK) goto end;
-    if ((rc = sx_store_txn_alive(db, errmsg)) != SQLITE_OK) goto end;
-    rc = sqlite3_prepare_v2(db,
-                            "INSERT INTO main." SX_STORE_TABLE
-                            "(name, version, config, vocab, labels, metrics, safetensors, "
-                            "tokenizer) VALUES (?1, ?8, ?2, ?3, ?4, ?5, ?6, ?7) "
-                            "RETURNING version",
-                            -1, &st, NULL);
+    rc = insert_prepare(db, name,
+                        "INSERT INTO main." SX_STORE_TABLE
+                        "(name, version, config, vocab, labels, metrics, safetensors, "
+                        "tokenizer) VALUES (?1, ?8, ?2, ?3, ?4, ?5, ?6, ?7) "
+                        "RETURNING version",
+                        &next, &st, errmsg);
     if (rc != SQLITE_OK) goto end;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text64(st, 2, config, config_len, SQLITE_STATIC, SQLITE_UTF8);
@@ -643,12 +657,7 @@ int sx_store_put(sqlite3 *db, const char *name, const char *config,
     sqlite3_bind_int64(st, 8, next);
     rc = step_insert(st, name, &v, errmsg);
 end:
-    if (rc != SQLITE_OK && !*errmsg)
-        rc = sx_fail(errmsg, rc, NULL, "cannot store model '%s': %s", name, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    rc = sx_store_txn_end(db, &t, rc, what, errmsg);
-    if (rc == SQLITE_OK) *version = v;
-    return rc;
+    return insert_end(db, &t, st, rc, name, v, version, errmsg);
 }
 
 void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count)

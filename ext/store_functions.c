@@ -1,4 +1,5 @@
-/* store_functions.c: removing and exporting stored models from SQL.
+/* store_functions.c: removing, exporting and restoring stored models from
+ * SQL.
  *
  *   sentiment_drop(name [, version])   -> INT    removes every stored version
  *                                                of `name` (or only
@@ -17,12 +18,17 @@
  *                                                modules.json and
  *                                                1_Pooling/config.json);
  *                                                returns dir
+ *   sentiment_use(name, version)       -> INT    makes stored version
+ *                                                `version` of `name` current
+ *                                                again; returns the new
+ *                                                version number
  *
  *   SELECT sentiment_drop('hotel', 1);            -- 1
  *   SELECT sentiment_export('hotel', '/tmp/hotel');
  *   SELECT sentiment_load('hotel_copy', '/tmp/hotel');  -- the same logits
+ *   SELECT sentiment_use('hotel', 1);  -- version 1 becomes current again
  *
- * Both are SQLITE_DIRECTONLY (one writes the database, the other files).
+ * All are SQLITE_DIRECTONLY (they write the database, or files).
  *
  * sentiment_drop: an unknown name, a name that is only registered with
  * sentiment_load() (unregister it with sentiment_load(name, NULL)), an
@@ -37,6 +43,13 @@
  * next to it (`dir.export-<pid>-<n>`), which is then renamed to `dir`: an
  * interrupted export leaves at most that temporary directory, never a
  * `dir` that looks complete and is not.
+ *
+ * sentiment_use(name, version) copies stored version `version` of `name`
+ * as a new latest version (so it is what 'name' means from now on; the
+ * history stays append-only) and returns the new version number. Its
+ * metrics get "restored_from": version. The version is loaded first (the
+ * checks of every load: config, vocab, safetensors): one that does not
+ * load is an error and nothing is stored.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -349,6 +362,78 @@ end:
     sqlite3_free(errmsg);
 }
 
+/* ---- sentiment_use(name, version) ---- */
+
+static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    sx_conn *c = sqlite3_user_data(ctx);
+    const char *fn = "sentiment_use()";
+    char *errmsg = NULL;
+    const char *name;
+    sx_store_ref ref;
+    int64_t want, version = 0;
+    int rc;
+    (void)argc;
+
+    if (sx_admin_refused(ctx, c, fn)) return;
+
+    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a stored model name (TEXT) as the first argument");
+        goto end;
+    }
+    if ((rc = sx_arg_name(argv[0], fn, "model name", &name, &errmsg)) != SQLITE_OK) goto end;
+    if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
+        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
+                     "expected a version number (INTEGER >= 1) as the second argument");
+        goto end;
+    }
+    want = sqlite3_value_int64(argv[1]);
+    rc = sx_store_find_row(c->db, name, want, &ref, &errmsg);
+    if (rc == SQLITE_NOTFOUND) {
+        if (sx_store_find_row(c->db, name, 0, &ref, &errmsg) == SQLITE_OK)
+            rc = sx_fail(&errmsg, rc, fn, "no version %lld of model '%s'; the latest is %lld",
+                         (long long)want, name, (long long)ref.version);
+        else /* a read error here says less than this */
+            rc = sx_fail(&errmsg, rc, fn, "no model named '%s' is stored in this database", name);
+        goto end;
+    }
+    if (rc != SQLITE_OK) {
+        if (errmsg) rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
+        goto end;
+    }
+    if (sqlite3_db_readonly(c->db, "main") == 1) {
+        rc = sx_fail(&errmsg, SQLITE_READONLY, fn, "the database is read-only");
+        goto end;
+    }
+    /* Load (and so verify) the version before it becomes current, inside
+     * the savepoint that copies it, so what is copied is what was read. */
+    {
+        sx_store_txn t;
+        char what[SX_NAME_MAX + 16];
+        snprintf(what, sizeof what, "model '%s'", name);
+        if ((rc = sx_store_txn_begin(c->db, &t, "sentiment_use", &errmsg)) != SQLITE_OK) {
+            rc = sx_fail(&errmsg, rc, fn, "cannot store model '%s': %s", name, errmsg);
+            goto end;
+        }
+        sx_model *m = NULL;
+        rc = sx_model_acquire_stored(c, fn, name, want, &m, &errmsg);
+        if (rc == SQLITE_OK) rc = sx_store_copy(c->db, name, want, &version, &errmsg);
+        sx_registry_release(m);
+        rc = sx_store_txn_end(c->db, &t, rc, what, &errmsg);
+        if (rc != SQLITE_OK) {
+            version = 0;
+            if (errmsg && strncmp(errmsg, fn, strlen(fn)))
+                rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
+        }
+    }
+end:
+    if (rc == SQLITE_OK) sqlite3_result_int64(ctx, version);
+    else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
+    sqlite3_free(errmsg);
+}
+
 #define SX_DIRECT (SQLITE_UTF8 | SQLITE_DIRECTONLY)
 
 static const struct {
@@ -359,6 +444,7 @@ static const struct {
     {"sentiment_drop", 1, fn_drop},
     {"sentiment_drop", 2, fn_drop},
     {"sentiment_export", 2, fn_export},
+    {"sentiment_use", 2, fn_use},
 };
 
 int sx_register_store_functions(sqlite3 *db, sx_conn *c)

@@ -1,5 +1,4 @@
-/* train.c: fine-tuning from SQL, the train() aggregate, and
- * sentiment_use() to make an earlier stored version current again.
+/* train.c: fine-tuning from SQL: the train() aggregate.
  *
  *   SELECT train('hotel', comment, label) FROM labeled_reviews;
  *   SELECT train('emotions', text, emotion,
@@ -9,7 +8,6 @@
  *                '{"base":"none","layers":4,"hidden":256,"heads":4,
  *                  "intermediate":1024,"max_length":128,"epochs":10,"lr":5e-4}')
  *   FROM big_labeled_table;
- *   SELECT sentiment_use('hotel', 1);  -- version 1 becomes current again
  *
  * train(model, text, label [, options]) reads every row of its query, fits
  * a model to them and stores the result in this database as a new version
@@ -23,7 +21,8 @@
  *    "examples_per_sec":65.5,"device":"cpu: 4 threads, OpenBLAS ..."}
  * The stored model is usable at once: sentiment(text, 'hotel'), classify,
  * sentiment_models (with the report, less model and version, as `metrics`).
- * Earlier versions stay, selectable as 'hotel@1'.
+ * Earlier versions stay, selectable as 'hotel@1' (sentiment_use() makes one
+ * current again: store_functions.c).
  *
  * Rows. `text` is converted as sentiment() converts it; NULL or blank text
  * (it tokenizes to nothing, see functions.c), and a NULL label, skip the
@@ -110,13 +109,6 @@
  * Training runs on this connection's backend (sentiment_config('device'),
  * 'threads'); with the same rows in the same order, the same options and
  * the same thread count the CPU gives the same model bit for bit.
- *
- * sentiment_use(name, version) copies stored version `version` of `name`
- * as a new latest version (so it is what 'name' means from now on; the
- * history stays append-only) and returns the new version number. Its
- * metrics get "restored_from": version. The version is loaded first (the
- * checks of every load: config, vocab, safetensors): one that does not
- * load is an error and nothing is stored. DIRECTONLY.
  *
  * Limitation: SQLite calls an aggregate's final step also when the
  * statement fails part-way, from the cleanup of the statement's registers
@@ -648,12 +640,8 @@ static int cmp_label_int(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/* ---- the final step ----------------------------------------------------- */
+/* ---- learning rates, the report, storing, labels ------------------------ */
 
-/* The head's peak learning rate: the option, else TRAIN_HEAD_LR (or lr when
- * larger) for a fresh head on a trained encoder, else lr. A fresh head
- * starts from random weights and at the encoder's rate barely moves in one
- * epoch; the encoder, already trained, needs the small rate. */
 /* The encoder's default peak rate under a fresh head on a trained base
  * (option "lr" not given): 5e-5 (the usual BERT-base rate) times
  * (768 / hidden)^2, from 5e-5 to 1e-3: 1e-3 for the 128-wide built-in
@@ -670,6 +658,10 @@ static float fresh_head_encoder_lr(int hidden)
     return (float)lr;
 }
 
+/* The head's peak learning rate: the option, else TRAIN_HEAD_LR (or lr when
+ * larger) for a fresh head on a trained encoder, else lr. A fresh head
+ * starts from random weights and at the encoder's rate barely moves in one
+ * epoch; the encoder, already trained, needs the small rate. */
 static float train_head_lr(const sx_train_options *o, int kept)
 {
     if (o->head_lr > 0) return o->head_lr;
@@ -681,6 +673,97 @@ static void json_num(sqlite3_str *s, double x)
 {
     if (isfinite(x)) sqlite3_str_appendf(s, "%.6g", x);
     else sqlite3_str_appendall(s, "null");
+}
+
+/* x[0..n) as a JSON array of numbers (null where not finite). */
+static void json_nums(sqlite3_str *j, const double *x, int n)
+{
+    sqlite3_str_appendchar(j, 1, '[');
+    for (int i = 0; i < n; i++) {
+        if (i) sqlite3_str_appendchar(j, 1, ',');
+        json_num(j, x[i]);
+    }
+    sqlite3_str_appendchar(j, 1, ']');
+}
+
+/* x[0..n) as a JSON array of strings. */
+static void json_strings(sqlite3_str *j, char *const *x, int n)
+{
+    sqlite3_str_appendchar(j, 1, '[');
+    for (int i = 0; i < n; i++) {
+        if (i) sqlite3_str_appendchar(j, 1, ',');
+        sx_json_string(j, x[i]);
+    }
+    sqlite3_str_appendchar(j, 1, ']');
+}
+
+/* key (quoted, its colon and any comma before it) and x. */
+static void json_key_num(sqlite3_str *j, const char *key, double x)
+{
+    sqlite3_str_appendall(j, key);
+    json_num(j, x);
+}
+
+/* "label_map" and "label_map_by": what each label of the data was trained
+ * as, when labels were renamed. */
+static void report_label_map(sqlite3_str *j, const tr_state *s)
+{
+    if (!s->labels_mapped) return;
+    sqlite3_str_appendall(j, ",\"label_map\":{");
+    if (s->labels_mapped == 2) {
+        sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"}");
+    } else {
+        for (int i = 0; i < s->o.n_map; i++) {
+            if (i) sqlite3_str_appendchar(j, 1, ',');
+            sx_json_string(j, s->o.map_from[i]);
+            sqlite3_str_appendchar(j, 1, ':');
+            sx_json_string(j, s->o.map_to[i]);
+        }
+        sqlite3_str_appendchar(j, 1, '}');
+    }
+    sqlite3_str_appendf(j, ",\"label_map_by\":\"%s\"",
+                        s->labels_mapped == 2 ? "convention" : "option");
+}
+
+/* "wide": the fit's settings and figures, "kept", or null. */
+static void report_wide(sqlite3_str *j, const tr_state *s, const bert_config *cfg)
+{
+    const sx_wide_report *w = &s->wide;
+    sqlite3_str_appendall(j, ",\"wide\":");
+    if (!w->done) {
+        sqlite3_str_appendall(j, cfg->wide.set ? "\"kept\"" : "null");
+        return;
+    }
+    sqlite3_str_appendf(j, "{\"buckets\":%d,\"ngram_range\":[%d,%d],\"l2\":",
+                        cfg->wide.buckets, cfg->wide.ngram_min, cfg->wide.ngram_max);
+    json_num(j, w->l2);
+    sqlite3_str_appendf(j, ",\"mixed\":%s,\"mix_encoder\":", w->mixed ? "true" : "false");
+    json_num(j, w->mix_encoder);
+    json_key_num(j, ",\"mix_wide\":", w->mix_wide);
+    json_key_num(j, ",\"valid_accuracy_encoder\":", w->valid_encoder);
+    json_key_num(j, ",\"valid_accuracy_wide\":", w->valid_wide);
+    json_key_num(j, ",\"valid_accuracy\":", w->valid_mixed);
+    json_key_num(j, ",\"seconds\":", w->seconds);
+    sqlite3_str_appendchar(j, 1, '}');
+}
+
+/* "int8": the check's figures (when it ran), whether precision auto runs
+ * the model in INT8, and why. */
+static void report_int8(sqlite3_str *j, const tr_state *s, const bert_config *cfg)
+{
+    sqlite3_str_appendall(j, ",\"int8\":{");
+    if (cfg->int8_check.set) {
+        const sm_int8_check *q = &cfg->int8_check;
+        sqlite3_str_appendf(j, "\"rows\":%d,\"accuracy_fp32\":", q->rows);
+        json_num(j, q->accuracy_fp32);
+        json_key_num(j, ",\"accuracy_int8\":", q->accuracy_int8);
+        json_key_num(j, ",\"agreement\":", q->agreement);
+        sqlite3_str_appendchar(j, 1, ',');
+    }
+    sqlite3_str_appendf(j, "\"auto\":%s,\"why\":",
+                        sm_int8_check_passes(&cfg->int8_check, NULL, 0) ? "true" : "false");
+    sx_json_string(j, s->int8_why);
+    sqlite3_str_appendchar(j, 1, '}');
 }
 
 /* The report (metrics when version is 0). */
@@ -698,88 +781,26 @@ static char *report_json(const tr_state *s, int64_t version, int kept,
     sx_json_string(j, s->o.base);
     sqlite3_str_appendf(j, ",\"head\":\"%s\"", s->o.none ? "new" : kept ? "kept" : "new");
     sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"truncated\":%lld,"
-                           "\"train_rows\":%d,\"valid_rows\":%d,\"labels\":[",
+                           "\"train_rows\":%d,\"valid_rows\":%d,\"labels\":",
                         (long long)s->rows, (long long)s->skipped, (long long)s->truncated,
                         r->n_train, r->n_valid);
-    for (int i = 0; i < cfg->num_labels; i++) {
-        if (i) sqlite3_str_appendchar(j, 1, ',');
-        sx_json_string(j, cfg->id2label[i]);
-    }
-    sqlite3_str_appendchar(j, 1, ']');
-    if (s->labels_mapped) {
-        /* what each label of the data was trained as */
-        sqlite3_str_appendall(j, ",\"label_map\":{");
-        if (s->labels_mapped == 2) {
-            sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"}");
-        } else {
-            for (int i = 0; i < s->o.n_map; i++) {
-                if (i) sqlite3_str_appendchar(j, 1, ',');
-                sx_json_string(j, s->o.map_from[i]);
-                sqlite3_str_appendchar(j, 1, ':');
-                sx_json_string(j, s->o.map_to[i]);
-            }
-            sqlite3_str_appendchar(j, 1, '}');
-        }
-        sqlite3_str_appendf(j, ",\"label_map_by\":\"%s\"",
-                            s->labels_mapped == 2 ? "convention" : "option");
-    }
+    json_strings(j, cfg->id2label, cfg->num_labels);
+    report_label_map(j, s);
     sqlite3_str_appendf(j, ",\"max_length\":%d,\"epochs\":%d,\"lr\":", s->max_len, r->epochs);
     json_num(j, s->o.t.loop.lr);
-    sqlite3_str_appendall(j, ",\"head_lr\":");
-    json_num(j, s->head_lr);
-    sqlite3_str_appendall(j, ",\"train_loss\":[");
-    for (int i = 0; i < r->epochs; i++) {
-        if (i) sqlite3_str_appendchar(j, 1, ',');
-        json_num(j, r->train_loss[i]);
-    }
-    sqlite3_str_appendall(j, "],\"valid_accuracy\":[");
-    for (int i = 0; i < r->epochs; i++) {
-        if (i) sqlite3_str_appendchar(j, 1, ',');
-        json_num(j, r->valid_accuracy[i]);
-    }
-    sqlite3_str_appendf(j, "],\"best_epoch\":%d,\"best_accuracy\":", r->best_epoch);
+    json_key_num(j, ",\"head_lr\":", s->head_lr);
+    sqlite3_str_appendall(j, ",\"train_loss\":");
+    json_nums(j, r->train_loss, r->epochs);
+    sqlite3_str_appendall(j, ",\"valid_accuracy\":");
+    json_nums(j, r->valid_accuracy, r->epochs);
+    sqlite3_str_appendf(j, ",\"best_epoch\":%d,\"best_accuracy\":", r->best_epoch);
     json_num(j, r->best_accuracy);
     sqlite3_str_appendf(j, ",\"steps\":%ld,\"seconds\":", r->steps);
     json_num(j, r->seconds);
-    sqlite3_str_appendall(j, ",\"examples_per_sec\":");
-    json_num(j, r->examples_per_sec);
-    sqlite3_str_appendall(j, ",\"wide\":");
-    if (s->wide.done) {
-        const sx_wide_report *w = &s->wide;
-        sqlite3_str_appendf(j, "{\"buckets\":%d,\"ngram_range\":[%d,%d],\"l2\":",
-                            cfg->wide.buckets, cfg->wide.ngram_min, cfg->wide.ngram_max);
-        json_num(j, w->l2);
-        sqlite3_str_appendf(j, ",\"mixed\":%s,\"mix_encoder\":", w->mixed ? "true" : "false");
-        json_num(j, w->mix_encoder);
-        sqlite3_str_appendall(j, ",\"mix_wide\":");
-        json_num(j, w->mix_wide);
-        sqlite3_str_appendall(j, ",\"valid_accuracy_encoder\":");
-        json_num(j, w->valid_encoder);
-        sqlite3_str_appendall(j, ",\"valid_accuracy_wide\":");
-        json_num(j, w->valid_wide);
-        sqlite3_str_appendall(j, ",\"valid_accuracy\":");
-        json_num(j, w->valid_mixed);
-        sqlite3_str_appendall(j, ",\"seconds\":");
-        json_num(j, w->seconds);
-        sqlite3_str_appendchar(j, 1, '}');
-    } else {
-        sqlite3_str_appendall(j, cfg->wide.set ? "\"kept\"" : "null");
-    }
-    sqlite3_str_appendall(j, ",\"int8\":{");
-    if (cfg->int8_check.set) {
-        const sm_int8_check *q = &cfg->int8_check;
-        sqlite3_str_appendf(j, "\"rows\":%d,\"accuracy_fp32\":", q->rows);
-        json_num(j, q->accuracy_fp32);
-        sqlite3_str_appendall(j, ",\"accuracy_int8\":");
-        json_num(j, q->accuracy_int8);
-        sqlite3_str_appendall(j, ",\"agreement\":");
-        json_num(j, q->agreement);
-        sqlite3_str_appendchar(j, 1, ',');
-    }
-    sqlite3_str_appendf(j, "\"auto\":%s,\"why\":",
-                        sm_int8_check_passes(&cfg->int8_check, NULL, 0) ? "true" : "false");
-    sx_json_string(j, s->int8_why);
-    sqlite3_str_appendall(j, "},\"device\":");
+    json_key_num(j, ",\"examples_per_sec\":", r->examples_per_sec);
+    report_wide(j, s, cfg);
+    report_int8(j, s, cfg);
+    sqlite3_str_appendall(j, ",\"device\":");
     sx_json_string(j, s->c->be_desc);
     sqlite3_str_appendchar(j, 1, '}');
     if (sqlite3_str_errcode(j)) {
@@ -815,16 +836,53 @@ static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
     return SQLITE_OK;
 }
 
-/* Stores the model and its training log in one savepoint, waiting for the
- * write lock as store_check does. SQLITE_OK, or SQLite's code with *errmsg
- * the reason (not naming the function: the caller's message says what was
- * not stored), the database as it was. */
-static int store_model(tr_state *s, const char *config, const char *tok_name, const char *tok,
-                       size_t tok_len, const char *labels_js, const char *metrics, const void *weights,
-                       size_t weights_len, int kept, const bert_config *cfg,
-                       const trainer_result *res, int64_t *version, char **report,
-                       char **errmsg)
+/* What the final step makes, step by step; freed in one place (made_free). */
+typedef struct tr_made {
+    bert_model *m;            /* the model trained (NULL once kept in memory) */
+    int kept;                 /* 1: the base's head was kept */
+    char **order;             /* (n_labels) the classes in their stored order */
+    trainer_result res;
+    /* the model serialised */
+    char *config;             /* config.json (malloc'd) */
+    const char *tok_name;     /* "vocab.txt" or "tokenizer.json" */
+    char *tok;                /* its text (malloc'd) */
+    size_t tok_len;
+    void *weights;            /* model.safetensors (malloc'd) */
+    size_t weights_len;
+    char *labels_js;          /* the classes as a JSON array (sqlite3_malloc'd) */
+    char *metrics;            /* the report less model and version (sqlite3_malloc'd) */
+    /* stored */
+    int64_t version;
+    char *report;             /* train()'s result (sqlite3_malloc'd) */
+} tr_made;
+
+static void made_free(tr_made *t, int n_labels)
 {
+    if (t->order)
+        for (int i = 0; i < n_labels; i++) sqlite3_free(t->order[i]);
+    sqlite3_free(t->order);
+    sqlite3_free(t->labels_js);
+    sqlite3_free(t->metrics);
+    sqlite3_free(t->report);
+    free(t->config);
+    free(t->tok);
+    free(t->weights);
+    trainer_result_free(&t->res);
+    bert_model_free(t->m);
+}
+
+/* Stores the model and its training log in one savepoint, waiting for the
+ * write lock as store_check does; made->version and made->report once
+ * committed.
+ * SQLITE_OK, or SQLite's code with *errmsg the reason (not naming the
+ * function: the caller's message says what was not stored), the database
+ * as it was. */
+static int store_model(tr_state *s, tr_made *made, char **errmsg)
+{
+    const char *tok_name = made->tok_name, *tok = made->tok, *config = made->config;
+    size_t tok_len = made->tok_len;
+    int64_t *version = &made->version;
+    char **report = &made->report;
     sqlite3 *db = s->c->db;
     int timeout = busy_timeout_ms(db), waited = 0, ext = SQLITE_OK, rc, committing = 0;
     const char *why = NULL;
@@ -839,12 +897,13 @@ static int store_model(tr_state *s, const char *config, const char *tok_name, co
         if (rc == SQLITE_OK)
             rc = sx_store_put(db, s->name, config, strlen(config),
                               strcmp(tok_name, "tokenizer.json") ? tok : NULL, tok_len,
-                              strcmp(tok_name, "tokenizer.json") ? NULL : tok, tok_len, labels_js,
-                              metrics, weights, weights_len, version, &msg);
+                              strcmp(tok_name, "tokenizer.json") ? NULL : tok, tok_len,
+                              made->labels_js, made->metrics, made->weights, made->weights_len,
+                              version, &msg);
         if (rc == SQLITE_OK) rc = sx_store_train_log(db, s->name, *version, s->log, s->n_log, &msg);
         if (rc == SQLITE_OK) {
             /* before the commit: nothing may fail after it */
-            *report = report_json(s, *version, kept, cfg, res);
+            *report = report_json(s, *version, made->kept, &made->m->cfg, &made->res);
             if (!*report) rc = sx_fail(&msg, SQLITE_NOMEM, NULL, "out of memory");
         }
         if (rc == SQLITE_OK) {
@@ -947,332 +1006,277 @@ static int split_only(const tr_state *s, const trainer_options *t, trainer_resul
     return rc;
 }
 
-static void train_final(sqlite3_context *ctx)
+/* ---- the final step's steps ---------------------------------------------- */
+
+/* What train() refuses once every row is read, before anything is
+ * trained: an interrupt, too few rows or labels, a read-only database. */
+static int check_rows_read(tr_state *s, char **errmsg)
 {
-    tr_state **pp = sqlite3_aggregate_context(ctx, 0);
-    tr_state *s = pp ? *pp : NULL;
-    sqlite3 *db;
-    char err[SM_ERR_MAX];
-    char *errmsg = NULL, *config = NULL, *tok = NULL, *labels_js = NULL, *metrics = NULL,
-         *report = NULL;
-    char **order = NULL;
-    void *weights = NULL;
-    size_t weights_len = 0, tok_len = 0;
-    const char *tok_name = NULL;
-    bert_model *m = NULL;
-    trainer_result res;
-    int kept = 0, rc;
-    int64_t version = 0;
-
-    memset(&res, 0, sizeof res);
-    if (!s) {
-        sqlite3_result_error(ctx, "train(): no rows; need at least 8 rows with text and label",
-                             -1);
-        return;
-    }
-    if (s->failed) goto end; /* the error is already the statement's */
-    db = s->c->db;
+    sqlite3 *db = s->c->db;
     if (!s->probe && sqlite3_prepare_v2(db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK)
-        goto nomem;
-    if (on_interrupt(s)) {
-        rc = sx_fail(&errmsg, SQLITE_INTERRUPT, TRAIN_FN, "interrupted; nothing was stored");
-        goto end;
-    }
-    if (s->rows < TRAIN_MIN_ROWS) {
-        rc = sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
-                     "%lld usable rows (%lld skipped for a NULL or empty text or a NULL "
-                     "label); need at least %d",
-                     (long long)s->rows, (long long)s->skipped, TRAIN_MIN_ROWS);
-        goto end;
-    }
-    if (s->n_labels < 2) {
-        rc = sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
-                     "every row has the label '%s'; need at least 2 distinct labels",
-                     s->labels[0]);
-        goto end;
-    }
-    if (sqlite3_db_readonly(db, "main") == 1) {
-        rc = sx_fail(&errmsg, SQLITE_READONLY, TRAIN_FN,
-                     "the database is read-only; model '%s' cannot be stored", s->name);
-        goto end;
-    }
-    if ((rc = sx_engine_backend(s->c, TRAIN_FN, &errmsg)) != SQLITE_OK) goto end;
-    if ((rc = map_labels(s, &errmsg)) != SQLITE_OK) goto end;
+        return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
+    if (on_interrupt(s))
+        return sx_fail(errmsg, SQLITE_INTERRUPT, TRAIN_FN, "interrupted; nothing was stored");
+    if (s->rows < TRAIN_MIN_ROWS)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "%lld usable rows (%lld skipped for a NULL or empty text or a NULL "
+                       "label); need at least %d",
+                       (long long)s->rows, (long long)s->skipped, TRAIN_MIN_ROWS);
+    if (s->n_labels < 2)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "every row has the label '%s'; need at least 2 distinct labels",
+                       s->labels[0]);
+    if (sqlite3_db_readonly(db, "main") == 1)
+        return sx_fail(errmsg, SQLITE_READONLY, TRAIN_FN,
+                       "the database is read-only; model '%s' cannot be stored", s->name);
+    return SQLITE_OK;
+}
 
-    /* The model, its head fitted to the labels in dataset order. */
+/* "base": "none": a model from scratch on the vocab file, or on a
+ * vocabulary built from the kept texts. */
+static int scratch_model(tr_state *s, bert_model **m, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    const char *vtext = s->vocab_file;
+    size_t vlen = s->vocab_file_len;
+    char *built = NULL;
+    int n_tokens = 0, rc;
+    if (!vtext) {
+        if ((rc = vocab_builder_build(s->vb, s->o.vocab_min_count, s->o.vocab_size, &built,
+                                      &vlen, &n_tokens, err)) != SM_OK)
+            return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "building the vocabulary: %s",
+                           err);
+        vtext = built;
+    }
+    rc = bert_model_create_scratch(&s->o.shape, vtext, vlen, s->o.do_lower_case, s->n_labels,
+                                   (const char *const *)s->labels, s->o.t.loop.seed, m, err);
+    free(built);
+    if (rc != SM_OK)
+        return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot create the model: %s", err);
+    return SQLITE_OK;
+}
+
+/* The model to train, its head fitted to the labels in dataset order: one
+ * from scratch (its rows tokenized now when the vocabulary was built from
+ * them), or a copy of the base with its head kept (t->kept) or new.
+ * "epochs": 0 trains nothing, so it needs the base's head kept. */
+static int prepare_model(tr_state *s, tr_made *t, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    int rc;
     if (s->o.none) {
-        const char *vtext = s->vocab_file;
-        size_t vlen = s->vocab_file_len;
-        char *built = NULL;
-        int n_tokens = 0;
-        if (!vtext) {
-            if ((rc = vocab_builder_build(s->vb, s->o.vocab_min_count, s->o.vocab_size, &built,
-                                          &vlen, &n_tokens, err)) != SM_OK) {
-                rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "building the vocabulary: %s",
-                             err);
-                goto end;
-            }
-            vtext = built;
-        }
-        rc = bert_model_create_scratch(&s->o.shape, vtext, vlen, s->o.do_lower_case, s->n_labels,
-                                       (const char *const *)s->labels, s->o.t.loop.seed, &m, err);
-        free(built);
-        if (rc != SM_OK) {
-            rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot create the model: %s", err);
-            goto end;
-        }
-        if (!s->ds && (rc = tokenize_kept(s, m, &errmsg)) != SQLITE_OK) goto end;
-    } else {
-        if ((rc = bert_model_clone(s->base->bert, &m, err)) != SM_OK ||
-            (rc = trainer_prepare_head(m, s->n_labels, (const char *const *)s->labels,
-                                       s->o.t.loop.seed, &kept, err)) != SM_OK) {
-            rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN,
-                         "cannot prepare base model '%s': %s", s->o.base, err);
-            goto end;
-        }
+        if ((rc = scratch_model(s, &t->m, errmsg)) != SQLITE_OK) return rc;
+        if (!s->ds && (rc = tokenize_kept(s, t->m, errmsg)) != SQLITE_OK) return rc;
+    } else if ((rc = bert_model_clone(s->base->bert, &t->m, err)) != SM_OK ||
+               (rc = trainer_prepare_head(t->m, s->n_labels, (const char *const *)s->labels,
+                                          s->o.t.loop.seed, &t->kept, err)) != SM_OK) {
+        return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot prepare base model '%s': %s",
+                       s->o.base, err);
     }
-    if (s->o.t.loop.epochs == 0 && !kept) {
-        rc = sx_fail(&errmsg, SQLITE_ERROR, TRAIN_FN,
-                     "option 'epochs' 0 keeps the base's encoder and head, but base '%s' has no "
-                     "head for these %d labels; train the encoder too (epochs >= 1)",
-                     s->o.base, s->n_labels);
-        goto end;
-    }
-    /* order: the classes as stored; the head is trained in dataset order */
-    order = sqlite3_malloc64((sqlite3_uint64)s->n_labels * sizeof *order);
-    if (!order) goto nomem;
-    if (kept) {
-        /* the base's order, copied: bert_model_permute_head replaces id2label */
-        for (int i = 0; i < s->n_labels; i++) order[i] = NULL;
-        for (int i = 0; i < s->n_labels; i++) {
-            order[i] = sqlite3_mprintf("%s", m->cfg.id2label[i]);
-            if (!order[i]) goto nomem;
-        }
-        if ((rc = bert_model_permute_head(m, (const char *const *)s->labels, err)) != SM_OK) {
-            rc = sx_from_sm(rc, TRAIN_FN, err, &errmsg);
-            goto end;
-        }
-    } else {
-        for (int i = 0; i < s->n_labels; i++) order[i] = NULL;
-        for (int i = 0; i < s->n_labels; i++) {
-            order[i] = sqlite3_mprintf("%s", s->labels[i]);
-            if (!order[i]) goto nomem;
-        }
-        qsort(order, (size_t)s->n_labels, sizeof *order,
-              s->all_int ? cmp_label_int : cmp_label_text);
-    }
+    if (s->o.t.loop.epochs == 0 && !t->kept)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "option 'epochs' 0 keeps the base's encoder and head, but base '%s' has "
+                       "no head for these %d labels; train the encoder too (epochs >= 1)",
+                       s->o.base, s->n_labels);
+    return SQLITE_OK;
+}
 
-    /* Train. */
-    {
-        trainer_options t = s->o.t;
-        t.loop.max_length = s->max_len;
-        if (!s->o.lr_given && !s->o.none && !kept) {
-            s->o.t.loop.lr = fresh_head_encoder_lr(m->cfg.hidden_size);
-            t.loop.lr = s->o.t.loop.lr;
-        }
-        t.loop.head_lr = s->head_lr = train_head_lr(&s->o, kept);
-        t.loop.interrupt = on_interrupt;
-        t.progress = on_progress;
-        t.loop.user = s;
-        s->progress_on = s->c->progress == SX_PROGRESS_ON ||
-                         (s->c->progress == SX_PROGRESS_AUTO && isatty(2));
-        s->progress_last = now_s();
-        s->status = sx_train_status_begin(s->name, s->o.base, (int64_t)s->rows);
-        rc = t.loop.epochs ? trainer_run(m, s->c->be, s->ds, &t, &res, err)
-                           : split_only(s, &t, &res, err);
-        sx_train_status_end(s->status);
-        s->status = NULL;
-        if (s->progress_on) {
-            fprintf(stderr, "\r%*s\r", 100, "");
-            fflush(stderr);
-        }
-        if (rc == SM_ERR_INTERRUPTED && s->log_failed) { /* on_progress stopped it */
-            rc = sx_fail(&errmsg, SQLITE_NOMEM, TRAIN_FN,
-                         "out of memory for the training log; nothing was stored");
-            goto end;
-        }
-        if (rc != SM_OK) {
-            rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "%s; nothing was stored", err);
-            goto end;
-        }
+/* t->order, the classes as stored: a kept head's in the base's order (the
+ * head's rows then go into dataset order for training:
+ * bert_model_permute_head replaces id2label, so the order is copied
+ * first), else the labels sorted (numerically when all were INTEGERs). */
+static int stored_order(tr_state *s, tr_made *t, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    int rc;
+    t->order = sqlite3_malloc64((sqlite3_uint64)s->n_labels * sizeof *t->order);
+    if (!t->order) return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
+    for (int i = 0; i < s->n_labels; i++) t->order[i] = NULL;
+    for (int i = 0; i < s->n_labels; i++) {
+        t->order[i] = sqlite3_mprintf("%s", t->kept ? t->m->cfg.id2label[i] : s->labels[i]);
+        if (!t->order[i]) return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
     }
-    /* The wide part: fitted (option "wide"), dropped ("wide": false), or
-     * the base's kept as it is */
+    if (!t->kept) {
+        qsort(t->order, (size_t)s->n_labels, sizeof *t->order,
+              s->all_int ? cmp_label_int : cmp_label_text);
+        return SQLITE_OK;
+    }
+    if ((rc = bert_model_permute_head(t->m, (const char *const *)s->labels, err)) != SM_OK)
+        return sx_from_sm(rc, TRAIN_FN, err, errmsg);
+    return SQLITE_OK;
+}
+
+/* Trains the model (or, with "epochs": 0, only splits the rows) with the
+ * learning rates for its head, progress on stderr and in
+ * sentiment_training, the log rows in s->log. */
+static int run_training(tr_state *s, tr_made *t, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    trainer_options o = s->o.t;
+    int rc;
+    o.loop.max_length = s->max_len;
+    if (!s->o.lr_given && !s->o.none && !t->kept) {
+        s->o.t.loop.lr = fresh_head_encoder_lr(t->m->cfg.hidden_size);
+        o.loop.lr = s->o.t.loop.lr;
+    }
+    o.loop.head_lr = s->head_lr = train_head_lr(&s->o, t->kept);
+    o.loop.interrupt = on_interrupt;
+    o.progress = on_progress;
+    o.loop.user = s;
+    s->progress_on = s->c->progress == SX_PROGRESS_ON ||
+                     (s->c->progress == SX_PROGRESS_AUTO && isatty(2));
+    s->progress_last = now_s();
+    s->status = sx_train_status_begin(s->name, s->o.base, (int64_t)s->rows);
+    rc = o.loop.epochs ? trainer_run(t->m, s->c->be, s->ds, &o, &t->res, err)
+                       : split_only(s, &o, &t->res, err);
+    sx_train_status_end(s->status);
+    s->status = NULL;
+    if (s->progress_on) {
+        fprintf(stderr, "\r%*s\r", 100, "");
+        fflush(stderr);
+    }
+    if (rc == SM_ERR_INTERRUPTED && s->log_failed) /* on_progress stopped it */
+        return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN,
+                       "out of memory for the training log; nothing was stored");
+    if (rc != SM_OK)
+        return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "%s; nothing was stored", err);
+    return SQLITE_OK;
+}
+
+/* The wide part: fitted (option "wide"), dropped ("wide": false), or the
+ * base's kept as it is. */
+static int fit_wide_part(tr_state *s, tr_made *t, char **errmsg)
+{
+    bert_model *m = t->m;
     if (s->o.wide == 0 && m->wide) {
         wide_part_free(m->wide);
         m->wide = NULL;
         m->cfg.wide.set = 0;
     }
-    if (s->o.wide == 1) {
-        sx_wide_rows wr = {s->texts, s->text_end, s->text_label, (int)s->rows};
-        if ((rc = sx_train_fit_wide(&s->o, &wr, s->max_len, m, s->c->be, on_interrupt, s,
-                                    &s->wide, &errmsg)) != SQLITE_OK)
-            goto end;
-    }
-    if (s->o.int8_check) {
-        sx_wide_rows wr = {s->texts, s->text_end, s->text_label, (int)s->rows};
-        if ((rc = sx_train_check_int8(&s->o, &wr, s->max_len, m, s->c->threads, on_interrupt, s,
-                                      s->int8_why, sizeof s->int8_why, &errmsg)) != SQLITE_OK)
-            goto end;
-    } else {
-        m->cfg.int8_check.set = 0;
-        snprintf(s->int8_why, sizeof s->int8_why, "not checked (\"int8_check\": false)");
-    }
-    if ((rc = bert_model_permute_head(m, (const char *const *)order, err)) != SM_OK) {
-        rc = sx_from_sm(rc, TRAIN_FN, err, &errmsg);
-        goto end;
-    }
-
-    /* Store: the model and its log in one savepoint. */
-    if ((rc = bert_config_to_json(&m->cfg, &config, err)) != SM_OK ||
-        (rc = bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err)) != SM_OK ||
-        (rc = bert_model_tokenizer_file(m, &tok_name, &tok, &tok_len, err)) != SM_OK) {
-        rc = sx_fail(&errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot serialise the model: %s", err);
-        goto end;
-    }
-    {
-        sqlite3_str *j = sqlite3_str_new(NULL);
-        sqlite3_str_appendchar(j, 1, '[');
-        for (int i = 0; i < m->cfg.num_labels; i++) {
-            if (i) sqlite3_str_appendchar(j, 1, ',');
-            sx_json_string(j, m->cfg.id2label[i]);
-        }
-        sqlite3_str_appendchar(j, 1, ']');
-        labels_js = sqlite3_str_finish(j);
-    }
-    metrics = report_json(s, 0, kept, &m->cfg, &res);
-    if (!labels_js || !metrics) goto nomem;
-    if (on_interrupt(s)) {
-        rc = sx_fail(&errmsg, SQLITE_INTERRUPT, TRAIN_FN, "interrupted; nothing was stored");
-        goto end;
-    }
-    rc = store_model(s, config, tok_name, tok, tok_len, labels_js, metrics, weights, weights_len,
-                     kept, &m->cfg, &res, &version, &report, &errmsg);
-    if (rc != SQLITE_OK) {
-        /* Trained but not stored: keep the model on this connection. */
-        char *reason = errmsg, *inner = NULL;
-        errmsg = NULL;
-        if (sx_model_register_memory(s->c, TRAIN_FN, s->name, &m, &inner) == SQLITE_OK) {
-            /* the name inside an SQL string literal ('' for '): sx_fail's
-             * format is checked as printf's, which has no %q */
-            char *quoted = sqlite3_mprintf("%q", s->name);
-            rc = sx_fail(&errmsg, rc, TRAIN_FN,
-                         "model '%s' trained but not stored: %s; it is usable on this "
-                         "connection as '%s' (source 'memory' in sentiment_models) until the "
-                         "connection closes; store it with SELECT sentiment_save('%s')",
-                         s->name, reason ? reason : "out of memory", s->name,
-                         quoted ? quoted : s->name);
-            sqlite3_free(quoted);
-        } else
-            rc = sx_fail(&errmsg, rc, TRAIN_FN,
-                         "model '%s' trained but not stored: %s; it could not be kept in "
-                         "memory either: %s",
-                         s->name, reason ? reason : "out of memory",
-                         inner ? inner : "out of memory");
-        sqlite3_free(reason);
-        sqlite3_free(inner);
-        goto end;
-    }
-    sx_model_drop_memory(s->c, s->name); /* a stored version replaces it */
-    goto end;
-nomem:
-    sx_fail(&errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
-end:
-    if (s && !s->failed) {
-        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-        else if (report) {
-            /* handed over, not copied: nothing can fail after the commit */
-            sx_result_json(ctx, report);
-            report = NULL;
-        }
-        else sqlite3_result_error_nomem(ctx);
-    }
-    if (order)
-        for (int i = 0; i < (s ? s->n_labels : 0); i++) sqlite3_free(order[i]);
-    sqlite3_free(order);
-    sqlite3_free(errmsg);
-    sqlite3_free(labels_js);
-    sqlite3_free(metrics);
-    sqlite3_free(report);
-    free(config);
-    free(tok);
-    free(weights);
-    trainer_result_free(&res);
-    bert_model_free(m);
-    state_free(s);
-    if (pp) *pp = NULL;
+    if (s->o.wide != 1) return SQLITE_OK;
+    sx_wide_rows wr = {s->texts, s->text_end, s->text_label, (int)s->rows};
+    return sx_train_fit_wide(&s->o, &wr, s->max_len, m, s->c->be, on_interrupt, s, &s->wide,
+                             errmsg);
 }
 
-/* ---- sentiment_use(name, version) ---------------------------------------- */
-
-static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+/* The INT8 check of the validation rows (option "int8_check"), or its
+ * absence said in the report. */
+static int check_int8(tr_state *s, tr_made *t, char **errmsg)
 {
-    sx_conn *c = sqlite3_user_data(ctx);
-    const char *fn = "sentiment_use()";
-    char *errmsg = NULL;
-    const char *name;
-    sx_store_ref ref;
-    int64_t want, version = 0;
+    if (!s->o.int8_check) {
+        t->m->cfg.int8_check.set = 0;
+        snprintf(s->int8_why, sizeof s->int8_why, "not checked (\"int8_check\": false)");
+        return SQLITE_OK;
+    }
+    sx_wide_rows wr = {s->texts, s->text_end, s->text_label, (int)s->rows};
+    return sx_train_check_int8(&s->o, &wr, s->max_len, t->m, s->c->threads, on_interrupt, s,
+                               s->int8_why, sizeof s->int8_why, errmsg);
+}
+
+/* The head's rows back in the stored order (t->order). */
+static int head_in_stored_order(tr_made *t, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    int rc = bert_model_permute_head(t->m, (const char *const *)t->order, err);
+    return rc != SM_OK ? sx_from_sm(rc, TRAIN_FN, err, errmsg) : SQLITE_OK;
+}
+
+/* The model as the store keeps it: config.json, safetensors, its
+ * tokenizer file, the classes as JSON and the metrics. */
+static int serialise_model(tr_state *s, tr_made *t, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    bert_model *m = t->m;
     int rc;
-    (void)argc;
+    if ((rc = bert_config_to_json(&m->cfg, &t->config, err)) != SM_OK ||
+        (rc = bert_model_save_safetensors(m, ST_F32, &t->weights, &t->weights_len, err)) !=
+            SM_OK ||
+        (rc = bert_model_tokenizer_file(m, &t->tok_name, &t->tok, &t->tok_len, err)) != SM_OK)
+        return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot serialise the model: %s",
+                       err);
+    sqlite3_str *j = sqlite3_str_new(NULL);
+    json_strings(j, m->cfg.id2label, m->cfg.num_labels);
+    t->labels_js = sqlite3_str_finish(j);
+    t->metrics = report_json(s, 0, t->kept, &m->cfg, &t->res);
+    if (!t->labels_js || !t->metrics)
+        return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
+    return SQLITE_OK;
+}
 
-    if (sx_admin_refused(ctx, c, fn)) return;
+/* Stores the model (unless interrupted first), replacing one kept in
+ * memory under its name; when it cannot be stored, keeps it on this
+ * connection instead (t->m handed over) and says so. */
+static int store_or_keep(tr_state *s, tr_made *t, char **errmsg)
+{
+    if (on_interrupt(s))
+        return sx_fail(errmsg, SQLITE_INTERRUPT, TRAIN_FN, "interrupted; nothing was stored");
+    int rc = store_model(s, t, errmsg);
+    if (rc == SQLITE_OK) {
+        sx_model_drop_memory(s->c, s->name); /* a stored version replaces it */
+        return SQLITE_OK;
+    }
+    /* Trained but not stored: keep the model on this connection. */
+    char *reason = *errmsg, *inner = NULL;
+    *errmsg = NULL;
+    if (sx_model_register_memory(s->c, TRAIN_FN, s->name, &t->m, &inner) == SQLITE_OK) {
+        /* the name inside an SQL string literal ('' for '): sx_fail's
+         * format is checked as printf's, which has no %q */
+        char *quoted = sqlite3_mprintf("%q", s->name);
+        rc = sx_fail(errmsg, rc, TRAIN_FN,
+                     "model '%s' trained but not stored: %s; it is usable on this "
+                     "connection as '%s' (source 'memory' in sentiment_models) until the "
+                     "connection closes; store it with SELECT sentiment_save('%s')",
+                     s->name, reason ? reason : "out of memory", s->name,
+                     quoted ? quoted : s->name);
+        sqlite3_free(quoted);
+    } else
+        rc = sx_fail(errmsg, rc, TRAIN_FN,
+                     "model '%s' trained but not stored: %s; it could not be kept in "
+                     "memory either: %s",
+                     s->name, reason ? reason : "out of memory", inner ? inner : "out of memory");
+    sqlite3_free(reason);
+    sqlite3_free(inner);
+    return rc;
+}
 
-    if (sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
-        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
-                     "expected a stored model name (TEXT) as the first argument");
-        goto end;
+/* ---- the final step ----------------------------------------------------- */
+
+static void train_final(sqlite3_context *ctx)
+{
+    tr_state **pp = sqlite3_aggregate_context(ctx, 0);
+    tr_state *s = pp ? *pp : NULL;
+    char *errmsg = NULL;
+    tr_made t;
+
+    if (!s) {
+        sqlite3_result_error(ctx, "train(): no rows; need at least 8 rows with text and label",
+                             -1);
+        return;
     }
-    if ((rc = sx_arg_name(argv[0], fn, "model name", &name, &errmsg)) != SQLITE_OK) goto end;
-    if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
-        rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
-                     "expected a version number (INTEGER >= 1) as the second argument");
-        goto end;
+    memset(&t, 0, sizeof t);
+    if (!s->failed) { /* else the error is already the statement's */
+        int rc = check_rows_read(s, &errmsg);
+        if (rc == SQLITE_OK) rc = sx_engine_backend(s->c, TRAIN_FN, &errmsg);
+        if (rc == SQLITE_OK) rc = map_labels(s, &errmsg);
+        if (rc == SQLITE_OK) rc = prepare_model(s, &t, &errmsg);
+        if (rc == SQLITE_OK) rc = stored_order(s, &t, &errmsg);
+        if (rc == SQLITE_OK) rc = run_training(s, &t, &errmsg);
+        if (rc == SQLITE_OK) rc = fit_wide_part(s, &t, &errmsg);
+        if (rc == SQLITE_OK) rc = check_int8(s, &t, &errmsg);
+        if (rc == SQLITE_OK) rc = head_in_stored_order(&t, &errmsg);
+        if (rc == SQLITE_OK) rc = serialise_model(s, &t, &errmsg);
+        if (rc == SQLITE_OK) rc = store_or_keep(s, &t, &errmsg);
+        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+        else if (t.report) {
+            /* handed over, not copied: nothing can fail after the commit */
+            sx_result_json(ctx, t.report);
+            t.report = NULL;
+        } else sqlite3_result_error_nomem(ctx);
     }
-    want = sqlite3_value_int64(argv[1]);
-    rc = sx_store_find_row(c->db, name, want, &ref, &errmsg);
-    if (rc == SQLITE_NOTFOUND) {
-        if (sx_store_find_row(c->db, name, 0, &ref, &errmsg) == SQLITE_OK)
-            rc = sx_fail(&errmsg, rc, fn, "no version %lld of model '%s'; the latest is %lld",
-                         (long long)want, name, (long long)ref.version);
-        else /* a read error here says less than this */
-            rc = sx_fail(&errmsg, rc, fn, "no model named '%s' is stored in this database", name);
-        goto end;
-    }
-    if (rc != SQLITE_OK) {
-        if (errmsg) rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
-        goto end;
-    }
-    if (sqlite3_db_readonly(c->db, "main") == 1) {
-        rc = sx_fail(&errmsg, SQLITE_READONLY, fn, "the database is read-only");
-        goto end;
-    }
-    /* Load (and so verify) the version before it becomes current, inside
-     * the savepoint that copies it, so what is copied is what was read. */
-    {
-        sx_store_txn t;
-        char what[SX_NAME_MAX + 16];
-        snprintf(what, sizeof what, "model '%s'", name);
-        if ((rc = sx_store_txn_begin(c->db, &t, "sentiment_use", &errmsg)) != SQLITE_OK) {
-            rc = sx_fail(&errmsg, rc, fn, "cannot store model '%s': %s", name, errmsg);
-            goto end;
-        }
-        sx_model *m = NULL;
-        rc = sx_model_acquire_stored(c, fn, name, want, &m, &errmsg);
-        if (rc == SQLITE_OK) rc = sx_store_copy(c->db, name, want, &version, &errmsg);
-        sx_registry_release(m);
-        rc = sx_store_txn_end(c->db, &t, rc, what, &errmsg);
-        if (rc != SQLITE_OK) {
-            version = 0;
-            if (errmsg && strncmp(errmsg, fn, strlen(fn)))
-                rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
-        }
-    }
-end:
-    if (rc == SQLITE_OK) sqlite3_result_int64(ctx, version);
-    else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-    else sqlite3_result_error_nomem(ctx);
     sqlite3_free(errmsg);
+    made_free(&t, s->n_labels);
+    state_free(s);
+    *pp = NULL;
 }
 
 int sx_register_training(sqlite3 *db, sx_conn *c)
@@ -1287,11 +1291,6 @@ int sx_register_training(sqlite3 *db, sx_conn *c)
         rc = sqlite3_create_function_v2(db, "train", 4,
                                         SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS, c,
                                         NULL, train_step, train_final, sx_conn_unref);
-    }
-    if (rc == SQLITE_OK) {
-        sx_conn_ref(c);
-        rc = sqlite3_create_function_v2(db, "sentiment_use", 2, SQLITE_UTF8 | SQLITE_DIRECTONLY,
-                                        c, fn_use, NULL, NULL, sx_conn_unref);
     }
     if (rc == SQLITE_OK) rc = sx_register_evaluate(db, c);
     if (rc == SQLITE_OK) rc = sx_register_train_status(db, c);

@@ -194,15 +194,11 @@ nomem:
     return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
 }
 
-int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
-{
-    json_in_error jerr;
-    json_in_doc *doc = NULL;
-    const json_in_value *root = NULL, *v;
-    const char *key;
-    char got[64];
-    int rc = SQLITE_OK;
+/* ---- sx_train_options_parse's steps ------------------------------------- */
 
+/* *o cleared, then every option's default. */
+static void set_defaults(sx_train_options *o)
+{
     memset(o, 0, sizeof *o);
     snprintf(o->base, sizeof o->base, "default");
     trainer_options_default(&o->t);
@@ -214,156 +210,192 @@ int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
     o->wide = -1;
     o->int8_check = 1;
     sm_wide_config_default(&o->wide_cfg);
-    if (!text) return SQLITE_OK;
-    if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) {
-        rc = sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory parsing the options");
-        goto end;
-    }
-    root = json_in_root(doc);
-    if (!json_in_is(root, JSON_IN_OBJECT)) {
-        /* the user's own text, shown whole characters only: an error
-         * message is UTF-8 */
-        size_t tl = strlen(text), cut = tl > 80 ? 80 : tl;
-        int valid = json_in_utf8_valid(text, tl);
-        while (valid && cut < tl && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
-        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
-                     "options must be a JSON object, e.g. '{\"epochs\":3}'; got %s%.*s%s%s%s",
-                     valid ? "'" : "text that is not valid UTF-8", valid ? (int)cut : 0, text,
-                     valid ? (cut < tl ? "...'" : "'") : "", root ? "" : ": ",
-                     root ? "" : jerr.reason);
-        goto end;
-    }
-    /* base first: the "none"-only options depend on it */
-    v = json_in_get(root, "base");
-    if (v) {
-        if (!json_in_is(v, JSON_IN_STRING) || !v->n || v->n >= sizeof o->base) {
-            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "option 'base' must be %s",
-                         k_opts[0].expect);
-            goto end;
-        }
-        snprintf(o->base, sizeof o->base, "%s", v->str);
-        o->none = !strcmp(o->base, "none");
-        if (o->none) o->t.loop.lr = 5e-4f;
-    }
-    for (size_t m = 0; m < root->n; m++) {
-        int i;
-        double x = 0;
-        key = root->members[m].key;
-        v = &root->members[m].value;
-        for (i = 0; i < N_OPTS; i++)
-            if (!strcmp(k_opts[i].name, key)) break;
-        if (i == N_OPTS) {
-            char *known = known_options();
-            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "unknown option '%s'; known: %s", key,
+}
+
+/* The error for options that are not a JSON object: the user's own text,
+ * shown whole characters only (an error message is UTF-8), and why it
+ * does not parse (root NULL). */
+static int not_an_object(const char *text, const json_in_value *root, const json_in_error *jerr,
+                         char **errmsg)
+{
+    size_t tl = strlen(text), cut = tl > 80 ? 80 : tl;
+    int valid = json_in_utf8_valid(text, tl);
+    while (valid && cut < tl && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
+    return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                   "options must be a JSON object, e.g. '{\"epochs\":3}'; got %s%.*s%s%s%s",
+                   valid ? "'" : "text that is not valid UTF-8", valid ? (int)cut : 0, text,
+                   valid ? (cut < tl ? "...'" : "'") : "", root ? "" : ": ",
+                   root ? "" : jerr->reason);
+}
+
+/* Option "base", read first: the "none"-only options depend on it. */
+static int read_base(const json_in_value *root, sx_train_options *o, char **errmsg)
+{
+    const json_in_value *v = json_in_get(root, "base");
+    if (!v) return SQLITE_OK;
+    if (!json_in_is(v, JSON_IN_STRING) || !v->n || v->n >= sizeof o->base)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "option 'base' must be %s",
+                       k_opts[0].expect);
+    snprintf(o->base, sizeof o->base, "%s", v->str);
+    o->none = !strcmp(o->base, "none");
+    if (o->none) o->t.loop.lr = 5e-4f;
+    return SQLITE_OK;
+}
+
+/* Option key's row of k_opts in *i, or the error for a key that is unknown
+ * or applies only to a model from scratch. */
+static int find_option(const char *key, const sx_train_options *o, int *i, char **errmsg)
+{
+    for (*i = 0; *i < N_OPTS; (*i)++)
+        if (!strcmp(k_opts[*i].name, key)) break;
+    if (*i == N_OPTS) {
+        char *known = known_options();
+        int rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "unknown option '%s'; known: %s", key,
                          known ? known : "");
-            sqlite3_free(known);
-            goto end;
-        }
-        if (i == 0) continue;
-        if (k_opts[i].none_only && !o->none) {
-            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
-                         "option '%s' applies only when training from scratch "
-                         "(\"base\": \"none\")",
-                         key);
-            goto end;
-        }
-        switch (k_opts[i].kind) {
-        case OK_INT:
-            if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int) goto bad;
-            x = (double)v->i;
-            if (x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
-            break;
-        case OK_NUM:
-            if (!json_in_is(v, JSON_IN_NUMBER)) goto bad;
-            x = v->d;
-            if (!isfinite(x) || x < k_opts[i].lo || x > k_opts[i].hi) goto bad;
-            /* open ends */
-            if ((!strcmp(key, "lr") || !strcmp(key, "head_lr")) && (x <= 0 || x >= 1)) goto bad;
-            if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && x >= 1) goto bad;
-            break;
-        case OK_STR:
-            if (!json_in_is(v, JSON_IN_STRING) || !v->n) goto bad;
-            break;
-        case OK_BOOL:
-            if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE)) goto bad;
-            x = json_in_is(v, JSON_IN_TRUE);
-            break;
-        case OK_OBJ:
-            if (!json_in_is(v, JSON_IN_OBJECT)) goto bad;
-            break;
-        case OK_WIDE:
-            if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE) &&
-                !json_in_is(v, JSON_IN_OBJECT))
-                goto bad;
-            x = !json_in_is(v, JSON_IN_FALSE);
-            break;
-        }
-        if (!strcmp(key, "epochs")) o->t.loop.epochs = (int)x;
-        else if (!strcmp(key, "lr")) { o->t.loop.lr = (float)x; o->lr_given = 1; }
-        else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
-        else if (!strcmp(key, "batch_size")) o->t.loop.batch_size = (int)x;
-        else if (!strcmp(key, "accumulation")) o->t.loop.accumulation = (int)x;
-        else if (!strcmp(key, "max_length")) o->max_length = (int)x;
-        else if (!strcmp(key, "valid_fraction")) o->t.loop.valid_fraction = (float)x;
-        else if (!strcmp(key, "seed")) o->t.loop.seed = (uint64_t)v->i;
-        else if (!strcmp(key, "weight_decay")) o->t.loop.weight_decay = (float)x;
-        else if (!strcmp(key, "warmup_ratio")) o->t.loop.warmup_ratio = (float)x;
-        else if (!strcmp(key, "grad_clip")) o->t.loop.grad_clip = (float)x;
-        else if (!strcmp(key, "dropout")) o->t.loop.dropout = (float)x;
-        else if (!strcmp(key, "group_by_length")) o->t.loop.group_by_length = (int)x;
-        else if (!strcmp(key, "int8_check")) o->int8_check = (int)x;
-        else if (!strcmp(key, "layers")) o->shape.layers = (int)x;
-        else if (!strcmp(key, "hidden")) o->shape.hidden = (int)x;
-        else if (!strcmp(key, "heads")) o->shape.heads = (int)x;
-        else if (!strcmp(key, "intermediate")) o->shape.intermediate = (int)x;
-        else if (!strcmp(key, "do_lower_case")) o->do_lower_case = (int)x;
-        else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
-        else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
-        else if (!strcmp(key, "labels")) {
-            if ((rc = parse_label_map(v, o, errmsg)) != SQLITE_OK) goto end;
-        }
-        else if (!strcmp(key, "wide")) {
-            o->wide = (int)x;
-            if (json_in_is(v, JSON_IN_OBJECT) && (rc = parse_wide(v, o, errmsg)) != SQLITE_OK)
-                goto end;
-        }
-        else if (!strcmp(key, "vocab")) {
-            o->vocab_path = sqlite3_mprintf("%s", v->str);
-            if (!o->vocab_path) {
-                rc = sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
-                goto end;
-            }
-        }
-        continue;
-    bad:
-        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "option '%s' must be %s; got %s", key,
-                     k_opts[i].expect, json_in_describe(v, got, sizeof got));
-        goto end;
+        sqlite3_free(known);
+        return rc;
     }
-    if (o->t.loop.epochs == 0 && (o->wide != 1 || o->none)) {
-        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
-                     "option 'epochs' 0 trains no encoder: it needs \"wide\" and a base "
-                     "model, to fit only the wide part");
-        goto end;
+    if (k_opts[*i].none_only && !o->none)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "option '%s' applies only when training from scratch "
+                       "(\"base\": \"none\")",
+                       key);
+    return SQLITE_OK;
+}
+
+/* 1 when v is what option i (named key) accepts, its kind and range, with
+ * its number (1/0 for a boolean, 0 for a string or an object) in *x. */
+static int value_fits(int i, const char *key, const json_in_value *v, double *x)
+{
+    *x = 0;
+    switch (k_opts[i].kind) {
+    case OK_INT:
+        if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int) return 0;
+        *x = (double)v->i;
+        return *x >= k_opts[i].lo && *x <= k_opts[i].hi;
+    case OK_NUM:
+        if (!json_in_is(v, JSON_IN_NUMBER)) return 0;
+        *x = v->d;
+        if (!isfinite(*x) || *x < k_opts[i].lo || *x > k_opts[i].hi) return 0;
+        /* open ends */
+        if ((!strcmp(key, "lr") || !strcmp(key, "head_lr")) && (*x <= 0 || *x >= 1)) return 0;
+        if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && *x >= 1) return 0;
+        return 1;
+    case OK_STR:
+        return json_in_is(v, JSON_IN_STRING) && v->n;
+    case OK_BOOL:
+        if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE)) return 0;
+        *x = json_in_is(v, JSON_IN_TRUE);
+        return 1;
+    case OK_OBJ:
+        return json_in_is(v, JSON_IN_OBJECT);
+    case OK_WIDE:
+        if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE) &&
+            !json_in_is(v, JSON_IN_OBJECT))
+            return 0;
+        *x = !json_in_is(v, JSON_IN_FALSE);
+        return 1;
     }
-    if (o->t.loop.accumulation > o->t.loop.batch_size) {
-        rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
-                     "option 'accumulation' (%d) must not exceed batch_size (%d)",
-                     o->t.loop.accumulation, o->t.loop.batch_size);
-        goto end;
+    return 1;
+}
+
+/* Sets option key to v, whose number is x. */
+static int apply_option(const char *key, const json_in_value *v, double x, sx_train_options *o,
+                        char **errmsg)
+{
+    if (!strcmp(key, "epochs")) o->t.loop.epochs = (int)x;
+    else if (!strcmp(key, "lr")) { o->t.loop.lr = (float)x; o->lr_given = 1; }
+    else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
+    else if (!strcmp(key, "batch_size")) o->t.loop.batch_size = (int)x;
+    else if (!strcmp(key, "accumulation")) o->t.loop.accumulation = (int)x;
+    else if (!strcmp(key, "max_length")) o->max_length = (int)x;
+    else if (!strcmp(key, "valid_fraction")) o->t.loop.valid_fraction = (float)x;
+    else if (!strcmp(key, "seed")) o->t.loop.seed = (uint64_t)v->i;
+    else if (!strcmp(key, "weight_decay")) o->t.loop.weight_decay = (float)x;
+    else if (!strcmp(key, "warmup_ratio")) o->t.loop.warmup_ratio = (float)x;
+    else if (!strcmp(key, "grad_clip")) o->t.loop.grad_clip = (float)x;
+    else if (!strcmp(key, "dropout")) o->t.loop.dropout = (float)x;
+    else if (!strcmp(key, "group_by_length")) o->t.loop.group_by_length = (int)x;
+    else if (!strcmp(key, "int8_check")) o->int8_check = (int)x;
+    else if (!strcmp(key, "layers")) o->shape.layers = (int)x;
+    else if (!strcmp(key, "hidden")) o->shape.hidden = (int)x;
+    else if (!strcmp(key, "heads")) o->shape.heads = (int)x;
+    else if (!strcmp(key, "intermediate")) o->shape.intermediate = (int)x;
+    else if (!strcmp(key, "do_lower_case")) o->do_lower_case = (int)x;
+    else if (!strcmp(key, "vocab_min_count")) o->vocab_min_count = (int)x;
+    else if (!strcmp(key, "vocab_size")) o->vocab_size = (int)x;
+    else if (!strcmp(key, "labels")) return parse_label_map(v, o, errmsg);
+    else if (!strcmp(key, "wide")) {
+        o->wide = (int)x;
+        if (json_in_is(v, JSON_IN_OBJECT)) return parse_wide(v, o, errmsg);
     }
-    if (o->none) {
-        if (o->shape.hidden % o->shape.heads) {
-            rc = sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
-                         "option 'hidden' (%d) must be a multiple of 'heads' (%d)",
-                         o->shape.hidden, o->shape.heads);
-            goto end;
-        }
-        if (!o->shape.intermediate) o->shape.intermediate = 4 * o->shape.hidden;
-        if (o->max_length) o->shape.max_length = o->max_length;
-        o->max_length = o->shape.max_length;
+    else if (!strcmp(key, "vocab")) {
+        o->vocab_path = sqlite3_mprintf("%s", v->str);
+        if (!o->vocab_path) return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
     }
-end:
+    return SQLITE_OK;
+}
+
+/* Every member of the options object but "base", in order: found, checked
+ * and set. */
+static int read_options(const json_in_value *root, sx_train_options *o, char **errmsg)
+{
+    char got[64];
+    for (size_t m = 0; m < root->n; m++) {
+        const char *key = root->members[m].key;
+        const json_in_value *v = &root->members[m].value;
+        double x;
+        int i, rc;
+        if ((rc = find_option(key, o, &i, errmsg)) != SQLITE_OK) return rc;
+        if (i == 0) continue; /* base: read_base */
+        if (!value_fits(i, key, v, &x))
+            return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN, "option '%s' must be %s; got %s", key,
+                           k_opts[i].expect, json_in_describe(v, got, sizeof got));
+        if ((rc = apply_option(key, v, x, o, errmsg)) != SQLITE_OK) return rc;
+    }
+    return SQLITE_OK;
+}
+
+/* What no single option says: "epochs" 0 needs "wide" and a base,
+ * accumulation at most batch_size, heads dividing hidden; then the shape
+ * of a model from scratch completed (intermediate, max_length). */
+static int check_and_complete(sx_train_options *o, char **errmsg)
+{
+    if (o->t.loop.epochs == 0 && (o->wide != 1 || o->none))
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "option 'epochs' 0 trains no encoder: it needs \"wide\" and a base "
+                       "model, to fit only the wide part");
+    if (o->t.loop.accumulation > o->t.loop.batch_size)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "option 'accumulation' (%d) must not exceed batch_size (%d)",
+                       o->t.loop.accumulation, o->t.loop.batch_size);
+    if (!o->none) return SQLITE_OK;
+    if (o->shape.hidden % o->shape.heads)
+        return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
+                       "option 'hidden' (%d) must be a multiple of 'heads' (%d)",
+                       o->shape.hidden, o->shape.heads);
+    if (!o->shape.intermediate) o->shape.intermediate = 4 * o->shape.hidden;
+    if (o->max_length) o->shape.max_length = o->max_length;
+    o->max_length = o->shape.max_length;
+    return SQLITE_OK;
+}
+
+int sx_train_options_parse(const char *text, sx_train_options *o, char **errmsg)
+{
+    json_in_error jerr;
+    json_in_doc *doc = NULL;
+    const json_in_value *root;
+    int rc;
+
+    set_defaults(o);
+    if (!text) return SQLITE_OK;
+    if (json_in_parse(text, strlen(text), &doc, &jerr) == SM_ERR_NOMEM) /* *doc NULL */
+        return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory parsing the options");
+    root = json_in_root(doc);
+    if (!json_in_is(root, JSON_IN_OBJECT)) rc = not_an_object(text, root, &jerr, errmsg);
+    else if ((rc = read_base(root, o, errmsg)) == SQLITE_OK &&
+             (rc = read_options(root, o, errmsg)) == SQLITE_OK)
+        rc = check_and_complete(o, errmsg);
     json_in_free(doc);
     return rc;
 }

@@ -87,16 +87,9 @@ void growbuf_release(growbuf *g);
         cublasStatus_t s_ = (call);                                                      \
         if (s_ != CUBLAS_STATUS_SUCCESS) return blas_fail((c), s_, #call, __FILE__, __LINE__); \
     } while (0)
-#define LAUNCHED(c, what)                                                  \
-    do {                                                                   \
-        int rc_ = cu_after_launch((c), (what), __FILE__, __LINE__);        \
-        if (rc_) return rc_;                                               \
-    } while (0)
-#define TRY(x)                  \
-    do {                        \
-        int rc_ = (x);          \
-        if (rc_) return rc_;    \
-    } while (0)
+#define LAUNCHED(c, what) TRY(cu_after_launch((c), (what), __FILE__, __LINE__))
+/* A helper's failure (its message already in c->err) is passed up with
+ * errors.h's TRY. */
 /* First line of every op: the context, and this thread on its device. */
 #define ENTER(be)                         \
     cuda_ctx *c = ctx_of(be);             \

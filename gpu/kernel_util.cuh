@@ -1,4 +1,5 @@
-/* kernel_util.cuh: loop shapes and warp reductions shared by the kernels.
+/* kernel_util.cuh: loop shapes, warp reductions and the heads layout's
+ * index (head_index) shared by the kernels.
  *
  * Elementwise kernels are grid-stride loops over size_t indices with grids
  * of at most 2^20 blocks (grid_for); row kernels give one warp to a row,
@@ -40,6 +41,17 @@ __device__ __forceinline__ float warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* Element i of a (B,T,C) tensor, C = H x d: its index in the same tensor
+ * split by heads, (B,H,T,d); its row's b and t in *b and *t. */
+__device__ __forceinline__ size_t head_index(size_t i, int T, int H, int d, size_t *b, size_t *t)
+{
+    size_t C = (size_t)H * d, bt = i / C;
+    int hc = (int)(i - bt * C), h = hc / d, e = hc - h * d;
+    *b = bt / (size_t)T;
+    *t = bt - *b * (size_t)T;
+    return ((*b * H + h) * T + *t) * d + e;
 }
 
 /* lengths[b] clamped to [1, T] as the CPU does; T when lengths is NULL. */

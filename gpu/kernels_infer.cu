@@ -167,23 +167,11 @@ static int cuda_softmax_masked(backend *be, float *att, const int *lengths, int 
 
 /* ---- dropout ----------------------------------------------------------------------- */
 
-/* rng.h's hash, bit for bit. */
-__device__ __forceinline__ unsigned long long dev_mix64(unsigned long long z)
-{
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
+/* rng.h's dropout_keep, the CPU's mask bit for bit. */
 __global__ void k_dropout(float *out, const float *in, size_t n, unsigned thr, float inv,
                           unsigned long long key)
 {
-    GRID_STRIDE(i, n)
-    {
-        unsigned draw = (unsigned)(dev_mix64(key + (unsigned long long)i * 0xD1B54A32D192ED03ull) >> 32);
-        out[i] = draw >= thr ? in[i] * inv : 0.0f;
-    }
+    GRID_STRIDE(i, n) out[i] = dropout_keep(key, i, thr) ? in[i] * inv : 0.0f;
 }
 
 int launch_dropout(cuda_ctx *c, float *out, const float *in, size_t n, float p,
@@ -241,12 +229,10 @@ __global__ void k_split_qkv(float *q, float *k, float *v, const float *qkv, int 
     size_t C3 = 3 * (size_t)C;
     GRID_STRIDE(i, n)
     {
-        size_t bt = i / C3;
-        int j = (int)(i - bt * C3);
-        int which = j / C, hc = j - which * C, h = hc / d, e = hc - h * d;
-        size_t b = bt / (size_t)T, t = bt - b * (size_t)T;
+        size_t bt = i / C3, b, t;
+        int j = (int)(i - bt * C3), which = j / C;
         float *dst = which == 0 ? q : (which == 1 ? k : v);
-        dst[((b * H + h) * T + t) * d + e] = qkv[i];
+        dst[head_index(bt * C + (size_t)(j - which * C), T, H, d, &b, &t)] = qkv[i];
     }
 }
 
@@ -264,14 +250,10 @@ int launch_split_qkv(cuda_ctx *c, float *q, float *k, float *v, const float *qkv
 __global__ void k_split_heads(float *out, const float *in, const int *lengths, int T, int H,
                               int d, size_t n)
 {
-    int C = H * d;
     GRID_STRIDE(i, n)
     {
-        size_t bt = i / (size_t)C;
-        int hc = (int)(i - bt * (size_t)C), h = hc / d, e = hc - h * d;
-        size_t b = bt / (size_t)T, t = bt - b * (size_t)T;
-        float val = (int)t < clamp_len(lengths, (int)b, T) ? in[i] : 0.0f;
-        out[((b * H + h) * T + t) * d + e] = val;
+        size_t b, t, at = head_index(i, T, H, d, &b, &t);
+        out[at] = (int)t < clamp_len(lengths, (int)b, T) ? in[i] : 0.0f;
     }
 }
 
@@ -290,14 +272,10 @@ int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *leng
 __global__ void k_merge_heads(float *out, const float *in, const int *lengths, int T, int H,
                               int d, size_t n)
 {
-    int C = H * d;
     GRID_STRIDE(i, n)
     {
-        size_t bt = i / (size_t)C;
-        int hc = (int)(i - bt * (size_t)C), h = hc / d, e = hc - h * d;
-        size_t b = bt / (size_t)T, t = bt - b * (size_t)T;
-        out[i] = (int)t < clamp_len(lengths, (int)b, T) ? in[((b * H + h) * T + t) * d + e]
-                                                         : 0.0f;
+        size_t b, t, at = head_index(i, T, H, d, &b, &t);
+        out[i] = (int)t < clamp_len(lengths, (int)b, T) ? in[at] : 0.0f;
     }
 }
 

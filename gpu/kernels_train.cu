@@ -312,13 +312,11 @@ __global__ void k_merge_qkv(float *dqkv, const float *dq, const float *dk, const
     size_t C3 = 3 * (size_t)C;
     GRID_STRIDE(i, n)
     {
-        size_t bt = i / C3;
-        int j = (int)(i - bt * C3);
-        int which = j / C, hc = j - which * C, h = hc / d, e = hc - h * d;
-        size_t b = bt / (size_t)T, t = bt - b * (size_t)T;
+        size_t bt = i / C3, b, t;
+        int j = (int)(i - bt * C3), which = j / C;
+        size_t at = head_index(bt * C + (size_t)(j - which * C), T, H, d, &b, &t);
         const float *src = which == 0 ? dq : (which == 1 ? dk : dv);
-        dqkv[i] = (int)t < clamp_len(lengths, (int)b, T) ? src[((b * H + h) * T + t) * d + e]
-                                                          : 0.0f;
+        dqkv[i] = (int)t < clamp_len(lengths, (int)b, T) ? src[at] : 0.0f;
     }
 }
 

@@ -1,4 +1,6 @@
-/* errors.h: the status codes and error-message convention shared by model/.
+/* errors.h: the status codes and error-message convention shared by model/
+ * (and by gpu/, which includes it), and TRY, the one way a failed call is
+ * passed up.
  *
  * Every fallible function returns an int status (SM_OK on success) and, when
  * given a non-NULL `err` buffer of SM_ERR_MAX bytes, writes one line saying what
@@ -26,5 +28,16 @@ enum sm_status {
  * write `return sm_error(err, SM_ERR_FORMAT, "...", ...);`. */
 int sm_error(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Returns from the calling function when `call`, an int status, fails:
+ * TRY(call) with the call's code as it is (its message, if any, being the
+ * call's own); TRY_OR(call, fail) with the expression `fail`, in which rc_
+ * is the call's code (ws_arena.h's TRY_BACKEND adds a message with it). */
+#define TRY_OR(call, fail)      \
+    do {                        \
+        int rc_ = (call);       \
+        if (rc_) return (fail); \
+    } while (0)
+#define TRY(call) TRY_OR(call, rc_)
 
 #endif

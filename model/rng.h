@@ -6,10 +6,16 @@
  * hidden state, so a run repeats to the bit, and the CPU and a GPU draw the
  * same numbers.
  *
- * Dropout: whether element i of a tensor is kept is a pure function of a
- * 64-bit key and i (splitmix64's finaliser), so a backward pass regenerates
- * the mask instead of storing it. Keys are derived from (seed, step, site):
- * every dropout site of every optimizer step gets its own stream.
+ * Element draws: element i of a tensor under a 64-bit key draws
+ * rng_element(key, i) (splitmix64's finaliser of key + i times an odd
+ * constant): dropout (whether element i is kept, so a backward pass
+ * regenerates the mask instead of storing it), the CPU's and the GPU's
+ * alike, and the masked-LM's token choices. Dropout keys are derived from
+ * (seed, step, site): every dropout site of every optimizer step gets its
+ * own stream.
+ *
+ * This file is the only splitmix64: the tests, the benchmarks and the CUDA
+ * kernels draw from it too (RNG_HOST_DEVICE marks what device code calls).
  */
 #ifndef SM_RNG_H
 #define SM_RNG_H
@@ -18,10 +24,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Functions CUDA kernels call too: __host__ __device__ under nvcc. The tests'
+ * CUDA emulator compiles gpu/ as host C++ (its cuda_runtime.h defines
+ * __host__ and __device__ away), so for it, as for C, nothing. */
+#ifdef __CUDACC__
+#define RNG_HOST_DEVICE __host__ __device__
+#else
+#define RNG_HOST_DEVICE
+#endif
+
+/* splitmix64's increment, the golden ratio's 64 bits. */
+#define RNG_GOLDEN 0x9E3779B97F4A7C15ull
+/* The odd constant that spreads element indices apart before mixing. */
+#define RNG_ELEMENT_STRIDE 0xD1B54A32D192ED03ull
+
 /* splitmix64's finaliser of z + the golden-ratio increment. */
-static inline uint64_t rng_mix64(uint64_t z)
+static inline RNG_HOST_DEVICE uint64_t rng_mix64(uint64_t z)
 {
-    z += 0x9E3779B97F4A7C15ull;
+    z += RNG_GOLDEN;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -30,8 +50,21 @@ static inline uint64_t rng_mix64(uint64_t z)
 /* The next number of the splitmix64 stream whose state is *s. */
 static inline uint64_t rng_next(uint64_t *s)
 {
-    *s += 0x9E3779B97F4A7C15ull;
+    *s += RNG_GOLDEN;
     return rng_mix64(*s);
+}
+
+/* Element i's draw under key. */
+static inline RNG_HOST_DEVICE uint64_t rng_element(uint64_t key, uint64_t i)
+{
+    return rng_mix64(key + i * RNG_ELEMENT_STRIDE);
+}
+
+/* The key under which element i draws what element first + i draws under
+ * key: a tensor's part starting at element `first` keeps its draws. */
+static inline uint64_t rng_element_key(uint64_t key, uint64_t first)
+{
+    return key + first * RNG_ELEMENT_STRIDE;
 }
 
 /* A standard normal draw from the stream *s (Box-Muller on two draws). */
@@ -62,9 +95,10 @@ static inline uint32_t dropout_threshold(float p)
     return t <= 0 ? 0u : t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
 }
 
-static inline int dropout_keep(uint64_t key, uint64_t i, uint32_t threshold)
+/* 1 when element i under key is kept (its draw's high 32 bits). */
+static inline RNG_HOST_DEVICE int dropout_keep(uint64_t key, uint64_t i, uint32_t threshold)
 {
-    return (uint32_t)(rng_mix64(key + i * 0xD1B54A32D192ED03ull) >> 32) >= threshold;
+    return (uint32_t)(rng_element(key, i) >> 32) >= threshold;
 }
 
 #endif

@@ -425,377 +425,505 @@ static double unk_rate(const tokenizer *tok, const review_set *set)
     return total ? (double)unk / total : 0.0;
 }
 
-int main(int argc, char **argv)
-{
-    recipe r;
-    char err[SM_ERR_MAX] = "";
-    review_data d;
-    vocab_builder *vb = NULL;
-    char *vocab = NULL, *config = NULL;
-    size_t vocab_len;
-    int n_tokens, rc;
-    bert_model *m = NULL;
-    train_dataset *ds = NULL;
-    backend *be = NULL;
-    bert_workspace *ws = NULL;
-    trainer_result res = {0};
-    soft_labels soft = {0};
-    void *weights = NULL;
-    size_t weights_len;
-    double t0 = now();
+/* ---- the recipe's stages ------------------------------------------------ */
 
-    if (parse_args(argc, argv, &r)) return 2;
-    if (r.soft_write) { /* the teacher's TSV into the committed soft labels file */
-        int n;
-        if (!r.soft) {
-            fprintf(stderr, "train_builtin: --soft-write needs --soft OUT\n");
-            return 2;
-        }
-        memset(&d, 0, sizeof d);
-        if ((rc = soft_labels_write_tsv(r.soft_write, r.soft, &n, err))) goto fail;
-        fprintf(stderr, "wrote %d soft labels to %s\n", n, r.soft);
-        goto fail; /* rc is SM_OK: a clean exit */
-    }
-    if ((rc = reviews_load(r.data, r.weibo, r.zh != 0, &d, err))) goto fail;
+/* One run of the recipe: what its stages make and read; freed in one
+ * place (run_free). */
+typedef struct run {
+    recipe r;
+    review_data d;
+    int n_train;           /* training rows used (--limit) */
+    int n_calib, n_fit;    /* of those, held out for calibration, and fitted */
+    char *vocab;           /* vocab.txt text (malloc'd) */
+    size_t vocab_len;
+    int n_tokens;
+    vocab_builder *vb;
+    bert_model *m;
+    backend *be;
+    train_dataset *ds;
+    soft_labels soft;
+    int n_unlabeled_soft;  /* unlabeled texts trained on the teacher's labels */
+    trainer_result res;
+    bert_workspace *ws;
+    wide_stage_report wrep;
+    double T;              /* the calibration temperature */
+    double acc[REVIEW_EVAL_SETS], ece[REVIEW_EVAL_SETS], ece_t[REVIEW_EVAL_SETS];
+    double acc_enc[REVIEW_EVAL_SETS], acc_wide[REVIEW_EVAL_SETS]; /* with a wide part */
+    double unk;            /* [UNK] rate on the first evaluation set */
+    char *config;          /* the written config.json (malloc'd) */
+    void *weights;         /* the written model.safetensors (malloc'd) */
+    size_t weights_len;
+    double t0;
+} run;
+
+static void run_free(run *u)
+{
+    free(u->weights);
+    free(u->config);
+    trainer_result_free(&u->res);
+    soft_labels_free(&u->soft);
+    bert_workspace_free(u->ws);
+    if (u->be) u->be->destroy(u->be);
+    train_dataset_free(u->ds);
+    bert_model_free(u->m);
+    free(u->vocab);
+    vocab_builder_free(u->vb);
+    reviews_free(&u->d);
+}
+
+/* --soft-write: the teacher's TSV into the committed soft labels file. */
+static int write_soft_labels(const recipe *r, char *err)
+{
+    int n, rc;
+    if ((rc = soft_labels_write_tsv(r->soft_write, r->soft, &n, err))) return rc;
+    fprintf(stderr, "wrote %d soft labels to %s\n", n, r->soft);
+    return SM_OK;
+}
+
+/* The data (reviews.c), its counts on stderr. */
+static int load_data(run *u, char *err)
+{
+    review_data *d = &u->d;
+    int rc = reviews_load(u->r.data, u->r.weibo, u->r.zh != 0, d, err);
+    if (rc) return rc;
     fprintf(stderr, "train %d rows (dropped: %d equal to an evaluation text, %d duplicates, "
                     "%d conflicting), unlabeled %d\n",
-            d.train.n, d.dropped_eval_overlap, d.dropped_duplicates, d.dropped_conflicts,
-            d.unlabeled.n);
+            d->train.n, d->dropped_eval_overlap, d->dropped_duplicates, d->dropped_conflicts,
+            d->unlabeled.n);
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-        fprintf(stderr, "eval  %-40s %5d rows\n", d.eval_name[e], d.eval[e].n);
-    /* Shuffle (seeded) so that --limit takes a fair sample of every set. */
-    unsigned long long state = r.seed * 2654435761ull + 1;
-    for (int i = d.train.n - 1; i > 0; i--) {
+        fprintf(stderr, "eval  %-40s %5d rows\n", d->eval_name[e], d->eval[e].n);
+    return SM_OK;
+}
+
+/* The training rows shuffled (seeded) so that --limit takes a fair sample
+ * of every set, unlabeled_zh's texts too (the reviews stay first), cut to
+ * --zh of them; n_train. */
+static void shuffle_rows(run *u)
+{
+    const recipe *r = &u->r;
+    review_data *d = &u->d;
+    unsigned long long state = r->seed * 2654435761ull + 1;
+    for (int i = d->train.n - 1; i > 0; i--) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
         int j = (int)((state >> 33) % (unsigned long long)(i + 1));
-        review tmp = d.train.rows[i];
-        d.train.rows[i] = d.train.rows[j];
-        d.train.rows[j] = tmp;
+        review tmp = d->train.rows[i];
+        d->train.rows[i] = d->train.rows[j];
+        d->train.rows[j] = tmp;
     }
-    /* unlabeled_zh's texts in a seeded order too (the reviews stay first) */
-    for (int i = d.unlabeled.n - 1; i > d.unlabeled_reviews; i--) {
+    for (int i = d->unlabeled.n - 1; i > d->unlabeled_reviews; i--) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
-        int j = d.unlabeled_reviews +
-                (int)((state >> 33) % (unsigned long long)(i - d.unlabeled_reviews + 1));
-        review tmp = d.unlabeled.rows[i];
-        d.unlabeled.rows[i] = d.unlabeled.rows[j];
-        d.unlabeled.rows[j] = tmp;
+        int j = d->unlabeled_reviews +
+                (int)((state >> 33) % (unsigned long long)(i - d->unlabeled_reviews + 1));
+        review tmp = d->unlabeled.rows[i];
+        d->unlabeled.rows[i] = d->unlabeled.rows[j];
+        d->unlabeled.rows[j] = tmp;
     }
-    if (r.zh >= 0 && d.unlabeled.n > d.unlabeled_reviews + r.zh) {
-        for (int i = d.unlabeled_reviews + r.zh; i < d.unlabeled.n; i++)
-            free(d.unlabeled.rows[i].text);
-        d.unlabeled.n = d.unlabeled_reviews + r.zh;
+    if (r->zh >= 0 && d->unlabeled.n > d->unlabeled_reviews + r->zh) {
+        for (int i = d->unlabeled_reviews + r->zh; i < d->unlabeled.n; i++)
+            free(d->unlabeled.rows[i].text);
+        d->unlabeled.n = d->unlabeled_reviews + r->zh;
     }
-    if (r.zh) fprintf(stderr, "unlabeled: %d reviews, %d texts of unlabeled_zh\n",
-                      d.unlabeled_reviews, d.unlabeled.n - d.unlabeled_reviews);
-    int n_train = r.limit > 0 && r.limit < d.train.n ? r.limit : d.train.n;
-    if (r.split_dir) {
-        static const char *const files[REVIEW_EVAL_SETS] = {
-            "eval_chnsenticorp_dev.tsv", "eval_waimai.tsv", "eval_online_shopping.tsv",
-            "eval_eprstmt.tsv", "eval_douban.tsv"};
-        mkdir(r.split_dir, 0755);
-        if ((rc = write_split(r.split_dir, "train.tsv", &d.train, n_train, err))) goto fail;
-        for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-            if ((rc = write_split(r.split_dir, files[e], &d.eval[e], 0, err))) goto fail;
-        if ((rc = write_split(r.split_dir, "unlabeled.tsv", &d.unlabeled, 0, err))) goto fail;
-        fprintf(stderr, "wrote the split to %s\n", r.split_dir);
-        if (r.split_only) goto fail; /* rc is SM_OK: a clean exit */
-    }
+    if (r->zh) fprintf(stderr, "unlabeled: %d reviews, %d texts of unlabeled_zh\n",
+                       d->unlabeled_reviews, d->unlabeled.n - d->unlabeled_reviews);
+    u->n_train = r->limit > 0 && r->limit < d->train.n ? r->limit : d->train.n;
+}
 
-    if (r.init) {
+/* --split-dir: the split as TSV files. */
+static int write_split_files(const run *u, char *err)
+{
+    static const char *const files[REVIEW_EVAL_SETS] = {
+        "eval_chnsenticorp_dev.tsv", "eval_waimai.tsv", "eval_online_shopping.tsv",
+        "eval_eprstmt.tsv", "eval_douban.tsv"};
+    const char *dir = u->r.split_dir;
+    const review_data *d = &u->d;
+    int rc;
+    mkdir(dir, 0755);
+    if ((rc = write_split(dir, "train.tsv", &d->train, u->n_train, err))) return rc;
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+        if ((rc = write_split(dir, files[e], &d->eval[e], 0, err))) return rc;
+    if ((rc = write_split(dir, "unlabeled.tsv", &d->unlabeled, 0, err))) return rc;
+    fprintf(stderr, "wrote the split to %s\n", dir);
+    return SM_OK;
+}
+
+/* The model training starts from: --init's (with its own vocabulary and a
+ * head for the two labels), else a fresh one on a vocabulary built from
+ * the training and unlabeled texts only. */
+static int starting_model(run *u, char *err)
+{
+    const recipe *r = &u->r;
+    const review_data *d = &u->d;
+    int rc;
+    if (r->init) {
         /* An existing model (e.g. OUT/pretrained) with its own vocabulary. */
-        if ((rc = bert_model_load_dir(r.init, &m, err))) goto fail;
         int kept;
-        if ((rc = trainer_prepare_head(m, 2, k_labels, r.seed, &kept, err))) goto fail;
-        if ((rc = vocab_text(m->tok, &vocab, &vocab_len, err))) goto fail;
-        n_tokens = tokenizer_vocab_size(m->tok);
-        fprintf(stderr, "starting from %s (%d tokens)\n", r.init, n_tokens);
-    } else {
-        /* Vocabulary from the training and unlabeled texts only. */
-        if ((rc = vocab_builder_create(1, &vb, err))) goto fail;
-        for (int i = 0; i < n_train; i++)
-            if ((rc = vocab_builder_add(vb, d.train.rows[i].text, strlen(d.train.rows[i].text),
-                                        err)))
-                goto fail;
-        for (int i = 0; i < d.unlabeled.n; i++)
-            if ((rc = vocab_builder_add(vb, d.unlabeled.rows[i].text,
-                                        strlen(d.unlabeled.rows[i].text), err)))
-                goto fail;
-        if ((rc = vocab_builder_build(vb, r.min_count, r.vocab_size, &vocab, &vocab_len,
-                                      &n_tokens, err)))
-            goto fail;
-        fprintf(stderr, "vocabulary: %d tokens\n", n_tokens);
-        if ((rc = bert_model_create_scratch(&r.shape, vocab, vocab_len, 1, 2, k_labels, r.seed,
-                                            &m, err)))
-            goto fail;
+        if ((rc = bert_model_load_dir(r->init, &u->m, err))) return rc;
+        if ((rc = trainer_prepare_head(u->m, 2, k_labels, r->seed, &kept, err))) return rc;
+        if ((rc = vocab_text(u->m->tok, &u->vocab, &u->vocab_len, err))) return rc;
+        u->n_tokens = tokenizer_vocab_size(u->m->tok);
+        fprintf(stderr, "starting from %s (%d tokens)\n", r->init, u->n_tokens);
+        return SM_OK;
     }
-    fprintf(stderr, "model: %d layers, hidden %d, %d heads, intermediate %d, %zu parameters\n",
-            m->cfg.num_hidden_layers, m->cfg.hidden_size, m->cfg.num_attention_heads,
-            m->cfg.intermediate_size, bert_model_num_params(m));
-    if ((rc = backend_cpu_create(r.threads, &be, err))) goto fail;
-    if (r.wide_only && !r.init) {
-        rc = sm_error(err, SM_ERR_INVALID, "--wide-only 1 needs --init DIR");
-        goto fail;
-    }
-    if (r.wide_only) r.pretrain_epochs = 0;
-    if (r.pretrain_epochs > 0 && (rc = pretrain(&r, &d, n_train, m, be, vocab, err))) goto fail;
-    if (r.epochs == 0 && !r.wide_only) { /* pretraining only: the checkpoint is the output */
-        fprintf(stderr, "--epochs 0: no fine-tuning; the checkpoint is %s/pretrained\n", r.out);
-        goto fail; /* rc is SM_OK: a clean exit */
-    }
+    if ((rc = vocab_builder_create(1, &u->vb, err))) return rc;
+    for (int i = 0; i < u->n_train; i++)
+        if ((rc = vocab_builder_add(u->vb, d->train.rows[i].text, strlen(d->train.rows[i].text),
+                                    err)))
+            return rc;
+    for (int i = 0; i < d->unlabeled.n; i++)
+        if ((rc = vocab_builder_add(u->vb, d->unlabeled.rows[i].text,
+                                    strlen(d->unlabeled.rows[i].text), err)))
+            return rc;
+    if ((rc = vocab_builder_build(u->vb, r->min_count, r->vocab_size, &u->vocab, &u->vocab_len,
+                                  &u->n_tokens, err)))
+        return rc;
+    fprintf(stderr, "vocabulary: %d tokens\n", u->n_tokens);
+    return bert_model_create_scratch(&r->shape, u->vocab, u->vocab_len, 1, 2, k_labels, r->seed,
+                                     &u->m, err);
+}
 
-    /* Tokenize the training rows once; with --soft, each with the teacher's
-     * probabilities (a row the teacher did not label keeps its hard label
-     * as a one-hot target), then unlabeled texts the teacher labeled. */
-    /* the last calib_rows training rows fit the temperature (or the wide
-     * mix), not the weights */
-    int n_calib = r.calib_rows > 0 && r.calib_rows < n_train / 2 ? r.calib_rows : 0;
-    int n_fit = n_train - n_calib;
-    review_set calib = {d.train.rows + n_fit, n_calib, n_calib}; /* a view */
-    int n_unlabeled_soft = 0;
-    if (r.wide_only) goto trained;
-    if ((rc = train_dataset_create(m->cfg.vocab_size, &ds, err))) goto fail;
-    if (r.soft && (rc = soft_labels_load(r.soft, &soft, err))) goto fail;
+/* The training rows tokenized once; with --soft, each with the teacher's
+ * probabilities (joined by the n-gram teacher's with --ngram-teacher; a
+ * row the teacher did not label keeps its hard label as a one-hot target),
+ * then unlabeled texts the teacher labeled. */
+static int build_dataset(run *u, char *err)
+{
+    const recipe *r = &u->r;
+    const review_data *d = &u->d;
+    bert_model *m = u->m;
+    int rc, n_fit = u->n_fit;
+    if ((rc = train_dataset_create(m->cfg.vocab_size, &u->ds, err))) return rc;
+    if (r->soft && (rc = soft_labels_load(r->soft, &u->soft, err))) return rc;
     float *p_ngram = NULL, *p_ngram_u = NULL;
-    if (r.soft && r.ngram_teacher > 1) {
+    if (r->soft && r->ngram_teacher > 1) {
         sm_wide_config wc;
         sm_wide_config_default(&wc);
-        wc.buckets = r.wide_buckets > 0 ? r.wide_buckets : 1 << 20;
-        wc.ngram_max = r.wide_ngram_max;
-        review_set fitset = {d.train.rows, n_fit, n_fit}; /* a view */
+        wc.buckets = r->wide_buckets > 0 ? r->wide_buckets : 1 << 20;
+        wc.ngram_max = r->wide_ngram_max;
+        review_set fitset = {d->train.rows, n_fit, n_fit}; /* a view */
         p_ngram = malloc(((size_t)n_fit + 1) * sizeof *p_ngram);
-        p_ngram_u = malloc(((size_t)d.unlabeled.n + 1) * sizeof *p_ngram_u);
+        p_ngram_u = malloc(((size_t)d->unlabeled.n + 1) * sizeof *p_ngram_u);
         if (!p_ngram || !p_ngram_u) {
-            rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
-            goto fail;
+            free(p_ngram);
+            free(p_ngram_u);
+            return sm_error(err, SM_ERR_NOMEM, "out of memory");
         }
-        if ((rc = wide_stage_teacher(&fitset, &d.unlabeled, r.ngram_teacher, &wc, r.ngram_l2,
-                                     p_ngram, p_ngram_u, err)))
-            goto fail;
-        fprintf(stderr, "n-gram teacher: %d folds, its share %g\n", r.ngram_teacher,
-                r.ngram_weight);
+        if ((rc = wide_stage_teacher(&fitset, &d->unlabeled, r->ngram_teacher, &wc, r->ngram_l2,
+                                     p_ngram, p_ngram_u, err))) {
+            free(p_ngram);
+            free(p_ngram_u);
+            return rc;
+        }
+        fprintf(stderr, "n-gram teacher: %d folds, its share %g\n", r->ngram_teacher,
+                r->ngram_weight);
     }
-    int *ids = malloc((size_t)r.shape.max_length * sizeof *ids);
+    int *ids = malloc((size_t)r->shape.max_length * sizeof *ids);
     int no_soft = 0;
     for (int i = 0; i < n_fit && !rc; i++) {
-        int n, cut, y = d.train.rows[i].label;
-        rc = tokenizer_encode(m->tok, d.train.rows[i].text, strlen(d.train.rows[i].text),
-                              r.shape.max_length, ids, &n, &cut, err);
+        int n, cut, y = d->train.rows[i].label;
+        rc = tokenizer_encode(m->tok, d->train.rows[i].text, strlen(d->train.rows[i].text),
+                              r->shape.max_length, ids, &n, &cut, err);
         if (rc) break;
         float p1;
-        if (!r.soft) {
-            rc = train_dataset_add(ds, ids, n, y, err);
+        if (!r->soft) {
+            rc = train_dataset_add(u->ds, ids, n, y, err);
             continue;
         }
-        if (!soft_labels_find(&soft, d.train.rows[i].text, &p1)) {
+        if (!soft_labels_find(&u->soft, d->train.rows[i].text, &p1)) {
             p1 = (float)y;
             no_soft++;
         }
-        if (p_ngram) p1 = (1 - r.ngram_weight) * p1 + r.ngram_weight * p_ngram[i];
+        if (p_ngram) p1 = (1 - r->ngram_weight) * p1 + r->ngram_weight * p_ngram[i];
         float q[2] = {1 - p1, p1};
-        rc = train_dataset_add_soft(ds, ids, n, y, q, 2, err);
+        rc = train_dataset_add_soft(u->ds, ids, n, y, q, 2, err);
     }
-    for (int i = 0; r.soft && i < d.unlabeled.n && !rc; i++) {
-        if (r.unlabeled_soft >= 0 && n_unlabeled_soft >= r.unlabeled_soft) break;
+    for (int i = 0; r->soft && i < d->unlabeled.n && !rc; i++) {
+        if (r->unlabeled_soft >= 0 && u->n_unlabeled_soft >= r->unlabeled_soft) break;
         float p1;
-        if (!soft_labels_find(&soft, d.unlabeled.rows[i].text, &p1)) continue;
-        if (p_ngram_u) p1 = (1 - r.ngram_weight) * p1 + r.ngram_weight * p_ngram_u[i];
+        if (!soft_labels_find(&u->soft, d->unlabeled.rows[i].text, &p1)) continue;
+        if (p_ngram_u) p1 = (1 - r->ngram_weight) * p1 + r->ngram_weight * p_ngram_u[i];
         int n, cut;
-        rc = tokenizer_encode(m->tok, d.unlabeled.rows[i].text, strlen(d.unlabeled.rows[i].text),
-                              r.shape.max_length, ids, &n, &cut, err);
+        rc = tokenizer_encode(m->tok, d->unlabeled.rows[i].text, strlen(d->unlabeled.rows[i].text),
+                              r->shape.max_length, ids, &n, &cut, err);
         float q[2] = {1 - p1, p1};
         if (!rc && n > 2) {
-            rc = train_dataset_add_soft(ds, ids, n, -1, q, 2, err);
-            n_unlabeled_soft++;
+            rc = train_dataset_add_soft(u->ds, ids, n, -1, q, 2, err);
+            u->n_unlabeled_soft++;
         }
     }
     free(ids);
     free(p_ngram);
     free(p_ngram_u);
-    if (rc) goto fail;
-    if (r.soft)
+    if (rc) return rc;
+    if (r->soft)
         fprintf(stderr, "distillation: %d soft labels; %d training rows without one (one-hot), "
                         "%d unlabeled texts; alpha %g, temperature %g\n",
-                soft.n, no_soft, n_unlabeled_soft, r.alpha, r.temperature);
+                u->soft.n, no_soft, u->n_unlabeled_soft, r->alpha, r->temperature);
+    return SM_OK;
+}
 
+/* Fine-tuning on the dataset (5% held out for the best epoch). */
+static int fine_tune(run *u, char *err)
+{
+    const recipe *r = &u->r;
     trainer_options opt;
+    int rc;
     trainer_options_default(&opt);
-    opt.loop.epochs = r.epochs;
-    opt.loop.lr = r.lr;
-    opt.loop.batch_size = r.batch;
-    opt.loop.max_length = r.shape.max_length;
+    opt.loop.epochs = r->epochs;
+    opt.loop.lr = r->lr;
+    opt.loop.batch_size = r->batch;
+    opt.loop.max_length = r->shape.max_length;
     opt.loop.valid_fraction = 0.05f;
-    opt.loop.seed = r.seed;
+    opt.loop.seed = r->seed;
     opt.progress = progress;
-    opt.distill_alpha = r.alpha;
-    opt.distill_temperature = r.temperature;
-    if ((rc = trainer_run(m, be, ds, &opt, &res, err))) goto fail;
-    fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n", res.n_train,
-            res.seconds, res.examples_per_sec, res.best_epoch);
-trained:;
-    if (r.average_with && r.average_weight > 0 &&
-        (rc = average_with(m, r.average_with, r.average_weight, err)))
-        goto fail;
-    if (r.wide_buckets > 0) { /* the encoder before the wide stage, for later stages */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s/encoder", r.out);
-        mkdir(r.out, 0755);
-        mkdir(dir, 0755);
-        if ((rc = bert_config_to_json(&m->cfg, &config, err)) ||
-            (rc = write_file(dir, "config.json", config, strlen(config), err)) ||
-            (rc = write_file(dir, "vocab.txt", vocab, vocab_len, err)) ||
-            (rc = bert_model_save_safetensors(m, ST_F32, &weights, &weights_len, err)) ||
-            (rc = write_file(dir, "model.safetensors", weights, weights_len, err)))
-            goto fail;
-        free(config);
-        free(weights);
-        config = NULL;
-        weights = NULL;
-    }
+    opt.distill_alpha = r->alpha;
+    opt.distill_temperature = r->temperature;
+    if ((rc = trainer_run(u->m, u->be, u->ds, &opt, &u->res, err))) return rc;
+    fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n",
+            u->res.n_train, u->res.seconds, u->res.examples_per_sec, u->res.best_epoch);
+    return SM_OK;
+}
 
-    /* Calibration: the temperature that fits the held-out training rows
-     * best, folded into the classifier (logits / T); then every held-out
-     * set's accuracy and expected calibration error, before and after. */
-    double acc[REVIEW_EVAL_SETS], ece[REVIEW_EVAL_SETS], ece_t[REVIEW_EVAL_SETS], T = 1;
-    double acc_enc[REVIEW_EVAL_SETS], acc_wide[REVIEW_EVAL_SETS];
-    if ((rc = bert_workspace_create(be, &m->cfg, 32, r.shape.max_length, &ws, err))) goto fail;
-    float *p1 = malloc(((size_t)n_calib + 1) * sizeof *p1);
-    if (!p1) {
-        rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    wide_stage_report wrep = {0};
-    if (r.wide_buckets > 0) { /* the mix on the calibration rows is the calibration */
+/* With a wide part to come: the encoder before the wide stage, written to
+ * OUT/encoder/ (F32) for later stages. */
+static int write_encoder_dir(run *u, char *err)
+{
+    char dir[4096];
+    int rc;
+    snprintf(dir, sizeof dir, "%s/encoder", u->r.out);
+    mkdir(u->r.out, 0755);
+    mkdir(dir, 0755);
+    if ((rc = bert_config_to_json(&u->m->cfg, &u->config, err)) ||
+        (rc = write_file(dir, "config.json", u->config, strlen(u->config), err)) ||
+        (rc = write_file(dir, "vocab.txt", u->vocab, u->vocab_len, err)) ||
+        (rc = bert_model_save_safetensors(u->m, ST_F32, &u->weights, &u->weights_len, err)) ||
+        (rc = write_file(dir, "model.safetensors", u->weights, u->weights_len, err)))
+        return rc;
+    free(u->config);
+    free(u->weights);
+    u->config = NULL;
+    u->weights = NULL;
+    return SM_OK;
+}
+
+/* Calibration on the held-out training rows: the wide part fitted and
+ * mixed there (--wide-buckets), else the temperature that fits them best
+ * (u->T, 1 without them). */
+static int calibrate(run *u, char *err)
+{
+    const recipe *r = &u->r;
+    review_set calib = {u->d.train.rows + u->n_fit, u->n_calib, u->n_calib}; /* a view */
+    int rc;
+    u->T = 1;
+    if ((rc = bert_workspace_create(u->be, &u->m->cfg, 32, r->shape.max_length, &u->ws, err)))
+        return rc;
+    float *p1 = malloc(((size_t)u->n_calib + 1) * sizeof *p1);
+    if (!p1) return sm_error(err, SM_ERR_NOMEM, "out of memory");
+    if (r->wide_buckets > 0) { /* the mix on the calibration rows is the calibration */
         sm_wide_config wc;
         sm_wide_config_default(&wc);
-        wc.buckets = r.wide_buckets;
-        wc.ngram_max = r.wide_ngram_max;
-        review_set fitset = {d.train.rows, n_fit, n_fit}; /* a view */
-        rc = n_calib ? wide_stage_run(m, ws, &fitset, &calib, r.shape.max_length, &wc, r.wide_l2,
-                                      r.n_wide_l2, r.wide_stack,
-                                      &wrep, err)
-                     : sm_error(err, SM_ERR_INVALID, "--wide-buckets needs --calib-rows");
-    } else if (n_calib && !(rc = positive_probs(m, ws, &calib, r.shape.max_length, p1, err))) {
-        T = fit_temperature(&calib, p1);
+        wc.buckets = r->wide_buckets;
+        wc.ngram_max = r->wide_ngram_max;
+        review_set fitset = {u->d.train.rows, u->n_fit, u->n_fit}; /* a view */
+        rc = u->n_calib ? wide_stage_run(u->m, u->ws, &fitset, &calib, r->shape.max_length, &wc,
+                                         r->wide_l2, r->n_wide_l2, r->wide_stack, &u->wrep, err)
+                        : sm_error(err, SM_ERR_INVALID, "--wide-buckets needs --calib-rows");
+    } else if (u->n_calib &&
+               !(rc = positive_probs(u->m, u->ws, &calib, r->shape.max_length, p1, err))) {
+        u->T = fit_temperature(&calib, p1);
     }
     free(p1);
-    if (rc) goto fail;
-    fprintf(stderr, "temperature %.2f (fitted on %d held-out training rows)\n", T, n_calib);
+    if (rc) return rc;
+    fprintf(stderr, "temperature %.2f (fitted on %d held-out training rows)\n", u->T, u->n_calib);
+    return SM_OK;
+}
+
+/* Every held-out set's accuracy and expected calibration error, before
+ * and after the temperature (and, with a wide part, each part's accuracy
+ * alone), on stdout. */
+static int evaluate_sets(run *u, char *err)
+{
+    const review_data *d = &u->d;
+    int rc, max_length = u->r.shape.max_length;
     for (int e = 0; e < REVIEW_EVAL_SETS; e++) {
-        p1 = malloc(((size_t)d.eval[e].n + 1) * sizeof *p1);
-        if (!p1) {
-            rc = sm_error(err, SM_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        rc = positive_probs(m, ws, &d.eval[e], r.shape.max_length, p1, err);
+        float *p1 = malloc(((size_t)d->eval[e].n + 1) * sizeof *p1);
+        if (!p1) return sm_error(err, SM_ERR_NOMEM, "out of memory");
+        rc = positive_probs(u->m, u->ws, &d->eval[e], max_length, p1, err);
         double same;
-        if (!rc) score(&d.eval[e], p1, 1.0, &acc[e], &ece[e]);
-        if (!rc) score(&d.eval[e], p1, T, &same, &ece_t[e]);
+        if (!rc) score(&d->eval[e], p1, 1.0, &u->acc[e], &u->ece[e]);
+        if (!rc) score(&d->eval[e], p1, u->T, &same, &u->ece_t[e]);
         free(p1);
-        if (rc) goto fail;
-        printf("accuracy %-40s %.4f (%d rows), ECE %.4f, at T %.2f %.4f\n", d.eval_name[e],
-               acc[e], d.eval[e].n, ece[e], T, ece_t[e]);
-        if (m->wide) {
-            if ((rc = wide_stage_part_accuracy(m, ws, &d.eval[e], r.shape.max_length,
-                                               &acc_enc[e], &acc_wide[e], err)))
-                goto fail;
+        if (rc) return rc;
+        printf("accuracy %-40s %.4f (%d rows), ECE %.4f, at T %.2f %.4f\n", d->eval_name[e],
+               u->acc[e], d->eval[e].n, u->ece[e], u->T, u->ece_t[e]);
+        if (u->m->wide) {
+            if ((rc = wide_stage_part_accuracy(u->m, u->ws, &d->eval[e], max_length,
+                                               &u->acc_enc[e], &u->acc_wide[e], err)))
+                return rc;
             printf("         %-40s encoder part alone %.4f, wide part alone %.4f\n",
-                   d.eval_name[e], acc_enc[e], acc_wide[e]);
+                   d->eval_name[e], u->acc_enc[e], u->acc_wide[e]);
         }
     }
+    return SM_OK;
+}
+
+/* The temperature folded into the classifier: logits / T. */
+static void fold_temperature(bert_model *m, double T)
+{
     for (int k = 0; k < m->cfg.num_labels * (m->cfg.hidden_size + 1); k++) {
         float *x = k < m->cfg.num_labels * m->cfg.hidden_size
                        ? &m->p.cls_w[k]
                        : &m->p.cls_b[k - m->cfg.num_labels * m->cfg.hidden_size];
         *x = (float)(*x / T);
     }
-    double unk = unk_rate(m->tok, &d.eval[0]);
-    printf("[UNK] rate on %s: %.4f%%\n", d.eval_name[0], 100 * unk);
+}
 
-    /* Write the model directory. */
-    int dtype = !strcmp(r.dtype, "f32") ? ST_F32 : !strcmp(r.dtype, "bf16") ? ST_BF16 : ST_F16;
-    mkdir(r.out, 0755);
-    if ((rc = bert_config_to_json(&m->cfg, &config, err))) goto fail;
-    if ((rc = write_file(r.out, "config.json", config, strlen(config), err))) goto fail;
-    if ((rc = write_file(r.out, "vocab.txt", vocab, vocab_len, err))) goto fail;
-    if ((rc = bert_model_save_safetensors(m, dtype, &weights, &weights_len, err))) goto fail;
-    if ((rc = write_file(r.out, "model.safetensors", weights, weights_len, err))) goto fail;
+/* The model directory: config.json, vocab.txt, model.safetensors (--dtype). */
+static int write_model_dir(run *u, char *err)
+{
+    const recipe *r = &u->r;
+    int rc;
+    int dtype = !strcmp(r->dtype, "f32") ? ST_F32 : !strcmp(r->dtype, "bf16") ? ST_BF16 : ST_F16;
+    mkdir(r->out, 0755);
+    if ((rc = bert_config_to_json(&u->m->cfg, &u->config, err))) return rc;
+    if ((rc = write_file(r->out, "config.json", u->config, strlen(u->config), err))) return rc;
+    if ((rc = write_file(r->out, "vocab.txt", u->vocab, u->vocab_len, err))) return rc;
+    if ((rc = bert_model_save_safetensors(u->m, dtype, &u->weights, &u->weights_len, err)))
+        return rc;
+    return write_file(r->out, "model.safetensors", u->weights, u->weights_len, err);
+}
 
+/* One "name": value per evaluation set, as a JSON object's members. */
+static void write_per_set(FILE *f, const review_data *d, const double *x)
+{
+    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
+        fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d->eval_name[e], x[e]);
+}
+
+/* OUT/metrics.json: split sizes, shape, recipe, per-epoch figures,
+ * accuracy and calibration per evaluation set, timings. */
+static int write_metrics(const run *u, char *err)
+{
+    const recipe *r = &u->r;
+    const review_data *d = &u->d;
+    const trainer_result *res = &u->res;
+    const bert_model *m = u->m;
     char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.json", r.out);
+    snprintf(path, sizeof path, "%s/metrics.json", r->out);
     FILE *f = fopen(path, "w");
-    if (!f) {
-        rc = sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
-        goto fail;
-    }
+    if (!f) return sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
     fprintf(f, "{\n  \"train_rows\": %d,\n  \"valid_rows\": %d,\n  \"vocab_size\": %d,\n",
-            res.n_train, res.n_valid, n_tokens);
+            res->n_train, res->n_valid, u->n_tokens);
     fprintf(f, "  \"parameters\": %zu,\n  \"shape\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, "
                "\"intermediate\": %d, \"max_length\": %d},\n",
-            bert_model_num_params(m), r.shape.layers, r.shape.hidden, r.shape.heads,
-            r.shape.intermediate, r.shape.max_length);
+            bert_model_num_params(m), r->shape.layers, r->shape.hidden, r->shape.heads,
+            r->shape.intermediate, r->shape.max_length);
     fprintf(f, "  \"recipe\": {\"epochs\": %d, \"lr\": %g, \"batch\": %d, \"seed\": %llu, "
                "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\", "
                "\"pretrain_epochs\": %d, \"pretrain_lr\": %g, \"init\": %s%s%s, \"zh\": %d, "
                "\"soft\": %s%s%s, \"alpha\": %g, \"temperature\": %g, \"unlabeled_soft\": %d, "
                "\"average_with\": %s%s%s, \"average_weight\": %g},\n",
-            r.epochs, r.lr, r.batch, r.seed, r.min_count, r.vocab_size, r.weibo, r.dtype,
-            r.pretrain_epochs, r.pretrain_lr, r.init ? "\"" : "", r.init ? r.init : "null",
-            r.init ? "\"" : "", r.zh, r.soft ? "\"" : "", r.soft ? r.soft : "null",
-            r.soft ? "\"" : "", r.alpha, r.temperature, n_unlabeled_soft,
-            r.average_with ? "\"" : "", r.average_with ? r.average_with : "null",
-            r.average_with ? "\"" : "", (double)r.average_weight);
+            r->epochs, r->lr, r->batch, r->seed, r->min_count, r->vocab_size, r->weibo, r->dtype,
+            r->pretrain_epochs, r->pretrain_lr, r->init ? "\"" : "", r->init ? r->init : "null",
+            r->init ? "\"" : "", r->zh, r->soft ? "\"" : "", r->soft ? r->soft : "null",
+            r->soft ? "\"" : "", r->alpha, r->temperature, u->n_unlabeled_soft,
+            r->average_with ? "\"" : "", r->average_with ? r->average_with : "null",
+            r->average_with ? "\"" : "", (double)r->average_weight);
     fprintf(f, "  \"epochs\": [");
-    for (int e = 0; e < res.epochs; e++)
+    for (int e = 0; e < res->epochs; e++)
         fprintf(f, "%s{\"train_loss\": %.5f, \"valid_accuracy\": %.5f}", e ? ", " : "",
-                res.train_loss[e], res.valid_accuracy[e]);
-    fprintf(f, "],\n  \"best_epoch\": %d,\n  \"accuracy\": {", res.best_epoch);
-    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-        fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], acc[e]);
-    fprintf(f, "},\n  \"temperature\": %.2f,\n  \"calibration_rows\": %d,\n  \"ece\": {", T,
-            n_calib);
-    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-        fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], ece[e]);
+                res->train_loss[e], res->valid_accuracy[e]);
+    fprintf(f, "],\n  \"best_epoch\": %d,\n  \"accuracy\": {", res->best_epoch);
+    write_per_set(f, d, u->acc);
+    fprintf(f, "},\n  \"temperature\": %.2f,\n  \"calibration_rows\": %d,\n  \"ece\": {", u->T,
+            u->n_calib);
+    write_per_set(f, d, u->ece);
     fprintf(f, "},\n  \"ece_at_temperature\": {");
-    for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-        fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], ece_t[e]);
-    if (r.wide_buckets > 0)
+    write_per_set(f, d, u->ece_t);
+    if (r->wide_buckets > 0)
         fprintf(f, "},\n  \"wide\": {\"buckets\": %d, \"ngram_max\": %d, \"l2\": %g, "
                    "\"mix_encoder\": %.6f, \"mix_wide\": %.6f, \"calib_log_loss\": %.5f, "
                    "\"calib_log_loss_encoder\": %.5f, \"calib_log_loss_wide\": %.5f, "
                    "\"seconds\": %.1f, \"only\": %d, \"stack\": %g",
-                r.wide_buckets, r.wide_ngram_max, wrep.l2, wrep.a, wrep.c, wrep.calib_loss,
-                wrep.calib_loss_encoder, wrep.calib_loss_wide, wrep.seconds, r.wide_only,
-                r.wide_stack);
+                r->wide_buckets, r->wide_ngram_max, u->wrep.l2, u->wrep.a, u->wrep.c,
+                u->wrep.calib_loss, u->wrep.calib_loss_encoder, u->wrep.calib_loss_wide,
+                u->wrep.seconds, r->wide_only, r->wide_stack);
     if (m->wide) {
         fprintf(f, "},\n  \"accuracy_encoder_part\": {");
-        for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-            fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], acc_enc[e]);
+        write_per_set(f, d, u->acc_enc);
         fprintf(f, "},\n  \"accuracy_wide_part\": {");
-        for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-            fprintf(f, "%s\"%s\": %.5f", e ? ", " : "", d.eval_name[e], acc_wide[e]);
+        write_per_set(f, d, u->acc_wide);
     }
     fprintf(f, "},\n  \"eval_rows\": {");
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
-        fprintf(f, "%s\"%s\": %d", e ? ", " : "", d.eval_name[e], d.eval[e].n);
+        fprintf(f, "%s\"%s\": %d", e ? ", " : "", d->eval_name[e], d->eval[e].n);
     fprintf(f, "},\n  \"unk_rate_chnsenticorp_dev\": %.6f,\n  \"train_seconds\": %.1f,\n"
                "  \"examples_per_sec\": %.1f,\n  \"total_seconds\": %.1f,\n  \"threads\": %d\n}\n",
-            unk, res.seconds, res.examples_per_sec, now() - t0, backend_cpu_threads(be));
+            u->unk, res->seconds, res->examples_per_sec, now() - u->t0,
+            backend_cpu_threads(u->be));
     fclose(f);
-    fprintf(stderr, "wrote %s (model.safetensors %.1f MB)\n", r.out, weights_len / 1e6);
-    rc = SM_OK;
-fail:
+    fprintf(stderr, "wrote %s (model.safetensors %.1f MB)\n", r->out, u->weights_len / 1e6);
+    return SM_OK;
+}
+
+/* The stages in order. SM_OK also where the run ends early: after the
+ * split files (--split-only 1), after pretraining (--epochs 0). */
+static int run_stages(run *u, char *err)
+{
+    recipe *r = &u->r;
+    int rc;
+    if ((rc = load_data(u, err))) return rc;
+    shuffle_rows(u);
+    if (r->split_dir) {
+        if ((rc = write_split_files(u, err))) return rc;
+        if (r->split_only) return SM_OK;
+    }
+    if ((rc = starting_model(u, err))) return rc;
+    fprintf(stderr, "model: %d layers, hidden %d, %d heads, intermediate %d, %zu parameters\n",
+            u->m->cfg.num_hidden_layers, u->m->cfg.hidden_size, u->m->cfg.num_attention_heads,
+            u->m->cfg.intermediate_size, bert_model_num_params(u->m));
+    if ((rc = backend_cpu_create(r->threads, &u->be, err))) return rc;
+    if (r->wide_only && !r->init)
+        return sm_error(err, SM_ERR_INVALID, "--wide-only 1 needs --init DIR");
+    if (r->wide_only) r->pretrain_epochs = 0;
+    if (r->pretrain_epochs > 0 &&
+        (rc = pretrain(r, &u->d, u->n_train, u->m, u->be, u->vocab, err)))
+        return rc;
+    if (r->epochs == 0 && !r->wide_only) { /* pretraining only: the checkpoint is the output */
+        fprintf(stderr, "--epochs 0: no fine-tuning; the checkpoint is %s/pretrained\n", r->out);
+        return SM_OK;
+    }
+    /* the last calib_rows training rows fit the temperature (or the wide
+     * mix), not the weights */
+    u->n_calib = r->calib_rows > 0 && r->calib_rows < u->n_train / 2 ? r->calib_rows : 0;
+    u->n_fit = u->n_train - u->n_calib;
+    if (!r->wide_only && ((rc = build_dataset(u, err)) || (rc = fine_tune(u, err)))) return rc;
+    if (r->average_with && r->average_weight > 0 &&
+        (rc = average_with(u->m, r->average_with, r->average_weight, err)))
+        return rc;
+    if (r->wide_buckets > 0 && (rc = write_encoder_dir(u, err))) return rc;
+    if ((rc = calibrate(u, err)) || (rc = evaluate_sets(u, err))) return rc;
+    fold_temperature(u->m, u->T);
+    u->unk = unk_rate(u->m->tok, &u->d.eval[0]);
+    printf("[UNK] rate on %s: %.4f%%\n", u->d.eval_name[0], 100 * u->unk);
+    if ((rc = write_model_dir(u, err))) return rc;
+    return write_metrics(u, err);
+}
+
+int main(int argc, char **argv)
+{
+    char err[SM_ERR_MAX] = "";
+    run u;
+    int rc;
+
+    memset(&u, 0, sizeof u);
+    u.t0 = now();
+    if (parse_args(argc, argv, &u.r)) return 2;
+    if (u.r.soft_write && !u.r.soft) {
+        fprintf(stderr, "train_builtin: --soft-write needs --soft OUT\n");
+        return 2;
+    }
+    rc = u.r.soft_write ? write_soft_labels(&u.r, err) : run_stages(&u, err);
     if (rc) fprintf(stderr, "train_builtin: %s\n", err);
-    free(weights);
-    free(config);
-    trainer_result_free(&res);
-    soft_labels_free(&soft);
-    bert_workspace_free(ws);
-    if (be) be->destroy(be);
-    train_dataset_free(ds);
-    bert_model_free(m);
-    free(vocab);
-    vocab_builder_free(vb);
-    reviews_free(&d);
+    run_free(&u);
     return rc ? 1 : 0;
 }

@@ -18,22 +18,19 @@
 #include <string.h>
 
 #include "cpu_softmax.h"
+#include "rng.h"
 
 #define MAX_T 128
 #define GUARD 7.25f /* a value no softmax writes */
 
 typedef void (*softmax_fn)(float *x, int n, int T, float scale);
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_state = RNG_GOLDEN;
 
 /* Uniform in [lo, hi): splitmix64's top 24 bits. */
 static float uniform(float lo, float hi)
 {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (float)(z >> 40) / 16777216.0f;
+    return lo + (hi - lo) * (float)(rng_next(&rng_state) >> 40) / 16777216.0f;
 }
 
 /* Runs f on row (n keys, width T) inside a guarded buffer; checks the

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "rng.h"
 #include "tokenizer.h"
 
 #include "golden_ids_util.h"
@@ -524,13 +525,10 @@ static void test_every_byte(void **state)
     }
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_state;
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
+    return (uint32_t)(rng_next(&rng_state) >> 16);
 }
 
 static void test_byte_soup(void **state)

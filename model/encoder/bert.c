@@ -282,26 +282,26 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
     if (lanes > 1) return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits,
                                            pooled_out, hidden_out, err);
 
-    TRY(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
-    TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
+    TRY_BACKEND(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
+    TRY_BACKEND(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
     /* x(N,C): the encoder, every layer in place (encoder.h) */
     encoder_pass ps = {.drop = NULL, .row0 = 0};
     if ((rc = encoder_forward(be, cfg, p, &ws->acts, &ps, B, T, err))) return rc;
     /* hidden_out(B,T,C) = x, the last hidden state */
     if (hidden_out)
-        TRY(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));
+        TRY_BACKEND(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));
     if (!logits && !pooled_out) {
-        TRY(be->synchronize(be));
+        TRY_BACKEND(be->synchronize(be));
         return SM_OK;
     }
     /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); logits(B,K) = pooled · Wcᵀ + bc */
     if ((rc = encoder_head_forward(be, cfg, p, &ws->acts, &ps, B, T, logits != NULL, err)))
         return rc;
     if (pooled_out)
-        TRY(be->download(be, pooled_out, ws->pooled, (size_t)B * C * sizeof(float)));
+        TRY_BACKEND(be->download(be, pooled_out, ws->pooled, (size_t)B * C * sizeof(float)));
     if (logits)
-        TRY(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
-    TRY(be->synchronize(be));
+        TRY_BACKEND(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
+    TRY_BACKEND(be->synchronize(be));
     return SM_OK;
 }
 

@@ -16,13 +16,12 @@
 
 #include "errors.h"
 #include "rng.h"
-#include "ws_arena.h" /* TRY */
+#include "ws_arena.h" /* TRY_BACKEND */
 
 uint64_t encoder_dropout_key(const encoder_pass *ps, unsigned site, size_t per_row)
 {
     const bert_dropout *d = ps->drop;
-    return dropout_key(d->seed, d->step, site) +
-           (uint64_t)ps->row0 * per_row * 0xD1B54A32D192ED03ull;
+    return rng_element_key(dropout_key(d->seed, d->step, site), (uint64_t)ps->row0 * per_row);
 }
 
 int encoder_check_tokens(const bert_config *cfg, const int *ids, const int *lengths, int B,
@@ -73,33 +72,33 @@ static int layer_forward(backend *be, const bert_config *cfg, const bert_layer_p
     int packed = dr == NULL; /* training runs FP32 weights only (backend.h) */
 
     /* qkv(N,3C) = x_in · Wqkvᵀ + bqkv */
-    TRY(linear(be, a->qkv, a->x_in, lp->qkv_w, packed ? lp->qkv_pw : NULL, lp->qkv_b, N, C,
-               3 * C));
+    TRY_BACKEND(linear(be, a->qkv, a->x_in, lp->qkv_w, packed ? lp->qkv_pw : NULL, lp->qkv_b, N, C,
+                       3 * C));
     /* merged(N,C) = per head dropout(softmax(q kᵀ / sqrt(d))) v */
     if (dr)
-        TRY(be->attention_train(be, a->merged, a->att, e->att_drop, a->qkv, e->lengths, B, T, H,
-                                d, scale, dr->attention,
-                                encoder_dropout_key(ps, SITE_ATTN(l), (size_t)H * T * T)));
+        TRY_BACKEND(be->attention_train(be, a->merged, a->att, e->att_drop, a->qkv, e->lengths, B,
+                                        T, H, d, scale, dr->attention,
+                                        encoder_dropout_key(ps, SITE_ATTN(l), (size_t)H * T * T)));
     else
-        TRY(be->attention(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d, scale));
+        TRY_BACKEND(be->attention(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d, scale));
     /* r1(N,C) = dropout(merged · Woᵀ + bo) + x_in; x1 = LN1(r1) */
-    TRY(linear(be, a->r1, a->merged, lp->attn_out_w, packed ? lp->attn_out_pw : NULL,
-               lp->attn_out_b, N, C, C));
-    TRY(dropout(be, ps, a->r1, NC, dr ? dr->hidden : 0, SITE_HID1(l), (size_t)T * C));
-    TRY(be->add(be, a->r1, a->r1, a->x_in, NC));
-    TRY(be->layernorm(be, a->x1, a->mean1, a->rstd1, a->r1, lp->ln1_w, lp->ln1_b, N, C,
-                      cfg->layer_norm_eps));
+    TRY_BACKEND(linear(be, a->r1, a->merged, lp->attn_out_w, packed ? lp->attn_out_pw : NULL,
+                       lp->attn_out_b, N, C, C));
+    TRY_BACKEND(dropout(be, ps, a->r1, NC, dr ? dr->hidden : 0, SITE_HID1(l), (size_t)T * C));
+    TRY_BACKEND(be->add(be, a->r1, a->r1, a->x_in, NC));
+    TRY_BACKEND(be->layernorm(be, a->x1, a->mean1, a->rstd1, a->r1, lp->ln1_w, lp->ln1_b, N, C,
+                              cfg->layer_norm_eps));
     /* h(N,F) = x1 · W1ᵀ + b1; g = GELU(h) */
-    TRY(linear(be, a->h, a->x1, lp->ffn_in_w, packed ? lp->ffn_in_pw : NULL, lp->ffn_in_b, N,
-               C, F));
-    TRY(be->gelu(be, a->g, a->h, (size_t)N * F));
+    TRY_BACKEND(linear(be, a->h, a->x1, lp->ffn_in_w, packed ? lp->ffn_in_pw : NULL, lp->ffn_in_b,
+                       N, C, F));
+    TRY_BACKEND(be->gelu(be, a->g, a->h, (size_t)N * F));
     /* r2(N,C) = dropout(g · W2ᵀ + b2) + x1; x_out = LN2(r2) */
-    TRY(linear(be, a->r2, a->g, lp->ffn_out_w, packed ? lp->ffn_out_pw : NULL, lp->ffn_out_b,
-               N, F, C));
-    TRY(dropout(be, ps, a->r2, NC, dr ? dr->hidden : 0, SITE_HID2(l), (size_t)T * C));
-    TRY(be->add(be, a->r2, a->r2, a->x1, NC));
-    TRY(be->layernorm(be, x_out, a->mean2, a->rstd2, a->r2, lp->ln2_w, lp->ln2_b, N, C,
-                      cfg->layer_norm_eps));
+    TRY_BACKEND(linear(be, a->r2, a->g, lp->ffn_out_w, packed ? lp->ffn_out_pw : NULL,
+                       lp->ffn_out_b, N, F, C));
+    TRY_BACKEND(dropout(be, ps, a->r2, NC, dr ? dr->hidden : 0, SITE_HID2(l), (size_t)T * C));
+    TRY_BACKEND(be->add(be, a->r2, a->r2, a->x1, NC));
+    TRY_BACKEND(be->layernorm(be, x_out, a->mean2, a->rstd2, a->r2, lp->ln2_w, lp->ln2_b, N, C,
+                              cfg->layer_norm_eps));
     return SM_OK;
 }
 
@@ -111,12 +110,12 @@ int encoder_forward(backend *be, const bert_config *cfg, const bert_params *p,
 
     /* x_in[0](N,C) = dropout(LN(word + position + type [+ task])) */
     float *x0 = L ? e->layers[0].x_in : e->x_out;
-    TRY(be->embed(be, e->r0, e->ids, NULL, p->word_emb, p->pos_emb, p->type_emb, p->task_emb,
-                  B, T, C, cfg->position_offset));
-    if (ps->r0_delta) TRY(be->add(be, e->r0, e->r0, ps->r0_delta, (size_t)N * C));
-    TRY(be->layernorm(be, x0, e->mean0, e->rstd0, e->r0, p->emb_ln_w, p->emb_ln_b, N, C,
-                      cfg->layer_norm_eps));
-    TRY(dropout(be, ps, x0, (size_t)N * C, dr ? dr->hidden : 0, SITE_EMB, (size_t)T * C));
+    TRY_BACKEND(be->embed(be, e->r0, e->ids, NULL, p->word_emb, p->pos_emb, p->type_emb,
+                          p->task_emb, B, T, C, cfg->position_offset));
+    if (ps->r0_delta) TRY_BACKEND(be->add(be, e->r0, e->r0, ps->r0_delta, (size_t)N * C));
+    TRY_BACKEND(be->layernorm(be, x0, e->mean0, e->rstd0, e->r0, p->emb_ln_w, p->emb_ln_b, N, C,
+                              cfg->layer_norm_eps));
+    TRY_BACKEND(dropout(be, ps, x0, (size_t)N * C, dr ? dr->hidden : 0, SITE_EMB, (size_t)T * C));
     for (int l = 0; l < L; l++) {
         layer_acts *a = &e->layers[e->per_layer ? l : 0];
         float *out = l + 1 == L ? e->x_out : e->layers[e->per_layer ? l + 1 : 0].x_in;
@@ -136,23 +135,23 @@ int encoder_head_forward(backend *be, const bert_config *cfg, const bert_params 
     /* pooled(B,C) = tanh(x[:,0,:] · Wpᵀ + bp); a RoBERTa head
      * (RobertaClassificationHead) drops out x[:,0,:] first:
      * pooled = tanh(dropout(x[:,0,:]) · Wdᵀ + bd) */
-    TRY(be->gather_cls(be, e->cls, e->x_out, B, T, C));
+    TRY_BACKEND(be->gather_cls(be, e->cls, e->x_out, B, T, C));
     const float *head_in = e->cls;
     if (dr && bert_config_is_roberta(cfg)) {
-        TRY(be->dropout(be, e->cls_drop, e->cls, (size_t)B * C, dr->classifier,
-                        encoder_dropout_key(ps, SITE_CLS_IN, (size_t)C)));
+        TRY_BACKEND(be->dropout(be, e->cls_drop, e->cls, (size_t)B * C, dr->classifier,
+                                encoder_dropout_key(ps, SITE_CLS_IN, (size_t)C)));
         head_in = e->cls_drop;
     }
-    TRY(be->linear(be, e->pooled, head_in, p->pool_w, p->pool_b, B, C, C));
-    TRY(be->tanh(be, e->pooled, e->pooled, (size_t)B * C));
+    TRY_BACKEND(be->linear(be, e->pooled, head_in, p->pool_w, p->pool_b, B, C, C));
+    TRY_BACKEND(be->tanh(be, e->pooled, e->pooled, (size_t)B * C));
     if (!with_logits) return SM_OK;
     /* logits(B,K) = dropout(pooled) · Wcᵀ + bc */
     const float *cls_in = e->pooled;
     if (dr) {
-        TRY(be->dropout(be, e->pooled_drop, e->pooled, (size_t)B * C, dr->classifier,
-                        encoder_dropout_key(ps, SITE_CLS, (size_t)C)));
+        TRY_BACKEND(be->dropout(be, e->pooled_drop, e->pooled, (size_t)B * C, dr->classifier,
+                                encoder_dropout_key(ps, SITE_CLS, (size_t)C)));
         cls_in = e->pooled_drop;
     }
-    TRY(be->linear(be, e->logits, cls_in, p->cls_w, p->cls_b, B, C, K));
+    TRY_BACKEND(be->linear(be, e->logits, cls_in, p->cls_w, p->cls_b, B, C, K));
     return SM_OK;
 }

@@ -1,7 +1,7 @@
 /* ws_arena.h: what the workspaces (bert.c, bert_train.c, bert_mlm.c)
  * share: float buffers carved out of one backend arena, sized once from a
- * plan, next to one int arena; and TRY, which turns a failed backend call
- * into an error naming it. Internal to model/.
+ * plan, next to one int arena; and TRY_BACKEND, which turns a failed
+ * backend call into an error naming it. Internal to model/.
  */
 #ifndef SM_WS_ARENA_H
 #define SM_WS_ARENA_H
@@ -33,11 +33,9 @@ int ws_arena_alloc(backend *be, void (*plan)(void *ctx, ws_carver *c), void *ctx
 void ws_arena_free(backend *be, float *arena, int *iarena);
 
 /* Propagates a backend failure: in a function with a backend *be and a
- * char *err, returns the call's code with a message naming the call. */
-#define TRY(call)                                                                    \
-    do {                                                                             \
-        int rc_ = (call);                                                            \
-        if (rc_) return sm_error(err, rc_, "%s backend: %s failed", be->name, #call); \
-    } while (0)
+ * char *err, returns the call's code with a message naming the call
+ * (errors.h's TRY_OR). */
+#define TRY_BACKEND(call) \
+    TRY_OR(call, sm_error(err, rc_, "%s backend: %s failed", be->name, #call))
 
 #endif

@@ -131,21 +131,32 @@ fail:
     return rc;
 }
 
-int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
-                        char *err)
+/* A tokenizer from a file: its bytes (at most SM_FILE_MAX_VOCAB) handed
+ * to load with arg; fn names the caller in the NULL argument error. */
+static int load_file(const char *path, const char *fn,
+                     int (*load)(const char *buf, size_t len, int arg, tokenizer **out,
+                                 char *err),
+                     int arg, tokenizer **out, char *err)
 {
     char *buf = NULL;
     size_t n = 0;
     int rc;
 
     if (!path || !out)
-        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_file: NULL argument");
+        return sm_error(err, SM_ERR_INVALID, "%s: NULL argument", fn);
     *out = NULL;
     if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &buf, &n, err)))
         return rc;
-    rc = tokenizer_load_buffer(buf, n, do_lower_case, out, err);
+    rc = load(buf, n, arg, out, err);
     free(buf);
     return rc;
+}
+
+int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
+                        char *err)
+{
+    return load_file(path, "tokenizer_load_file", tokenizer_load_buffer, do_lower_case, out,
+                     err);
 }
 
 int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
@@ -195,17 +206,8 @@ int tokenizer_load_json_file(const char *path, tokenizer **out, char *err)
 int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
                                    char *err)
 {
-    char *buf = NULL;
-    size_t n = 0;
-    int rc;
-    if (!path || !out)
-        return sm_error(err, SM_ERR_INVALID, "tokenizer_load_json_file: NULL argument");
-    *out = NULL;
-    if ((rc = sm_file_read(path, SM_FILE_MAX_VOCAB, &buf, &n, err)))
-        return rc;
-    rc = tokenizer_load_json_buffer_flags(buf, n, flags, out, err);
-    free(buf);
-    return rc;
+    return load_file(path, "tokenizer_load_json_file", tokenizer_load_json_buffer_flags, flags,
+                     out, err);
 }
 
 int tokenizer_clone(const tokenizer *src, tokenizer **out, char *err)
@@ -1172,6 +1174,33 @@ static void finish_offsets(const char *text, size_t len, int *starts, int *ends,
     utf8_offsets_to_chars((const unsigned char *)text, len, ends, n, 1);
 }
 
+/* tokenizer_encode for a vocab.txt tokenizer: [CLS], the WordPiece ids
+ * (their byte spans into starts / ends + 1 unless NULL) cut to
+ * max_length - 2, [SEP]; *body the ids between the two. */
+static int wordpiece_encode(const tokenizer *tok, const char *text, size_t len,
+                            int max_length, int *ids, int *starts, int *ends, int *body,
+                            int *truncated, int (*stop)(void *user), void *user, char *err)
+{
+    int rc;
+    if (!tok || !ids || max_length < 2)
+        return sm_error(err, SM_ERR_INVALID,
+                        "tokenizer_encode: max_length is %d, expected at least 2 "
+                        "(room for [CLS] and [SEP])", max_length);
+    /* Stop as soon as one token more than fits is seen. */
+    rc = tokenize_limited(tok, text, len, ids + 1, starts ? starts + 1 : NULL,
+                          ends ? ends + 1 : NULL, max_length - 2, max_length - 2, stop, user,
+                          body, err);
+    if (rc)
+        return rc;
+    if (truncated)
+        *truncated = *body > max_length - 2;
+    if (*body > max_length - 2)
+        *body = max_length - 2;
+    ids[0] = tok->special[SP_CLS];
+    ids[*body + 1] = tok->special[SP_SEP];
+    return SM_OK;
+}
+
 int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len,
                                int max_length, int *ids, int *n, int *truncated,
                                int (*stop)(void *user), void *user, char *err)
@@ -1184,21 +1213,10 @@ int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t le
         return tj_encode(tok->json, tok->vocab, text, len, max_length, ids, n,
                          truncated, stop, user, err);
     }
-    if (!tok || !ids || max_length < 2)
-        return sm_error(err, SM_ERR_INVALID,
-                        "tokenizer_encode: max_length is %d, expected at least 2 "
-                        "(room for [CLS] and [SEP])", max_length);
-    /* Stop as soon as one token more than fits is seen. */
-    rc = tokenize_limited(tok, text, len, ids + 1, NULL, NULL, max_length - 2,
-                          max_length - 2, stop, user, &body, err);
+    rc = wordpiece_encode(tok, text, len, max_length, ids, NULL, NULL, &body, truncated,
+                          stop, user, err);
     if (rc)
         return rc;
-    if (truncated)
-        *truncated = body > max_length - 2;
-    if (body > max_length - 2)
-        body = max_length - 2;
-    ids[0] = tok->special[SP_CLS];
-    ids[body + 1] = tok->special[SP_SEP];
     if (n)
         *n = body + 2;
     return SM_OK;
@@ -1232,20 +1250,10 @@ int tokenizer_encode_offsets(const tokenizer *tok, const char *text, size_t len,
             *n = total;
         return SM_OK;
     }
-    if (!tok || !ids || max_length < 2)
-        return sm_error(err, SM_ERR_INVALID,
-                        "tokenizer_encode: max_length is %d, expected at least 2 "
-                        "(room for [CLS] and [SEP])", max_length);
-    rc = tokenize_limited(tok, text, len, ids + 1, starts + 1, ends + 1, max_length - 2,
-                          max_length - 2, stop, user, &body, err);
+    rc = wordpiece_encode(tok, text, len, max_length, ids, starts, ends, &body, truncated,
+                          stop, user, err);
     if (rc)
         return rc;
-    if (truncated)
-        *truncated = body > max_length - 2;
-    if (body > max_length - 2)
-        body = max_length - 2;
-    ids[0] = tok->special[SP_CLS];
-    ids[body + 1] = tok->special[SP_SEP];
     starts[0] = ends[0] = starts[body + 1] = ends[body + 1] = -1;
     finish_offsets(text, len, starts, ends, body + 2);
     if (n)

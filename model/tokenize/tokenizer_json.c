@@ -649,6 +649,19 @@ static size_t last_cp(const char *s, size_t e)
     return q;
 }
 
+/* Copies the code point at s + *i (s of n bytes) to out as it is, with its
+ * sources (ai, into ao, when given), and steps *i past it. */
+static int copy_char(const char *s, size_t n, size_t *i, sbuf *out, const int32_t *ai,
+                     abuf *ao)
+{
+    cp_t c;
+    size_t k = dec(s + *i, n - *i, &c);
+    if (sb_add(out, s + *i, k) || (ai && ab_add(ao, ai + *i, k)))
+        return SM_ERR_NOMEM;
+    *i += k;
+    return SM_OK;
+}
+
 static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out,
                         const int32_t *ai, abuf *ao)
 {
@@ -671,12 +684,8 @@ static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out,
                 if (sb_add(out, s + i, j - i) || (ai && ab_add(ao, ai + i, j - i)))
                     return SM_ERR_NOMEM;
                 i = j;
-            } else {
-                cp_t c;
-                size_t k = dec(s + i, n - i, &c);
-                if (sb_add(out, s + i, k) || (ai && ab_add(ao, ai + i, k)))
-                    return SM_ERR_NOMEM;
-                i += k;
+            } else if (copy_char(s, n, &i, out, ai, ao)) {
+                return SM_ERR_NOMEM;
             }
         }
         return SM_OK;
@@ -688,12 +697,8 @@ static int norm_replace(const norm_step *st, const char *s, size_t n, sbuf *out,
                 (ai && ab_fill(ao, out->n, ai[i + last_cp(s + i, pl)])))
                 return SM_ERR_NOMEM;
             i += pl;
-        } else {
-            cp_t c;
-            size_t k = dec(s + i, n - i, &c);
-            if (sb_add(out, s + i, k) || (ai && ab_add(ao, ai + i, k)))
-                return SM_ERR_NOMEM;
-            i += k;
+        } else if (copy_char(s, n, &i, out, ai, ao)) {
+            return SM_ERR_NOMEM;
         }
     }
     return SM_OK;
@@ -1894,25 +1899,39 @@ static int unsupported(char *err, const char *what, const json_in_value *v)
                     "supported", what, t);
 }
 
-static int add_norm(tj_pipeline *tj, const json_in_value *v, int depth, char *err)
+/* Adds one step of type t (not a Sequence) to the pipeline. */
+typedef int (*add_step_fn)(tj_pipeline *tj, const json_in_value *v, const char *t,
+                           char *err);
+
+/* The value of "normalizer" or "pre_tokenizer" (`what`): null adds no
+ * step, a Sequence the steps of its array `list` (at most 4 deep), any
+ * other type one step, by add_one. */
+static int add_steps(tj_pipeline *tj, const json_in_value *v, const char *what,
+                     const char *list, add_step_fn add_one, int depth, char *err)
 {
     const char *t = type_of(v);
-    norm_step *st;
     int rc;
     if (v->type == JSON_IN_NULL)
         return SM_OK;
     if (!t)
-        return unsupported(err, "normalizer", v);
-    if (strcmp(t, "Sequence") == 0) {
-        const json_in_value *a = json_in_get(v, "normalizers");
-        if (!json_in_is(a, JSON_IN_ARRAY) || depth > 4)
-            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: normalizer "
-                            "Sequence needs a 'normalizers' array");
-        for (size_t i = 0; i < a->n; i++)
-            if ((rc = add_norm(tj, &a->items[i], depth + 1, err)))
-                return rc;
-        return SM_OK;
-    }
+        return unsupported(err, what, v);
+    if (strcmp(t, "Sequence") != 0)
+        return add_one(tj, v, t, err);
+    const json_in_value *a = json_in_get(v, list);
+    if (!json_in_is(a, JSON_IN_ARRAY) || depth > 4)
+        return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: %s Sequence needs a "
+                        "'%s' array", what, list);
+    for (size_t i = 0; i < a->n; i++)
+        if ((rc = add_steps(tj, &a->items[i], what, list, add_one, depth + 1, err)))
+            return rc;
+    return SM_OK;
+}
+
+static int add_norm_step(tj_pipeline *tj, const json_in_value *v, const char *t,
+                         char *err)
+{
+    norm_step *st;
+    int rc;
     if (tj->n_norm == TJ_MAX_STEPS)
         return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: more than %d "
                         "normalizers", TJ_MAX_STEPS);
@@ -2002,25 +2021,11 @@ static int add_norm(tj_pipeline *tj, const json_in_value *v, int depth, char *er
     return SM_OK;
 }
 
-static int add_pre(tj_pipeline *tj, const json_in_value *v, int depth, char *err)
+static int add_pre_step(tj_pipeline *tj, const json_in_value *v, const char *t,
+                        char *err)
 {
-    const char *t = type_of(v);
     pre_step *st;
     int rc;
-    if (v->type == JSON_IN_NULL)
-        return SM_OK;
-    if (!t)
-        return unsupported(err, "pre_tokenizer", v);
-    if (strcmp(t, "Sequence") == 0) {
-        const json_in_value *a = json_in_get(v, "pretokenizers");
-        if (!json_in_is(a, JSON_IN_ARRAY) || depth > 4)
-            return sm_error(err, SM_ERR_FORMAT, "tokenizer.json: pre_tokenizer "
-                            "Sequence needs a 'pretokenizers' array");
-        for (size_t i = 0; i < a->n; i++)
-            if ((rc = add_pre(tj, &a->items[i], depth + 1, err)))
-                return rc;
-        return SM_OK;
-    }
     if (tj->n_pre == TJ_MAX_STEPS)
         return sm_error(err, SM_ERR_UNSUPPORTED, "tokenizer.json: more than %d "
                         "pre-tokenizers", TJ_MAX_STEPS);
@@ -2458,8 +2463,10 @@ int tj_load(const char *json, size_t len, int flags, vocab **vocab_out, tj_pipel
         goto fail;
     const json_in_value *nv = json_in_get(root, "normalizer"),
                         *pv = json_in_get(root, "pre_tokenizer");
-    if ((nv && (rc = add_norm(tj, nv, 0, err))) ||
-        (pv && (rc = add_pre(tj, pv, 0, err))) ||
+    if ((nv && (rc = add_steps(tj, nv, "normalizer", "normalizers", add_norm_step, 0,
+                               err))) ||
+        (pv && (rc = add_steps(tj, pv, "pre_tokenizer", "pretokenizers", add_pre_step, 0,
+                               err))) ||
         (rc = load_added(tj, json_in_get(root, "added_tokens"),
                          vocab_size(voc), err)) ||
         (rc = load_post(tj, json_in_get(root, "post_processor"),

@@ -228,7 +228,7 @@ int mlm_mask(const mlm_masking *mk, uint64_t key, const int *ids, int n, int *in
         if (special || dropout_keep(key, (uint64_t)t, select)) continue;
         labels[t] = id;
         count++;
-        uint64_t r = rng_mix64(key2 + (uint64_t)t * 0xD1B54A32D192ED03ull);
+        uint64_t r = rng_element(key2, (uint64_t)t);
         if ((uint32_t)(r >> 32) < to_mask) {
             inputs[t] = mk->mask_id;
         } else if ((uint32_t)r < to_random) {
@@ -387,20 +387,20 @@ int bert_mlm_forward(const bert_config *cfg, const bert_params *p, const bert_ml
     ws->T = T;
     ws->M = M;
     if (M) {
-        TRY(be->upload(be, ws->rows, ws->host_rows, (size_t)M * sizeof(int)));
-        TRY(be->upload(be, ws->labels, ws->host_labels, (size_t)M * sizeof(int)));
+        TRY_BACKEND(be->upload(be, ws->rows, ws->host_rows, (size_t)M * sizeof(int)));
+        TRY_BACKEND(be->upload(be, ws->labels, ws->host_labels, (size_t)M * sizeof(int)));
         /* hm(M,C) = x_out[rows] */
-        TRY(be->gather_rows(be, ws->hm, x_out, ws->rows, M, C));
+        TRY_BACKEND(be->gather_rows(be, ws->hm, x_out, ws->rows, M, C));
         /* y(M,C) = LN(GELU(hm · Wdᵀ + bd)) */
-        TRY(be->linear(be, ws->t, ws->hm, h->dense_w, h->dense_b, M, C, C));
-        TRY(be->gelu(be, ws->u, ws->t, (size_t)M * C));
-        TRY(be->layernorm(be, ws->y, ws->mean, ws->rstd, ws->u, h->ln_w, h->ln_b, M, C,
-                          cfg->layer_norm_eps));
+        TRY_BACKEND(be->linear(be, ws->t, ws->hm, h->dense_w, h->dense_b, M, C, C));
+        TRY_BACKEND(be->gelu(be, ws->u, ws->t, (size_t)M * C));
+        TRY_BACKEND(be->layernorm(be, ws->y, ws->mean, ws->rstd, ws->u, h->ln_w, h->ln_b, M, C,
+                                  cfg->layer_norm_eps));
         /* logits(M,V) = y · word_embᵀ + bias; losses(M) = cross-entropy */
-        TRY(be->linear(be, ws->logits, ws->y, p->word_emb, h->bias, M, C, V));
-        TRY(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, M, V));
-        TRY(be->download(be, ws->host_losses, ws->losses, (size_t)M * sizeof(float)));
-        TRY(be->synchronize(be));
+        TRY_BACKEND(be->linear(be, ws->logits, ws->y, p->word_emb, h->bias, M, C, V));
+        TRY_BACKEND(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, M, V));
+        TRY_BACKEND(be->download(be, ws->host_losses, ws->losses, (size_t)M * sizeof(float)));
+        TRY_BACKEND(be->synchronize(be));
     }
     double sum = 0.0;
     for (int i = 0; i < M; i++) sum += ws->host_losses[i];
@@ -422,18 +422,18 @@ int bert_mlm_backward(const bert_config *cfg, const bert_params *p, const bert_m
     if (!M) return SM_OK; /* nothing predicted: no gradient */
     /* losses = cross-entropy(logits): dlogits written over the logits */
     float *dlogits = ws->logits;
-    TRY(be->cross_entropy_backward(be, dlogits, ws->probs, ws->labels, M, V, loss_scale));
+    TRY_BACKEND(be->cross_entropy_backward(be, dlogits, ws->probs, ws->labels, M, V, loss_scale));
     /* logits = y · word_embᵀ + bias: the tied weight's decoder share */
-    TRY(be->linear_backward(be, ws->dy, g->word_emb, gh->bias, dlogits, ws->y, p->word_emb, M,
-                            C, V, 0));
+    TRY_BACKEND(be->linear_backward(be, ws->dy, g->word_emb, gh->bias, dlogits, ws->y, p->word_emb,
+                                    M, C, V, 0));
     /* y = LN(u); u = GELU(t) (in place in dy) */
-    TRY(be->layernorm_backward(be, ws->dy, gh->ln_w, gh->ln_b, ws->dy, ws->u, ws->mean,
-                               ws->rstd, h->ln_w, M, C));
-    TRY(be->gelu_backward(be, ws->dy, ws->dy, ws->t, (size_t)M * C));
+    TRY_BACKEND(be->layernorm_backward(be, ws->dy, gh->ln_w, gh->ln_b, ws->dy, ws->u, ws->mean,
+                                       ws->rstd, h->ln_w, M, C));
+    TRY_BACKEND(be->gelu_backward(be, ws->dy, ws->dy, ws->t, (size_t)M * C));
     /* t = hm · Wdᵀ + bd */
-    TRY(be->linear_backward(be, ws->dhm, gh->dense_w, gh->dense_b, ws->dy, ws->hm, h->dense_w,
-                            M, C, C, 0));
+    TRY_BACKEND(be->linear_backward(be, ws->dhm, gh->dense_w, gh->dense_b, ws->dy, ws->hm,
+                                    h->dense_w, M, C, C, 0));
     /* hm = x_out[rows]: the encoder's output gradient, 0 off the predicted rows */
-    TRY(be->scatter_rows(be, bert_train_grad_out(ws->enc), ws->dhm, ws->rows, M, N, C));
+    TRY_BACKEND(be->scatter_rows(be, bert_train_grad_out(ws->enc), ws->dhm, ws->rows, M, N, C));
     return bert_train_encode_backward(cfg, p, g, ws->enc, err);
 }

@@ -193,38 +193,40 @@ static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
     float *dx = ws->dx;
 
     /* x_out = LN2(r2): dx <- dL/dr2 (also dL/dx1 through the residual) */
-    TRY(be->layernorm_backward(be, dx, lg->ln2_w, lg->ln2_b, dx, a->r2, a->mean2, a->rstd2,
-                               lp->ln2_w, N, C));
+    TRY_BACKEND(be->layernorm_backward(be, dx, lg->ln2_w, lg->ln2_b, dx, a->r2, a->mean2, a->rstd2,
+                                       lp->ln2_w, N, C));
     /* r2 = dropout(g · W2ᵀ + b2) + x1 */
     float *dp = dx;
     if (dr->hidden > 0) {
-        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(ws, SITE_HID2(l), (size_t)T * C)));
+        TRY_BACKEND(be->dropout(be, ws->dtmp, dx, NC, dr->hidden,
+                                key_of(ws, SITE_HID2(l), (size_t)T * C)));
         dp = ws->dtmp;
     }
-    TRY(be->linear_backward(be, ws->dffn, lg->ffn_out_w, lg->ffn_out_b, dp, a->g,
-                            lp->ffn_out_w, N, F, C, 0));
+    TRY_BACKEND(be->linear_backward(be, ws->dffn, lg->ffn_out_w, lg->ffn_out_b, dp, a->g,
+                                    lp->ffn_out_w, N, F, C, 0));
     /* g = GELU(h); h = x1 · W1ᵀ + b1: dx += dh · W1 */
-    TRY(be->gelu_backward(be, ws->dffn, ws->dffn, a->h, (size_t)N * F));
-    TRY(be->linear_backward(be, dx, lg->ffn_in_w, lg->ffn_in_b, ws->dffn, a->x1,
-                            lp->ffn_in_w, N, C, F, 1));
+    TRY_BACKEND(be->gelu_backward(be, ws->dffn, ws->dffn, a->h, (size_t)N * F));
+    TRY_BACKEND(be->linear_backward(be, dx, lg->ffn_in_w, lg->ffn_in_b, ws->dffn, a->x1,
+                                    lp->ffn_in_w, N, C, F, 1));
     /* x1 = LN1(r1): dx <- dL/dr1 */
-    TRY(be->layernorm_backward(be, dx, lg->ln1_w, lg->ln1_b, dx, a->r1, a->mean1, a->rstd1,
-                               lp->ln1_w, N, C));
+    TRY_BACKEND(be->layernorm_backward(be, dx, lg->ln1_w, lg->ln1_b, dx, a->r1, a->mean1, a->rstd1,
+                                       lp->ln1_w, N, C));
     /* r1 = dropout(merged · Woᵀ + bo) + x_in */
     dp = dx;
     if (dr->hidden > 0) {
-        TRY(be->dropout(be, ws->dtmp, dx, NC, dr->hidden, key_of(ws, SITE_HID1(l), (size_t)T * C)));
+        TRY_BACKEND(be->dropout(be, ws->dtmp, dx, NC, dr->hidden,
+                                key_of(ws, SITE_HID1(l), (size_t)T * C)));
         dp = ws->dtmp;
     }
-    TRY(be->linear_backward(be, ws->dmerged, lg->attn_out_w, lg->attn_out_b, dp, a->merged,
-                            lp->attn_out_w, N, C, C, 0));
+    TRY_BACKEND(be->linear_backward(be, ws->dmerged, lg->attn_out_w, lg->attn_out_b, dp, a->merged,
+                                    lp->attn_out_w, N, C, C, 0));
     /* merged = attention(qkv) */
-    TRY(be->attention_backward(be, ws->dqkv, ws->datt, ws->att_drop, ws->dmerged, a->att,
-                               a->qkv, ws->lengths, B, T, H, d, scale, dr->attention,
-                               key_of(ws, SITE_ATTN(l), (size_t)H * T * T)));
+    TRY_BACKEND(be->attention_backward(be, ws->dqkv, ws->datt, ws->att_drop, ws->dmerged, a->att,
+                                       a->qkv, ws->lengths, B, T, H, d, scale, dr->attention,
+                                       key_of(ws, SITE_ATTN(l), (size_t)H * T * T)));
     /* qkv = x_in · Wqkvᵀ + bqkv: dx += dqkv · Wqkv */
-    TRY(be->linear_backward(be, dx, lg->qkv_w, lg->qkv_b, ws->dqkv, a->x_in, lp->qkv_w, N,
-                            C, 3 * C, 1));
+    TRY_BACKEND(be->linear_backward(be, dx, lg->qkv_w, lg->qkv_b, ws->dqkv, a->x_in, lp->qkv_w, N,
+                                    C, 3 * C, 1));
     return SM_OK;
 }
 
@@ -252,8 +254,8 @@ static int encoder_forward_saved(const bert_config *cfg, const bert_params *p,
     ws->T = T;
     if (drop) ws->drop = *drop;
     else memset(&ws->drop, 0, sizeof ws->drop);
-    TRY(be->upload(be, ws->ids, ids, (size_t)B * T * sizeof(int)));
-    TRY(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
+    TRY_BACKEND(be->upload(be, ws->ids, ids, (size_t)B * T * sizeof(int)));
+    TRY_BACKEND(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
     encoder_pass ps = pass_of(ws);
     return encoder_forward(be, cfg, p, &ws->acts, &ps, B, T, err);
 }
@@ -326,13 +328,13 @@ int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_tr
 
     ws->ready = 0;
     if ((rc = encoder_forward_saved(cfg, p, ws, ids, lengths, B, T, drop, err))) return rc;
-    TRY(be->upload(be, ws->labels, tg->labels, (size_t)B * sizeof(int)));
+    TRY_BACKEND(be->upload(be, ws->labels, tg->labels, (size_t)B * sizeof(int)));
     ws->distill = tg->soft != NULL;
     ws->alpha = tg->alpha;
     ws->temperature = tg->temperature;
     if (ws->distill) {
         temper_targets(ws, tg->soft, B, K, tg->temperature);
-        TRY(be->upload(be, ws->q, ws->host_q, (size_t)B * K * sizeof(float)));
+        TRY_BACKEND(be->upload(be, ws->q, ws->host_q, (size_t)B * K * sizeof(float)));
     }
 
     /* pooled(B,C) = tanh(dense(x[:,0,:])), logits(B,K) = dropout(pooled) · Wcᵀ + bc
@@ -341,14 +343,14 @@ int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_tr
     encoder_pass ps = pass_of(ws);
     if ((rc = encoder_head_forward(be, cfg, p, &ws->acts, &ps, B, T, 1, err))) return rc;
     if (ws->distill)
-        TRY(be->distill_loss(be, ws->losses, ws->probs, ws->probs_t, ws->logits, ws->labels, ws->q,
-                             B, K, ws->temperature, ws->alpha));
+        TRY_BACKEND(be->distill_loss(be, ws->losses, ws->probs, ws->probs_t, ws->logits, ws->labels,
+                                     ws->q, B, K, ws->temperature, ws->alpha));
     else
-        TRY(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
-    TRY(be->download(be, ws->host_losses, ws->losses, (size_t)B * sizeof(float)));
+        TRY_BACKEND(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
+    TRY_BACKEND(be->download(be, ws->host_losses, ws->losses, (size_t)B * sizeof(float)));
     if (logits)
-        TRY(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
-    TRY(be->synchronize(be));
+        TRY_BACKEND(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
+    TRY_BACKEND(be->synchronize(be));
     double sum = 0.0;
     for (int b = 0; b < B; b++) sum += ws->host_losses[b];
     *loss_sum = sum;
@@ -388,18 +390,19 @@ static int encoder_backward(const bert_config *cfg, const bert_params *p, const 
         if (rc) return rc;
     }
     /* x_in[0] = dropout(LN(r0)); r0 = embeddings */
-    TRY(be->dropout(be, ws->dx, ws->dx, (size_t)N * C, dr->hidden, key_of(ws, SITE_EMB, (size_t)T * C)));
-    TRY(be->layernorm_backward(be, ws->dx, g->emb_ln_w, g->emb_ln_b, ws->dx, ws->r0,
-                               ws->mean0, ws->rstd0, p->emb_ln_w, N, C));
+    TRY_BACKEND(be->dropout(be, ws->dx, ws->dx, (size_t)N * C, dr->hidden,
+                            key_of(ws, SITE_EMB, (size_t)T * C)));
+    TRY_BACKEND(be->layernorm_backward(be, ws->dx, g->emb_ln_w, g->emb_ln_b, ws->dx, ws->r0,
+                                       ws->mean0, ws->rstd0, p->emb_ln_w, N, C));
     return SM_OK;
 }
 
 int bert_train_scatter_embeddings(backend *be, const bert_config *cfg, const bert_params *p,
                                   const bert_params *g, bert_train_ws *ws, char *err)
 {
-    TRY(be->embed_backward(be, g->word_emb, g->pos_emb, g->type_emb,
-                           p->task_emb ? g->task_emb : NULL, ws->dx, ws->ids, NULL, ws->B,
-                           ws->T, ws->C, cfg->position_offset));
+    TRY_BACKEND(be->embed_backward(be, g->word_emb, g->pos_emb, g->type_emb,
+                                   p->task_emb ? g->task_emb : NULL, ws->dx, ws->ids, NULL, ws->B,
+                                   ws->T, ws->C, cfg->position_offset));
     return SM_OK;
 }
 
@@ -420,10 +423,11 @@ static int head_and_encoder_backward(const bert_config *cfg, const bert_params *
     ws->ready = 0;
     /* losses = cross-entropy(logits), or the distillation loss */
     if (ws->distill)
-        TRY(be->distill_backward(be, ws->dlogits, ws->probs, ws->probs_t, ws->labels, ws->q, B, K,
-                                 ws->temperature, ws->alpha, loss_scale));
+        TRY_BACKEND(be->distill_backward(be, ws->dlogits, ws->probs, ws->probs_t, ws->labels, ws->q,
+                                         B, K, ws->temperature, ws->alpha, loss_scale));
     else
-        TRY(be->cross_entropy_backward(be, ws->dlogits, ws->probs, ws->labels, B, K, loss_scale));
+        TRY_BACKEND(be->cross_entropy_backward(be, ws->dlogits, ws->probs, ws->labels, B, K,
+                                               loss_scale));
     return head_backward(cfg, p, g, ws, err);
 }
 
@@ -437,20 +441,20 @@ static int head_backward(const bert_config *cfg, const bert_params *p, const ber
     const bert_dropout *dr = &ws->drop;
 
     /* logits = dropout(pooled) · Wcᵀ + bc */
-    TRY(be->linear_backward(be, ws->dpooled, g->cls_w, g->cls_b, ws->dlogits,
-                            ws->pooled_drop, p->cls_w, B, C, K, 0));
-    TRY(be->dropout(be, ws->dpooled, ws->dpooled, (size_t)B * C, dr->classifier,
-                    key_of(ws, SITE_CLS, (size_t)C)));
+    TRY_BACKEND(be->linear_backward(be, ws->dpooled, g->cls_w, g->cls_b, ws->dlogits,
+                                    ws->pooled_drop, p->cls_w, B, C, K, 0));
+    TRY_BACKEND(be->dropout(be, ws->dpooled, ws->dpooled, (size_t)B * C, dr->classifier,
+                            key_of(ws, SITE_CLS, (size_t)C)));
     /* pooled = tanh(cls · Wpᵀ + bp), cls dropped out first for RoBERTa */
     int roberta = bert_config_is_roberta(cfg);
-    TRY(be->tanh_backward(be, ws->dpooled, ws->dpooled, ws->pooled, (size_t)B * C));
-    TRY(be->linear_backward(be, ws->dcls, g->pool_w, g->pool_b, ws->dpooled,
-                            roberta ? ws->cls_drop : ws->cls, p->pool_w, B, C, C, 0));
+    TRY_BACKEND(be->tanh_backward(be, ws->dpooled, ws->dpooled, ws->pooled, (size_t)B * C));
+    TRY_BACKEND(be->linear_backward(be, ws->dcls, g->pool_w, g->pool_b, ws->dpooled,
+                                    roberta ? ws->cls_drop : ws->cls, p->pool_w, B, C, C, 0));
     if (roberta)
-        TRY(be->dropout(be, ws->dcls, ws->dcls, (size_t)B * C, dr->classifier,
-                        key_of(ws, SITE_CLS_IN, (size_t)C)));
+        TRY_BACKEND(be->dropout(be, ws->dcls, ws->dcls, (size_t)B * C, dr->classifier,
+                                key_of(ws, SITE_CLS_IN, (size_t)C)));
     /* cls = x_out[:,0,:] */
-    TRY(be->scatter_cls(be, ws->dx, ws->dcls, B, T, C));
+    TRY_BACKEND(be->scatter_cls(be, ws->dx, ws->dcls, B, T, C));
     return encoder_backward(cfg, p, g, ws, err);
 }
 
@@ -462,7 +466,7 @@ int bert_train_backward_dlogits(const bert_config *cfg, const bert_params *p,
     if (ws->ready != 1)
         return sm_error(err, SM_ERR_INVALID, "training: backward without a forward pass");
     ws->ready = 0;
-    TRY(be->upload(be, ws->dlogits, dlogits, (size_t)ws->B * ws->K * sizeof(float)));
+    TRY_BACKEND(be->upload(be, ws->dlogits, dlogits, (size_t)ws->B * ws->K * sizeof(float)));
     return head_backward(cfg, p, g, ws, err);
 }
 
@@ -479,7 +483,7 @@ int bert_train_backward_one(const bert_config *cfg, const bert_params *p,
     backend *be = ws->be;
     int rc = head_and_encoder_backward(cfg, p, g, ws, loss_scale, err);
     if (!rc) rc = bert_train_scatter_embeddings(be, cfg, p, g, ws, err);
-    if (!rc) TRY(be->synchronize(be));
+    if (!rc) TRY_BACKEND(be->synchronize(be));
     return rc;
 }
 
@@ -492,6 +496,6 @@ int bert_train_encode_backward(const bert_config *cfg, const bert_params *p,
     int rc = encoder_backward(cfg, p, g, ws, err);
     if (!rc) rc = bert_train_scatter_embeddings(ws->be, cfg, p, g, ws, err);
     backend *be = ws->be;
-    if (!rc) TRY(be->synchronize(be));
+    if (!rc) TRY_BACKEND(be->synchronize(be));
     return rc;
 }

@@ -24,7 +24,7 @@
 #include "bert_train_ws.h"
 #include "errors.h"
 #include "tokenizer.h"
-#include "ws_arena.h" /* TRY */
+#include "ws_arena.h" /* TRY_BACKEND */
 
 struct bert_explainer {
     backend *be;
@@ -82,7 +82,7 @@ static int zero_backend(backend *be, float *dst, size_t n, char *err)
     static const float zeros[CHUNK];
     for (size_t i = 0; i < n; i += CHUNK) {
         size_t k = n - i < CHUNK ? n - i : CHUNK;
-        TRY(be->upload(be, dst + i, zeros, k * sizeof(float)));
+        TRY_BACKEND(be->upload(be, dst + i, zeros, k * sizeof(float)));
     }
     return SM_OK;
 }
@@ -173,7 +173,7 @@ static int run_pass(bert_explainer *x, int R, int T, int target, int with_delta,
         return rc;
     x->ws->r0_delta = NULL;
     if (with_delta) {
-        TRY(be->upload(be, x->dev_delta, x->delta, NC * sizeof(float)));
+        TRY_BACKEND(be->upload(be, x->dev_delta, x->delta, NC * sizeof(float)));
         x->ws->r0_delta = x->dev_delta;
     }
     rc = bert_train_forward_one(cfg, &x->p, x->ws, x->ids, x->lengths, &tg, R, T, NULL, &loss,

@@ -1,7 +1,7 @@
 /* pretrain.c: masked-language-model pretraining: the unlabeled dataset,
- * pretrain_run, whose loop drives the run through train_loop.h (epochs,
- * steps, micro-batches, the update) with its own masking, MLM loss over
- * encoder and head and held-out loss; and saving encoder + head as
+ * pretrain_run, which runs the training loop (train_loop.h's loop_run:
+ * epochs, steps, micro-batches, the update) with its own masking, MLM loss
+ * over encoder and head and held-out loss; and saving encoder + head as
  * safetensors.
  *
  * The loop's device arenas are laid out by pretrain_param_table (encoder,
@@ -156,6 +156,7 @@ typedef struct run_state {
     float *host;             /* (total) host copy read back at the end */
     mlm_masking mk;
     int max_pred;
+    int got;                 /* the last micro-batch's predicted positions */
     size_t head_offset, enc_floats;
     double vloss;            /* the last epoch's held-out loss, NAN with no split */
 } run_state;
@@ -179,11 +180,8 @@ static void run_state_free(run_state *st)
 static int build_batch(run_state *st, const int *idx, int B, int epoch, int slot, int *T_out)
 {
     const token_dataset *ds = &st->ds->t;
-    int T = 2, max_len = st->L->max_len, micro = st->L->micro;
-    for (int b = 0; b < B; b++) {
-        int n = ds->len[idx[b]] < max_len ? ds->len[idx[b]] : max_len;
-        T = n > T ? n : T;
-    }
+    int max_len = st->L->max_len, micro = st->L->micro;
+    int T = token_dataset_batch_len(ds, idx, B, max_len);
     int *ids = st->ids + (size_t)slot * micro * max_len;
     int *labels = st->labels + (size_t)slot * micro * max_len;
     int *lengths = st->lengths + (size_t)slot * micro;
@@ -230,12 +228,13 @@ static int evaluate(run_state *st, double *loss, char *err)
     return SM_OK;
 }
 
-/* ---- a step's micro-batches, progress and the epoch's end ---------------------- */
+/* ---- the loop's hooks: a step, its micro-batches, progress, the epoch's end ---- */
 
 /* Masks every micro-batch of step s into its slot first: the loss is the
  * mean over all the step's predicted positions, whose count it returns. */
-static long mask_step(run_state *st, const loop_step *s)
+static long mask_step(void *user, const loop_step *s)
 {
+    run_state *st = user;
     long predicted = 0;
     for (int k = 0; k < s->n_micro; k++) {
         const int *idx;
@@ -248,27 +247,29 @@ static long mask_step(run_state *st, const loop_step *s)
 }
 
 /* The MLM loss sum of micro-batch k of a step, masked into slot k by
- * mask_step; *got: its predicted positions. */
-static int micro_forward(run_state *st, int k, const loop_micro *mb, double *loss, int *got,
-                         char *err)
+ * mask_step; st->got: its predicted positions. */
+static int micro_forward(void *user, int k, const loop_micro *mb, double *loss, char *err)
 {
+    run_state *st = user;
     size_t at = (size_t)k * st->L->micro * st->L->max_len;
     return bert_mlm_forward(&st->m->cfg, &st->p, &st->hp, st->ws, st->ids + at,
                             st->lengths + (size_t)k * st->L->micro, st->labels + at, mb->rows,
-                            st->T[k], mb->drop, loss, got, err);
+                            st->T[k], mb->drop, loss, &st->got, err);
 }
 
-/* Backward of the last micro_forward, which predicted got positions. */
-static int micro_backward(run_state *st, int got, float scale, char *err)
+/* Backward of the last micro_forward, which predicted st->got positions. */
+static int micro_backward(void *user, float scale, char *err)
 {
-    if (!got) return SM_OK; /* nothing predicted: no gradient */
+    run_state *st = user;
+    if (!st->got) return SM_OK; /* nothing predicted: no gradient */
     return bert_mlm_backward(&st->m->cfg, &st->p, &st->hp, &st->g, &st->hg, st->ws, scale, err);
 }
 
 /* Tells the caller's progress callback r (with the held-out loss at an
  * epoch's end); its nonzero answer stops pretraining. */
-static int report(run_state *st, const loop_report *r, char *err)
+static int report(void *user, const loop_report *r, char *err)
 {
+    run_state *st = user;
     if (!st->o->progress) return SM_OK;
     pretrain_progress pr = {0};
     pr.loop = *r;
@@ -277,8 +278,9 @@ static int report(run_state *st, const loop_report *r, char *err)
 }
 
 /* After an epoch's steps: held-out loss, the epoch's results, progress. */
-static int end_epoch(run_state *st, int epoch, char *err)
+static int end_epoch(void *user, int epoch, char *err)
 {
+    run_state *st = user;
     loop_report r;
     int rc;
     st->vloss = NAN;
@@ -289,6 +291,12 @@ static int end_epoch(run_state *st, int epoch, char *err)
     loop_epoch_report(st->L, &r);
     return report(st, &r, err);
 }
+
+static const loop_hooks k_hooks = {.divisor = mask_step,
+                                   .forward = micro_forward,
+                                   .backward = micro_backward,
+                                   .step_done = report,
+                                   .epoch_done = end_epoch};
 
 int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain_dataset *ds,
                  const pretrain_options *o, pretrain_result *res, char *err)
@@ -387,25 +395,7 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
 
     /* The run: each step masked whole, its loss divided by the predicted
      * positions, then its micro-batches from their slots. */
-    for (int epoch = 1; loop_epoch_begin(&L, epoch); epoch++) {
-        loop_step s;
-        loop_report r;
-        while (loop_next_step(&L, &s)) {
-            if ((rc = loop_step_begin(&L, &s, mask_step(&st, &s), err))) goto end;
-            for (int k = 0; k < s.n_micro; k++) {
-                loop_micro mb;
-                double loss;
-                int got;
-                if ((rc = loop_micro_batch(&L, &s, k, &mb, err)) ||
-                    (rc = micro_forward(&st, k, &mb, &loss, &got, err)) ||
-                    (rc = loop_add_loss(&L, &s, loss, err)) ||
-                    (rc = micro_backward(&st, got, s.scale, err)))
-                    goto end;
-            }
-            if ((rc = loop_step_end(&L, &s, &r, err)) || (rc = report(&st, &r, err))) goto end;
-        }
-        if ((rc = end_epoch(&st, epoch, err))) goto end;
-    }
+    if ((rc = loop_run(&L, &k_hooks, &st, err))) goto end;
     if ((rc = loop_download(&L, st.host, err))) goto end;
     /* Everything but the pooler (not trained, equal anyway) goes back. */
     memcpy(m->arena, st.host, st.enc_floats * sizeof *m->arena);

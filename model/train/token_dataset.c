@@ -100,6 +100,16 @@ int token_dataset_row_ids(const token_dataset *ds, int i, int *out, int max_len)
     return keep;
 }
 
+int token_dataset_batch_len(const token_dataset *ds, const int *idx, int B, int max_len)
+{
+    int T = 2;
+    for (int b = 0; b < B; b++) {
+        int n = ds->len[idx[b]] < max_len ? ds->len[idx[b]] : max_len;
+        T = n > T ? n : T;
+    }
+    return T;
+}
+
 static int by_len_r(const void *a, const void *b, void *ctx)
 {
     const token_dataset *ds = ctx;

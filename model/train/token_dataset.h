@@ -1,7 +1,7 @@
 /* token_dataset.h: rows of token ids appended one by one, what the
- * fine-tuning set (trainer.h, a label per row) and the pretraining set
- * (pretrain.h, no labels) are made of, and the length order the training
- * loops sort rows by.
+ * fine-tuning set (train_dataset.h, a label per row) and the pretraining set
+ * (pretrain.h, no labels) are made of, the length order the training
+ * loops sort rows by and the length a batch of rows is padded to.
  *
  * Ids are stored back to back as 16-bit integers when the vocabulary has at
  * most 65536 entries, else 32-bit; each row has a start, a length and, in a
@@ -39,6 +39,9 @@ int token_dataset_add(token_dataset *ds, const int *ids, int n, int label,
  * the last ([SEP]). Returns the count. */
 int token_dataset_row_ids(const token_dataset *ds, int i, int *out,
                           int max_len);
+/* The padded length of a batch of rows idx[0..B): its longest row cut to
+ * max_len, and at least 2. */
+int token_dataset_batch_len(const token_dataset *ds, const int *idx, int B, int max_len);
 /* Sorts row indices a[0..n) by length, ties by index (deterministic). */
 void token_dataset_sort_by_len(const token_dataset *ds, int *a, int n);
 

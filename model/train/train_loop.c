@@ -1,12 +1,12 @@
-/* train_loop.c: the pieces trainer_run and pretrain_run build their loops
- * from: option checks, the seeded split and batch orders, the device
+/* train_loop.c: the loop trainer_run and pretrain_run run (loop_run) and
+ * its pieces: option checks, the seeded split and batch orders, the device
  * arenas and the epochs of optimizer steps with schedule, accumulation,
  * interrupts, divergence checks and progress reports.
  *
  * Owns, while a run lasts, the row orders, the parameter and gradient
- * arenas and the optimizer; nothing is allocated per step. Calls down only
- * (the backend table, optimizer.h, token_dataset.h, bert_dropout); the
- * callers drive the run and are never called back.
+ * arenas and the optimizer; nothing is allocated per step. Calls down (the
+ * backend table, optimizer.h, token_dataset.h, bert_dropout), and back up
+ * only through the caller's loop_hooks, in loop_run.
  */
 #include "train_loop.h"
 
@@ -371,4 +371,31 @@ int loop_stopped(const train_loop *L, const loop_report *r, char *err)
                         r->epoch);
     return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped at epoch %d, step %ld", L->what,
                     r->epoch, r->step);
+}
+
+/* ---- the run ----------------------------------------------------------------------- */
+
+int loop_run(train_loop *L, const loop_hooks *h, void *user, char *err)
+{
+    int rc;
+    for (int epoch = 1; loop_epoch_begin(L, epoch); epoch++) {
+        loop_step s;
+        loop_report r;
+        while (loop_next_step(L, &s)) {
+            if ((rc = loop_step_begin(L, &s, h->divisor(user, &s), err))) return rc;
+            for (int k = 0; k < s.n_micro; k++) {
+                loop_micro mb;
+                double loss;
+                if ((rc = loop_micro_batch(L, &s, k, &mb, err)) ||
+                    (rc = h->forward(user, k, &mb, &loss, err)) ||
+                    (rc = loop_add_loss(L, &s, loss, err)) ||
+                    (rc = h->backward(user, s.scale, err)))
+                    return rc;
+            }
+            if ((rc = loop_step_end(L, &s, &r, err)) || (rc = h->step_done(user, &r, err)))
+                return rc;
+        }
+        if ((rc = h->epoch_done(user, epoch, err))) return rc;
+    }
+    return SM_OK;
 }

@@ -4,10 +4,10 @@
  * parameters and gradients with their optimizer, and the pieces of an
  * epoch of AdamW steps (warm-up + linear decay, gradient accumulation,
  * interrupt polling, divergence checks, progress with timing and ETA).
- * trainer_run and pretrain_run each write their own loop and call down
- * into these (the order is below, at "the run"); what the two differ in
- * (batches, loss, validation, what is kept) stays in them, and nothing
- * here calls back up. Internal to model/.
+ * trainer_run and pretrain_run both run it with loop_run, handing it what
+ * the two differ in (batches, loss, validation, what is kept) as
+ * loop_hooks, the only calls back up (the order is below, at "the run").
+ * Internal to model/.
  *
  * Orders are splitmix64 streams keyed by the seed: the split from
  * (seed, 0x5011700), epoch e's shuffles from (seed, 0xE90C0000 + e); dropout
@@ -84,26 +84,29 @@ void loop_free(train_loop *L);
 
 /* ---- the run ---------------------------------------------------------------------
  *
- * The caller's loop, in this order (each call that takes err returns a
- * status; stop at the first that is not SM_OK):
+ * loop_run, in this order (each call that takes err returns a status; the
+ * run stops at the first that is not SM_OK), the hooks being the caller's:
  *
  *   for (int epoch = 1; loop_epoch_begin(L, epoch); epoch++) {
  *       loop_step s;
  *       loop_report r;
  *       while (loop_next_step(L, &s)) {
- *           loop_step_begin(L, &s, divisor, err);     gradients cleared
+ *           loop_step_begin(L, &s, divisor(&s), err);  gradients cleared
  *           for (int k = 0; k < s.n_micro; k++) {
  *               loop_micro mb;
  *               loop_micro_batch(L, &s, k, &mb, err); interrupt polled
- *               forward rows mb.idx[0..mb.rows) with mb.drop: loss sum
+ *               forward(k, &mb, &loss): rows mb.idx[0..mb.rows) with mb.drop, their loss sum
  *               loop_add_loss(L, &s, loss, err);      a non-finite loss stops
- *               backward, adding s.scale * d(loss sum) to L->grads
+ *               backward(s.scale): adds s.scale * d(loss sum) to L->grads
  *           }
  *           loop_step_end(L, &s, &r, err);            clipping, AdamW, schedule
- *           progress with r; to stop: loop_stopped(L, &r, err)
+ *           step_done(&r): progress with r; to stop: loop_stopped(L, &r, err)
  *       }
- *       validation with loop_epoch_loss(L); loop_epoch_report(L, &r); progress
+ *       epoch_done(epoch): validation with loop_epoch_loss(L);
+ *           loop_epoch_report(L, &r); progress
  *   }
+ *
+ * The pieces are public too, for a caller (a test) that runs them itself.
  */
 
 /* One optimizer step, from loop_next_step to loop_step_end. */
@@ -156,6 +159,26 @@ void loop_epoch_report(const train_loop *L, loop_report *r);
 /* SM_ERR_INTERRUPTED with the message for a progress callback that said
  * stop on report r. */
 int loop_stopped(const train_loop *L, const loop_report *r, char *err);
+
+/* What a run does that the loop does not, called by loop_run with its
+ * user pointer, in the order above. */
+typedef struct loop_hooks {
+    /* Step s's divisor (its rows, or predicted positions), and whatever the
+     * step needs before its micro-batches (masking, say). */
+    long (*divisor)(void *user, const loop_step *s);
+    /* Micro-batch k of the step: the forward pass, its loss sum in *loss. */
+    int (*forward)(void *user, int k, const loop_micro *mb, double *loss, char *err);
+    /* The backward pass of the last forward, adding scale * d(loss sum). */
+    int (*backward)(void *user, float scale, char *err);
+    /* After each step: its report r (progress). */
+    int (*step_done)(void *user, const loop_report *r, char *err);
+    /* After an epoch's steps: validation, what is kept, progress. */
+    int (*epoch_done)(void *user, int epoch, char *err);
+} loop_hooks;
+
+/* Runs every epoch of the planned, split and armed loop L (loop_split,
+ * loop_arenas, the optimizer in L->opt), calling back through h. */
+int loop_run(train_loop *L, const loop_hooks *h, void *user, char *err);
 
 /* Training examples per second of step time so far. */
 double loop_examples_per_sec(const train_loop *L);

@@ -1,10 +1,11 @@
 /* trainer.h: fine-tuning (or training from scratch) on tokenized examples,
- * what the train() aggregate drives.
+ * what the train() aggregate drives (trainer.c).
  *
  * A caller (1) collects rows into a train_dataset as they arrive (token ids
- * from tokenizer_encode and a label index; the text is not kept), (2) gets a
- * model whose head fits the label set (trainer_prepare_head on a loaded
- * base, or bert_model_create_scratch for "base": "none"), (3) calls
+ * from tokenizer_encode and a label index; the text is not kept:
+ * train_dataset.h), (2) gets a model whose head fits the label set
+ * (model_init.h: trainer_prepare_head on a loaded base, or
+ * bert_model_create_scratch for "base": "none"), (3) calls
  * trainer_run, which holds out a seeded validation split, trains with AdamW
  * (warm-up + linear decay, clipping, optional gradient accumulation), keeps
  * the epoch with the best validation accuracy and writes those parameters
@@ -20,61 +21,8 @@
 #include "backend.h"
 #include "bert.h"
 #include "loop_options.h"
-
-/* ---- examples ----------------------------------------------------------- */
-
-/* Token ids and labels, appended row by row. Ids are stored as 16-bit
- * integers when the vocabulary has at most 65536 entries, else 32-bit. */
-typedef struct train_dataset train_dataset;
-
-int train_dataset_create(int vocab_size, train_dataset **out, char *err);
-void train_dataset_free(train_dataset *ds);
-/* Appends one example: ids[0..n) as the model sees them ([CLS] ... [SEP],
- * n >= 2, each in [0, vocab_size)) and label index >= 0. */
-int train_dataset_add(train_dataset *ds, const int *ids, int n, int label,
-                      char *err);
-/* Appends one example with soft targets probs[0..k) (a distribution over
- * the k labels, e.g. a teacher's probabilities) for knowledge distillation,
- * and label index in [0, k) or -1 (none: the row has the soft loss only).
- * A dataset's rows all have soft targets or none. */
-int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label,
-                           const float *probs, int k, char *err);
-int train_dataset_rows(const train_dataset *ds);
-/* Memory the dataset holds, and the average per row (bytes). */
-size_t train_dataset_bytes(const train_dataset *ds);
-double train_dataset_bytes_per_row(const train_dataset *ds);
-/* Row i: pointer-free read access (ids copied into out, up to cap). */
-int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap,
-                      int *n, int *label);
-
-/* ---- the model's head and from-scratch models ---------------------------- */
-
-/* Fits m's classification head to `labels` (n names, n >= 2). When m has a
- * head with exactly this set of labels (in any order) it is kept and
- * *kept = 1; the caller then maps names with bert_config_label_index.
- * Otherwise a fresh head replaces it (weights normal(0, 0.02), seeded; bias
- * 0; labels in the order given), *kept = 0: the classifier (K, C), and for
- * a RoBERTa / XLM-RoBERTa encoder without a head also classifier.dense,
- * as transformers builds RobertaForSequenceClassification on an encoder.
- * A fresh head drops m's wide part (its rows are the old labels'). */
-int trainer_prepare_head(bert_model *m, int n, const char *const *labels,
-                         uint64_t seed, int *kept, char *err);
-
-typedef struct bert_shape {
-    int layers;        /* e.g. 4 */
-    int hidden;        /* e.g. 256; a multiple of heads */
-    int heads;         /* e.g. 4 */
-    int intermediate;  /* e.g. 1024 */
-    int max_length;    /* positions, e.g. 128 */
-} bert_shape;
-
-/* A randomly initialised BERT (as transformers initialises one: normal(0,
- * 0.02) weights and embeddings, zero biases, LayerNorm (1, 0)) with the given
- * shape, vocabulary (vocab.txt text; see vocab_builder.h) and labels. */
-int bert_model_create_scratch(const bert_shape *shape, const char *vocab,
-                              size_t vocab_len, int do_lower_case, int n_labels,
-                              const char *const *labels, uint64_t seed,
-                              bert_model **out, char *err);
+#include "model_init.h"
+#include "train_dataset.h"
 
 /* ---- training ------------------------------------------------------------ */
 

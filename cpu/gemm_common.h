@@ -1,0 +1,52 @@
+/* gemm_common.h: what the packed GEMM kinds (gemm_bf16.c, gemm_f32.c,
+ * gemm_int8.c) share, written once: the packed data's allocation
+ * (gemm_packed_alloc) and the two entry points every kind has.
+ * GEMM_ENTRY_POINTS(kind), at the end of gemm_<kind>.c, defines what
+ * gemm_<kind>.h declares:
+ *   gemm_<kind>_linear_cols  the columns clamped to the weight's N, then
+ *                            the file's own linear_avx512 where
+ *                            gemm_<kind>_supported() says this CPU runs
+ *                            it, else gemm_<kind>_linear_scalar;
+ *   gemm_<kind>_linear       the shape checked against the weight's, then
+ *                            every column.
+ * Private to cpu/.
+ */
+#ifndef SM_GEMM_COMMON_H
+#define SM_GEMM_COMMON_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+
+/* A weight's packed data, count elements of size bytes: 64-byte aligned,
+ * rounded up to 64 bytes (*bytes) and zeroed, the padding included (the
+ * kernels read it as zeros). NULL when out of memory. */
+static inline void *gemm_packed_alloc(size_t count, size_t size, size_t *bytes)
+{
+    void *p;
+    *bytes = (count * size + 63) & ~(size_t)63;
+    p = aligned_alloc(64, *bytes);
+    if (p) memset(p, 0, *bytes);
+    return p;
+}
+
+#define GEMM_ENTRY_POINTS(kind)                                                               \
+    void gemm_##kind##_linear_cols(float *out, const float *in, const gemm_##kind##_weight *w, \
+                                   const float *bias, int R, int col_lo, int col_hi)          \
+    {                                                                                         \
+        if (col_hi > w->N) col_hi = w->N;                                                     \
+        if (R < 1 || col_lo >= col_hi) return;                                                \
+        if (gemm_##kind##_supported()) linear_avx512(out, in, w, bias, R, col_lo, col_hi);    \
+        else gemm_##kind##_linear_scalar(out, in, w, bias, R, col_lo, col_hi);                \
+    }                                                                                         \
+                                                                                              \
+    int gemm_##kind##_linear(float *out, const float *in, const gemm_##kind##_weight *w,      \
+                             const float *bias, int R, int K, int N)                          \
+    {                                                                                         \
+        if (K != w->K || N != w->N || R < 0) return SM_ERR_INVALID;                           \
+        gemm_##kind##_linear_cols(out, in, w, bias, R, 0, N);                                 \
+        return SM_OK;                                                                         \
+    }
+
+#endif
