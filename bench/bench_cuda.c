@@ -24,14 +24,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend_cpu.h"
-#include "bert.h"
-#include "bert_train.h"
-#include "errors.h"
-#include "optimizer.h"
-#include "trainer.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "encoder/bert.h"
+#include "train/bert_train.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
-#include "../gpu/sentiment_cuda.h"
+#include "gpu/sentiment_cuda.h"
 
 #define SEQ 128
 

@@ -23,12 +23,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend_cpu.h"
-#include "bert.h"
-#include "blas.h"
-#include "errors.h"
-#include "rng.h"
-#include "thread_pool.h"
+#include "core/errors.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "cpu/backend_cpu.h"
+#include "cpu/blas.h"
+#include "encoder/bert.h"
 
 /* by bert_precision */
 static const char *const k_precision[] = {"fp32-sgemm", "bf16", "int8", "fp32-packed"};

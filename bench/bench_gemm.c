@@ -21,12 +21,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "blas.h"
-#include "errors.h"
-#include "rng.h"
-#include "gemm_bf16.h"
-#include "gemm_f32.h"
-#include "gemm_int8.h"
+#include "core/errors.h"
+#include "core/rng.h"
+#include "cpu/blas.h"
+#include "cpu/gemm_bf16.h"
+#include "cpu/gemm_f32.h"
+#include "cpu/gemm_int8.h"
 
 enum { P_BF16 = 1, P_INT8 = 2, P_F32 = 4 };
 

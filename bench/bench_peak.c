@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "thread_pool.h"
+#include "core/thread_pool.h"
 
 #define CHAINS 24
 #define ITERS 20000000L /* about 0.1 s a run at 3 GHz with AVX-512 */

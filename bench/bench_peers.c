@@ -44,10 +44,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend_cpu.h"
-#include "bert.h"
-#include "blas.h"
-#include "errors.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "cpu/blas.h"
+#include "encoder/bert.h"
 
 #define MAX_WORK 16
 #define MAX_RUNS 64

@@ -22,9 +22,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend_cpu.h"
-#include "bert.h"
-#include "errors.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "encoder/bert.h"
 
 static double now(void)
 {

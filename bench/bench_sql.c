@@ -47,10 +47,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend_cpu.h"
-#include "backend.h"
-#include "bert.h"
-#include "errors.h"
+#include "core/backend.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "encoder/bert.h"
 
 /* The SQLite calls used, resolved at run time. */
 static struct {

@@ -17,8 +17,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "errors.h"
-#include "tokenizer.h"
+#include "core/errors.h"
+#include "tokenize/tokenizer.h"
 
 static double now(void)
 {

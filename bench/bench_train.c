@@ -13,12 +13,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend_cpu.h"
-#include "bert.h"
-#include "bert_train.h"
-#include "errors.h"
-#include "optimizer.h"
-#include "trainer.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "encoder/bert.h"
+#include "train/bert_train.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 static double now(void)
 {

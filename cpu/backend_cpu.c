@@ -14,24 +14,24 @@
  * plain C forbids; results then differ from a sequential sum only in the
  * last bits, well inside the tolerances the tests check.
  */
-#include "backend.h"
-#include "backend_cpu.h"
+#include "core/backend.h"
+#include "cpu/backend_cpu.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "blas.h"
-#include "cpu_ctx.h"
-#include "cpu_softmax.h"
-#include "cpu_train_kernels.h"
-#include "errors.h"
-#include "fastmath.h"
-#include "gemm_bf16.h"
-#include "gemm_f32.h"
-#include "gemm_int8.h"
-#include "thread_pool.h"
+#include "core/errors.h"
+#include "core/thread_pool.h"
+#include "cpu/blas.h"
+#include "cpu/cpu_ctx.h"
+#include "cpu/fastmath.h"
+#include "cpu/gemm_bf16.h"
+#include "cpu/gemm_f32.h"
+#include "cpu/gemm_int8.h"
+#include "cpu/softmax.h"
+#include "cpu/train_kernels.h"
 
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 

@@ -1,9 +1,9 @@
 /* backend_cpu.h: how to make the CPU backend, the reference implementation of
- * model/backend.h (backend_cpu.c and its kernels), and the public header of
+ * model/core/backend.h (backend_cpu.c and its kernels), and the public header of
  * cpu/.
  *
  * cpu/ holds the CPU backend and its kernels; model code reaches it only
- * through the backend table (model/backend.h) and never includes a header
+ * through the backend table (model/core/backend.h) and never includes a header
  * of cpu/. The extension creates it through this header (ext/device.c), as
  * it creates CUDA ones through the plugin's create export; tests and
  * benchmarks create them too. Every other header of cpu/ is private to it
@@ -13,7 +13,7 @@
 #ifndef SM_BACKEND_CPU_H
 #define SM_BACKEND_CPU_H
 
-#include "backend.h"
+#include "core/backend.h"
 
 /* The CPU backend; threads <= 0 means all the cores this process may run on
  * (tp_default_threads). Its ops split their work across thread_pool.h. */

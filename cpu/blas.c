@@ -20,7 +20,7 @@
  * loaded with OPENBLAS_NUM_THREADS=1 (unless the user set it; restored
  * after loading), so its own threads, which we never use
  * (openblas_set_num_threads(1)), do not each map a buffer at load time. */
-#include "blas.h"
+#include "cpu/blas.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -31,7 +31,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 

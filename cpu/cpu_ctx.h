@@ -1,12 +1,12 @@
 /* cpu_ctx.h: the CPU backend's state and its thread-count rules, shared by
- * the files that fill its table (backend_cpu.c, backend_cpu_train.c,
- * backend_cpu_attn_train.c, backend_cpu_mlm.c). Private to cpu/: the ops
+ * the files that fill its table (backend_cpu.c, train_ops.c,
+ * attention_train_ops.c, mlm_ops.c). Private to cpu/: the ops
  * read the state here instead of calling back into backend_cpu.c.
  */
 #ifndef SM_CPU_CTX_H
 #define SM_CPU_CTX_H
 
-#include "backend.h"
+#include "core/backend.h"
 
 /* The precision a CPU backend was set to (set_precision): which weights its
  * linear layers run (linear_pack_kind). */

@@ -3,7 +3,7 @@
  * libm's expf/erff are scalar calls unless the build uses fast-math, which we
  * do not ship. These inline versions use only +, *, / and bit casts, so the
  * loops that call them vectorise in every target_clones variant.
- * Accuracy (checked against libm in tests/test_fastmath.c):
+ * Accuracy (checked against libm in tests/cpu/test_fastmath.c):
  *   sm_expf: < 2 ulp on [-87, 88]; returns 0 below -87.3 and +inf from
  *            about 88.38 up (libm overflows only past 88.72); its callers
  *            pass x <= 0 (softmax) or bounded arguments.

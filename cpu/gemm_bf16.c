@@ -14,15 +14,15 @@
  * output; ragged columns are stored with masks, ragged rows are computed
  * on zero rows and not stored.
  */
-#include "gemm_bf16.h"
+#include "cpu/gemm_bf16.h"
 
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "errors.h"
-#include "gemm_common.h"
+#include "core/errors.h"
+#include "cpu/features.h"
+#include "cpu/gemm_common.h"
 
 #define PANEL GEMM_BF16_PANEL
 #define MR 12  /* rows of the register tile */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 /* A weight's packed data, count elements of size bytes: 64-byte aligned,
  * rounded up to 64 bytes (*bytes) and zeroed, the padding included (the

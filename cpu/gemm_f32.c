@@ -30,16 +30,16 @@
  * weights are zero); the row tile is compiled for every height 1 .. MR, so
  * ragged rows are neither computed nor read.
  */
-#include "gemm_f32.h"
+#include "cpu/gemm_f32.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "errors.h"
-#include "gemm_common.h"
+#include "core/errors.h"
+#include "cpu/features.h"
+#include "cpu/gemm_common.h"
 
 #define PANEL GEMM_F32_PANEL
 #define MR 12   /* rows of the register tile: 24 accumulators */

@@ -18,7 +18,7 @@
  * bias as it stores. Ragged columns are stored with masks, ragged rows are
  * computed on zero rows and not stored.
  */
-#include "gemm_int8.h"
+#include "cpu/gemm_int8.h"
 
 #include <float.h>
 #include <immintrin.h>
@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_features.h"
-#include "errors.h"
-#include "gemm_common.h"
+#include "core/errors.h"
+#include "cpu/features.h"
+#include "cpu/gemm_common.h"
 
 #define PANEL GEMM_INT8_PANEL
 #define MR 12  /* rows of the register tile */

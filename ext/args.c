@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 /* How often a poll runs the long statement, and the statement. */
 #define POLL_HEAVY_SECONDS 0.010

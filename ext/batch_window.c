@@ -40,7 +40,7 @@
  */
 #include <string.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 static const char *const k_fn = "sentiment_batch()";
 static const char *const k_usage =
@@ -49,37 +49,37 @@ static const char *const k_usage =
 
 enum { ROW_PENDING, ROW_DONE, ROW_NULL };
 
-typedef struct bw_row {
+typedef struct window_row {
     char *text;
     size_t len;
     int state;
     int label;
-} bw_row;
+} window_row;
 
 /* The aggregate context (zeroed by SQLite on first use). */
-typedef struct bw_ctx {
+typedef struct window_ctx {
     sx_model *m;
-    bw_row *q;               /* ring buffer of the frame's rows */
+    window_row *q;               /* ring buffer of the frame's rows */
     int head, count, cap;
     sqlite3_int64 steps, values, inverses_since_value;
     int failed;
     sx_poll poll;            /* begun at the first engine call, ended in
-                                bwFinal: one statement for the whole query,
+                                windowFinal: one statement for the whole query,
                                 so its opcode count (what the progress
                                 handler is called on) accumulates */
     int polling;
-} bw_ctx;
+} window_ctx;
 
-static bw_row *row_at(bw_ctx *p, int i)
+static window_row *row_at(window_ctx *p, int i)
 {
     return &p->q[(p->head + i) % p->cap];
 }
 
-static int push(bw_ctx *p, char *text, size_t len, int state)
+static int push(window_ctx *p, char *text, size_t len, int state)
 {
     if (p->count == p->cap) {
         int cap = p->cap ? p->cap * 2 : 64;
-        bw_row *q = sqlite3_malloc64((sqlite3_uint64)cap * sizeof *q);
+        window_row *q = sqlite3_malloc64((sqlite3_uint64)cap * sizeof *q);
         if (!q) return SQLITE_NOMEM;
         for (int i = 0; i < p->count; i++) q[i] = *row_at(p, i);
         sqlite3_free(p->q);
@@ -87,7 +87,7 @@ static int push(bw_ctx *p, char *text, size_t len, int state)
         p->cap = cap;
         p->head = 0;
     }
-    bw_row *r = &p->q[(p->head + p->count) % p->cap];
+    window_row *r = &p->q[(p->head + p->count) % p->cap];
     r->text = text;
     r->len = len;
     r->state = state;
@@ -96,16 +96,16 @@ static int push(bw_ctx *p, char *text, size_t len, int state)
     return SQLITE_OK;
 }
 
-static void fail(sqlite3_context *ctx, bw_ctx *p, const char *msg)
+static void fail(sqlite3_context *ctx, window_ctx *p, const char *msg)
 {
     if (p) p->failed = 1;
     sqlite3_result_error(ctx, msg, -1);
 }
 
-static void bwStep(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+static void windowStep(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     sx_conn *c = sqlite3_user_data(ctx);
-    bw_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
+    window_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
     const char *text;
     char *copy = NULL, *errmsg = NULL;
     size_t len;
@@ -153,9 +153,9 @@ nomem:
     sqlite3_result_error_nomem(ctx);
 }
 
-static void bwInverse(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+static void windowInverse(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    bw_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
+    window_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
     (void)argc;
     (void)argv;
     if (!p || p->count == 0) return;
@@ -168,7 +168,7 @@ static void bwInverse(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 
 /* Classifies the pending rows of the frame from the current row on, at
  * most one batch per lane of them, in one engine call. */
-static int classify_pending(sqlite3_context *ctx, bw_ctx *p)
+static int classify_pending(sqlite3_context *ctx, window_ctx *p)
 {
     sx_conn *c = sqlite3_user_data(ctx);
     const char **texts = NULL;
@@ -199,7 +199,7 @@ static int classify_pending(sqlite3_context *ctx, bw_ctx *p)
         goto end;
     }
     for (int i = 0; i < p->count && n < most; i++) {
-        bw_row *r = row_at(p, i);
+        window_row *r = row_at(p, i);
         if (r->state != ROW_PENDING) continue;
         texts[n] = r->text;
         lens[n] = r->len;
@@ -212,7 +212,7 @@ static int classify_pending(sqlite3_context *ctx, bw_ctx *p)
         goto end;
     }
     for (int j = 0; j < n; j++) {
-        bw_row *r = row_at(p, idx[j]);
+        window_row *r = row_at(p, idx[j]);
         r->label = sx_argmax(probs + (size_t)j * K, K);
         r->state = ROW_DONE;
         sqlite3_free(r->text); /* no longer needed */
@@ -228,10 +228,10 @@ end:
     return rc;
 }
 
-static void bwValue(sqlite3_context *ctx)
+static void windowValue(sqlite3_context *ctx)
 {
-    bw_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
-    bw_row *r;
+    window_ctx *p = sqlite3_aggregate_context(ctx, sizeof *p);
+    window_row *r;
 
     if (!p) {
         sqlite3_result_error_nomem(ctx);
@@ -261,9 +261,9 @@ static void bwValue(sqlite3_context *ctx)
 
 /* Also runs for a statement that fails part-way, and for an empty
  * partition, where the context was never allocated. */
-static void bwFinal(sqlite3_context *ctx)
+static void windowFinal(sqlite3_context *ctx)
 {
-    bw_ctx *p = sqlite3_aggregate_context(ctx, 0);
+    window_ctx *p = sqlite3_aggregate_context(ctx, 0);
     if (!p) return;
     if (!p->failed && p->steps > 0 && p->values < p->steps) sqlite3_result_error(ctx, k_usage, -1);
     for (int i = 0; i < p->count; i++) sqlite3_free(row_at(p, i)->text);
@@ -282,8 +282,8 @@ int sx_register_batch_window(sqlite3 *db, sx_conn *c)
     for (int nArg = 1; nArg <= 2 && rc == SQLITE_OK; nArg++) {
         sx_conn_ref(c);
         rc = sqlite3_create_window_function(db, "sentiment_batch", nArg,
-                                            SQLITE_UTF8 | SQLITE_INNOCUOUS, c, bwStep, bwFinal,
-                                            bwValue, bwInverse, sx_conn_unref);
+                                            SQLITE_UTF8 | SQLITE_INNOCUOUS, c, windowStep, windowFinal,
+                                            windowValue, windowInverse, sx_conn_unref);
     }
     return rc;
 }

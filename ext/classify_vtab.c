@@ -106,7 +106,7 @@
 /* Batches read per engine thread per engine call (see "How it runs"). */
 #define CLASSIFY_BATCHES_PER_THREAD 4
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 enum {
     COL_ID,
@@ -150,15 +150,15 @@ enum {
 
 static const char *const k_fn = "classify()";
 
-typedef struct cl_vtab {
+typedef struct classify_vtab {
     sqlite3_vtab base;
     sqlite3 *db;
     sx_conn *c;
     char *name;    /* the persistent table's name, or NULL (eponymous) */
     char *args[3]; /* source, column, model of a persistent table, or NULL */
-} cl_vtab;
+} classify_vtab;
 
-typedef struct cl_cursor {
+typedef struct classify_cursor {
     sqlite3_vtab_cursor base;
     sqlite3_stmt *src;       /* the source query */
     sx_model *m;
@@ -180,7 +180,7 @@ typedef struct cl_cursor {
     int *trunc;
     sx_progress progress;
     int64_t done;
-} cl_cursor;
+} classify_cursor;
 
 /* Removes SQL quoting from a CREATE VIRTUAL TABLE argument, in place. */
 static void dequote(char *z)
@@ -221,10 +221,10 @@ static int is_query(const char *s)
 
 /* xConnect and xCreate: argv[3..] are the CREATE VIRTUAL TABLE arguments
  * (none for the eponymous table-valued function). */
-static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+static int classifyConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                      sqlite3_vtab **ppVtab, char **pzErr)
 {
-    cl_vtab *v = NULL;
+    classify_vtab *v = NULL;
     int rc;
 
     if (argc > 6)
@@ -270,18 +270,18 @@ end:
 }
 
 /* xDisconnect and xDestroy: no shadow tables, nothing stored. */
-static int clDisconnect(sqlite3_vtab *pVtab)
+static int classifyDisconnect(sqlite3_vtab *pVtab)
 {
-    cl_vtab *v = (cl_vtab *)pVtab;
+    classify_vtab *v = (classify_vtab *)pVtab;
     for (int i = 0; i < 3; i++) sqlite3_free(v->args[i]);
     sqlite3_free(v->name);
     sqlite3_free(v);
     return SQLITE_OK;
 }
 
-static int clOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+static int classifyOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
 {
-    cl_cursor *cur = sqlite3_malloc(sizeof *cur);
+    classify_cursor *cur = sqlite3_malloc(sizeof *cur);
     (void)pVtab;
     if (!cur) return SQLITE_NOMEM;
     memset(cur, 0, sizeof *cur);
@@ -289,7 +289,7 @@ static int clOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
     return SQLITE_OK;
 }
 
-static void batch_clear(cl_cursor *cur)
+static void batch_clear(classify_cursor *cur)
 {
     for (int i = 0; i < cur->n; i++) {
         sqlite3_value_free(cur->ids[i]);
@@ -301,7 +301,7 @@ static void batch_clear(cl_cursor *cur)
 }
 
 /* Frees everything a filter set up; the cursor can be filtered again. */
-static void cursor_reset(cl_cursor *cur)
+static void cursor_reset(classify_cursor *cur)
 {
     batch_clear(cur);
     sqlite3_free(cur->ids);
@@ -333,9 +333,9 @@ static void cursor_reset(cl_cursor *cur)
     cur->done = 0;
 }
 
-static int clClose(sqlite3_vtab_cursor *pCur)
+static int classifyClose(sqlite3_vtab_cursor *pCur)
 {
-    cl_cursor *cur = (cl_cursor *)pCur;
+    classify_cursor *cur = (classify_cursor *)pCur;
     cursor_reset(cur);
     sqlite3_free(cur);
     return SQLITE_OK;
@@ -360,14 +360,14 @@ static int same_id(sqlite3_value *a, sqlite3_value *b)
 }
 
 /* Where the cursor's errors go: its table's zErrMsg (sx_fail's errmsg). */
-static char **vt_err(cl_cursor *cur)
+static char **vt_err(classify_cursor *cur)
 {
     return &cur->base.pVtab->zErrMsg;
 }
 
 /* Hands msg (a message naming classify(), or NULL: out of memory) to the
  * table: SQLITE_ERROR, or SQLITE_NOMEM without a message. */
-static int set_error(cl_cursor *cur, char *msg)
+static int set_error(classify_cursor *cur, char *msg)
 {
     sqlite3_vtab *vt = cur->base.pVtab;
     sqlite3_free(vt->zErrMsg);
@@ -376,9 +376,9 @@ static int set_error(cl_cursor *cur, char *msg)
 }
 
 /* Reads the next batch from the source and classifies it. */
-static int fill_batch(cl_cursor *cur)
+static int fill_batch(classify_cursor *cur)
 {
-    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    classify_vtab *v = (classify_vtab *)cur->base.pVtab;
     const char **texts = NULL;
     size_t *lens = NULL;
     float *probs = NULL, *emb = NULL;
@@ -528,9 +528,9 @@ static int64_t count_rows(sqlite3 *db, const char *table)
 
 /* Prepares SQL built from a persistent table's stored arguments into
  * cur->src, as SQLite would prepare a view's SQL (see "Trust" above). */
-static int prepare_stored(cl_cursor *cur, const char *sql)
+static int prepare_stored(classify_cursor *cur, const char *sql)
 {
-    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    classify_vtab *v = (classify_vtab *)cur->base.pVtab;
     char *why = NULL;
     int rc = sx_prepare_from_schema(v->db, sql, &cur->src, &why);
     if (rc == SQLITE_NOMEM) return rc;
@@ -552,7 +552,7 @@ static int prepare_stored(cl_cursor *cur, const char *sql)
  * source, column and model, where given, replace arg[0..3) (the persistent
  * table's); batch_size and long_text checked into cur; an id = ?
  * constraint into cur->want_id. */
-static int read_arguments(cl_cursor *cur, int idxNum, sqlite3_value **argv, const char *arg[3])
+static int read_arguments(classify_cursor *cur, int idxNum, sqlite3_value **argv, const char *arg[3])
 {
     int a = 0;
     for (int bit = 0; bit < N_ARGS; bit++) {
@@ -603,10 +603,10 @@ static int read_arguments(cl_cursor *cur, int idxNum, sqlite3_value **argv, cons
  * schema): one statement that only reads and returns two columns. Its
  * second argument, column, is the model: *model (and *model_is_column)
  * when no model is given. */
-static int prepare_query_source(cl_cursor *cur, const char *source, const char *column,
+static int prepare_query_source(classify_cursor *cur, const char *source, const char *column,
                                 int from_schema, const char **model, int *model_is_column)
 {
-    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    classify_vtab *v = (classify_vtab *)cur->base.pVtab;
     int rc;
     /* classify('SELECT ...', 'model'): the second argument is the model */
     if (column && *model && *column)
@@ -654,10 +654,10 @@ static int prepare_query_source(cl_cursor *cur, const char *source, const char *
 /* A table source into cur->src: its rowid and `column` (only the row
  * id = ? names, when the query has that constraint), as stored SQL when
  * it comes from the schema. */
-static int prepare_table_source(cl_cursor *cur, const char *source, const char *column,
+static int prepare_table_source(classify_cursor *cur, const char *source, const char *column,
                                 int from_schema)
 {
-    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    classify_vtab *v = (classify_vtab *)cur->base.pVtab;
     char *sql;
     int rc;
     if (!column || !*column)
@@ -693,9 +693,9 @@ static int prepare_table_source(cl_cursor *cur, const char *source, const char *
 
 /* The model into cur->m; a model name that was a SELECT source's second
  * argument gets a hint when it is unknown. */
-static int resolve_model(cl_cursor *cur, const char *model, int model_is_column)
+static int resolve_model(classify_cursor *cur, const char *model, int model_is_column)
 {
-    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    classify_vtab *v = (classify_vtab *)cur->base.pVtab;
     char *errmsg = NULL;
     if (sx_model_resolve(v->c, k_fn, model, &cur->m, &errmsg) == SQLITE_OK) return SQLITE_OK;
     if (model_is_column && errmsg) {
@@ -715,9 +715,9 @@ static int resolve_model(cl_cursor *cur, const char *model, int model_is_column)
  * are read at a time (the engine sorts them by length together, less
  * padding than one batch's worth, and runs one batch per thread
  * concurrently). */
-static int alloc_batch(cl_cursor *cur)
+static int alloc_batch(classify_cursor *cur)
 {
-    cl_vtab *v = (cl_vtab *)cur->base.pVtab;
+    classify_vtab *v = (classify_vtab *)cur->base.pVtab;
     char *errmsg = NULL;
     int K = cur->m->bert->cfg.num_labels;
     if (sx_engine_backend(v->c, k_fn, &errmsg) != SQLITE_OK) return set_error(cur, errmsg);
@@ -739,7 +739,7 @@ static int alloc_batch(cl_cursor *cur)
 }
 
 /* Reads and classifies the next batch; at the source's end, the cursor's. */
-static int next_batch(cl_cursor *cur)
+static int next_batch(classify_cursor *cur)
 {
     int rc = fill_batch(cur);
     if (rc != SQLITE_OK) return rc;
@@ -750,11 +750,11 @@ static int next_batch(cl_cursor *cur)
     return SQLITE_OK;
 }
 
-static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
+static int classifyFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
                     sqlite3_value **argv)
 {
-    cl_cursor *cur = (cl_cursor *)pCur;
-    cl_vtab *v = (cl_vtab *)pCur->pVtab;
+    classify_cursor *cur = (classify_cursor *)pCur;
+    classify_vtab *v = (classify_vtab *)pCur->pVtab;
     const char *arg[3] = {v->args[0], v->args[1], v->args[2]};
     const char *source, *column, *model;
     int rc, model_is_column = 0;
@@ -803,9 +803,9 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     return SQLITE_OK;
 }
 
-static int clNext(sqlite3_vtab_cursor *pCur)
+static int classifyNext(sqlite3_vtab_cursor *pCur)
 {
-    cl_cursor *cur = (cl_cursor *)pCur;
+    classify_cursor *cur = (classify_cursor *)pCur;
     cur->rowid++;
     if (++cur->pos < cur->n) return SQLITE_OK;
     if (cur->src_done) {
@@ -816,14 +816,14 @@ static int clNext(sqlite3_vtab_cursor *pCur)
     return next_batch(cur);
 }
 
-static int clEof(sqlite3_vtab_cursor *pCur)
+static int classifyEof(sqlite3_vtab_cursor *pCur)
 {
-    return ((cl_cursor *)pCur)->eof;
+    return ((classify_cursor *)pCur)->eof;
 }
 
-static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
+static int classifyColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
 {
-    cl_cursor *cur = (cl_cursor *)pCur;
+    classify_cursor *cur = (classify_cursor *)pCur;
     int p = cur->pos;
     const bert_config *cfg = cur->m ? &cur->m->bert->cfg : NULL;
     const float *probs;
@@ -831,7 +831,7 @@ static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     if (i == COL_EXPLANATION) {
         /* per row, when read: each is 3 x steps passes of its own text */
         if (!cur->texts[p]) return SQLITE_OK;
-        cl_vtab *v = (cl_vtab *)pCur->pVtab;
+        classify_vtab *v = (classify_vtab *)pCur->pVtab;
         char *json = NULL, *errmsg = NULL;
         int rc = sx_explain_json(v->c, k_fn, cur->m, cur->texts[p], cur->lens[p], NULL, &json,
                                  &errmsg);
@@ -882,9 +882,9 @@ static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     return SQLITE_OK;
 }
 
-static int clRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+static int classifyRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
 {
-    *pRowid = ((cl_cursor *)pCur)->rowid;
+    *pRowid = ((classify_cursor *)pCur)->rowid;
     return SQLITE_OK;
 }
 
@@ -893,7 +893,7 @@ static int clRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
  * picks a join order that supplies it. `id = ?` is served (cheaply) but
  * not omitted: SQLite re-checks it. A missing source is reported by
  * xFilter with a message, not by failing the plan. */
-static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+static int classifyBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 {
     int col_of[N_ARGS + 1] = {-1, -1, -1, -1, -1, -1};
     int mask = 0, n = 0, flags = 0;
@@ -955,18 +955,18 @@ static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 
 static sqlite3_module classifyModule = {
     /* iVersion    */ 0,
-    /* xCreate     */ clConnect, /* same as xConnect: eponymous and creatable */
-    /* xConnect    */ clConnect,
-    /* xBestIndex  */ clBestIndex,
-    /* xDisconnect */ clDisconnect,
-    /* xDestroy    */ clDisconnect,
-    /* xOpen       */ clOpen,
-    /* xClose      */ clClose,
-    /* xFilter     */ clFilter,
-    /* xNext       */ clNext,
-    /* xEof        */ clEof,
-    /* xColumn     */ clColumn,
-    /* xRowid      */ clRowid,
+    /* xCreate     */ classifyConnect, /* same as xConnect: eponymous and creatable */
+    /* xConnect    */ classifyConnect,
+    /* xBestIndex  */ classifyBestIndex,
+    /* xDisconnect */ classifyDisconnect,
+    /* xDestroy    */ classifyDisconnect,
+    /* xOpen       */ classifyOpen,
+    /* xClose      */ classifyClose,
+    /* xFilter     */ classifyFilter,
+    /* xNext       */ classifyNext,
+    /* xEof        */ classifyEof,
+    /* xColumn     */ classifyColumn,
+    /* xRowid      */ classifyRowid,
     /* xUpdate     */ 0, /* read-only */
     /* xBegin      */ 0, /* no transactions: nothing is stored */
     /* xSync       */ 0,

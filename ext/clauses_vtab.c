@@ -29,29 +29,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 enum { COL_IDX, COL_CLAUSE, COL_START, COL_END, COL_LABEL, COL_SCORE, COL_PROBS, COL_TEXT,
        COL_MODEL };
 
-typedef struct cl_clause {
+typedef struct clauses_clause {
     size_t byte0, byte1; /* in the text */
     int start, end;      /* characters */
-} cl_clause;
+} clauses_clause;
 
-typedef struct cl_vtab {
+typedef struct clauses_vtab {
     sqlite3_vtab base;
     sx_conn *c;
-} cl_vtab;
+} clauses_vtab;
 
-typedef struct cl_cursor {
+typedef struct clauses_cursor {
     sqlite3_vtab_cursor base;
     char *text;          /* a copy (sqlite3_malloc'd) */
-    cl_clause *clauses;
+    clauses_clause *clauses;
     float *probs;        /* n x K */
     sx_model *m;
     int n, K, pos;
-} cl_cursor;
+} clauses_cursor;
 
 /* Bytes of the UTF-8 character at s[0..n), 1 for an invalid byte. */
 static size_t char_len(const unsigned char *s, size_t n)
@@ -91,11 +91,11 @@ static int is_space(const char *t, size_t i, size_t k)
 }
 
 /* Splits t into clauses (the rule above); *out sqlite3_malloc'd. */
-static int split(const char *t, size_t len, cl_clause **out, int *n_out)
+static int split(const char *t, size_t len, clauses_clause **out, int *n_out)
 {
-    cl_clause *cl = NULL;
+    clauses_clause *cl = NULL;
     int n = 0, cap = 0, chars = 0, in = 0;
-    cl_clause cur = {0};
+    clauses_clause cur = {0};
     size_t last_end = 0;
     int last_end_chars = 0;
     *out = NULL;
@@ -109,7 +109,7 @@ static int split(const char *t, size_t len, cl_clause **out, int *n_out)
                 cur.end = last_end_chars;
                 if (n == cap) {
                     cap = cap ? 2 * cap : 8;
-                    cl_clause *g = sqlite3_realloc64(cl, (sqlite3_uint64)cap * sizeof *cl);
+                    clauses_clause *g = sqlite3_realloc64(cl, (sqlite3_uint64)cap * sizeof *cl);
                     if (!g) {
                         sqlite3_free(cl);
                         return SQLITE_NOMEM;
@@ -137,7 +137,7 @@ static int split(const char *t, size_t len, cl_clause **out, int *n_out)
     return SQLITE_OK;
 }
 
-static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+static int clausesConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                      sqlite3_vtab **ppVtab, char **pzErr)
 {
     (void)argc;
@@ -147,7 +147,7 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                                       "\"end\" INTEGER, label TEXT, score REAL, probs TEXT, "
                                       "text HIDDEN, model HIDDEN)");
     if (rc != SQLITE_OK) return rc;
-    cl_vtab *v = sqlite3_malloc(sizeof *v);
+    clauses_vtab *v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
     memset(v, 0, sizeof *v);
     v->c = pAux;
@@ -156,23 +156,23 @@ static int clConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
     return SQLITE_OK;
 }
 
-static int clDisconnect(sqlite3_vtab *pVtab)
+static int clausesDisconnect(sqlite3_vtab *pVtab)
 {
     sqlite3_free(pVtab);
     return SQLITE_OK;
 }
 
-static int clOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+static int clausesOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
 {
     (void)pVtab;
-    cl_cursor *cur = sqlite3_malloc(sizeof *cur);
+    clauses_cursor *cur = sqlite3_malloc(sizeof *cur);
     if (!cur) return SQLITE_NOMEM;
     memset(cur, 0, sizeof *cur);
     *ppCursor = &cur->base;
     return SQLITE_OK;
 }
 
-static void cursor_reset(cl_cursor *cur)
+static void cursor_reset(clauses_cursor *cur)
 {
     sqlite3_free(cur->text);
     sqlite3_free(cur->clauses);
@@ -185,9 +185,9 @@ static void cursor_reset(cl_cursor *cur)
     cur->n = cur->pos = 0;
 }
 
-static int clClose(sqlite3_vtab_cursor *pCur)
+static int clausesClose(sqlite3_vtab_cursor *pCur)
 {
-    cursor_reset((cl_cursor *)pCur);
+    cursor_reset((clauses_cursor *)pCur);
     sqlite3_free(pCur);
     return SQLITE_OK;
 }
@@ -200,11 +200,11 @@ static int set_error(sqlite3_vtab *v, char *msg, int rc)
 }
 
 /* idxNum bit 1: text given (argv[0]); bit 2: model given (next argv). */
-static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
+static int clausesFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
                     sqlite3_value **argv)
 {
-    cl_cursor *cur = (cl_cursor *)pCur;
-    cl_vtab *v = (cl_vtab *)pCur->pVtab;
+    clauses_cursor *cur = (clauses_cursor *)pCur;
+    clauses_vtab *v = (clauses_vtab *)pCur->pVtab;
     const char *fn = "sentiment_clauses()";
     char *errmsg = NULL;
     const char *text = NULL, *model = NULL;
@@ -226,7 +226,7 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     if (!cur->text) return SQLITE_NOMEM;
     memcpy(cur->text, text, len);
     cur->text[len] = 0;
-    cl_clause *all = NULL;
+    clauses_clause *all = NULL;
     int n_all = 0;
     if ((rc = split(cur->text, len, &all, &n_all)) != SQLITE_OK) return rc;
     /* the clauses the model sees as text */
@@ -264,22 +264,22 @@ static int clFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     return SQLITE_OK;
 }
 
-static int clNext(sqlite3_vtab_cursor *pCur)
+static int clausesNext(sqlite3_vtab_cursor *pCur)
 {
-    ((cl_cursor *)pCur)->pos++;
+    ((clauses_cursor *)pCur)->pos++;
     return SQLITE_OK;
 }
 
-static int clEof(sqlite3_vtab_cursor *pCur)
+static int clausesEof(sqlite3_vtab_cursor *pCur)
 {
-    cl_cursor *cur = (cl_cursor *)pCur;
+    clauses_cursor *cur = (clauses_cursor *)pCur;
     return cur->pos >= cur->n;
 }
 
-static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
+static int clausesColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
 {
-    cl_cursor *cur = (cl_cursor *)pCur;
-    const cl_clause *cl = &cur->clauses[cur->pos];
+    clauses_cursor *cur = (clauses_cursor *)pCur;
+    const clauses_clause *cl = &cur->clauses[cur->pos];
     const float *p = cur->probs ? cur->probs + (size_t)cur->pos * cur->K : NULL;
     const bert_config *cfg = cur->m ? &cur->m->bert->cfg : NULL;
     switch (i) {
@@ -299,14 +299,14 @@ static int clColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     return SQLITE_OK;
 }
 
-static int clRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+static int clausesRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
 {
-    *pRowid = ((cl_cursor *)pCur)->pos + 1;
+    *pRowid = ((clauses_cursor *)pCur)->pos + 1;
     return SQLITE_OK;
 }
 
 /* text (required) and model equality constraints, passed in that order. */
-static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+static int clausesBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 {
     int text_i = -1, model_i = -1;
     for (int i = 0; i < info->nConstraint; i++) {
@@ -341,17 +341,17 @@ static int clBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 static sqlite3_module clausesModule = {
     /* iVersion    */ 0,
     /* xCreate     */ 0, /* eponymous only */
-    /* xConnect    */ clConnect,
-    /* xBestIndex  */ clBestIndex,
-    /* xDisconnect */ clDisconnect,
-    /* xDestroy    */ clDisconnect,
-    /* xOpen       */ clOpen,
-    /* xClose      */ clClose,
-    /* xFilter     */ clFilter,
-    /* xNext       */ clNext,
-    /* xEof        */ clEof,
-    /* xColumn     */ clColumn,
-    /* xRowid      */ clRowid,
+    /* xConnect    */ clausesConnect,
+    /* xBestIndex  */ clausesBestIndex,
+    /* xDisconnect */ clausesDisconnect,
+    /* xDestroy    */ clausesDisconnect,
+    /* xOpen       */ clausesOpen,
+    /* xClose      */ clausesClose,
+    /* xFilter     */ clausesFilter,
+    /* xNext       */ clausesNext,
+    /* xEof        */ clausesEof,
+    /* xColumn     */ clausesColumn,
+    /* xRowid      */ clausesRowid,
     /* xUpdate     */ 0,
     /* xBegin      */ 0,
     /* xSync       */ 0,

@@ -10,7 +10,7 @@
  *               says what is in use.
  *   threads     CPU threads, 0 (default) = all cores this process may run
  *               on (its CPU affinity; tp_default_threads in
- *               model/thread_pool.h). The engine's own worker threads,
+ *               model/core/thread_pool.h). The engine's own worker threads,
  *               created on first use and kept; when one cannot be
  *               created the work runs on fewer, with the same results.
  *   batch_size  rows per encoder call in classify and sentiment_batch,
@@ -84,7 +84,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 static const char *const k_progress[] = {"auto", "off", "on"};
 

@@ -11,7 +11,7 @@
  * (or by auto), so one sentiment.so runs on machines without CUDA. It
  * exports two symbols (gpu/sentiment_cuda.h), looked up here with dlsym:
  *
- *   sentiment_cuda_backend_create   required: a backend (model/backend.h) on
+ *   sentiment_cuda_backend_create   required: a backend (model/core/backend.h) on
  *                                   GPU N and the one-line description
  *                                   sentiment_device() shows
  *                                   ("cuda:0 NVIDIA H200, bf16")
@@ -56,10 +56,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../gpu/sentiment_cuda.h"
-#include "backend_cpu.h"
-#include "errors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "ext/sentiment_ext.h"
+#include "gpu/sentiment_cuda.h"
 
 
 #define SX_CUDA_PLUGIN "sentiment_cuda.so"

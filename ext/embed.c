@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 static const char k_fn[] = "sentiment_embed()";
 

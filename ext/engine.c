@@ -30,8 +30,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "errors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
 
 /* The share of free GPU memory one workspace may take. */
 #define SX_GPU_MEM_SHARE 0.8

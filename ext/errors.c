@@ -1,6 +1,6 @@
 /* errors.c: the error convention of ext/ (written down in sentiment_ext.h):
  * formatting a "fn: what went wrong" message into a char **errmsg and
- * turning a model-layer status (model/errors.h, SM_*) with its err buffer
+ * turning a model-layer status (model/core/errors.h, SM_*) with its err buffer
  * into an SQLite result code and such a message.
  *
  * Owns nothing: each message is sqlite3_mprintf'd and belongs to the
@@ -8,8 +8,8 @@
  */
 #include <stdarg.h>
 
-#include "errors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
 
 int sx_rc_from_sm(int sm_rc)
 {

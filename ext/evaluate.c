@@ -54,8 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
 
 #define EVAL_BATCH 64
 #define EVAL_FN "sentiment_evaluate()"

@@ -51,11 +51,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "explain.h"
-#include "json_in.h"
-#include "sentiment_ext.h"
-#include "utf8.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
+#include "format/json_in.h"
+#include "tokenize/utf8.h"
+#include "train/explain.h"
 
 #define EXPLAIN_FN "sentiment_explain()"
 #define EXPLAIN_MAX_BATCH 16

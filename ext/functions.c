@@ -85,9 +85,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "safetensors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
+#include "format/safetensors.h"
 
 #ifndef SENTIMENT_COMMIT
 #define SENTIMENT_COMMIT "unknown"

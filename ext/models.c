@@ -34,9 +34,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "errors.h"
-#include "pooling.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
+#include "format/pooling.h"
 
 /* ---- loaders handed to the registry ---- */
 

@@ -53,8 +53,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
 
 enum {
     COL_NAME,
@@ -77,28 +77,28 @@ enum {
     N_COLS
 };
 
-typedef struct mv_row {
+typedef struct models_row {
     char *name, *source, *labels, *type, *created, *path, *metrics, *wide, *cpu_precision;
     sqlite3_int64 version, params;
     int layers, hidden, heads, maxlen, loaded, have_cfg;
     int head; /* 1: a classification head, 0: none (an embedding model), -1: not known */
-} mv_row;
+} models_row;
 
-typedef struct mv_vtab {
+typedef struct models_vtab {
     sqlite3_vtab base;
     sx_conn *c;
-} mv_vtab;
+} models_vtab;
 
-typedef struct mv_cursor {
+typedef struct models_cursor {
     sqlite3_vtab_cursor base;
-    mv_row *rows;
+    models_row *rows;
     int n, cap, pos;
-} mv_cursor;
+} models_cursor;
 
-static int mvConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+static int modelsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                      sqlite3_vtab **ppVtab, char **pzErr)
 {
-    mv_vtab *v;
+    models_vtab *v;
     int rc;
     (void)argc;
     (void)argv;
@@ -118,15 +118,15 @@ static int mvConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
     return SQLITE_OK;
 }
 
-static int mvDisconnect(sqlite3_vtab *pVtab)
+static int modelsDisconnect(sqlite3_vtab *pVtab)
 {
     sqlite3_free(pVtab);
     return SQLITE_OK;
 }
 
-static int mvOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+static int modelsOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
 {
-    mv_cursor *cur = sqlite3_malloc(sizeof *cur);
+    models_cursor *cur = sqlite3_malloc(sizeof *cur);
     (void)pVtab;
     if (!cur) return SQLITE_NOMEM;
     memset(cur, 0, sizeof *cur);
@@ -134,10 +134,10 @@ static int mvOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
     return SQLITE_OK;
 }
 
-static void rows_free(mv_cursor *cur)
+static void rows_free(models_cursor *cur)
 {
     for (int i = 0; i < cur->n; i++) {
-        mv_row *r = &cur->rows[i];
+        models_row *r = &cur->rows[i];
         sqlite3_free(r->name);
         sqlite3_free(r->source);
         sqlite3_free(r->labels);
@@ -153,9 +153,9 @@ static void rows_free(mv_cursor *cur)
     cur->n = cur->cap = cur->pos = 0;
 }
 
-static int mvClose(sqlite3_vtab_cursor *pCur)
+static int modelsClose(sqlite3_vtab_cursor *pCur)
 {
-    rows_free((mv_cursor *)pCur);
+    rows_free((models_cursor *)pCur);
     sqlite3_free(pCur);
     return SQLITE_OK;
 }
@@ -174,14 +174,14 @@ static char *labels_json(const bert_config *cfg)
 
 /* Appends a row; cfg (may be NULL) fills the architecture columns; head:
  * 1 a classification head, 0 none (no labels are listed), -1 not known. */
-static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
+static models_row *add_row(models_cursor *cur, const char *name, sqlite3_int64 version,
                        const char *source, const bert_config *cfg, sqlite3_int64 params,
                        int head)
 {
-    mv_row *r;
+    models_row *r;
     if (cur->n == cur->cap) {
         int cap = cur->cap ? cur->cap * 2 : 8;
-        mv_row *grown = sqlite3_realloc64(cur->rows, (sqlite3_uint64)cap * sizeof *grown);
+        models_row *grown = sqlite3_realloc64(cur->rows, (sqlite3_uint64)cap * sizeof *grown);
         if (!grown) return NULL;
         cur->rows = grown;
         cur->cap = cap;
@@ -205,7 +205,7 @@ static mv_row *add_row(mv_cursor *cur, const char *name, sqlite3_int64 version,
         {
             /* what the model runs with here: sentiment_config('max_length')
              * is capped per model */
-            int set = ((mv_vtab *)cur->base.pVtab)->c->max_length;
+            int set = ((models_vtab *)cur->base.pVtab)->c->max_length;
             if (set > 0 && set < r->maxlen) r->maxlen = set;
         }
         r->params = params;
@@ -238,7 +238,7 @@ static sqlite3_int64 params_of(const bert_config *cfg)
     return (sqlite3_int64)total;
 }
 
-static int add_database_rows(mv_cursor *cur, sx_conn *cur_conn)
+static int add_database_rows(models_cursor *cur, sx_conn *cur_conn)
 {
     sqlite3 *db = cur_conn->db;
     sqlite3_stmt *st = NULL;
@@ -256,7 +256,7 @@ static int add_database_rows(mv_cursor *cur, sx_conn *cur_conn)
         const char *metrics = (const char *)sqlite3_column_text(st, 5);
         bert_config cfg;
         int have = config && bert_config_parse(config, config_len, &cfg, err) == SM_OK;
-        mv_row *r = add_row(cur, name ? name : "", version, "database", have ? &cfg : NULL,
+        models_row *r = add_row(cur, name ? name : "", version, "database", have ? &cfg : NULL,
                             have ? params_of(&cfg) : 0, -1);
         if (have) bert_config_free(&cfg);
         if (!r) {
@@ -283,11 +283,11 @@ static int add_database_rows(mv_cursor *cur, sx_conn *cur_conn)
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
+static int modelsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
                     sqlite3_value **argv)
 {
-    mv_cursor *cur = (mv_cursor *)pCur;
-    mv_vtab *v = (mv_vtab *)pCur->pVtab;
+    models_cursor *cur = (models_cursor *)pCur;
+    models_vtab *v = (models_vtab *)pCur->pVtab;
     sx_conn *c = v->c;
     int rc, have_default = 0;
     sx_builtin b;
@@ -298,7 +298,7 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
 
     rows_free(cur);
     for (sx_file_reg *r = c->files; r; r = r->next) {
-        mv_row *row = add_row(cur, r->name, 1, r->path ? "file" : "memory",
+        models_row *row = add_row(cur, r->name, 1, r->path ? "file" : "memory",
                               &r->model->bert->cfg,
                               (sqlite3_int64)bert_model_num_params(r->model->bert),
                               r->model->bert->has_head != 0);
@@ -315,7 +315,7 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
         bert_config cfg;
         char err[SM_ERR_MAX];
         int have = bert_config_parse(b.config, b.config_len, &cfg, err) == SM_OK;
-        mv_row *row = add_row(cur, "default", 1, "builtin", have ? &cfg : NULL,
+        models_row *row = add_row(cur, "default", 1, "builtin", have ? &cfg : NULL,
                               have ? params_of(&cfg) : 0, 1);
         if (have) bert_config_free(&cfg);
         if (!row) return SQLITE_NOMEM;
@@ -325,22 +325,22 @@ static int mvFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     return SQLITE_OK;
 }
 
-static int mvNext(sqlite3_vtab_cursor *pCur)
+static int modelsNext(sqlite3_vtab_cursor *pCur)
 {
-    ((mv_cursor *)pCur)->pos++;
+    ((models_cursor *)pCur)->pos++;
     return SQLITE_OK;
 }
 
-static int mvEof(sqlite3_vtab_cursor *pCur)
+static int modelsEof(sqlite3_vtab_cursor *pCur)
 {
-    mv_cursor *cur = (mv_cursor *)pCur;
+    models_cursor *cur = (models_cursor *)pCur;
     return cur->pos >= cur->n;
 }
 
-static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
+static int modelsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
 {
-    mv_cursor *cur = (mv_cursor *)pCur;
-    const mv_row *r = &cur->rows[cur->pos];
+    models_cursor *cur = (models_cursor *)pCur;
+    const models_row *r = &cur->rows[cur->pos];
     switch (i) {
     case COL_NAME: sqlite3_result_text(ctx, r->name, -1, SQLITE_TRANSIENT); break;
     case COL_VERSION: sqlite3_result_int64(ctx, r->version); break;
@@ -390,14 +390,14 @@ static int mvColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     return SQLITE_OK;
 }
 
-static int mvRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+static int modelsRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
 {
-    *pRowid = ((mv_cursor *)pCur)->pos + 1;
+    *pRowid = ((models_cursor *)pCur)->pos + 1;
     return SQLITE_OK;
 }
 
 /* One plan: a full scan of a short list (idxNum unused, always 0). */
-static int mvBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+static int modelsBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 {
     (void)pVtab;
     info->idxNum = 0;
@@ -409,17 +409,17 @@ static int mvBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 static sqlite3_module modelsModule = {
     /* iVersion    */ 0,
     /* xCreate     */ 0, /* eponymous only: no CREATE VIRTUAL TABLE */
-    /* xConnect    */ mvConnect,
-    /* xBestIndex  */ mvBestIndex,
-    /* xDisconnect */ mvDisconnect,
-    /* xDestroy    */ mvDisconnect,
-    /* xOpen       */ mvOpen,
-    /* xClose      */ mvClose,
-    /* xFilter     */ mvFilter,
-    /* xNext       */ mvNext,
-    /* xEof        */ mvEof,
-    /* xColumn     */ mvColumn,
-    /* xRowid      */ mvRowid,
+    /* xConnect    */ modelsConnect,
+    /* xBestIndex  */ modelsBestIndex,
+    /* xDisconnect */ modelsDisconnect,
+    /* xDestroy    */ modelsDisconnect,
+    /* xOpen       */ modelsOpen,
+    /* xClose      */ modelsClose,
+    /* xFilter     */ modelsFilter,
+    /* xNext       */ modelsNext,
+    /* xEof        */ modelsEof,
+    /* xColumn     */ modelsColumn,
+    /* xRowid      */ modelsRowid,
     /* xUpdate     */ 0, /* read-only: use sentiment_load / sentiment_save */
     /* xBegin      */ 0,
     /* xSync       */ 0,

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 static double now_s(void)
 {

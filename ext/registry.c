@@ -41,8 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
 
 #define SX_CACHE_IDLE_MAX 8
 

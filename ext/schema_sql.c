@@ -36,7 +36,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 /* SQLITE_DBCONFIG_TRUSTED_SCHEMA and the function flags exist since 3.31. */
 #ifndef SQLITE_DBCONFIG_TRUSTED_SCHEMA

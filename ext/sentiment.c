@@ -35,7 +35,7 @@
 #include <dlfcn.h>
 #include <string.h>
 
-#include "sentiment_ext.h"
+#include "ext/sentiment_ext.h"
 
 SQLITE_EXTENSION_INIT1
 

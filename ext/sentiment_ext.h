@@ -60,7 +60,7 @@
  * it sets none (the caller says what was not found). A function whose only
  * failure is out of memory returns SQLITE_NOMEM and takes no errmsg.
  * sx_fail() formats a message and returns the code; sx_from_sm() turns a
- * model/ status (SM_*, model/errors.h) and its err buffer into both. The
+ * model/ status (SM_*, model/core/errors.h) and its err buffer into both. The
  * SQL entry points (xFunc, xStep, xFinal, xFilter, ...) hand the message
  * to sqlite3_result_error() or pVtab->zErrMsg (a function's error reaches
  * SQLite as SQLITE_ERROR, whatever the code was), out of memory to
@@ -85,7 +85,7 @@ SQLITE_EXTENSION_INIT3
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bert.h"
+#include "encoder/bert.h"
 
 #define SX_VERSION "0.1.0"
 

@@ -53,9 +53,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "errors.h"
-#include "sentiment_ext.h"
-#include "sha256.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
+#include "format/sha256.h"
 
 static const char k_schema_store[] =
     "CREATE TABLE IF NOT EXISTS sentiment_model_store(\n"

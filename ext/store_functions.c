@@ -61,8 +61,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "errors.h"
-#include "sentiment_ext.h"
+#include "core/errors.h"
+#include "ext/sentiment_ext.h"
 
 /* A TEXT argument without embedded NUL bytes, else NULL. */
 static const char *text_arg(sqlite3_value *v)

@@ -132,16 +132,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bert_clone.h"
-#include "errors.h"
-#include "file_read.h"
-#include "safetensors.h"
-#include "sentiment_ext.h"
-#include "train_options.h"
-#include "train_int8.h"
-#include "train_wide.h"
-#include "trainer.h"
-#include "vocab_builder.h"
+#include "core/errors.h"
+#include "encoder/bert_clone.h"
+#include "ext/sentiment_ext.h"
+#include "ext/train_int8.h"
+#include "ext/train_options.h"
+#include "ext/train_wide.h"
+#include "format/file_read.h"
+#include "format/safetensors.h"
+#include "tokenize/vocab_builder.h"
+#include "train/trainer.h"
 
 #define TRAIN_MIN_ROWS 8
 #define TRAIN_HEAD_LR 1e-3f

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cpu.h"
-#include "errors.h"
-#include "train_int8.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "ext/train_int8.h"
 
 /* The first `cap` rows with is_valid set: texts, lengths and labels. */
 static int take_valid(const sx_wide_rows *r, const unsigned char *is_valid, int cap,

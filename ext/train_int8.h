@@ -4,7 +4,7 @@
 #ifndef SX_TRAIN_INT8_H
 #define SX_TRAIN_INT8_H
 
-#include "train_wide.h"
+#include "ext/train_wide.h"
 
 /* At most this many validation rows are classified both ways. */
 #define SX_INT8_CHECK_MAX_ROWS 4000

@@ -65,9 +65,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "errors.h"
-#include "json_in.h"
-#include "train_options.h"
+#include "core/errors.h"
+#include "ext/train_options.h"
+#include "format/json_in.h"
 
 enum { OK_INT, OK_NUM, OK_STR, OK_BOOL, OK_OBJ, OK_WIDE };
 

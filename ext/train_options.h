@@ -5,8 +5,8 @@
 #ifndef SX_TRAIN_OPTIONS_H
 #define SX_TRAIN_OPTIONS_H
 
-#include "sentiment_ext.h"
-#include "trainer.h"
+#include "ext/sentiment_ext.h"
+#include "train/trainer.h"
 
 /* How train() names itself in its error messages. */
 #define TRAIN_FN "train()"

@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sentiment_ext.h"
-#include "trainer.h"
+#include "ext/sentiment_ext.h"
+#include "train/trainer.h"
 
-typedef struct ts_entry {
+typedef struct training_entry {
     uint64_t id;
     char model[SX_NAME_MAX + 1];
     char base[SX_NAME_MAX + 32];
@@ -35,16 +35,16 @@ typedef struct ts_entry {
     int epoch, epochs;
     long step, total_steps;
     double loss, valid_accuracy, eps, seconds, eta;
-    struct ts_entry *next;
-} ts_entry;
+    struct training_entry *next;
+} training_entry;
 
 static pthread_mutex_t g_ts_lock = PTHREAD_MUTEX_INITIALIZER;
-static ts_entry *g_ts_head;
+static training_entry *g_ts_head;
 static uint64_t g_ts_next = 1;
 
 void *sx_train_status_begin(const char *model, const char *base, int64_t rows)
 {
-    ts_entry *e = calloc(1, sizeof *e);
+    training_entry *e = calloc(1, sizeof *e);
     if (!e) return NULL; /* the run is just not listed */
     snprintf(e->model, sizeof e->model, "%s", model);
     snprintf(e->base, sizeof e->base, "%s", base);
@@ -60,7 +60,7 @@ void *sx_train_status_begin(const char *model, const char *base, int64_t rows)
 
 void sx_train_status_update(void *h, const trainer_progress *p)
 {
-    ts_entry *e = h;
+    training_entry *e = h;
     if (!e) return;
     pthread_mutex_lock(&g_ts_lock);
     e->epoch = p->loop.epoch;
@@ -77,7 +77,7 @@ void sx_train_status_update(void *h, const trainer_progress *p)
 
 void sx_train_status_end(void *h)
 {
-    ts_entry *e = h, **pp;
+    training_entry *e = h, **pp;
     if (!e) return;
     pthread_mutex_lock(&g_ts_lock);
     for (pp = &g_ts_head; *pp; pp = &(*pp)->next)
@@ -106,13 +106,13 @@ enum {
     COL_ETA
 };
 
-typedef struct ts_cursor {
+typedef struct training_cursor {
     sqlite3_vtab_cursor base;
-    ts_entry *rows;           /* a snapshot, taken in xFilter */
+    training_entry *rows;           /* a snapshot, taken in xFilter */
     int n, pos;
-} ts_cursor;
+} training_cursor;
 
-static int tsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+static int trainingConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                      sqlite3_vtab **ppVtab, char **pzErr)
 {
     sqlite3_vtab *v;
@@ -134,15 +134,15 @@ static int tsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
     return SQLITE_OK;
 }
 
-static int tsDisconnect(sqlite3_vtab *pVtab)
+static int trainingDisconnect(sqlite3_vtab *pVtab)
 {
     sqlite3_free(pVtab);
     return SQLITE_OK;
 }
 
-static int tsOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+static int trainingOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
 {
-    ts_cursor *cur = sqlite3_malloc(sizeof *cur);
+    training_cursor *cur = sqlite3_malloc(sizeof *cur);
     (void)pVtab;
     if (!cur) return SQLITE_NOMEM;
     memset(cur, 0, sizeof *cur);
@@ -150,17 +150,17 @@ static int tsOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
     return SQLITE_OK;
 }
 
-static int tsClose(sqlite3_vtab_cursor *pCur)
+static int trainingClose(sqlite3_vtab_cursor *pCur)
 {
-    sqlite3_free(((ts_cursor *)pCur)->rows);
+    sqlite3_free(((training_cursor *)pCur)->rows);
     sqlite3_free(pCur);
     return SQLITE_OK;
 }
 
-static int tsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
+static int trainingFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
                     sqlite3_value **argv)
 {
-    ts_cursor *cur = (ts_cursor *)pCur;
+    training_cursor *cur = (training_cursor *)pCur;
     int n = 0, rc = SQLITE_OK;
     (void)idxNum;
     (void)idxStr;
@@ -170,26 +170,26 @@ static int tsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, i
     cur->rows = NULL;
     cur->n = cur->pos = 0;
     pthread_mutex_lock(&g_ts_lock);
-    for (ts_entry *e = g_ts_head; e; e = e->next) n++;
+    for (training_entry *e = g_ts_head; e; e = e->next) n++;
     if (n) {
         cur->rows = sqlite3_malloc64((sqlite3_uint64)n * sizeof *cur->rows);
         if (!cur->rows) rc = SQLITE_NOMEM;
         /* oldest first */
-        for (ts_entry *e = g_ts_head; e && cur->rows; e = e->next) cur->rows[n - 1 - cur->n++] = *e;
+        for (training_entry *e = g_ts_head; e && cur->rows; e = e->next) cur->rows[n - 1 - cur->n++] = *e;
     }
     pthread_mutex_unlock(&g_ts_lock);
     return rc;
 }
 
-static int tsNext(sqlite3_vtab_cursor *pCur)
+static int trainingNext(sqlite3_vtab_cursor *pCur)
 {
-    ((ts_cursor *)pCur)->pos++;
+    ((training_cursor *)pCur)->pos++;
     return SQLITE_OK;
 }
 
-static int tsEof(sqlite3_vtab_cursor *pCur)
+static int trainingEof(sqlite3_vtab_cursor *pCur)
 {
-    ts_cursor *cur = (ts_cursor *)pCur;
+    training_cursor *cur = (training_cursor *)pCur;
     return cur->pos >= cur->n;
 }
 
@@ -198,10 +198,10 @@ static void result_real(sqlite3_context *ctx, double x)
     if (isfinite(x)) sqlite3_result_double(ctx, x);
 }
 
-static int tsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
+static int trainingColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
 {
-    ts_cursor *cur = (ts_cursor *)pCur;
-    const ts_entry *e = &cur->rows[cur->pos];
+    training_cursor *cur = (training_cursor *)pCur;
+    const training_entry *e = &cur->rows[cur->pos];
     switch (i) {
     case COL_MODEL: sqlite3_result_text(ctx, e->model, -1, SQLITE_TRANSIENT); break;
     case COL_BASE: sqlite3_result_text(ctx, e->base, -1, SQLITE_TRANSIENT); break;
@@ -219,15 +219,15 @@ static int tsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
     return SQLITE_OK;
 }
 
-static int tsRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+static int trainingRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
 {
-    ts_cursor *cur = (ts_cursor *)pCur;
+    training_cursor *cur = (training_cursor *)pCur;
     *pRowid = (sqlite_int64)cur->rows[cur->pos].id;
     return SQLITE_OK;
 }
 
 /* One plan: a full scan of a short list (idxNum unused, always 0). */
-static int tsBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+static int trainingBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 {
     (void)pVtab;
     info->idxNum = 0;
@@ -239,17 +239,17 @@ static int tsBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 static sqlite3_module statusModule = {
     /* iVersion    */ 0,
     /* xCreate     */ 0, /* eponymous only */
-    /* xConnect    */ tsConnect,
-    /* xBestIndex  */ tsBestIndex,
-    /* xDisconnect */ tsDisconnect,
-    /* xDestroy    */ tsDisconnect,
-    /* xOpen       */ tsOpen,
-    /* xClose      */ tsClose,
-    /* xFilter     */ tsFilter,
-    /* xNext       */ tsNext,
-    /* xEof        */ tsEof,
-    /* xColumn     */ tsColumn,
-    /* xRowid      */ tsRowid,
+    /* xConnect    */ trainingConnect,
+    /* xBestIndex  */ trainingBestIndex,
+    /* xDisconnect */ trainingDisconnect,
+    /* xDestroy    */ trainingDisconnect,
+    /* xOpen       */ trainingOpen,
+    /* xClose      */ trainingClose,
+    /* xFilter     */ trainingFilter,
+    /* xNext       */ trainingNext,
+    /* xEof        */ trainingEof,
+    /* xColumn     */ trainingColumn,
+    /* xRowid      */ trainingRowid,
     /* xUpdate     */ 0, /* read-only */
     /* xBegin      */ 0,
     /* xSync       */ 0,

@@ -26,9 +26,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "errors.h"
-#include "train_wide.h"
-#include "wide_fit.h"
+#include "core/errors.h"
+#include "ext/train_wide.h"
+#include "train/wide_fit.h"
 
 static double seconds(void)
 {

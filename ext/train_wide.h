@@ -4,7 +4,7 @@
 #ifndef SX_TRAIN_WIDE_H
 #define SX_TRAIN_WIDE_H
 
-#include "train_options.h"
+#include "ext/train_options.h"
 
 /* What the fit did, for the report. */
 typedef struct sx_wide_report {

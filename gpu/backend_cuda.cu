@@ -24,11 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "forward_scratch.h"
-#include "gemm_plan.h"
-#include "kernel_util.cuh"
-#include "sentiment_cuda.h"
+#include "gpu/cuda_ctx.h"
+#include "gpu/forward_scratch.h"
+#include "gpu/gemm_plan.h"
+#include "gpu/kernel_util.cuh"
+#include "gpu/sentiment_cuda.h"
 
 /* ---- errors ---------------------------------------------------------------- */
 

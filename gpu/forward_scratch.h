@@ -1,9 +1,9 @@
 /* forward_scratch.h: how much device scratch the CUDA backend may grow to
  * in one forward pass (its forward_scratch_bytes slot), as one formula that
- * the plugin and the tests' stand-in for it (tests/fake_gpu.c) share.
+ * the plugin and the tests' stand-in for it (tests/support/fake_gpu.c) share.
  * Pure C.
  *
- * The scratch that grows on demand (growbuf, cuda_backend.h), each with its
+ * The scratch that grows on demand (growbuf, cuda_ctx.h), each with its
  * 25% headroom: BF16 copies of a product's operands (the larger of an FFN
  * activation N x F and the attention scores B x H x T x T, and of a weight),
  * per-head copies of q, k, v and the output (4 x N x C floats); plus 32 MiB

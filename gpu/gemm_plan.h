@@ -11,7 +11,7 @@
  * stored (N,K) reads as (K,N), so it needs CUBLAS_OP_T). Leading dimensions
  * and strides carry over unchanged.
  *
- * Pure host code with no CUDA types, so tests/test_cuda.c checks it on any
+ * Pure host code with no CUDA types, so tests/gpu/test_cuda.c checks it on any
  * machine against a plain column-major GEMM.
  */
 #ifndef SM_GEMM_PLAN_H

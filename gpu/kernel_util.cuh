@@ -11,7 +11,7 @@
 
 /* Every kernel launch: LAUNCH_KERNEL(kernel, grid, block, shared bytes,
  * stream, arguments...). Under nvcc it is the triple-chevron launch; under
- * the CPU emulator of the tests (tests/cuda_emu, which defines
+ * the CPU emulator of the tests (tests/gpu/cuda_emu, which defines
  * SM_CUDA_EMU) it queues the grid on the emulated stream. */
 #ifdef SM_CUDA_EMU
 #define LAUNCH_KERNEL(kernel, grid, block, smem, stream, ...) \

@@ -6,7 +6,7 @@
  * loops over size_t indices (grids capped at 2^20 blocks); row kernels give
  * one warp to a row (LayerNorm, softmax), 8 rows per 256-thread block, also
  * grid-striding. Every kernel has a CPU twin in cpu/backend_cpu.c and is
- * compared with it by tests/test_cuda.c.
+ * compared with it by tests/gpu/test_cuda.c.
  *
  * Attention: q, k, v are copied out of qkv(B,T,3C) into per-head blocks
  * (B,H,T,d) so that one strided-batched GEMM covers every (sequence, head)
@@ -19,9 +19,9 @@
  */
 #include <math.h>
 
-#include "cuda_backend.h"
-#include "kernel_util.cuh"
-#include "rng.h"
+#include "core/rng.h"
+#include "gpu/cuda_ctx.h"
+#include "gpu/kernel_util.cuh"
 
 /* ---- elementwise --------------------------------------------------------------- */
 

@@ -8,15 +8,15 @@
  * row's run in fixed chunks added in order, so every table row adds its
  * tokens in token order. The same inputs give the same bits on the same
  * GPU; against the CPU they agree within the tolerances of
- * tests/test_cuda.c (the summation order differs).
+ * tests/gpu/test_cuda.c (the summation order differs).
  *
  * Parameter gradients accumulate (+=), activation gradients are written, as
  * backend.h says.
  */
 #include <math.h>
 
-#include "cuda_backend.h"
-#include "kernel_util.cuh"
+#include "gpu/cuda_ctx.h"
+#include "gpu/kernel_util.cuh"
 
 /* ---- elementwise ------------------------------------------------------------------ */
 
@@ -728,7 +728,7 @@ static int cuda_distill_backward(backend *be, float *dlogits, const float *probs
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
 /* coef != 1: the gradient is clipped first (g *= coef, written back), as
- * cpu/optimizer_cpu.c does it. */
+ * cpu/adamw_fused.c does it. */
 __global__ void k_adamw(float *p, float *g, float *m, float *v, size_t n, float coef, float decay,
                         float step, float bc2_sqrt, float a1, float beta2, float a2, float eps)
 {

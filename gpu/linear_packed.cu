@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "kernel_util.cuh"
+#include "gpu/cuda_ctx.h"
+#include "gpu/kernel_util.cuh"
 
 typedef struct cuda_packed {
     backend_packed hdr;  /* kind BACKEND_PACK_BF16, free cuda_packed_free */

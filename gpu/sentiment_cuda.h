@@ -40,7 +40,7 @@
 
 #include <stddef.h>
 
-#include "backend.h"
+#include "core/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

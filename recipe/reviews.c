@@ -14,7 +14,7 @@
  * Unlabeled texts: unlabeled_reviews, optionally unlabeled_zh, minus
  * evaluation texts. Owns the review_set arrays it returns.
  */
-#include "reviews.h"
+#include "recipe/reviews.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 /* ---- normalisation and hashing ---------------------------------------- */
 

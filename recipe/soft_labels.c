@@ -2,7 +2,7 @@
  * writing it from the teacher's TSV, loading and checking it, lookups by
  * binary search. Owns the arrays of the soft_labels it loads.
  */
-#include "soft_labels.h"
+#include "recipe/soft_labels.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "errors.h"
-#include "reviews.h"
+#include "core/errors.h"
+#include "recipe/reviews.h"
 
 static const char k_magic[8] = {'S', 'M', 'S', 'O', 'F', 'T', '1', '\n'};
 #define MAX_TEXTS (64 << 20)

@@ -60,18 +60,18 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "backend_cpu.h"
-#include "bert.h"
-#include "errors.h"
-#include "model_dir.h"
-#include "bert_mlm.h"
-#include "pretrain.h"
-#include "reviews.h"
-#include "safetensors.h"
-#include "soft_labels.h"
-#include "trainer.h"
-#include "vocab_builder.h"
-#include "wide_stage.h"
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "encoder/bert.h"
+#include "format/model_dir.h"
+#include "format/safetensors.h"
+#include "recipe/reviews.h"
+#include "recipe/soft_labels.h"
+#include "recipe/wide_stage.h"
+#include "tokenize/vocab_builder.h"
+#include "train/bert_mlm.h"
+#include "train/pretrain.h"
+#include "train/trainer.h"
 
 typedef struct recipe {
     const char *data, *out;

@@ -1,7 +1,7 @@
 /* wide_stage.c: the built-in model's wide part fitted, mixed and folded in
  * (wide_stage.h). Owns only temporaries.
  */
-#include "wide_stage.h"
+#include "recipe/wide_stage.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "errors.h"
-#include "wide_fit.h"
+#include "core/errors.h"
+#include "train/wide_fit.h"
 
 static double seconds_now(void)
 {

@@ -19,8 +19,8 @@
 #ifndef SM_WIDE_STAGE_H
 #define SM_WIDE_STAGE_H
 
-#include "bert.h"
-#include "reviews.h"
+#include "encoder/bert.h"
+#include "recipe/reviews.h"
 
 typedef struct wide_stage_report {
     double l2;            /* the chosen penalty */

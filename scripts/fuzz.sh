@@ -27,19 +27,19 @@ mkdir -p "$OUT"
 # helper. json_in checks the JSON reader against jansson.
 sources() {
     case $1 in
-    safetensors) echo "model/format/safetensors.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
-    config) echo "model/format/config.c model/format/pooling.c model/format/wide_config.c model/format/json_in.c" \
-        "model/errors.c model/format/file_read.c" ;;
-    pooling) echo "model/format/pooling.c model/format/json_in.c model/errors.c model/format/file_read.c" ;;
-    json_in) echo "model/format/json_in.c model/errors.c" ;;
+    safetensors) echo "model/format/safetensors.c model/format/json_in.c model/core/errors.c model/format/file_read.c" ;;
+    config) echo "model/format/config.c model/format/pooling.c model/format/wide_config.c model/format/int8_check.c model/format/json_in.c" \
+        "model/core/errors.c model/format/file_read.c" ;;
+    pooling) echo "model/format/pooling.c model/format/json_in.c model/core/errors.c model/format/file_read.c" ;;
+    json_in) echo "model/format/json_in.c model/core/errors.c" ;;
     vocab | tokenize) echo "model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/json_in.c" \
-        "model/errors.c model/format/file_read.c" ;;
+        "model/core/errors.c model/format/file_read.c" ;;
     tokenizer_json) echo "model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/json_in.c" \
-        "model/errors.c model/format/file_read.c" ;;
+        "model/core/errors.c model/format/file_read.c" ;;
     stored_model) echo "model/encoder/bert_load.c model/encoder/bert_params.c model/encoder/wide.c" \
-        "model/tokenize/ngram_hash.c model/format/config.c model/format/pooling.c model/format/wide_config.c" \
+        "model/tokenize/ngram_hash.c model/format/config.c model/format/pooling.c model/format/wide_config.c model/format/int8_check.c" \
         "model/format/safetensors.c model/tokenize/tokenizer.c model/tokenize/tokenizer_json.c model/tokenize/vocab.c model/format/model_dir.c" \
-        "model/errors.c model/format/file_read.c model/format/json_in.c" ;;
+        "model/core/errors.c model/format/file_read.c model/format/json_in.c" ;;
     *) echo "fuzz.sh: unknown target '$1' (safetensors, config, json_in, vocab, tokenize," \
         "tokenizer_json, stored_model, pooling)" >&2; exit 2 ;;
     esac
@@ -311,6 +311,7 @@ EOF
 
 write_seeds
 write_dicts
+scripts/include-views.sh "$OUT/rooms" # the include path (headers are spelled with their room)
 status=0
 
 if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
@@ -318,7 +319,7 @@ if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
         bin=$OUT/fuzz_$t
         echo "== building $bin"
         # shellcheck disable=SC2046
-        clang -g -O1 -std=gnu11 -Wall -Wextra -Imodel -Imodel/format -Imodel/tokenize -Imodel/encoder -Imodel/train \
+        clang -g -O1 -std=gnu11 -Wall -Wextra -I"$OUT/rooms/all" \
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
             "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"
         mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
@@ -341,7 +342,7 @@ else
     for t in $TARGETS; do
         bin=$OUT/replay_$t
         # shellcheck disable=SC2046
-        ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -Imodel -Imodel/format -Imodel/tokenize -Imodel/encoder -Imodel/train -DFUZZ_STANDALONE \
+        ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -I"$OUT/rooms/all" -DFUZZ_STANDALONE \
             -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"
         mkdir -p "$OUT/corpus/$t"

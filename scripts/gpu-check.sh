@@ -32,7 +32,7 @@
 #                                        with the CUDA emulator's plugin and test
 #                                        (build/tests/*_emu*) and the benchmark's
 #                                        --dry-run: a dry run of this script
-#                                        (tests/test_gpu_check_emulate.sh, part
+#                                        (tests/gpu/test_gpu_check_emulate.sh, part
 #                                        of make test)
 #
 # cuBLAS 13 is found, in this order, in the bundle's lib/, in the
@@ -152,7 +152,7 @@ say "mode $MODE, budget $BUDGET s, results in $OUTDIR"
 
 # ---- 1. the GPU, the driver, the binaries, cuBLAS ------------------------------
 if [ "$MODE" = emulate ]; then
-    say "GPU: none, the CUDA emulator (tests/cuda_emu) stands in"
+    say "GPU: none, the CUDA emulator (tests/gpu/cuda_emu) stands in"
     PLUGIN=$BUILD/tests/sentiment_cuda_emu.so
     TEST=$BUILD/tests/test_cuda_emu
     BENCH=$BUILD/bench/bench_cuda

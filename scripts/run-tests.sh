@@ -39,7 +39,7 @@ if [ -x ./scripts/test-wheel.sh ] && [ -f "${BUILD:-build}/sentiment.so" ]; then
 fi
 # The scale-out suite last before the summary, so that the summary stays
 # the last line. SCALEOUT=0 leaves it out; SCALEOUT_SCRIPT names another
-# script (tests/test_run_tests_summary.sh uses a stand-in).
+# script (tests/scripts/test_run_tests_summary.sh uses a stand-in).
 scaleout=${SCALEOUT_SCRIPT:-./scripts/test-scaleout.sh}
 if [ "${SCALEOUT:-1}" != 0 ] && [ -x "$scaleout" ]; then
     echo "== scale-out ($scaleout)"

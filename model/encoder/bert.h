@@ -18,10 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "config.h"
-#include "tokenizer.h"
-#include "wide.h"
+#include "core/backend.h"
+#include "encoder/wide.h"
+#include "format/config.h"
+#include "tokenize/tokenizer.h"
 
 typedef struct bert_layer_params {
     float *qkv_w;   /* (3C, C): query, key, value weights stacked */

@@ -10,12 +10,12 @@
  * Nothing is serialised: the arena
  * is copied as it is, so the copy's arithmetic is the source's.
  */
-#include "bert_clone.h"
+#include "encoder/bert_clone.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 /* id2label copied string by string (not through bert_config_set_labels:
  * the copy must hold what the source holds, checked or not). */

@@ -5,7 +5,7 @@
 #ifndef SM_BERT_CLONE_H
 #define SM_BERT_CLONE_H
 
-#include "bert.h"
+#include "encoder/bert.h"
 
 /* A deep copy of src: the config (labels and pooling setting included),
  * the parameter arena with the views bound into the copy's own arena, the

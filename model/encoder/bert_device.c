@@ -5,12 +5,12 @@
  * (bert_params_bind), so the forward pass sees backend memory laid out
  * exactly like the host arena. Owns the device copy and the view array.
  */
-#include "bert.h"
+#include "encoder/bert.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 void bert_device_params_free(bert_device_params *dp)
 {

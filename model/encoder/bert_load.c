@@ -29,7 +29,7 @@
  * (pooling.h) give the model its pooling setting. Owns nothing beyond the
  * bert_model it returns.
  */
-#include "bert.h"
+#include "encoder/bert.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -37,10 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "model_dir.h"
-#include "rng.h"
-#include "safetensors.h"
+#include "core/errors.h"
+#include "core/rng.h"
+#include "format/model_dir.h"
+#include "format/safetensors.h"
 
 static const char *const k_prefixes[] = {"bert.", "ernie.", "roberta.", ""};
 

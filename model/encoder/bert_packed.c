@@ -6,12 +6,12 @@
  * everything else in the view is borrowed from the FP32 parameters. Also
  * says which matrices a precision setting packs (bert_pack_plan).
  */
-#include "bert.h"
+#include "encoder/bert.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 void bert_pack_plan(bert_precision precision, bert_precision plan[BERT_PACK_N])
 {

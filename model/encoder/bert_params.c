@@ -14,13 +14,13 @@
  * pool_w/cls_w slots and the forward pass; only training's dropout differs
  * (bert_train.c). A RoBERTa encoder without a head keeps "pooler.dense".
  */
-#include "bert.h"
+#include "encoder/bert.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 typedef struct table_builder {
     bert_param_spec *specs;

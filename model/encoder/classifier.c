@@ -24,14 +24,14 @@
  * to each text's (mean) encoder logits before the softmax.
  */
 #define _GNU_SOURCE /* qsort_r */
-#include "bert.h"
+#include "encoder/bert.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "lanes.h"
+#include "core/errors.h"
+#include "encoder/lanes.h"
 
 typedef struct encoded {
     int *ids;        /* all sequences back to back */

@@ -1,13 +1,13 @@
 /* lanes.c: lane sets and the two ways to run on them (lanes.h). */
-#include "lanes.h"
+#include "encoder/lanes.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "thread_pool.h"
+#include "core/errors.h"
+#include "core/thread_pool.h"
 
 int lane_set_grow(lane_set *s, backend *parent, int n, char *err)
 {

@@ -8,12 +8,12 @@
  * Each lane writes its own error message; the call returns the failing
  * lane's code and message (lanes_run: the lowest-numbered failing lane;
  * lanes_for_each: the first failure, after which no new item starts).
- * Used by bert.c, classifier.c and bert_train_lanes.c. Internal to model/.
+ * Used by inference.c, classifier.c and bert_train_lanes.c. Internal to model/.
  */
 #ifndef SM_LANES_H
 #define SM_LANES_H
 
-#include "backend.h"
+#include "core/backend.h"
 
 typedef struct lane_set {
     int n;        /* lanes made so far */

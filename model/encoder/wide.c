@@ -1,13 +1,13 @@
 /* wide.c: the wide part's logits (wide.h). Owns the arrays of a
  * wide_part.
  */
-#include "wide.h"
+#include "encoder/wide.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 int wide_part_create(const sm_wide_config *cfg, int K, wide_part **out, char *err)
 {

@@ -27,8 +27,8 @@
 
 #include <stddef.h>
 
-#include "ngram_hash.h"
-#include "wide_config.h"
+#include "format/wide_config.h"
+#include "tokenize/ngram_hash.h"
 
 typedef struct wide_part {
     sm_wide_config cfg;

@@ -2,7 +2,7 @@
  * passes over a plan, one to count and one to point, and the int arena
  * beside it. Owns nothing: the arenas belong to the workspace that asked.
  */
-#include "ws_arena.h"
+#include "encoder/ws_arena.h"
 
 float *ws_carve(ws_carver *c, size_t n)
 {

@@ -1,4 +1,4 @@
-/* ws_arena.h: what the workspaces (bert.c, bert_train.c, bert_mlm.c)
+/* ws_arena.h: what the workspaces (inference.c, bert_train.c, bert_mlm.c)
  * share: float buffers carved out of one backend arena, sized once from a
  * plan, next to one int arena; and TRY_BACKEND, which turns a failed
  * backend call into an error naming it. Internal to model/.
@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "backend.h"
-#include "errors.h"
+#include "core/backend.h"
+#include "core/errors.h"
 
 /* Where the next buffer goes: base is NULL while a plan is only counted. */
 typedef struct ws_carver {

@@ -6,7 +6,7 @@
  * JSON integers or reals with an integral value (768.0); "768" is refused.
  * JSON null counts as absent for optional keys. Unknown keys are ignored.
  */
-#include "config.h"
+#include "format/config.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "json_in.h"
+#include "core/errors.h"
+#include "format/json_in.h"
 
 /* ---- label sets ---------------------------------------------------------- */
 

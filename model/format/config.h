@@ -10,9 +10,9 @@
 
 #include <stddef.h>
 
-#include "pooling.h"
-#include "int8_check.h"
-#include "wide_config.h"
+#include "format/int8_check.h"
+#include "format/pooling.h"
+#include "format/wide_config.h"
 
 #define BERT_MAX_LABELS 1024
 #define BERT_LABEL_MAX 128 /* bytes, including the NUL */

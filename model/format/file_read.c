@@ -1,7 +1,7 @@
 /* file_read.c: opening and reading files from outside with a regular-file
  * check and a size cap (see file_read.h for the rules and the caps).
  */
-#include "file_read.h"
+#include "format/file_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 const char *sm_file_size_text(uint64_t bytes, char *out, size_t cap)
 {

@@ -1,13 +1,13 @@
 /* int8_check.c: config.json's "int8_check" key read, written and judged
  * (int8_check.h).
  */
-#include "int8_check.h"
+#include "format/int8_check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 static const char k_key[] = "config.json: 'int8_check'";
 

@@ -26,7 +26,7 @@
 
 #include <stddef.h>
 
-#include "json_in.h"
+#include "format/json_in.h"
 
 #define SM_INT8_CHECK_MIN_ROWS 200
 #define SM_INT8_CHECK_MIN_AGREEMENT 0.99

@@ -2,7 +2,7 @@
  * validating pass that allocates nothing, cJSON to build the tree, and a copy
  * into one block with sorted keys. Owns the json_in_doc block.
  */
-#include "json_in.h"
+#include "format/json_in.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 static void *(*g_malloc)(size_t) = malloc;
 static void (*g_free)(void *) = free;

@@ -7,7 +7,7 @@
  * sqlite3_str); nothing here writes JSON.
  *
  * Why this parser. jansson, which parsed these bytes before, does not survive
- * a failed allocation. tests/test_json_faults.c fails each allocation of a
+ * a failed allocation. tests/model/test_json_faults.c fails each allocation of a
  * parse in turn (N = 1, 2, ... until the parse completes untouched) over eight
  * inputs (a real safetensors header, a config.json, train options, escapes and
  * surrogates, 60-deep nesting, numbers, 400 keys, a 3000-escape string).

@@ -18,15 +18,15 @@
  * alone is converted to tokenizer.json by transformers, pytorch_model.bin to
  * model.safetensors by torch + safetensors (one-line commands below).
  */
-#include "model_dir.h"
+#include "format/model_dir.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "errors.h"
-#include "file_read.h"
+#include "core/errors.h"
+#include "format/file_read.h"
 
 int model_dir_open(const char *dir, model_dir *d, char *err)
 {

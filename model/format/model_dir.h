@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 typedef struct model_dir {
     char *config;            /* config.json (config_len bytes), malloc'd */

@@ -5,7 +5,7 @@
  * the buffers it frees before returning (and the texts sm_pooling_files
  * hands over).
  */
-#include "pooling.h"
+#include "format/pooling.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "errors.h"
-#include "file_read.h"
+#include "core/errors.h"
+#include "format/file_read.h"
 
 static const char k_transformer[] = "sentence_transformers.models.Transformer";
 static const char k_pooling[] = "sentence_transformers.models.Pooling";

@@ -44,7 +44,7 @@
 
 #include <stddef.h>
 
-#include "json_in.h"
+#include "format/json_in.h"
 
 typedef enum sm_pool_mode {
     SM_POOL_MEAN = 0, /* mean of the non-padding tokens' last hidden states */

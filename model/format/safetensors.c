@@ -9,7 +9,7 @@
  * and so are the hosts we build for (x86_64, aarch64); F32/F64 data are copied
  * as host floats, so a big-endian host is not supported.
  */
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "errors.h"
-#include "file_read.h"
-#include "json_in.h"
+#include "core/errors.h"
+#include "format/file_read.h"
+#include "format/json_in.h"
 
 /* A header larger than this is treated as corrupt (real ones are < 1 MB). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)

@@ -1,8 +1,8 @@
 /* sha256.c: SHA-256 (FIPS 180-4): a portable block function and, on x86-64
  * CPUs with the SHA extensions, an SHA-NI one chosen at run time. Tested
- * against the NIST example vectors (tests/test_sha256.c).
+ * against the NIST example vectors (tests/model/test_sha256.c).
  */
-#include "sha256.h"
+#include "format/sha256.h"
 
 #include <string.h>
 

@@ -1,13 +1,13 @@
 /* wide_config.c: config.json's "wide" key (wide_config.h) read and
  * written. Reads with json_in, writes plain text; owns nothing.
  */
-#include "wide_config.h"
+#include "format/wide_config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 static const char k_key[] = "config.json: 'wide'";
 

@@ -32,7 +32,7 @@
 #ifndef SM_WIDE_CONFIG_H
 #define SM_WIDE_CONFIG_H
 
-#include "json_in.h"
+#include "format/json_in.h"
 
 #define SM_WIDE_MAX_BUCKETS (1 << 24)
 #define SM_WIDE_MAX_NGRAM 8

@@ -1,13 +1,13 @@
 /* ngram_hash.c: hashed character n-gram counts of a text (ngram_hash.h).
  * Owns the counters of an ngram_counts.
  */
-#include "ngram_hash.h"
+#include "tokenize/ngram_hash.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "utf8.h"
+#include "core/errors.h"
+#include "tokenize/utf8.h"
 
 static uint32_t rotl32(uint32_t x, int r)
 {

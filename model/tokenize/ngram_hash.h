@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wide_config.h"
+#include "format/wide_config.h"
 
 /* MurmurHash3 x86_32 of key[0..len) with seed, as a signed integer. */
 int32_t ngram_murmur3_32(const void *key, size_t len, uint32_t seed);

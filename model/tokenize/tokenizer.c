@@ -56,12 +56,12 @@
  * newlines, as load_vocab() reads the file); a duplicate token maps to its
  * last id, as the Python dict does (vocab_from_lines).
  */
-#include "tokenizer.h"
-#include "tokenizer_json.h"
-#include "vocab.h"
-#include "utf8.h"
-#include "errors.h"
-#include "file_read.h"
+#include "core/errors.h"
+#include "format/file_read.h"
+#include "tokenize/tokenizer.h"
+#include "tokenize/tokenizer_json.h"
+#include "tokenize/utf8.h"
+#include "tokenize/vocab.h"
 
 #include <errno.h>
 #include <limits.h>

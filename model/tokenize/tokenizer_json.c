@@ -61,11 +61,11 @@
  * of the first (shortest) such key; otherwise each of its characters is
  * looked up alone the same way and kept when none matches.
  */
-#include "tokenizer_json.h"
-#include "vocab.h"
-#include "utf8.h"
-#include "errors.h"
-#include "json_in.h"
+#include "core/errors.h"
+#include "format/json_in.h"
+#include "tokenize/tokenizer_json.h"
+#include "tokenize/utf8.h"
+#include "tokenize/vocab.h"
 
 #include <limits.h>
 #include <stdint.h>

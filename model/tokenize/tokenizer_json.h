@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "vocab.h"
+#include "tokenize/vocab.h"
 
 typedef struct tj_pipeline tj_pipeline;
 

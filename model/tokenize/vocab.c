@@ -16,9 +16,9 @@
  * prefix, 9 bytes each; built in O(total bytes + sort) from the tokens
  * sorted by their bytes.
  */
-#include "vocab.h"
-#include "errors.h"
-#include "utf8.h"
+#include "core/errors.h"
+#include "tokenize/utf8.h"
+#include "tokenize/vocab.h"
 
 #include <limits.h>
 #include <stdint.h>

@@ -4,14 +4,14 @@
  * Owns one open-addressing hash table of strings with counts; utf8proc does
  * the Unicode work (categories, lower-casing, decomposition).
  */
-#include "vocab_builder.h"
+#include "tokenize/vocab_builder.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 typedef struct entry {
     char *key;          /* NUL-terminated UTF-8; NULL = empty slot */

@@ -7,17 +7,17 @@
  * step. Parameter gradients accumulate (+=), activation gradients are
  * written, and the backward runs in exact reverse order of the forward.
  */
-#include "bert_mlm.h"
+#include "train/bert_mlm.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "model_dir.h"
-#include "rng.h"
-#include "ws_arena.h"
+#include "core/errors.h"
+#include "core/rng.h"
+#include "encoder/ws_arena.h"
+#include "format/model_dir.h"
 
 /* ---- the head's parameters ------------------------------------------------ */
 

@@ -26,10 +26,10 @@
 
 #include <stdint.h>
 
-#include "bert.h"
-#include "bert_train.h"
-#include "safetensors.h"
-#include "tokenizer.h"
+#include "encoder/bert.h"
+#include "format/safetensors.h"
+#include "tokenize/tokenizer.h"
+#include "train/bert_train.h"
 
 #define MLM_IGNORE (-100) /* the label of a position that is not predicted */
 

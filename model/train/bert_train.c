@@ -1,27 +1,27 @@
 /* bert_train.c: the training workspace, the loss, and the backward pass of
  * one workspace on one backend, written once against the backend table;
- * the forward is encoder.c's (the inference pass's), with dropout and
+ * the forward is forward_pass.c's (the inference pass's), with dropout and
  * every layer's activations saved. bert_train_lanes.c, above it, splits a batch
  * across lanes and holds bert_train.h's entry points for a whole batch; the
  * pretraining passes (bert_train_encode*) are here.
  *
- * Each layer's backward runs in exact reverse order of encoder.c's
+ * Each layer's backward runs in exact reverse order of forward_pass.c's
  * layer_forward. Parameter gradients
  * accumulate (+=) into views of a gradient arena (see bert_train.h);
  * activation gradients are written. The workspace owns one activation arena
  * and one int arena, carved once at creation.
  */
-#include "bert_train.h"
-#include "bert_train_ws.h"
+#include "train/bert_train.h"
+#include "train/bert_train_ws.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "encoder.h"
-#include "errors.h"
-#include "ws_arena.h"
+#include "core/errors.h"
+#include "encoder/forward_pass.h"
+#include "encoder/ws_arena.h"
 
 void bert_dropout_from_config(const bert_config *cfg, float override,
                               uint64_t seed, bert_dropout *d)
@@ -178,7 +178,7 @@ static uint64_t key_of(const bert_train_ws *ws, unsigned site, size_t per_row)
 
 /* ---- one encoder layer's backward ----------------------------------------
  * dx(N,C) holds dL/dx_out on entry and dL/dx_in on return; the layer's
- * forward is encoder.c's. */
+ * forward is forward_pass.c's. */
 
 static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
                           const bert_layer_params *lg, bert_train_ws *ws,
@@ -244,7 +244,7 @@ static int check_inputs(const bert_config *cfg, const bert_train_ws *ws, const i
 }
 
 /* Embeddings and layers: ids (host, checked) -> ws->x_out(N,C), each
- * layer's activations saved (encoder.c). */
+ * layer's activations saved (forward_pass.c). */
 static int encoder_forward_saved(const bert_config *cfg, const bert_params *p,
                                  bert_train_ws *ws, const int *ids, const int *lengths, int B,
                                  int T, const bert_dropout *drop, char *err)
@@ -338,7 +338,7 @@ int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_tr
     }
 
     /* pooled(B,C) = tanh(dense(x[:,0,:])), logits(B,K) = dropout(pooled) · Wcᵀ + bc
-     * (encoder.c); losses(B) = cross-entropy, or with soft targets the
+     * (forward_pass.c); losses(B) = cross-entropy, or with soft targets the
      * distillation loss */
     encoder_pass ps = pass_of(ws);
     if ((rc = encoder_head_forward(be, cfg, p, &ws->acts, &ps, B, T, 1, err))) return rc;

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "bert.h"
+#include "encoder/bert.h"
 
 /* bert_dropout (bert.h): the training forward's dropout. */
 

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bert_train_ws.h"
-#include "errors.h"
+#include "core/errors.h"
+#include "train/bert_train_ws.h"
 
 static int lane_count(const bert_train_ws *ws, const bert_config *cfg)
 {

@@ -8,9 +8,9 @@
 
 #include <stddef.h>
 
-#include "bert_train.h"
-#include "encoder.h"
-#include "lanes.h"
+#include "encoder/forward_pass.h"
+#include "encoder/lanes.h"
+#include "train/bert_train.h"
 
 struct bert_train_ws {
     backend *be;
@@ -46,7 +46,7 @@ struct bert_train_ws {
     int *ids;             /* (N) */
     int *lengths;         /* (B) */
     int *labels;          /* (B) */
-    encoder_acts acts;    /* the saved activations as the forward pass (encoder.h) writes them */
+    encoder_acts acts;    /* the saved activations as the forward pass (forward_pass.h) writes them */
     float *host_losses;   /* (B) host copy of losses */
     float *host_q;        /* (B,K) host: the targets tempered, before upload */
     /* the last forward's loss: soft targets (distill 1) with alpha and T */

@@ -14,17 +14,17 @@
  * integrated gradients), so the embedding gradients summed over the pass's
  * rows add up to the mean over the steps.
  */
-#include "explain.h"
+#include "train/explain.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bert_train.h"
-#include "bert_train_ws.h"
-#include "errors.h"
-#include "tokenizer.h"
-#include "ws_arena.h" /* TRY_BACKEND */
+#include "core/errors.h"
+#include "encoder/ws_arena.h" /* TRY_BACKEND */
+#include "tokenize/tokenizer.h"
+#include "train/bert_train.h"
+#include "train/bert_train_ws.h"
 
 struct bert_explainer {
     backend *be;

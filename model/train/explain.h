@@ -22,8 +22,8 @@
 #ifndef SM_EXPLAIN_H
 #define SM_EXPLAIN_H
 
-#include "backend.h"
-#include "bert.h"
+#include "core/backend.h"
+#include "encoder/bert.h"
 
 typedef enum { EXPLAIN_INTEGRATED_GRADIENTS, EXPLAIN_GRADIENT_X_INPUT } explain_method;
 

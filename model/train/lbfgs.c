@@ -1,13 +1,13 @@
 /* lbfgs.c: limited-memory BFGS with a backtracking line search (lbfgs.h).
  * Owns only the arrays of one run.
  */
-#include "lbfgs.h"
+#include "train/lbfgs.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 void lbfgs_options_default(lbfgs_options *o)
 {

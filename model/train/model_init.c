@@ -4,14 +4,14 @@
  * are seeded splitmix64 draws (rng.h). Allocates only what it hands to the
  * model.
  */
-#include "model_init.h"
+#include "train/model_init.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "rng.h"
-#include "tokenizer.h"
+#include "core/errors.h"
+#include "core/rng.h"
+#include "tokenize/tokenizer.h"
 
 int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64_t seed,
                          int *kept, char *err)

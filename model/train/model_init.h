@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bert.h"
+#include "encoder/bert.h"
 
 /* Fits m's classification head to `labels` (n names, n >= 2). When m has a
  * head with exactly this set of labels (in any order) it is kept and

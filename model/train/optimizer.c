@@ -4,17 +4,17 @@
  * The parameter table is reduced at creation to runs of adjacent tensors
  * that share a weight-decay setting, so a step is a handful of backend calls
  * over contiguous ranges (the backend's adamw_step: on the CPU one fused
- * pass, cpu/optimizer_cpu.c). Owns the m and v arenas and a one-float
+ * pass, cpu/adamw_fused.c). Owns the m and v arenas and a one-float
  * scratch.
  */
-#include "optimizer.h"
+#include "train/optimizer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bert.h"
-#include "errors.h"
+#include "core/errors.h"
+#include "encoder/bert.h"
 typedef backend_adamw_run decay_run;
 
 struct adamw {

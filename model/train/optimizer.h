@@ -14,8 +14,8 @@
 
 #include <stddef.h>
 
-#include "backend.h"
-#include "config.h"
+#include "core/backend.h"
+#include "format/config.h"
 
 typedef struct adamw_hparams {
     float lr;            /* peak learning rate */

@@ -9,20 +9,20 @@
  * and a host copy of the trained parameters; none is allocated per step.
  * Masks come from splitmix64 streams keyed by the seed.
  */
-#include "pretrain.h"
+#include "train/pretrain.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "optimizer.h"
-#include "rng.h"
-#include "safetensors.h"
-#include "token_dataset.h"
-#include "tokenizer.h"
-#include "train_loop.h"
+#include "core/errors.h"
+#include "core/rng.h"
+#include "format/safetensors.h"
+#include "tokenize/tokenizer.h"
+#include "train/optimizer.h"
+#include "train/token_dataset.h"
+#include "train/train_loop.h"
 
 /* ---- dataset ------------------------------------------------------------------ */
 

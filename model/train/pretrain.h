@@ -25,10 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "bert.h"
-#include "bert_mlm.h"
-#include "loop_options.h"
+#include "core/backend.h"
+#include "encoder/bert.h"
+#include "train/bert_mlm.h"
+#include "train/loop_options.h"
 
 /* ---- unlabeled rows --------------------------------------------------------- */
 

@@ -4,14 +4,14 @@
  * start, length and label arrays, grown by doubling.
  */
 #define _GNU_SOURCE /* qsort_r */
-#include "token_dataset.h"
+#include "train/token_dataset.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "errors.h"
+#include "core/errors.h"
+#include "format/config.h"
 
 int token_dataset_create(size_t size, int vocab_size, int labelled, void **out, char *err)
 {

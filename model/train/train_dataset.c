@@ -2,14 +2,14 @@
  * (train_dataset.h): a token_dataset with a label per row and, for
  * distillation, soft targets per row. Owns its rows' memory.
  */
-#include "train_dataset.h"
+#include "train/train_dataset.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "bert_train.h"
-#include "errors.h"
-#include "token_dataset.h"
+#include "core/errors.h"
+#include "train/bert_train.h"
+#include "train/token_dataset.h"
 
 struct train_dataset {
     token_dataset t; /* labelled; a row without a label holds its soft argmax */

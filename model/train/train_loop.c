@@ -8,16 +8,16 @@
  * backend table, optimizer.h, token_dataset.h, bert_dropout), and back up
  * only through the caller's loop_hooks, in loop_run.
  */
-#include "train_loop.h"
+#include "train/train_loop.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "errors.h"
-#include "rng.h"
-#include "tokenizer.h"
+#include "core/errors.h"
+#include "core/rng.h"
+#include "tokenize/tokenizer.h"
 
 static void shuffle(int *a, int n, uint64_t *s)
 {

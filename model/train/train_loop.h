@@ -20,12 +20,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "bert.h"
-#include "bert_train.h"
-#include "loop_options.h"
-#include "optimizer.h"
-#include "token_dataset.h"
+#include "core/backend.h"
+#include "encoder/bert.h"
+#include "train/bert_train.h"
+#include "train/loop_options.h"
+#include "train/optimizer.h"
+#include "train/token_dataset.h"
 
 /* epochs, max_steps, lr, batch_size, accumulation, max_length. */
 int loop_check_sizes(const loop_options *o, char *err);

@@ -11,17 +11,17 @@
  * host batch buffers and a host copy of the best parameters (the loop owns
  * the device arenas); none is allocated per step.
  */
-#include "trainer.h"
+#include "train/trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bert_train.h"
-#include "errors.h"
-#include "optimizer.h"
-#include "token_dataset.h"
-#include "train_loop.h"
+#include "core/errors.h"
+#include "train/bert_train.h"
+#include "train/optimizer.h"
+#include "train/token_dataset.h"
+#include "train/train_loop.h"
 
 void trainer_options_default(trainer_options *o)
 {

@@ -18,11 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "bert.h"
-#include "loop_options.h"
-#include "model_init.h"
-#include "train_dataset.h"
+#include "core/backend.h"
+#include "encoder/bert.h"
+#include "train/loop_options.h"
+#include "train/model_init.h"
+#include "train/train_dataset.h"
 
 /* ---- training ------------------------------------------------------------ */
 

@@ -2,13 +2,13 @@
  * wide/deep mix (wide_fit.h). Owns the arrays of a wide_rows and the
  * temporaries of a fit.
  */
-#include "wide_fit.h"
+#include "train/wide_fit.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 int wide_fit_idf(wide_part *w, const char *const *texts, const size_t *lens, int n,
                  int (*stop)(void *user), void *user, char *err)

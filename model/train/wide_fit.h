@@ -27,9 +27,9 @@
 
 #include <stddef.h>
 
-#include "bert.h"
-#include "lbfgs.h"
-#include "wide.h"
+#include "encoder/bert.h"
+#include "encoder/wide.h"
+#include "train/lbfgs.h"
 
 /* The texts' feature vectors under a wide part, with their labels. */
 typedef struct wide_rows {

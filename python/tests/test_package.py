@@ -138,7 +138,7 @@ def test_libraries_resolve_inside_wheel():
     assert "not found" not in text, text
     for name in ("libutf8proc.so.2", "libcjson.so.1", "libjansson.so.4"):
         assert os.path.realpath(deps[name]) == os.path.join(libs, name), text
-    # The engine's threads are its own (model/thread_pool.c): no OpenMP runtime.
+    # The engine's threads are its own (model/core/thread_pool.c): no OpenMP runtime.
     assert not any(d.startswith("libgomp") for d in deps), text
     for name in VENDORED:
         path = os.path.join(libs, name)

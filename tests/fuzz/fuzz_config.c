@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "errors.h"
+#include "core/errors.h"
+#include "format/config.h"
 
 static int same(const bert_config *a, const bert_config *b)
 {

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "json_in.h"
+#include "core/errors.h"
+#include "format/json_in.h"
 
 static void check_tree(const json_in_value *v, int depth)
 {

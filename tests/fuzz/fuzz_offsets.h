@@ -9,8 +9,8 @@
 
 #include <string.h>
 
-#include "errors.h"
-#include "tokenizer.h"
+#include "core/errors.h"
+#include "tokenize/tokenizer.h"
 
 /* Characters in s[0..n) as SQLite's length() counts them, past NUL too. */
 static int fuzz_sqlite_chars(const unsigned char *s, size_t n)

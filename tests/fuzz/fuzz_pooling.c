@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "pooling.h"
+#include "core/errors.h"
+#include "format/pooling.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "safetensors.h"
+#include "core/errors.h"
+#include "format/safetensors.h"
 
 static int is_float(st_dtype dt)
 {

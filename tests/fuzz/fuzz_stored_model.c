@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bert.h"
-#include "errors.h"
-#include "tokenizer.h"
+#include "core/errors.h"
+#include "encoder/bert.h"
+#include "tokenize/tokenizer.h"
 
 static uint32_t le32(const uint8_t *p)
 {

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "tokenizer.h"
+#include "core/errors.h"
 #include "fuzz_offsets.h"
+#include "tokenize/tokenizer.h"
 
 static tokenizer *g_tok[2];
 

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "tokenizer.h"
+#include "core/errors.h"
+#include "tokenize/tokenizer.h"
 
 static void check_ids(const tokenizer *tok, const char *text, size_t len)
 {

@@ -1,3 +1,0 @@
-/* cuda.h (tests/cuda_emu): the emulator has no driver API; the runtime's
- * header is all there is. */
-#include "cuda_runtime.h"

@@ -1,0 +1,442 @@
+/* test_bert.c: the encoder against transformers.
+ *
+ * tests/fixtures/gen_models.py saved four tiny random models (BERT with a
+ * head, ERNIE 3.0 with task-type embeddings, a head-less BERT saved without a
+ * prefix, a RoBERTa-position encoder) and the logits or pooler outputs
+ * transformers computed for a padded batch of texts. Ours must match within
+ * 1e-4, in a batch, one text at a time, and end to end from text through our
+ * tokenizer. Also: save/load round trips and checkpoints that must not load.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "cpu/backend_cpu.h"
+#include "encoder/bert.h"
+#include "format/safetensors.h"
+
+#define TOL 1e-4
+#define MAX_TEXTS 32
+#define MAX_IDS 128
+
+typedef struct golden {
+    int n;
+    char *text[MAX_TEXTS];
+    size_t text_len[MAX_TEXTS];
+    int ids[MAX_TEXTS][MAX_IDS];
+    int n_ids[MAX_TEXTS];
+    float out[MAX_TEXTS][128];
+    int n_out;
+} golden;
+
+static int hexval(int c)
+{
+    return c <= '9' ? c - '0' : (c | 32) - 'a' + 10;
+}
+
+static void golden_load(const char *model_dir, golden *g)
+{
+    char path[512], line[65536];
+    snprintf(path, sizeof path, "%s/golden.tsv", model_dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    memset(g, 0, sizeof *g);
+    while (fgets(line, sizeof line, f)) {
+        assert_true(g->n < MAX_TEXTS);
+        int i = g->n++;
+        char *hex = strtok(line, "\t"), *ids = strtok(NULL, "\t"), *outs = strtok(NULL, "\t\n");
+        assert_non_null(outs);
+        size_t hl = strlen(hex);
+        g->text[i] = malloc(hl / 2 + 1);
+        for (size_t k = 0; k < hl / 2; k++)
+            g->text[i][k] = (char)(hexval(hex[2 * k]) * 16 + hexval(hex[2 * k + 1]));
+        g->text[i][hl / 2] = 0;
+        g->text_len[i] = hl / 2;
+        for (char *tok = strtok(ids, " "); tok; tok = strtok(NULL, " "))
+            g->ids[i][g->n_ids[i]++] = atoi(tok);
+        int k = 0;
+        for (char *tok = strtok(outs, " "); tok; tok = strtok(NULL, " ")) g->out[i][k++] = strtof(tok, NULL);
+        g->n_out = k;
+    }
+    fclose(f);
+}
+
+static void golden_free(golden *g)
+{
+    for (int i = 0; i < g->n; i++) free(g->text[i]);
+}
+
+static bert_model *load(const char *dir)
+{
+    char err[SM_ERR_MAX] = "";
+    bert_model *m = NULL;
+    int rc = bert_model_load_dir(dir, &m, err);
+    if (rc) print_error("loading %s: %s\n", dir, err);
+    assert_int_equal(rc, SM_OK);
+    return m;
+}
+
+/* Runs texts [first, first+B) of g as one padded batch; returns max |diff|
+ * against the golden outputs. Output buffers are poisoned with NaN first so
+ * an unwritten element fails. */
+static double run_batch(bert_model *m, backend *be, const golden *g, int first,
+                        int B)
+{
+    char err[SM_ERR_MAX] = "";
+    int T = 0;
+    for (int b = 0; b < B; b++) T = g->n_ids[first + b] > T ? g->n_ids[first + b] : T;
+    int *ids = calloc((size_t)B * T, sizeof *ids), lengths[MAX_TEXTS];
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++)
+            ids[b * T + t] = t < g->n_ids[first + b] ? g->ids[first + b][t] : tokenizer_pad_id(m->tok);
+        lengths[b] = g->n_ids[first + b];
+    }
+    bert_workspace *ws;
+    assert_int_equal(bert_workspace_create(be, &m->cfg, B, T, &ws, err), SM_OK);
+    int K = g->n_out;
+    float *out = malloc((size_t)B * K * sizeof *out);
+    for (int i = 0; i < B * K; i++) out[i] = NAN;
+    int rc = m->has_head ? bert_forward(&m->cfg, &m->p, ws, ids, lengths, B, T, out, NULL, err)
+                         : bert_forward(&m->cfg, &m->p, ws, ids, lengths, B, T, NULL, out, err);
+    if (rc) print_error("forward: %s\n", err);
+    assert_int_equal(rc, SM_OK);
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < K; k++) {
+            float v = out[b * K + k];
+            assert_false(isnan(v));
+            double d = fabs((double)v - g->out[first + b][k]);
+            worst = d > worst ? d : worst;
+        }
+    free(out);
+    free(ids);
+    bert_workspace_free(ws);
+    return worst;
+}
+
+static void check_model_parity(const char *dir)
+{
+    golden g;
+    golden_load(dir, &g);
+    bert_model *m = load(dir);
+    backend *be;
+    char err[SM_ERR_MAX];
+    assert_int_equal(backend_cpu_create(2, &be, err), SM_OK);
+
+    double batch_diff = run_batch(m, be, &g, 0, g.n);
+    double single = 0;
+    for (int i = 0; i < g.n; i++) {
+        double d = run_batch(m, be, &g, i, 1);
+        single = d > single ? d : single;
+    }
+    print_message("%s: max |ours - transformers| batch %.2e, one by one %.2e\n", dir,
+                  batch_diff, single);
+    assert_true(batch_diff <= TOL);
+    assert_true(single <= TOL);
+    be->destroy(be);
+    bert_model_free(m);
+    golden_free(&g);
+}
+
+static void test_bert_tiny_parity(void **state)
+{
+    (void)state;
+    check_model_parity("tests/fixtures/models/bert_tiny");
+}
+
+static void test_ernie_tiny_parity(void **state)
+{
+    (void)state;
+    check_model_parity("tests/fixtures/models/ernie_tiny");
+}
+
+static void test_bert_encoder_parity(void **state)
+{
+    (void)state;
+    check_model_parity("tests/fixtures/models/bert_encoder");
+}
+
+static void test_roberta_encoder_parity(void **state)
+{
+    (void)state;
+    check_model_parity("tests/fixtures/models/roberta_encoder");
+}
+
+/* Text -> our tokenizer -> encoder -> softmax equals softmax(HF logits). */
+static void check_end_to_end(const char *dir, int batch_size, int threads)
+{
+    golden g;
+    golden_load(dir, &g);
+    bert_model *m = load(dir);
+    backend *be;
+    bert_workspace *ws;
+    char err[SM_ERR_MAX] = "";
+    assert_int_equal(backend_cpu_create(threads, &be, err), SM_OK);
+    assert_int_equal(bert_workspace_create(be, &m->cfg, batch_size, bert_max_length(&m->cfg), &ws, err), SM_OK);
+    int K = m->cfg.num_labels;
+    float *probs = malloc((size_t)g.n * K * sizeof *probs);
+    int truncated[MAX_TEXTS];
+    for (int i = 0; i < g.n * K; i++) probs[i] = NAN;
+    int rc = bert_classify_texts(m, &m->p, ws, (const char *const *)g.text, g.text_len, g.n,
+                                 0, batch_size, probs, truncated, err);
+    if (rc) print_error("classify: %s\n", err);
+    assert_int_equal(rc, SM_OK);
+    int n_truncated = 0;
+    for (int i = 0; i < g.n; i++) {
+        double mx = g.out[i][0], sum = 0;
+        for (int k = 1; k < K; k++) mx = g.out[i][k] > mx ? g.out[i][k] : mx;
+        for (int k = 0; k < K; k++) sum += exp(g.out[i][k] - mx);
+        for (int k = 0; k < K; k++) {
+            double want = exp(g.out[i][k] - mx) / sum;
+            assert_false(isnan(probs[i * K + k]));
+            assert_true(fabs(probs[i * K + k] - want) <= TOL);
+        }
+        n_truncated += truncated[i];
+    }
+    assert_int_equal(n_truncated, 1); /* the fixture has one over-long text */
+    free(probs);
+    bert_workspace_free(ws);
+    be->destroy(be);
+    bert_model_free(m);
+    golden_free(&g);
+}
+
+static void test_end_to_end(void **state)
+{
+    (void)state;
+    check_end_to_end("tests/fixtures/models/bert_tiny", 4, 1);
+    check_end_to_end("tests/fixtures/models/ernie_tiny", 64, 1);
+    check_end_to_end("tests/fixtures/models/bert_tiny", 1, 1);
+    /* Several batches on a 2-thread backend run concurrently on lanes. */
+    check_end_to_end("tests/fixtures/models/bert_tiny", 2, 2);
+    check_end_to_end("tests/fixtures/models/ernie_tiny", 3, 3);
+}
+
+static void test_no_head_is_an_error(void **state)
+{
+    (void)state;
+    bert_model *m = load("tests/fixtures/models/bert_encoder");
+    assert_int_equal(m->has_head, 0);
+    backend *be;
+    bert_workspace *ws;
+    char err[SM_ERR_MAX] = "";
+    assert_int_equal(backend_cpu_create(1, &be, err), SM_OK);
+    assert_int_equal(bert_workspace_create(be, &m->cfg, 1, 8, &ws, err), SM_OK);
+    int ids[4] = {2, 10, 11, 3}, len = 4;
+    float logits[2];
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, logits, NULL, err),
+                     SM_ERR_INVALID);
+    assert_non_null(strstr(err, "no classification head"));
+    /* Too long for the workspace, and an id outside the vocabulary. */
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 9, NULL, logits, err),
+                     SM_ERR_INVALID);
+    ids[1] = 999999;
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, logits, err),
+                     SM_ERR_INVALID);
+    assert_non_null(strstr(err, "999999"));
+    /* A length of 0, or past the padded width: the same check as
+     * training's (encoder_check_tokens), not a read past the batch. */
+    ids[1] = 10;
+    len = 0;
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, logits, err),
+                     SM_ERR_INVALID);
+    assert_non_null(strstr(err, "length 0 of example 0 is not in [1, 4]"));
+    len = 5;
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, logits, err),
+                     SM_ERR_INVALID);
+    assert_non_null(strstr(err, "length 5"));
+    len = 4;
+    float pooled[1024]; /* (1, C) */
+    assert_true(m->cfg.hidden_size <= 1024);
+    assert_int_equal(bert_forward(&m->cfg, &m->p, ws, ids, &len, 1, 4, NULL, pooled, err), SM_OK);
+    bert_workspace_free(ws);
+    be->destroy(be);
+    bert_model_free(m);
+}
+
+/* The CPU backend's alloc, counting the bytes asked for. */
+static void *(*g_cpu_alloc)(backend *be, size_t bytes);
+static size_t g_alloc_bytes;
+
+static void *counting_alloc(backend *be, size_t bytes)
+{
+    g_alloc_bytes += bytes;
+    return g_cpu_alloc(be, bytes);
+}
+
+/* bert_workspace_bytes is what bert_workspace_create allocates (what
+ * ext/engine.c sizes GPU batches by). */
+static void test_workspace_bytes(void **state)
+{
+    (void)state;
+    bert_model *m = load("tests/fixtures/models/bert_tiny");
+    backend *cpu;
+    char err[SM_ERR_MAX] = "";
+    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    backend counting = *cpu;
+    g_cpu_alloc = cpu->alloc;
+    counting.alloc = counting_alloc;
+    const int shapes[][2] = {{1, 2}, {3, 17}, {32, 64}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        bert_workspace *ws;
+        g_alloc_bytes = 0;
+        assert_int_equal(bert_workspace_create(&counting, &m->cfg, shapes[i][0], shapes[i][1], &ws,
+                                               err),
+                         SM_OK);
+        assert_int_equal(g_alloc_bytes, bert_workspace_bytes(&m->cfg, shapes[i][0], shapes[i][1]));
+        bert_workspace_free(ws);
+    }
+    cpu->destroy(cpu);
+    bert_model_free(m);
+}
+
+/* Reads a whole file for the buffer-loading tests. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void test_save_load_round_trip(void **state)
+{
+    (void)state;
+    const char *dir = "tests/fixtures/models/ernie_tiny";
+    bert_model *m = load(dir);
+    char err[SM_ERR_MAX] = "";
+    size_t cfg_len, vocab_len;
+    char *cfg = slurp("tests/fixtures/models/ernie_tiny/config.json", &cfg_len);
+    char *vocab = slurp("tests/fixtures/models/ernie_tiny/vocab.txt", &vocab_len);
+    int dtypes[] = {ST_F32, ST_BF16, ST_F16};
+    for (size_t i = 0; i < 3; i++) {
+        void *bytes;
+        size_t len;
+        assert_int_equal(bert_model_save_safetensors(m, dtypes[i], &bytes, &len, err), SM_OK);
+        bert_model *m2 = NULL;
+        int rc = bert_model_load_buffers(cfg, cfg_len, vocab, vocab_len, bytes, len, &m2, err);
+        if (rc) print_error("%s\n", err);
+        assert_int_equal(rc, SM_OK);
+        assert_int_equal(m2->n_floats, m->n_floats);
+        assert_int_equal(m2->has_head, 1);
+        double tol = dtypes[i] == ST_F32 ? 0.0 : dtypes[i] == ST_BF16 ? 8e-3 : 1e-3;
+        for (size_t k = 0; k < m->n_floats; k++) {
+            double d = fabs(m->arena[k] - m2->arena[k]);
+            if (d > tol * (1 + fabs(m->arena[k]))) fail_msg("param %zu differs by %g", k, d);
+        }
+        bert_model_free(m2);
+        free(bytes);
+    }
+    free(cfg);
+    free(vocab);
+    bert_model_free(m);
+}
+
+/* Saves the tiny BERT's tensors with one of them changed, then loads. */
+static void expect_load_error(const char *cfg_text, const char *drop,
+                              const char *add, const char *want)
+{
+    bert_model *m = load("tests/fixtures/models/bert_tiny");
+    char err[SM_ERR_MAX] = "";
+    bert_param_spec *specs;
+    int n;
+    size_t total;
+    assert_int_equal(bert_param_table(&m->cfg, 1, &specs, &n, &total, err), SM_OK);
+    st_write_entry *e = calloc((size_t)n + 1, sizeof *e);
+    char (*names)[128] = calloc((size_t)n + 1, sizeof *names);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strncmp(specs[i].name, "classifier", 10))
+            snprintf(names[k], 128, "%s", specs[i].name);
+        else
+            snprintf(names[k], 128, "bert.%s", specs[i].name);
+        if (drop && !strcmp(names[k], drop)) continue;
+        e[k].name = names[k];
+        e[k].data = m->arena + specs[i].offset;
+        e[k].ndim = specs[i].ndim;
+        e[k].shape[0] = specs[i].shape[0];
+        e[k].shape[1] = specs[i].shape[1];
+        k++;
+    }
+    if (add) {
+        e[k].name = add;
+        e[k].data = m->arena;
+        e[k].ndim = 1;
+        e[k].shape[0] = 4;
+        k++;
+    }
+    uint8_t *bytes;
+    size_t len;
+    assert_int_equal(safetensors_serialize(e, k, ST_F32, &bytes, &len, err), SM_OK);
+    size_t vocab_len;
+    char *vocab = slurp("tests/fixtures/vocab.txt", &vocab_len);
+    bert_model *m2 = NULL;
+    int rc = bert_model_load_buffers(cfg_text, strlen(cfg_text), vocab, vocab_len, bytes, len, &m2, err);
+    assert_int_equal(rc, SM_ERR_FORMAT);
+    assert_null(m2);
+    if (!strstr(err, want)) fail_msg("error '%s' does not mention '%s'", err, want);
+    free(vocab);
+    free(bytes);
+    free(names);
+    free(e);
+    free(specs);
+    bert_model_free(m);
+}
+
+static void test_bad_checkpoints(void **state)
+{
+    (void)state;
+    size_t len;
+    char *cfg = slurp("tests/fixtures/models/bert_tiny/config.json", &len);
+    expect_load_error(cfg, "bert.encoder.layer.1.output.dense.bias", NULL,
+                      "missing tensor 'bert.encoder.layer.1.output.dense.bias'");
+    expect_load_error(cfg, NULL, "bert.encoder.layer.7.output.dense.bias",
+                      "unexpected tensor 'bert.encoder.layer.7.output.dense.bias'");
+    /* A config that disagrees with the tensors: intermediate 128 -> 256. */
+    char *wrong = malloc(len + 16);
+    char *at = strstr(cfg, "\"intermediate_size\": 128");
+    assert_non_null(at);
+    snprintf(wrong, len + 16, "%.*s\"intermediate_size\": 256%s", (int)(at - cfg), cfg,
+             at + strlen("\"intermediate_size\": 128"));
+    expect_load_error(wrong, NULL, NULL,
+                      "tensor 'bert.encoder.layer.0.intermediate.dense.weight': expected shape [256, 64], got [128, 64]");
+    free(wrong);
+    free(cfg);
+
+    char err[SM_ERR_MAX] = "";
+    bert_model *m = NULL;
+    assert_int_equal(bert_model_load_dir("tests/fixtures/no-such-model", &m, err), SM_ERR_IO);
+    assert_non_null(strstr(err, "no-such-model/config.json"));
+    assert_null(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bert_tiny_parity),
+        cmocka_unit_test(test_ernie_tiny_parity),
+        cmocka_unit_test(test_bert_encoder_parity),
+        cmocka_unit_test(test_roberta_encoder_parity),
+        cmocka_unit_test(test_end_to_end),
+        cmocka_unit_test(test_no_head_is_an_error),
+        cmocka_unit_test(test_workspace_bytes),
+        cmocka_unit_test(test_save_load_round_trip),
+        cmocka_unit_test(test_bad_checkpoints),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
