@@ -6,7 +6,7 @@
  *   functions.c       the scalar functions (sentiment, sentiment_score, ...)
  *   embed.c           sentiment_embed(): pooled sentence embeddings as BLOBs
  *   config.c          sentiment_config(key [, value]) and its validation
- *   device.c          backend selection: cpu now, the CUDA plugin seam
+ *   device.c          backends: the CPU, the CUDA plugin (dlopen), precision
  *   engine.c          one connection's backend + workspaces, batched classify
  *   registry.c        the process-wide model cache (reference counted)
  *   models.c          model names -> cache entries (lookup order, name@N)
@@ -30,6 +30,12 @@
  *   args.c            name/path arguments (no NUL bytes), the interrupt and
  *                     progress-handler poll (sx_poll), the admin switch
  *   errors.c          the error convention below: sx_fail, sx_from_sm
+ * and the headers: this one (shared by every file), train_options.h,
+ * train_wide.h, train_int8.h (between train.c and its helpers only).
+ *
+ * Includes: model/ (any room), cpu/backend_cpu.h and gpu/sentiment_cuda.h
+ * only, spelled with their room (scripts/include-views.sh); called by
+ * SQLite through the registration tables of sentiment.c.
  *
  * Naming: everything shared is prefixed sx_.
  *
