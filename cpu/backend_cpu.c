@@ -97,25 +97,24 @@ static void gemm_piece(void *ctx, int i, int nt)
                j->lda, Bi, j->ldb, j->beta, C + (size_t)rows_lo * j->ldc + cols_lo, j->ldc);
 }
 
-static int gemm_split(backend *be, int transA, int transB, int M, int N, int K,
-                      float alpha, const float *A, int lda, const float *B,
-                      int ldb, float beta, float *C, int ldc, const float *bias)
+static int gemm_split(backend *be, int transA, int transB, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc, const float *bias)
 {
     int nt = cpu_threads_for(be, (double)M * N * K);
     int by_rows = M >= 32 * nt || N < 32 * nt;
     if (nt <= 1 || (by_rows ? M : N) < 2) nt = 1;
-    gemm_job j = {transA, transB, M, N, K, lda, ldb, ldc, by_rows,
-                  alpha, bias ? 1.0f : beta, A, B, bias, C};
+    gemm_job j = {transA, transB, M,    N, K, lda, ldb, ldc, by_rows, alpha, bias ? 1.0f : beta,
+                  A,      B,      bias, C};
     tp_run(nt, gemm_piece, &j);
     return SM_OK;
 }
 
-static int cpu_matmul(backend *be, int transA, int transB, int M, int N, int K,
-                      float alpha, const float *A, int lda, const float *B,
-                      int ldb, float beta, float *C, int ldc)
+static int cpu_matmul(backend *be, int transA, int transB, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc)
 {
-    return gemm_split(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                      ldc, NULL);
+    return gemm_split(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
 typedef struct batched_job {
@@ -130,26 +129,24 @@ static void batched_range(void *ctx, int lo, int hi)
 {
     const batched_job *j = ctx;
     for (int i = lo; i < hi; i++)
-        blas_sgemm(j->transA, j->transB, j->M, j->N, j->K, j->alpha, j->A + i * j->strideA,
-                   j->lda, j->B + i * j->strideB, j->ldb, j->beta, j->C + i * j->strideC,
-                   j->ldc);
+        blas_sgemm(j->transA, j->transB, j->M, j->N, j->K, j->alpha, j->A + i * j->strideA, j->lda,
+                   j->B + i * j->strideB, j->ldb, j->beta, j->C + i * j->strideC, j->ldc);
 }
 
-static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N,
-                              int K, float alpha, const float *A, int lda,
-                              long long strideA, const float *B, int ldb,
-                              long long strideB, float beta, float *C, int ldc,
-                              long long strideC, int batch)
+static int cpu_matmul_batched(backend *be, int transA, int transB, int M, int N, int K, float alpha,
+                              const float *A, int lda, long long strideA, const float *B, int ldb,
+                              long long strideB, float beta, float *C, int ldc, long long strideC,
+                              int batch)
 {
     int nt = cpu_threads_for(be, (double)batch * M * N * K);
-    batched_job j = {transA, transB, M, N, K, lda, ldb, ldc, alpha, beta,
-                     A, B, C, strideA, strideB, strideC};
+    batched_job j = {transA, transB, M, N, K, lda,     ldb,     ldc,
+                     alpha,  beta,   A, B, C, strideA, strideB, strideC};
     tp_for_static(nt, batch, batched_range, &j);
     return SM_OK;
 }
 
-static int cpu_linear(backend *be, float *out, const float *in, const float *W,
-                      const float *b, int R, int K, int N)
+static int cpu_linear(backend *be, float *out, const float *in, const float *W, const float *b,
+                      int R, int K, int N)
 {
     return gemm_split(be, 0, 1, R, N, K, 1.0f, in, K, W, K, 0.0f, out, N, b);
 }
@@ -157,23 +154,23 @@ static int cpu_linear(backend *be, float *out, const float *in, const float *W,
 /* One thread's part of a packed product: output columns [col_lo, col_hi)
  * of rows [0, R) (gemm_bf16_linear_cols, gemm_int8_linear_cols,
  * gemm_f32_linear_cols). */
-typedef void (*packed_cols_fn)(float *out, const float *in, const void *W, const float *b,
-                               int R, int col_lo, int col_hi);
+typedef void (*packed_cols_fn)(float *out, const float *in, const void *W, const float *b, int R,
+                               int col_lo, int col_hi);
 
-static void bf16_cols(float *out, const float *in, const void *W, const float *b, int R,
-                      int col_lo, int col_hi)
+static void bf16_cols(float *out, const float *in, const void *W, const float *b, int R, int col_lo,
+                      int col_hi)
 {
     gemm_bf16_linear_cols(out, in, W, b, R, col_lo, col_hi);
 }
 
-static void int8_cols(float *out, const float *in, const void *W, const float *b, int R,
-                      int col_lo, int col_hi)
+static void int8_cols(float *out, const float *in, const void *W, const float *b, int R, int col_lo,
+                      int col_hi)
 {
     gemm_int8_linear_cols(out, in, W, b, R, col_lo, col_hi);
 }
 
-static void f32_cols(float *out, const float *in, const void *W, const float *b, int R,
-                     int col_lo, int col_hi)
+static void f32_cols(float *out, const float *in, const void *W, const float *b, int R, int col_lo,
+                     int col_hi)
 {
     gemm_f32_linear_cols(out, in, W, b, R, col_lo, col_hi);
 }
@@ -197,13 +194,11 @@ static void packed_piece(void *ctx, int i, int nt)
     if (j->by_rows)
         j->cols(j->out + (size_t)lo * j->N, j->in + (size_t)lo * j->K, j->W, j->b, hi - lo, 0,
                 j->N);
-    else
-        j->cols(j->out, j->in, j->W, j->b, j->R, lo * j->panel, hi * j->panel);
+    else j->cols(j->out, j->in, j->W, j->b, j->R, lo * j->panel, hi * j->panel);
 }
 
 static void packed_split(backend *be, packed_cols_fn cols, float *out, const float *in,
-                         const void *W, const float *b, int R, int K, int N, int panels,
-                         int panel)
+                         const void *W, const float *b, int R, int K, int N, int panels, int panel)
 {
     int nt = cpu_threads_for(be, (double)R * N * K);
     int by_rows = R >= 32 * nt || panels < 2 * nt;
@@ -239,8 +234,10 @@ static int cpu_pack_weight(backend *be, int kind, const float *W, int N, int K,
     (void)be;
     *out = NULL;
     if (kind != BACKEND_PACK_BF16 && kind != BACKEND_PACK_INT8 && kind != BACKEND_PACK_F32)
-        return sm_error(err, SM_ERR_UNSUPPORTED, "pack_weight: the cpu backend has no packed "
-                        "kind %d", kind);
+        return sm_error(err, SM_ERR_UNSUPPORTED,
+                        "pack_weight: the cpu backend has no packed "
+                        "kind %d",
+                        kind);
     cpu_packed *p = calloc(1, sizeof *p);
     if (!p) return sm_error(err, SM_ERR_NOMEM, "out of memory packing a weight");
     p->hdr.kind = kind;
@@ -273,8 +270,7 @@ static int cpu_linear_packed(backend *be, float *out, const float *in, const bac
                      GEMM_INT8_PANEL);
     } else if (W->kind == BACKEND_PACK_F32) {
         if (p->w.f32->K != K || p->w.f32->N != N) return SM_ERR_INVALID;
-        packed_split(be, f32_cols, out, in, p->w.f32, b, R, K, N, p->w.f32->panels,
-                     GEMM_F32_PANEL);
+        packed_split(be, f32_cols, out, in, p->w.f32, b, R, K, N, p->w.f32->panels, GEMM_F32_PANEL);
     } else {
         return SM_ERR_INVALID;
     }
@@ -359,8 +355,7 @@ static void gelu_piece(void *ctx, int t, int nt)
     gelu_span(j->out + lo, j->a + lo, hi - lo);
 }
 
-static int cpu_add(backend *be, float *out, const float *a, const float *b,
-                   size_t n)
+static int cpu_add(backend *be, float *out, const float *a, const float *b, size_t n)
 {
     span_job j = {out, a, b, n};
     tp_run(cpu_threads_for_elements(be, (double)n), add_piece, &j);
@@ -382,9 +377,8 @@ static int cpu_tanh(backend *be, float *out, const float *in, size_t n)
 }
 
 SIMD_CLONES
-static void layernorm_row(float *out, float *mean_out, float *rstd_out,
-                          const float *x, const float *w, const float *b, int C,
-                          float eps)
+static void layernorm_row(float *out, float *mean_out, float *rstd_out, const float *x,
+                          const float *w, const float *b, int C, float eps)
 {
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -416,13 +410,11 @@ static void layernorm_rows(void *ctx, int lo, int hi)
     int C = j->C;
     for (int r = lo; r < hi; r++)
         layernorm_row(j->out + (size_t)r * C, j->mean ? j->mean + r : NULL,
-                      j->rstd ? j->rstd + r : NULL, j->in + (size_t)r * C, j->w, j->b, C,
-                      j->eps);
+                      j->rstd ? j->rstd + r : NULL, j->in + (size_t)r * C, j->w, j->b, C, j->eps);
 }
 
-static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd,
-                         const float *in, const float *w, const float *b, int R,
-                         int C, float eps)
+static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd, const float *in,
+                         const float *w, const float *b, int R, int C, float eps)
 {
     layernorm_job j = {out, mean, rstd, in, w, b, C, eps};
     tp_for_static(cpu_threads_for_elements(be, (double)R * C), R, layernorm_rows, &j);
@@ -448,8 +440,8 @@ static void softmax_heads(void *ctx, int lo, int hi)
     }
 }
 
-static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
-                              int B, int H, int T, float scale)
+static int cpu_softmax_masked(backend *be, float *att, const int *lengths, int B, int H, int T,
+                              float scale)
 {
     softmax_job j = {att, lengths, H, T, scale};
     tp_for_static(cpu_threads_for_elements(be, (double)B * H * T * T), B * H, softmax_heads, &j);
@@ -458,8 +450,8 @@ static int cpu_softmax_masked(backend *be, float *att, const int *lengths,
 
 /* Attention for one (sequence, head): only the len x len block that is not
  * padding is computed. */
-static void attention_head(float *out, float *att, const float *qkv, int len,
-                           int T, int C, int d, float scale)
+static void attention_head(float *out, float *att, const float *qkv, int len, int T, int C, int d,
+                           float scale)
 {
     const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
     blas_sgemm(0, 1, len, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
@@ -487,9 +479,8 @@ static void attention_item(void *ctx, int bh, int lane)
                    j->qkv + (size_t)b * T * 3 * C + (size_t)h * d, len, T, C, d, j->scale);
 }
 
-static int cpu_attention(backend *be, float *out, float *att, const float *qkv,
-                         const int *lengths, int B, int T, int H, int d,
-                         float scale)
+static int cpu_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
+                         int B, int T, int H, int d, float scale)
 {
     int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
     attention_job j = {out, att, qkv, lengths, T, H, d, scale};
@@ -522,9 +513,9 @@ static void embed_rows(void *ctx, int lo, int hi)
     }
 }
 
-static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
-                     const float *word, const float *pos, const float *type,
-                     const float *task, int B, int T, int C, int pos_offset)
+static int cpu_embed(backend *be, float *out, const int *ids, const int *types, const float *word,
+                     const float *pos, const float *type, const float *task, int B, int T, int C,
+                     int pos_offset)
 {
     embed_job j = {out, ids, types, word, pos, type, task, T, C, pos_offset};
     tp_for_static(cpu_threads_for_elements(be, (double)B * T * C), B * T, embed_rows, &j);
@@ -533,8 +524,8 @@ static int cpu_embed(backend *be, float *out, const int *ids, const int *types,
 
 /* The heads of attention laid out apart, (B,T,H,d) <-> (B,H,T,d). */
 typedef struct heads_job {
-    float *q, *k, *v;     /* split: out; merge: q is out */
-    const float *in;      /* split: qkv (B,T,3C); merge: (B,H,T,d) */
+    float *q, *k, *v; /* split: out; merge: q is out */
+    const float *in;  /* split: qkv (B,T,3C); merge: (B,H,T,d) */
     int T, H, d;
 } heads_job;
 
@@ -554,8 +545,8 @@ static void split_rows(void *ctx, int lo, int hi)
     }
 }
 
-static int cpu_attn_split(backend *be, float *q, float *k, float *v,
-                          const float *qkv, int B, int T, int H, int d)
+static int cpu_attn_split(backend *be, float *q, float *k, float *v, const float *qkv, int B, int T,
+                          int H, int d)
 {
     heads_job j = {q, k, v, qkv, T, H, d};
     tp_for_static(cpu_threads_for_elements(be, (double)B * T * H * d), B * T, split_rows, &j);
@@ -574,16 +565,14 @@ static void merge_rows(void *ctx, int lo, int hi)
     }
 }
 
-static int cpu_attn_merge(backend *be, float *out, const float *in, int B,
-                          int T, int H, int d)
+static int cpu_attn_merge(backend *be, float *out, const float *in, int B, int T, int H, int d)
 {
     heads_job j = {out, NULL, NULL, in, T, H, d};
     tp_for_static(cpu_threads_for_elements(be, (double)B * T * H * d), B * T, merge_rows, &j);
     return SM_OK;
 }
 
-static int cpu_gather_cls(backend *be, float *out, const float *x, int B, int T,
-                          int C)
+static int cpu_gather_cls(backend *be, float *out, const float *x, int B, int T, int C)
 {
     (void)be;
     for (int b = 0; b < B; b++)
@@ -627,7 +616,8 @@ const char *backend_cpu_blas(void)
 static void cpu_describe(const backend *be, char *desc, size_t cap)
 {
     int n = cpu_threads(be);
-    if (desc && cap) snprintf(desc, cap, "cpu: %d thread%s, %s", n, n == 1 ? "" : "s", blas_describe());
+    if (desc && cap)
+        snprintf(desc, cap, "cpu: %d thread%s, %s", n, n == 1 ? "" : "s", blas_describe());
 }
 
 static int cpu_set_precision(backend *be, const char *name, char *err)
@@ -641,10 +631,13 @@ static int cpu_set_precision(backend *be, const char *name, char *err)
         return SM_OK;
     }
     if (name && !strcmp(name, "bf16"))
-        return sm_error(err, SM_ERR_UNSUPPORTED, "bf16 on the CPU needs AVX512-BF16, which this CPU lacks");
+        return sm_error(err, SM_ERR_UNSUPPORTED,
+                        "bf16 on the CPU needs AVX512-BF16, which this CPU lacks");
     if (name && !strcmp(name, "int8"))
-        return sm_error(err, SM_ERR_UNSUPPORTED, "int8 needs a CPU with AVX512-VNNI, which this CPU lacks");
-    return sm_error(err, SM_ERR_UNSUPPORTED, "the CPU has no precision '%s' (auto, fp32, bf16, int8)",
+        return sm_error(err, SM_ERR_UNSUPPORTED,
+                        "int8 needs a CPU with AVX512-VNNI, which this CPU lacks");
+    return sm_error(err, SM_ERR_UNSUPPORTED,
+                    "the CPU has no precision '%s' (auto, fp32, bf16, int8)",
                     name ? name : "(null)");
 }
 
@@ -677,7 +670,8 @@ int backend_cpu_create(int threads, backend **out, char *err)
 {
     *out = NULL;
     if (threads <= 0) threads = tp_default_threads();
-    if (threads > 256) return sm_error(err, SM_ERR_INVALID, "threads: %d is more than 256", threads);
+    if (threads > 256)
+        return sm_error(err, SM_ERR_INVALID, "threads: %d is more than 256", threads);
     int rc = blas_load(err);
     if (rc) return rc;
     backend *be = calloc(1, sizeof *be);

@@ -35,9 +35,8 @@
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
-typedef void (*sgemm_fn)(int order, int transA, int transB, int M, int N,
-                         int K, float alpha, const float *A, int lda,
-                         const float *B, int ldb, float beta, float *C,
+typedef void (*sgemm_fn)(int order, int transA, int transB, int M, int N, int K, float alpha,
+                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
                          int ldc);
 
 static struct {
@@ -56,16 +55,14 @@ static const char *core_for_this_cpu(void)
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512cd"))
         return "SkylakeX";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "Haswell";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
     return NULL; /* let OpenBLAS decide */
 }
 
 static void load_once(void)
 {
     const char *core = getenv("OPENBLAS_CORETYPE");
-    if (!core && (core = core_for_this_cpu()))
-        setenv("OPENBLAS_CORETYPE", core, 0);
+    if (!core && (core = core_for_this_cpu())) setenv("OPENBLAS_CORETYPE", core, 0);
     int set_threads_env = !getenv("OPENBLAS_NUM_THREADS");
     if (set_threads_env) setenv("OPENBLAS_NUM_THREADS", "1", 0);
     void *lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
@@ -142,9 +139,8 @@ static int address_space_limited(void)
 
 /* Row-major C = alpha op(A) op(B) + beta C by plain loops (beta 0: C is
  * not read, as in BLAS). */
-static void loop_sgemm(int transA, int transB, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                       int ldc)
+static void loop_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                       int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     for (int i = 0; i < M; i++) {
         float *c = C + (size_t)i * ldc;
@@ -163,9 +159,8 @@ static void loop_sgemm(int transA, int transB, int M, int N, int K, float alpha,
     }
 }
 
-void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
-                const float *A, int lda, const float *B, int ldb, float beta,
-                float *C, int ldc)
+void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (address_space_limited()) { /* see the top of this file */
         atomic_fetch_add_explicit(&g_fallback_products, 1, memory_order_relaxed);
@@ -183,8 +178,8 @@ void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
         }
     }
     g_blas.sgemm(CBLAS_ROW_MAJOR, transA ? CBLAS_TRANS : CBLAS_NO_TRANS,
-                 transB ? CBLAS_TRANS : CBLAS_NO_TRANS, M, N, K, alpha, A, lda, B,
-                 ldb, beta, C, ldc);
+                 transB ? CBLAS_TRANS : CBLAS_NO_TRANS, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                 ldc);
     if (first) pthread_mutex_unlock(&g_first_call);
 }
 

@@ -20,9 +20,8 @@ int blas_load(char *err);
  * must have succeeded. A thread whose OpenBLAS buffer (128 MiB, mapped on
  * its first call) cannot be mapped computes it by plain loops instead,
  * never blocking (blas.c). */
-void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
-                const float *A, int lda, const float *B, int ldb, float beta,
-                float *C, int ldc);
+void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
 void blas_set_threads(int n);
 /* Products computed by the plain loops because OpenBLAS's buffer did not
  * fit, since the process started. */

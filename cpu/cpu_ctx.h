@@ -20,8 +20,8 @@ typedef struct cpu_ctx {
 /* Below these sizes an op runs on one thread: waking and joining workers
  * costs more than it saves, and on a busy machine each join can wait a
  * whole scheduler time slice for a descheduled thread. */
-#define PARALLEL_MIN_MACS (1 << 23)      /* multiply-adds of a product */
-#define PARALLEL_MIN_ELEMENTS (1 << 16)  /* elements of an elementwise op */
+#define PARALLEL_MIN_MACS (1 << 23)     /* multiply-adds of a product */
+#define PARALLEL_MIN_ELEMENTS (1 << 16) /* elements of an elementwise op */
 
 static inline int cpu_threads(const backend *be)
 {

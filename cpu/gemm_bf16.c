@@ -81,8 +81,8 @@ int gemm_bf16_pack(const float *W, int N, int K, gemm_bf16_weight **out, char *e
     w->data = gemm_packed_alloc((size_t)w->panels * w->pairs * 2 * PANEL, sizeof *w->data, &bytes);
     if (!w->data) {
         free(w);
-        return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) bf16 weight needs %zu KiB",
-                        N, K, bytes >> 10);
+        return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) bf16 weight needs %zu KiB", N,
+                        K, bytes >> 10);
     }
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++)
@@ -127,8 +127,8 @@ void gemm_bf16_linear_scalar(float *out, const float *in, const gemm_bf16_weight
     }
 }
 
-void gemm_bf16_ref(float *out, const float *in, const float *W, const float *bias, int R,
-                   int K, int N)
+void gemm_bf16_ref(float *out, const float *in, const float *W, const float *bias, int R, int K,
+                   int N)
 {
     for (int r = 0; r < R; r++)
         for (int n = 0; n < N; n++) {
@@ -182,9 +182,8 @@ AVX512BF16 static void pack_rows(uint32_t *a, const float *in, int K, int rows, 
 /* out tile (rows <= MR, 32 columns masked by m0, m1) of a row tile a
  * (stride KC) times a panel's K block b (np pairs). first: the tile is
  * written with bias (may be NULL), else added to. */
-AVX512BF16 static void kernel(int np, const uint32_t *a, const uint16_t *b, float *out,
-                              int ldo, int rows, __mmask16 m0, __mmask16 m1,
-                              const float *bias, int first)
+AVX512BF16 static void kernel(int np, const uint32_t *a, const uint16_t *b, float *out, int ldo,
+                              int rows, __mmask16 m0, __mmask16 m1, const float *bias, int first)
 {
     __m512 acc[MR][2];
 #pragma GCC unroll 16
@@ -232,7 +231,9 @@ AVX512BF16 static void linear_avx512(float *out, const float *in, const gemm_bf1
                 int n0 = j * PANEL, cols = (col_hi < N ? col_hi : N) - n0;
                 if (cols > PANEL) cols = PANEL;
                 __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-                __mmask16 m1 = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+                __mmask16 m1 = cols >= 32   ? 0xffff
+                               : cols <= 16 ? 0
+                                            : (__mmask16)((1u << (cols - 16)) - 1);
                 for (int i = 0; i < mr; i += MR)
                     kernel(np, a + (size_t)i * KC, b, out + (size_t)(r0 + i) * N + n0, N,
                            mr - i < MR ? mr - i : MR, m0, m1, bias ? bias + n0 : NULL, p0 == 0);

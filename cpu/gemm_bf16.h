@@ -37,10 +37,10 @@
 #define GEMM_BF16_PANEL 32 /* output columns per packed panel */
 
 typedef struct gemm_bf16_weight {
-    int N, K;         /* the float weight's shape (N outputs, K inputs) */
-    int pairs;        /* (K + 1) / 2 */
-    int panels;       /* (N + GEMM_BF16_PANEL - 1) / GEMM_BF16_PANEL */
-    uint16_t *data;   /* panels * pairs * 2 * GEMM_BF16_PANEL BF16 values,
+    int N, K;       /* the float weight's shape (N outputs, K inputs) */
+    int pairs;      /* (K + 1) / 2 */
+    int panels;     /* (N + GEMM_BF16_PANEL - 1) / GEMM_BF16_PANEL */
+    uint16_t *data; /* panels * pairs * 2 * GEMM_BF16_PANEL BF16 values,
                          64-byte aligned, owned */
 } gemm_bf16_weight;
 
@@ -54,30 +54,27 @@ float gemm_bf16_to_float(uint16_t h);
 /* Packs W(N,K) into *out (allocated; free with gemm_bf16_free). Returns
  * SM_OK, SM_ERR_INVALID for a bad shape or SM_ERR_NOMEM, with a message in
  * err (SM_ERR_MAX bytes, may be NULL). */
-int gemm_bf16_pack(const float *W, int N, int K, gemm_bf16_weight **out,
-                   char *err);
+int gemm_bf16_pack(const float *W, int N, int K, gemm_bf16_weight **out, char *err);
 void gemm_bf16_free(gemm_bf16_weight *w);
 /* The BF16 value of W[n][k] as packed, as a float (0 in the padding). */
 float gemm_bf16_unpack(const gemm_bf16_weight *w, int n, int k);
 
 /* out(R,N) = in(R,K) · Wᵀ + bias(N), all row-major and dense; bias may be
  * NULL. SM_ERR_INVALID (and nothing written) when K and N are not w's. */
-int gemm_bf16_linear(float *out, const float *in, const gemm_bf16_weight *w,
-                     const float *bias, int R, int K, int N);
+int gemm_bf16_linear(float *out, const float *in, const gemm_bf16_weight *w, const float *bias,
+                     int R, int K, int N);
 /* The same for output columns [col_lo, col_hi) only, col_lo a multiple of
  * GEMM_BF16_PANEL: the part one thread computes when a product is split by
  * columns. out and in keep their full row strides (N and K). */
-void gemm_bf16_linear_cols(float *out, const float *in,
-                           const gemm_bf16_weight *w, const float *bias, int R,
-                           int col_lo, int col_hi);
+void gemm_bf16_linear_cols(float *out, const float *in, const gemm_bf16_weight *w,
+                           const float *bias, int R, int col_lo, int col_hi);
 /* gemm_bf16_linear_cols in plain C on any CPU (the fall-back). */
-void gemm_bf16_linear_scalar(float *out, const float *in,
-                             const gemm_bf16_weight *w, const float *bias,
-                             int R, int col_lo, int col_hi);
+void gemm_bf16_linear_scalar(float *out, const float *in, const gemm_bf16_weight *w,
+                             const float *bias, int R, int col_lo, int col_hi);
 
 /* The reference: out(R,N) = round(in) · round(W)ᵀ + bias with float W(N,K),
  * summed in FP32 in the kernel's pair order. */
-void gemm_bf16_ref(float *out, const float *in, const float *W,
-                   const float *bias, int R, int K, int N);
+void gemm_bf16_ref(float *out, const float *in, const float *W, const float *bias, int R, int K,
+                   int N);
 
 #endif

@@ -31,22 +31,22 @@ static inline void *gemm_packed_alloc(size_t count, size_t size, size_t *bytes)
     return p;
 }
 
-#define GEMM_ENTRY_POINTS(kind)                                                               \
+#define GEMM_ENTRY_POINTS(kind)                                                                \
     void gemm_##kind##_linear_cols(float *out, const float *in, const gemm_##kind##_weight *w, \
-                                   const float *bias, int R, int col_lo, int col_hi)          \
-    {                                                                                         \
-        if (col_hi > w->N) col_hi = w->N;                                                     \
-        if (R < 1 || col_lo >= col_hi) return;                                                \
-        if (gemm_##kind##_supported()) linear_avx512(out, in, w, bias, R, col_lo, col_hi);    \
-        else gemm_##kind##_linear_scalar(out, in, w, bias, R, col_lo, col_hi);                \
-    }                                                                                         \
-                                                                                              \
-    int gemm_##kind##_linear(float *out, const float *in, const gemm_##kind##_weight *w,      \
-                             const float *bias, int R, int K, int N)                          \
-    {                                                                                         \
-        if (K != w->K || N != w->N || R < 0) return SM_ERR_INVALID;                           \
-        gemm_##kind##_linear_cols(out, in, w, bias, R, 0, N);                                 \
-        return SM_OK;                                                                         \
+                                   const float *bias, int R, int col_lo, int col_hi)           \
+    {                                                                                          \
+        if (col_hi > w->N) col_hi = w->N;                                                      \
+        if (R < 1 || col_lo >= col_hi) return;                                                 \
+        if (gemm_##kind##_supported()) linear_avx512(out, in, w, bias, R, col_lo, col_hi);     \
+        else gemm_##kind##_linear_scalar(out, in, w, bias, R, col_lo, col_hi);                 \
+    }                                                                                          \
+                                                                                               \
+    int gemm_##kind##_linear(float *out, const float *in, const gemm_##kind##_weight *w,       \
+                             const float *bias, int R, int K, int N)                           \
+    {                                                                                          \
+        if (K != w->K || N != w->N || R < 0) return SM_ERR_INVALID;                            \
+        gemm_##kind##_linear_cols(out, in, w, bias, R, 0, N);                                  \
+        return SM_OK;                                                                          \
     }
 
 #endif

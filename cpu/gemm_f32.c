@@ -42,8 +42,8 @@
 #include "cpu/gemm_common.h"
 
 #define PANEL GEMM_F32_PANEL
-#define MR 12   /* rows of the register tile: 24 accumulators */
-#define KC 4096 /* k per block: a panel's block is up to 512 KiB */
+#define MR 12                     /* rows of the register tile: 24 accumulators */
+#define KC 4096                   /* k per block: a panel's block is up to 512 KiB */
 #define ROW_BLOCK_BYTES (1 << 20) /* a row block's inputs: half of a 2 MiB L2 */
 #define MC_MAX 384                /* rows per block at most (a multiple of MR) */
 
@@ -79,8 +79,8 @@ int gemm_f32_pack(const float *W, int N, int K, gemm_f32_weight **out, char *err
     w->data = gemm_packed_alloc((size_t)w->panels * K * PANEL, sizeof *w->data, &bytes);
     if (!w->data) {
         free(w);
-        return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) f32 weight needs %zu KiB",
-                        N, K, bytes >> 10);
+        return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) f32 weight needs %zu KiB", N,
+                        K, bytes >> 10);
     }
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) w->data[packed_index(w, n, k)] = W[(size_t)n * K + k];
@@ -127,9 +127,8 @@ void gemm_f32_linear_scalar(float *out, const float *in, const gemm_f32_weight *
  * pf (may be NULL): nk * pf_step cache lines from there are prefetched into
  * L2, pf_step (1 or 2) per k, while the FMAs run. */
 AVX512F_FN static inline __attribute__((always_inline)) void
-tile(const int rows, int nk, const float *a, size_t lda, const float *b, float *out,
-     size_t ldo, __mmask16 m0, __mmask16 m1, const float *bias, int first, const char *pf,
-     int pf_step)
+tile(const int rows, int nk, const float *a, size_t lda, const float *b, float *out, size_t ldo,
+     __mmask16 m0, __mmask16 m1, const float *bias, int first, const char *pf, int pf_step)
 {
     __m512 acc[MR][2];
     const float *ap[MR];
@@ -173,17 +172,17 @@ tile(const int rows, int nk, const float *a, size_t lda, const float *b, float *
     }
 }
 
-typedef void (*tile_fn)(int nk, const float *a, size_t lda, const float *b, float *out,
-                        size_t ldo, __mmask16 m0, __mmask16 m1, const float *bias, int first,
-                        const char *pf, int pf_step);
+typedef void (*tile_fn)(int nk, const float *a, size_t lda, const float *b, float *out, size_t ldo,
+                        __mmask16 m0, __mmask16 m1, const float *bias, int first, const char *pf,
+                        int pf_step);
 
-#define TILE(n)                                                                          \
-    __attribute__((noinline)) AVX512F_FN static void tile_##n(                          \
-        int nk, const float *a, size_t lda, const float *b, float *out, size_t ldo,      \
-        __mmask16 m0, __mmask16 m1, const float *bias, int first, const char *pf,        \
-        int pf_step)                                                                     \
-    {                                                                                    \
-        tile(n, nk, a, lda, b, out, ldo, m0, m1, bias, first, pf, pf_step);              \
+#define TILE(n)                                                                                \
+    __attribute__((noinline))                                                                  \
+    AVX512F_FN static void tile_##n(int nk, const float *a, size_t lda, const float *b,        \
+                                    float *out, size_t ldo, __mmask16 m0, __mmask16 m1,        \
+                                    const float *bias, int first, const char *pf, int pf_step) \
+    {                                                                                          \
+        tile(n, nk, a, lda, b, out, ldo, m0, m1, bias, first, pf, pf_step);                    \
     }
 TILE(1)
 TILE(2)
@@ -199,8 +198,8 @@ TILE(11)
 TILE(12)
 #undef TILE
 
-static const tile_fn k_tiles[MR + 1] = {NULL,    tile_1, tile_2, tile_3,  tile_4,  tile_5, tile_6,
-                                        tile_7,  tile_8, tile_9, tile_10, tile_11, tile_12};
+static const tile_fn k_tiles[MR + 1] = {NULL,   tile_1, tile_2, tile_3,  tile_4,  tile_5, tile_6,
+                                        tile_7, tile_8, tile_9, tile_10, tile_11, tile_12};
 
 /* Rows per block for R rows of K inputs: blocks of equal height (a
  * multiple of MR) whose inputs fit ROW_BLOCK_BYTES, so a single sequence's

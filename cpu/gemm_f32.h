@@ -46,26 +46,23 @@ int gemm_f32_supported(void);
 /* Packs W(N,K) into *out (allocated; free with gemm_f32_free). Returns
  * SM_OK, SM_ERR_INVALID for a bad shape or SM_ERR_NOMEM, with a message in
  * err (SM_ERR_MAX bytes, may be NULL). Any values (non-finite too). */
-int gemm_f32_pack(const float *W, int N, int K, gemm_f32_weight **out,
-                  char *err);
+int gemm_f32_pack(const float *W, int N, int K, gemm_f32_weight **out, char *err);
 void gemm_f32_free(gemm_f32_weight *w);
 /* W[n][k] as packed (0 in the padding, n up to panels * PANEL). */
 float gemm_f32_unpack(const gemm_f32_weight *w, int n, int k);
 
 /* out(R,N) = in(R,K) · Wᵀ + bias(N), all row-major and dense; bias may be
  * NULL. SM_ERR_INVALID (and nothing written) when K and N are not w's. */
-int gemm_f32_linear(float *out, const float *in, const gemm_f32_weight *w,
-                    const float *bias, int R, int K, int N);
+int gemm_f32_linear(float *out, const float *in, const gemm_f32_weight *w, const float *bias, int R,
+                    int K, int N);
 /* The same for output columns [col_lo, col_hi) only, col_lo a multiple of
  * GEMM_F32_PANEL: the part one thread computes when a product is split by
  * columns. out and in keep their full row strides (N and K). */
-void gemm_f32_linear_cols(float *out, const float *in,
-                          const gemm_f32_weight *w, const float *bias, int R,
-                          int col_lo, int col_hi);
+void gemm_f32_linear_cols(float *out, const float *in, const gemm_f32_weight *w, const float *bias,
+                          int R, int col_lo, int col_hi);
 /* gemm_f32_linear_cols in plain C on any CPU: the fall-back, and the
  * reference the kernel must match bit for bit. */
-void gemm_f32_linear_scalar(float *out, const float *in,
-                            const gemm_f32_weight *w, const float *bias,
-                            int R, int col_lo, int col_hi);
+void gemm_f32_linear_scalar(float *out, const float *in, const gemm_f32_weight *w,
+                            const float *bias, int R, int col_lo, int col_hi);
 
 #endif

@@ -59,8 +59,10 @@ int gemm_int8_pack(const float *W, int N, int K, gemm_int8_weight **out, char *e
 {
     *out = NULL;
     if (N < 1 || K < 1 || N > (1 << 24) || K > GEMM_INT8_MAX_K)
-        return sm_error(err, SM_ERR_INVALID, "int8 weight: shape (%d, %d) is out of range "
-                        "(K at most %d)", N, K, GEMM_INT8_MAX_K);
+        return sm_error(err, SM_ERR_INVALID,
+                        "int8 weight: shape (%d, %d) is out of range "
+                        "(K at most %d)",
+                        N, K, GEMM_INT8_MAX_K);
     for (size_t i = 0; i < (size_t)N * K; i++)
         if (!isfinite(W[i]))
             return sm_error(err, SM_ERR_INVALID, "int8 weight: W[%zu][%zu] is not finite",
@@ -78,8 +80,8 @@ int gemm_int8_pack(const float *W, int N, int K, gemm_int8_weight **out, char *e
     w->colsum = calloc(cols, sizeof *w->colsum);
     if (!w->data || !w->wscale || !w->colsum) {
         gemm_int8_free(w);
-        return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) int8 weight needs %zu KiB",
-                        N, K, bytes >> 10);
+        return sm_error(err, SM_ERR_NOMEM, "out of memory: a (%d, %d) int8 weight needs %zu KiB", N,
+                        K, bytes >> 10);
     }
     for (int n = 0; n < N; n++) {
         const float *row = W + (size_t)n * K;
@@ -280,10 +282,11 @@ AVX512VNNI static inline void store_row(float *o, __m512i v0, __m512i v1, __mmas
 /* The out tile (rows <= MR, 32 columns masked by m0, m1, starting at
  * column n0) of a row tile a (stride KC quads) times a panel's K block b
  * (np quads), stored by store_row; bias may be NULL. */
-__attribute__((noinline)) AVX512VNNI static void
-kernel(int np, const uint32_t *a, const int8_t *b, float *out, int ldo, int rows, __mmask16 m0,
-       __mmask16 m1, const row_quant *rq, const gemm_int8_weight *w, int n0, const float *bias,
-       int first, int last)
+__attribute__((noinline)) AVX512VNNI static void kernel(int np, const uint32_t *a, const int8_t *b,
+                                                        float *out, int ldo, int rows, __mmask16 m0,
+                                                        __mmask16 m1, const row_quant *rq,
+                                                        const gemm_int8_weight *w, int n0,
+                                                        const float *bias, int first, int last)
 {
     /* int32 lanes (GCC's __m512i is 8 x int64: with it the accumulators
      * are copied and spilled on every quad) */
@@ -308,8 +311,8 @@ kernel(int np, const uint32_t *a, const int8_t *b, float *out, int ldo, int rows
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
         if (i >= rows) break;
-        store_row(out + (size_t)i * ldo, (__m512i)acc[i][0], (__m512i)acc[i][1], m0, m1, rq[i],
-                  w, n0, c0, c1, first, last);
+        store_row(out + (size_t)i * ldo, (__m512i)acc[i][0], (__m512i)acc[i][1], m0, m1, rq[i], w,
+                  n0, c0, c1, first, last);
     }
 }
 

@@ -46,8 +46,8 @@
 
 #include <stdint.h>
 
-#define GEMM_INT8_PANEL 32     /* output columns per packed panel */
-#define GEMM_INT8_MAX_K 32768  /* 255 * 127 * K stays below 2^31 */
+#define GEMM_INT8_PANEL 32    /* output columns per packed panel */
+#define GEMM_INT8_MAX_K 32768 /* 255 * 127 * K stays below 2^31 */
 
 typedef struct gemm_int8_weight {
     int N, K;        /* the float weight's shape (N outputs, K inputs) */
@@ -65,33 +65,29 @@ int gemm_int8_supported(void);
 /* Quantizes W(N,K) into *out (allocated; free with gemm_int8_free).
  * SM_ERR_INVALID for a shape out of range (K > GEMM_INT8_MAX_K) or a
  * non-finite weight, SM_ERR_NOMEM. */
-int gemm_int8_pack(const float *W, int N, int K, gemm_int8_weight **out,
-                   char *err);
+int gemm_int8_pack(const float *W, int N, int K, gemm_int8_weight **out, char *err);
 void gemm_int8_free(gemm_int8_weight *w);
 /* qw[n][k] as packed (0 in the padding). */
 int gemm_int8_unpack(const gemm_int8_weight *w, int n, int k);
 
 /* The quantization of one row of activations (x, K values): xscale and
  * zero as above; q (K values, may be NULL) gets qx. */
-void gemm_int8_quantize_row(const float *x, int K, uint8_t *q, float *xscale,
-                            int *zero);
+void gemm_int8_quantize_row(const float *x, int K, uint8_t *q, float *xscale, int *zero);
 
 /* out(R,N) = in(R,K) · Wᵀ + bias(N), all row-major and dense; bias may be
  * NULL. SM_ERR_INVALID (and nothing written) when K and N are not w's. */
-int gemm_int8_linear(float *out, const float *in, const gemm_int8_weight *w,
-                     const float *bias, int R, int K, int N);
+int gemm_int8_linear(float *out, const float *in, const gemm_int8_weight *w, const float *bias,
+                     int R, int K, int N);
 /* The same for output columns [col_lo, col_hi) only, col_lo a multiple of
  * GEMM_INT8_PANEL: the part one thread computes when a product is split by
  * columns. out and in keep their full row strides (N and K). Rows are
  * quantized independently, so any split by rows or columns gives the bits
  * of one call. */
-void gemm_int8_linear_cols(float *out, const float *in,
-                           const gemm_int8_weight *w, const float *bias, int R,
-                           int col_lo, int col_hi);
+void gemm_int8_linear_cols(float *out, const float *in, const gemm_int8_weight *w,
+                           const float *bias, int R, int col_lo, int col_hi);
 /* gemm_int8_linear_cols in plain C on any CPU: the fall-back, and the
  * reference the kernel must match bit for bit. */
-void gemm_int8_linear_scalar(float *out, const float *in,
-                             const gemm_int8_weight *w, const float *bias,
-                             int R, int col_lo, int col_hi);
+void gemm_int8_linear_scalar(float *out, const float *in, const gemm_int8_weight *w,
+                             const float *bias, int R, int col_lo, int col_hi);
 
 #endif

@@ -33,16 +33,15 @@ static void gather_range(void *ctx, int lo, int hi)
                (size_t)j->C * sizeof *j->out);
 }
 
-static int cpu_gather_rows(backend *be, float *out, const float *x,
-                           const int *rows, int M, int C)
+static int cpu_gather_rows(backend *be, float *out, const float *x, const int *rows, int M, int C)
 {
     gather_job j = {out, x, rows, C};
     tp_for_static(nthreads(be, (size_t)M * C), M, gather_range, &j);
     return SM_OK;
 }
 
-static int cpu_scatter_rows(backend *be, float *dx, const float *dout,
-                            const int *rows, int M, int N, int C)
+static int cpu_scatter_rows(backend *be, float *dx, const float *dout, const int *rows, int M,
+                            int N, int C)
 {
     (void)be;
     memset(dx, 0, (size_t)N * C * sizeof *dx);

@@ -13,8 +13,8 @@
 #define AVX512 __attribute__((target("avx512f")))
 #endif
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void cpu_softmax_row_portable(float *x, int n, int T, float scale)
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+cpu_softmax_row_portable(float *x, int n, int T, float scale)
 {
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -53,8 +53,9 @@ AVX512 static inline __m512 exp16(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-    __m512i bits = _mm512_slli_epi32(
-        _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n),
+                                                      _mm512_set1_epi32(127)),
+                                     23);
     y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
     return _mm512_maskz_mov_ps((__mmask16)~underflow, y);
 }
@@ -66,8 +67,7 @@ AVX512 static void softmax_row_avx512(float *x, int n, int T, float scale)
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     /* a NaN key is skipped by the max, as in the portable loop */
     for (int j = 0; j < full; j += 16) vmax = _mm512_max_ps(_mm512_loadu_ps(x + j), vmax);
-    if (tail)
-        vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_loadu_ps(tail, x + full), vmax);
+    if (tail) vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_loadu_ps(tail, x + full), vmax);
     const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
     const __m512 vs = _mm512_set1_ps(scale);
     __m512 vsum = _mm512_setzero_ps();
@@ -77,13 +77,15 @@ AVX512 static void softmax_row_avx512(float *x, int n, int T, float scale)
         vsum = _mm512_add_ps(vsum, e);
     }
     if (tail) {
-        __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), mx), vs));
+        __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), mx),
+                                       vs));
         e = _mm512_maskz_mov_ps(tail, e);
         _mm512_mask_storeu_ps(x + full, tail, e);
         vsum = _mm512_add_ps(vsum, e);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-    for (int j = 0; j < full; j += 16) _mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_loadu_ps(x + j), inv));
+    for (int j = 0; j < full; j += 16)
+        _mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_loadu_ps(x + j), inv));
     if (tail)
         _mm512_mask_storeu_ps(x + full, tail,
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + full), inv));

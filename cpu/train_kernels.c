@@ -3,8 +3,7 @@
 
 #include "core/rng.h"
 
-#define SIMD_CLONES \
-    __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
+#define SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
 
 SIMD_CLONES
 void cpu_dropout_span(float *out, const float *in, size_t n, uint64_t key, uint64_t base,

@@ -130,23 +130,20 @@ static void column_sums_blocks(void *ctx, int blk0, int blk1)
 
 /* db(N) += column sums of dout(R,N): columns split across threads, rows
  * summed in order. */
-static void column_sums_add(const backend *be, float *db, const float *dout,
-                            int R, int N)
+static void column_sums_add(const backend *be, float *db, const float *dout, int R, int N)
 {
     int blocks = (N + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
     column_sums_job j = {db, dout, R, N};
     tp_for_static(nthreads(be, (size_t)R * N), blocks, column_sums_blocks, &j);
 }
 
-static int cpu_linear_backward(backend *be, float *din, float *dW, float *db,
-                               const float *dout, const float *in,
-                               const float *W, int R, int K, int N,
+static int cpu_linear_backward(backend *be, float *din, float *dW, float *db, const float *dout,
+                               const float *in, const float *W, int R, int K, int N,
                                int accumulate_din)
 {
     /* din(R,K) = dout(R,N) · W(N,K) */
     if (din)
-        be->matmul(be, 0, 0, R, K, N, 1.0f, dout, N, W, K,
-                   accumulate_din ? 1.0f : 0.0f, din, K);
+        be->matmul(be, 0, 0, R, K, N, 1.0f, dout, N, W, K, accumulate_din ? 1.0f : 0.0f, din, K);
     /* dW(N,K) += dout(R,N)ᵀ · in(R,K) */
     be->matmul(be, 1, 0, N, K, R, 1.0f, dout, N, in, K, 1.0f, dW, K);
     if (db) column_sums_add(be, db, dout, R, N);
@@ -168,8 +165,8 @@ static void ln_param_grads_row(float *aw, float *ab, const float *dy, const floa
 /* dx(C) = rs * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = dy * w, for
  * one row. dx may alias dy. */
 SIMD_CLONES
-static void ln_input_grad_row(float *dx, const float *dy, const float *x, const float *w,
-                              float mu, float rs, int C)
+static void ln_input_grad_row(float *dx, const float *dy, const float *x, const float *w, float mu,
+                              float rs, int C)
 {
     float s1 = 0.0f, s2 = 0.0f;
 #pragma omp simd reduction(+ : s1, s2)
@@ -223,9 +220,8 @@ static void ln_input_rows(void *ctx, int lo, int hi)
                           j->w, j->mean[r], j->rstd[r], C);
 }
 
-static int cpu_layernorm_backward(backend *be, float *din, float *dw, float *db,
-                                  const float *dout, const float *in,
-                                  const float *mean, const float *rstd,
+static int cpu_layernorm_backward(backend *be, float *din, float *dw, float *db, const float *dout,
+                                  const float *in, const float *mean, const float *rstd,
                                   const float *w, int R, int C)
 {
     enum { ONE_PASS_MAX = 2048 };
@@ -257,8 +253,7 @@ static int cpu_layernorm_backward(backend *be, float *din, float *dw, float *db,
 }
 
 SIMD_CLONES
-static void gelu_backward_span(float *din, const float *dout, const float *in,
-                               size_t n)
+static void gelu_backward_span(float *din, const float *dout, const float *in, size_t n)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -283,16 +278,14 @@ static void gelu_backward_piece(void *ctx, int t, int nt)
     gelu_backward_span(j->din + lo, j->dout + lo, j->in + lo, hi - lo);
 }
 
-static int cpu_gelu_backward(backend *be, float *din, const float *dout,
-                             const float *in, size_t n)
+static int cpu_gelu_backward(backend *be, float *din, const float *dout, const float *in, size_t n)
 {
     gelu_backward_job j = {din, dout, in, n};
     tp_run(nthreads(be, n), gelu_backward_piece, &j);
     return SM_OK;
 }
 
-static int cpu_tanh_backward(backend *be, float *din, const float *dout,
-                             const float *out, size_t n)
+static int cpu_tanh_backward(backend *be, float *din, const float *dout, const float *out, size_t n)
 {
     (void)be;
     for (size_t i = 0; i < n; i++) din[i] = dout[i] * (1.0f - out[i] * out[i]);
@@ -316,8 +309,8 @@ static void dropout_piece(void *ctx, int t, int nt)
     cpu_dropout_span(j->out + lo, j->in + lo, hi - lo, j->key, lo, j->thr, j->inv);
 }
 
-static int cpu_dropout(backend *be, float *out, const float *in, size_t n,
-                       float p, unsigned long long key)
+static int cpu_dropout(backend *be, float *out, const float *in, size_t n, float p,
+                       unsigned long long key)
 {
     if (p <= 0.0f) {
         if (out != in) memcpy(out, in, n * sizeof *out);
@@ -361,20 +354,17 @@ static void embed_backward_blocks(void *ctx, int blk0, int blk1)
 }
 
 /* Channels split across threads; tokens added in order. */
-static int cpu_embed_backward(backend *be, float *dword, float *dpos,
-                              float *dtype, float *dtask, const float *dout,
-                              const int *ids, const int *types, int B, int T,
+static int cpu_embed_backward(backend *be, float *dword, float *dpos, float *dtype, float *dtask,
+                              const float *dout, const int *ids, const int *types, int B, int T,
                               int C, int pos_offset)
 {
-    embed_backward_job j = {dword, dpos, dtype, dtask, dout, ids, types, B * T, T, C,
-                            pos_offset};
+    embed_backward_job j = {dword, dpos, dtype, dtask, dout, ids, types, B * T, T, C, pos_offset};
     tp_for_static(nthreads(be, (size_t)B * T * C), (C + EMBED_BLOCK - 1) / EMBED_BLOCK,
                   embed_backward_blocks, &j);
     return SM_OK;
 }
 
-static int cpu_scatter_cls(backend *be, float *dx, const float *dcls, int B,
-                           int T, int C)
+static int cpu_scatter_cls(backend *be, float *dx, const float *dcls, int B, int T, int C)
 {
     (void)be;
     memset(dx, 0, (size_t)B * T * C * sizeof *dx);
@@ -383,9 +373,8 @@ static int cpu_scatter_cls(backend *be, float *dx, const float *dcls, int B,
     return SM_OK;
 }
 
-static int cpu_cross_entropy(backend *be, float *losses, float *probs,
-                             const float *logits, const int *labels, int B,
-                             int K)
+static int cpu_cross_entropy(backend *be, float *losses, float *probs, const float *logits,
+                             const int *labels, int B, int K)
 {
     (void)be;
     for (int b = 0; b < B; b++) {
@@ -395,20 +384,20 @@ static int cpu_cross_entropy(backend *be, float *losses, float *probs,
         for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
         for (int k = 0; k < K; k++) sum += exp((double)z[k] - mx);
         for (int k = 0; k < K; k++) pr[k] = (float)(exp((double)z[k] - mx) / sum);
+        /* cppcheck-suppress invalidFunctionArg ; K >= 1: the largest term is exp(0) = 1 */
         losses[b] = (float)(log(sum) + mx - z[labels[b]]);
     }
     return SM_OK;
 }
 
-static int cpu_cross_entropy_backward(backend *be, float *dlogits,
-                                      const float *probs, const int *labels,
-                                      int B, int K, float scale)
+static int cpu_cross_entropy_backward(backend *be, float *dlogits, const float *probs,
+                                      const int *labels, int B, int K, float scale)
 {
     (void)be;
     for (int b = 0; b < B; b++)
         for (int k = 0; k < K; k++)
-            dlogits[(size_t)b * K + k] =
-                scale * (probs[(size_t)b * K + k] - (k == labels[b] ? 1.0f : 0.0f));
+            dlogits[(size_t)b * K + k] = scale * (probs[(size_t)b * K + k] -
+                                                  (k == labels[b] ? 1.0f : 0.0f));
     return SM_OK;
 }
 
@@ -420,12 +409,13 @@ static double softmax_row_t(float *out, const float *z, int K, double T)
     for (int k = 1; k < K; k++) mx = z[k] / T > mx ? z[k] / T : mx;
     for (int k = 0; k < K; k++) sum += exp(z[k] / T - mx);
     for (int k = 0; k < K; k++) out[k] = (float)(exp(z[k] / T - mx) / sum);
+    /* cppcheck-suppress invalidFunctionArg ; K >= 1: the largest term is exp(0) = 1 */
     return mx + log(sum);
 }
 
 static int cpu_distill_loss(backend *be, float *losses, float *probs, float *probs_t,
-                            const float *logits, const int *labels, const float *q, int B,
-                            int K, float T, float alpha)
+                            const float *logits, const int *labels, const float *q, int B, int K,
+                            float T, float alpha)
 {
     (void)be;
     for (int b = 0; b < B; b++) {
@@ -441,8 +431,8 @@ static int cpu_distill_loss(backend *be, float *losses, float *probs, float *pro
 }
 
 static int cpu_distill_backward(backend *be, float *dlogits, const float *probs,
-                                const float *probs_t, const int *labels, const float *q,
-                                int B, int K, float T, float alpha, float scale)
+                                const float *probs_t, const int *labels, const float *q, int B,
+                                int K, float T, float alpha, float scale)
 {
     (void)be;
     for (int b = 0; b < B; b++)
@@ -456,9 +446,8 @@ static int cpu_distill_backward(backend *be, float *dlogits, const float *probs,
 
 /* One run of the fused step (adamw_fused.c), which with coef 1 only
  * reads g: the same arithmetic, in one place. */
-static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v,
-                     size_t n, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, int t)
+static int cpu_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t)
 {
     backend_adamw_run run = {0, n, 1, 0};
     adamw_cpu_fused(cpu_threads(be), p, (float *)g, m, v, &run, 1, n, 1.0f, lr, lr, beta1, beta2,
@@ -471,8 +460,8 @@ static int cpu_adamw_step(backend *be, float *params, float *grads, float *m, fl
                           float lr, float head_lr, float beta1, float beta2, float eps,
                           float weight_decay, int t)
 {
-    adamw_cpu_fused(cpu_threads(be), params, grads, m, v, runs, n_runs, total, coef, lr,
-                    head_lr, beta1, beta2, eps, weight_decay, t);
+    adamw_cpu_fused(cpu_threads(be), params, grads, m, v, runs, n_runs, total, coef, lr, head_lr,
+                    beta1, beta2, eps, weight_decay, t);
     return SM_OK;
 }
 

@@ -38,8 +38,7 @@ static double poll_clock(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int sx_arg_name(sqlite3_value *v, const char *fn, const char *what, const char **out,
-                char **errmsg)
+int sx_arg_name(sqlite3_value *v, const char *fn, const char *what, const char **out, char **errmsg)
 {
     const char *t = (const char *)sqlite3_value_text(v);
     *out = NULL;

@@ -59,11 +59,11 @@ typedef struct window_row {
 /* The aggregate context (zeroed by SQLite on first use). */
 typedef struct window_ctx {
     sx_model *m;
-    window_row *q;               /* ring buffer of the frame's rows */
+    window_row *q; /* ring buffer of the frame's rows */
     int head, count, cap;
     sqlite3_int64 steps, values, inverses_since_value;
     int failed;
-    sx_poll poll;            /* begun at the first engine call, ended in
+    sx_poll poll; /* begun at the first engine call, ended in
                                 windowFinal: one statement for the whole query,
                                 so its opcode count (what the progress
                                 handler is called on) accumulates */
@@ -119,8 +119,9 @@ static void windowStep(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         const char *name = NULL;
         if (argc > 1) {
             if (sqlite3_value_type(argv[1]) == SQLITE_NULL) {
-                fail(ctx, p, "sentiment_batch(): model name is NULL; expected a name from "
-                             "sentiment_models, e.g. 'default'");
+                fail(ctx, p,
+                     "sentiment_batch(): model name is NULL; expected a name from "
+                     "sentiment_models, e.g. 'default'");
                 return;
             }
             if (sx_arg_name(argv[1], k_fn, "model name", &name, &errmsg) != SQLITE_OK) {
@@ -282,8 +283,8 @@ int sx_register_batch_window(sqlite3 *db, sx_conn *c)
     for (int nArg = 1; nArg <= 2 && rc == SQLITE_OK; nArg++) {
         sx_conn_ref(c);
         rc = sqlite3_create_window_function(db, "sentiment_batch", nArg,
-                                            SQLITE_UTF8 | SQLITE_INNOCUOUS, c, windowStep, windowFinal,
-                                            windowValue, windowInverse, sx_conn_unref);
+                                            SQLITE_UTF8 | SQLITE_INNOCUOUS, c, windowStep,
+                                            windowFinal, windowValue, windowInverse, sx_conn_unref);
     }
     return rc;
 }

@@ -11,27 +11,29 @@
 #include "ext/sentiment_ext.h"
 
 #if defined(__has_include)
-#if __has_include("../model/builtin/config.json") && \
-    __has_include("../model/builtin/vocab.txt") && \
-    __has_include("../model/builtin/model.safetensors")
+#if __has_include("../model/builtin/config.json") &&             \
+                  __has_include("../model/builtin/vocab.txt") && \
+                                __has_include("../model/builtin/model.safetensors")
 #define SX_HAVE_BUILTIN 1
 #endif
 #endif
 
 #ifdef SX_HAVE_BUILTIN
 
-#define SX_INCBIN(sym, file)                                   \
-    __asm__(".pushsection .rodata\n"                           \
-            ".balign 64\n"                                     \
-            ".hidden " #sym "\n"                               \
-            ".globl " #sym "\n" #sym ":\n"                     \
-            ".incbin \"" file "\"\n"                           \
-            ".hidden " #sym "_end\n"                           \
-            ".globl " #sym "_end\n" #sym "_end:\n"             \
-            ".byte 0\n"                                        \
-            ".popsection\n");                                  \
+/* NOLINTBEGIN(bugprone-macro-parentheses): sym is a name being declared */
+#define SX_INCBIN(sym, file)                                       \
+    __asm__(".pushsection .rodata\n"                               \
+            ".balign 64\n"                                         \
+            ".hidden " #sym "\n"                                   \
+            ".globl " #sym "\n" #sym ":\n"                         \
+            ".incbin \"" file "\"\n"                               \
+            ".hidden " #sym "_end\n"                               \
+            ".globl " #sym "_end\n" #sym "_end:\n"                 \
+            ".byte 0\n"                                            \
+            ".popsection\n");                                      \
     extern const char sym[] __attribute__((visibility("hidden"))); \
     extern const char sym##_end[] __attribute__((visibility("hidden")))
+/* NOLINTEND(bugprone-macro-parentheses) */
 
 SX_INCBIN(sx_builtin_config, "model/builtin/config.json");
 SX_INCBIN(sx_builtin_vocab, "model/builtin/vocab.txt");

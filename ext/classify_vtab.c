@@ -119,7 +119,7 @@ enum {
     COL_MODEL,
     COL_BATCH_SIZE,
     COL_LONG_TEXT,
-    COL_EMBEDDING, /* hidden, but a result: the pooled embedding (embed.c) */
+    COL_EMBEDDING,  /* hidden, but a result: the pooled embedding (embed.c) */
     COL_EXPLANATION /* hidden, a result: sentiment_explain's JSON (explain.c) */
 };
 #define N_ARGS 5
@@ -160,23 +160,23 @@ typedef struct classify_vtab {
 
 typedef struct classify_cursor {
     sqlite3_vtab_cursor base;
-    sqlite3_stmt *src;       /* the source query */
+    sqlite3_stmt *src; /* the source query */
     sx_model *m;
     int batch_size;
-    int long_text;           /* -1: the connection's setting; else windows (0: truncate) */
-    int is_query;            /* source is a SELECT (filter ids in C) */
-    sqlite3_value *want_id;  /* id = ? on a query source, or NULL */
+    int long_text;               /* -1: the connection's setting; else windows (0: truncate) */
+    int is_query;                /* source is a SELECT (filter ids in C) */
+    sqlite3_value *want_id;      /* id = ? on a query source, or NULL */
     sqlite3_value *args[N_ARGS]; /* argument values, for the hidden columns */
     int src_done, eof;
     sqlite3_int64 rowid;
     /* the current batch */
     int n, pos, cap;
     sqlite3_value **ids;
-    char **texts;            /* NULL for NULL / blank text */
+    char **texts; /* NULL for NULL / blank text */
     size_t *lens;
-    float *probs;            /* (n, K) */
-    float *emb;              /* (n, C) when embed */
-    int labels, embed;       /* what the query uses (IDX_NO_LABELS, IDX_EMBED) */
+    float *probs;      /* (n, K) */
+    float *emb;        /* (n, C) when embed */
+    int labels, embed; /* what the query uses (IDX_NO_LABELS, IDX_EMBED) */
     int *trunc;
     sx_progress progress;
     int64_t done;
@@ -222,7 +222,7 @@ static int is_query(const char *s)
 /* xConnect and xCreate: argv[3..] are the CREATE VIRTUAL TABLE arguments
  * (none for the eponymous table-valued function). */
 static int classifyConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
-                     sqlite3_vtab **ppVtab, char **pzErr)
+                           sqlite3_vtab **ppVtab, char **pzErr)
 {
     classify_vtab *v = NULL;
     int rc;
@@ -232,10 +232,11 @@ static int classifyConnect(sqlite3 *db, void *pAux, int argc, const char *const 
                        "expected CREATE VIRTUAL TABLE name USING classify(source [, column] "
                        "[, model]), got %d arguments",
                        argc - 3);
-    rc = sqlite3_declare_vtab(db, "CREATE TABLE x(id, label TEXT, score REAL, probs TEXT, "
-                                  "truncated INTEGER, source HIDDEN, \"column\" HIDDEN, "
-                                  "model HIDDEN, batch_size HIDDEN, long_text HIDDEN, embedding HIDDEN, "
-                                  "explanation HIDDEN)");
+    rc = sqlite3_declare_vtab(
+        db, "CREATE TABLE x(id, label TEXT, score REAL, probs TEXT, "
+            "truncated INTEGER, source HIDDEN, \"column\" HIDDEN, "
+            "model HIDDEN, batch_size HIDDEN, long_text HIDDEN, embedding HIDDEN, "
+            "explanation HIDDEN)");
     if (rc != SQLITE_OK) return rc;
     v = sqlite3_malloc(sizeof *v);
     if (!v) return SQLITE_NOMEM;
@@ -347,15 +348,18 @@ static int same_id(sqlite3_value *a, sqlite3_value *b)
 {
     int ta = sqlite3_value_type(a), tb = sqlite3_value_type(b);
     if (ta == SQLITE_NULL || tb == SQLITE_NULL) return 0;
-    if ((ta == SQLITE_INTEGER || ta == SQLITE_FLOAT) && (tb == SQLITE_INTEGER || tb == SQLITE_FLOAT)) {
+    if ((ta == SQLITE_INTEGER || ta == SQLITE_FLOAT) &&
+        (tb == SQLITE_INTEGER || tb == SQLITE_FLOAT)) {
         if (ta == SQLITE_INTEGER && tb == SQLITE_INTEGER)
             return sqlite3_value_int64(a) == sqlite3_value_int64(b);
         return sqlite3_value_double(a) == sqlite3_value_double(b);
     }
     if (ta != tb) return 0;
     int na = sqlite3_value_bytes(a), nb = sqlite3_value_bytes(b);
-    const void *pa = ta == SQLITE_TEXT ? (const void *)sqlite3_value_text(a) : sqlite3_value_blob(a);
-    const void *pb = tb == SQLITE_TEXT ? (const void *)sqlite3_value_text(b) : sqlite3_value_blob(b);
+    const void *pa = ta == SQLITE_TEXT ? (const void *)sqlite3_value_text(a)
+                                       : sqlite3_value_blob(a);
+    const void *pb = tb == SQLITE_TEXT ? (const void *)sqlite3_value_text(b)
+                                       : sqlite3_value_blob(b);
     return na == nb && (na == 0 || (pa && pb && !memcmp(pa, pb, (size_t)na)));
 }
 
@@ -458,8 +462,8 @@ static int fill_batch(classify_cursor *cur)
         erc = sx_engine_classify_long(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size,
                                       cur->long_text, probs, trunc, &errmsg);
     if (erc == SQLITE_OK && cur->embed)
-        erc = sx_engine_embed(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size, emb,
-                              trunc, &errmsg);
+        erc = sx_engine_embed(v->c, k_fn, cur->m, texts, lens, n_text, cur->batch_size, emb, trunc,
+                              &errmsg);
     if (erc == SQLITE_INTERRUPT) {
         /* heard inside the engine: the statement ends as when it is heard
          * reading the source, SQLite's own "interrupted" */
@@ -475,7 +479,8 @@ static int fill_batch(classify_cursor *cur)
     }
     if (where) {
         for (int j = 0; j < n_text; j++) {
-            memcpy(cur->probs + (size_t)where[j] * K, probs + (size_t)j * K, (size_t)K * sizeof *probs);
+            memcpy(cur->probs + (size_t)where[j] * K, probs + (size_t)j * K,
+                   (size_t)K * sizeof *probs);
             if (cur->embed)
                 memcpy(cur->emb + (size_t)where[j] * C, emb + (size_t)j * C,
                        (size_t)C * sizeof *emb);
@@ -552,7 +557,8 @@ static int prepare_stored(classify_cursor *cur, const char *sql)
  * source, column and model, where given, replace arg[0..3) (the persistent
  * table's); batch_size and long_text checked into cur; an id = ?
  * constraint into cur->want_id. */
-static int read_arguments(classify_cursor *cur, int idxNum, sqlite3_value **argv, const char *arg[3])
+static int read_arguments(classify_cursor *cur, int idxNum, sqlite3_value **argv,
+                          const char *arg[3])
 {
     int a = 0;
     for (int bit = 0; bit < N_ARGS; bit++) {
@@ -626,15 +632,14 @@ static int prepare_query_source(classify_cursor *cur, const char *source, const 
         if (rc != SQLITE_OK)
             return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "cannot run the source query: %s",
                            sqlite3_errmsg(v->db));
-        while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r'))
-            tail++;
+        while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r')) tail++;
         if (!sx_sql_tail_empty(tail))
             return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
                            "the source must be one query; got more after it: '%s'", tail);
     }
     if (!sqlite3_stmt_readonly(cur->src))
-        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn,
-                       "the source query must only read; got '%s'", source);
+        return sx_fail(vt_err(cur), SQLITE_ERROR, k_fn, "the source query must only read; got '%s'",
+                       source);
     if (sqlite3_column_count(cur->src) != 2) {
         int n = sqlite3_column_count(cur->src);
         sqlite3_str *names = sqlite3_str_new(NULL);
@@ -727,8 +732,8 @@ static int alloc_batch(classify_cursor *cur)
     cur->lens = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->lens);
     cur->probs = sqlite3_malloc64((sqlite3_uint64)cur->cap * K * sizeof *cur->probs);
     if (cur->embed)
-        cur->emb = sqlite3_malloc64((sqlite3_uint64)cur->cap *
-                                    cur->m->bert->cfg.hidden_size * sizeof *cur->emb);
+        cur->emb = sqlite3_malloc64((sqlite3_uint64)cur->cap * cur->m->bert->cfg.hidden_size *
+                                    sizeof *cur->emb);
     cur->trunc = sqlite3_malloc64((sqlite3_uint64)cur->cap * sizeof *cur->trunc);
     if (!cur->ids || !cur->texts || !cur->lens || !cur->probs || !cur->trunc ||
         (cur->embed && !cur->emb))
@@ -751,7 +756,7 @@ static int next_batch(classify_cursor *cur)
 }
 
 static int classifyFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
-                    sqlite3_value **argv)
+                          sqlite3_value **argv)
 {
     classify_cursor *cur = (classify_cursor *)pCur;
     classify_vtab *v = (classify_vtab *)pCur->pVtab;
@@ -858,7 +863,7 @@ static int classifyColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i
         sqlite3_result_value(ctx, cur->ids[p]);
         return SQLITE_OK;
     }
-    if (!cur->texts[p] || !cfg) return SQLITE_OK; /* NULL */
+    if (!cur->texts[p] || !cfg) return SQLITE_OK;             /* NULL */
     if (!cur->labels && i != COL_TRUNCATED) return SQLITE_OK; /* not asked for */
     probs = cur->probs + (size_t)p * cfg->num_labels;
     switch (i) {
@@ -866,18 +871,14 @@ static int classifyColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i
         sqlite3_result_text(ctx, cfg->id2label[sx_argmax(probs, cfg->num_labels)], -1,
                             SQLITE_TRANSIENT);
         break;
-    case COL_SCORE:
-        sqlite3_result_double(ctx, sx_score(cfg, probs));
-        break;
+    case COL_SCORE: sqlite3_result_double(ctx, sx_score(cfg, probs)); break;
     case COL_PROBS: {
         char *json = sx_probs_json(cfg, probs);
         if (!json) return SQLITE_NOMEM;
         sx_result_json(ctx, json); /* an xColumn subtype reaches json_object() too */
         break;
     }
-    case COL_TRUNCATED:
-        sqlite3_result_int(ctx, cur->trunc[p] != 0);
-        break;
+    case COL_TRUNCATED: sqlite3_result_int(ctx, cur->trunc[p] != 0); break;
     }
     return SQLITE_OK;
 }

@@ -31,8 +31,17 @@
 
 #include "ext/sentiment_ext.h"
 
-enum { COL_IDX, COL_CLAUSE, COL_START, COL_END, COL_LABEL, COL_SCORE, COL_PROBS, COL_TEXT,
-       COL_MODEL };
+enum {
+    COL_IDX,
+    COL_CLAUSE,
+    COL_START,
+    COL_END,
+    COL_LABEL,
+    COL_SCORE,
+    COL_PROBS,
+    COL_TEXT,
+    COL_MODEL
+};
 
 typedef struct clauses_clause {
     size_t byte0, byte1; /* in the text */
@@ -46,9 +55,9 @@ typedef struct clauses_vtab {
 
 typedef struct clauses_cursor {
     sqlite3_vtab_cursor base;
-    char *text;          /* a copy (sqlite3_malloc'd) */
+    char *text; /* a copy (sqlite3_malloc'd) */
     clauses_clause *clauses;
-    float *probs;        /* n x K */
+    float *probs; /* n x K */
     sx_model *m;
     int n, K, pos;
 } clauses_cursor;
@@ -56,7 +65,11 @@ typedef struct clauses_cursor {
 /* Bytes of the UTF-8 character at s[0..n), 1 for an invalid byte. */
 static size_t char_len(const unsigned char *s, size_t n)
 {
-    size_t k = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 1;
+    size_t k = s[0] < 0x80         ? 1
+               : (s[0] >> 5) == 6  ? 2
+               : (s[0] >> 4) == 14 ? 3
+               : (s[0] >> 3) == 30 ? 4
+                                   : 1;
     if (k > n) return 1;
     for (size_t i = 1; i < k; i++)
         if ((s[i] & 0xC0) != 0x80) return 1;
@@ -138,7 +151,7 @@ static int split(const char *t, size_t len, clauses_clause **out, int *n_out)
 }
 
 static int clausesConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
-                     sqlite3_vtab **ppVtab, char **pzErr)
+                          sqlite3_vtab **ppVtab, char **pzErr)
 {
     (void)argc;
     (void)argv;
@@ -201,7 +214,7 @@ static int set_error(sqlite3_vtab *v, char *msg, int rc)
 
 /* idxNum bit 1: text given (argv[0]); bit 2: model given (next argv). */
 static int clausesFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
-                    sqlite3_value **argv)
+                         sqlite3_value **argv)
 {
     clauses_cursor *cur = (clauses_cursor *)pCur;
     clauses_vtab *v = (clauses_vtab *)pCur->pVtab;
@@ -243,7 +256,8 @@ static int clausesFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxS
     if (!cur->m->bert->has_head)
         return set_error(&v->base,
                          sqlite3_mprintf("%s: model has no classification head (an embedding "
-                                         "model)", fn),
+                                         "model)",
+                                         fn),
                          SQLITE_ERROR);
     const char **texts = sqlite3_malloc64((sqlite3_uint64)n * sizeof *texts);
     size_t *lens = sqlite3_malloc64((sqlite3_uint64)n * sizeof *lens);
@@ -290,7 +304,9 @@ static int clausesColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
         break;
     case COL_START: sqlite3_result_int(ctx, cl->start); break;
     case COL_END: sqlite3_result_int(ctx, cl->end); break;
-    case COL_LABEL: sqlite3_result_text(ctx, cfg->id2label[sx_argmax(p, cur->K)], -1, SQLITE_TRANSIENT); break;
+    case COL_LABEL:
+        sqlite3_result_text(ctx, cfg->id2label[sx_argmax(p, cur->K)], -1, SQLITE_TRANSIENT);
+        break;
     case COL_SCORE: sqlite3_result_double(ctx, sx_score(cfg, p)); break;
     case COL_PROBS: sx_result_json(ctx, sx_probs_json(cfg, p)); break;
     case COL_TEXT: sqlite3_result_text(ctx, cur->text, -1, SQLITE_TRANSIENT); break;

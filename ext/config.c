@@ -93,9 +93,7 @@ static const char *const k_progress[] = {"auto", "off", "on"};
 static int whole_number(sqlite3_value *v, int64_t *out)
 {
     switch (sqlite3_value_type(v)) {
-    case SQLITE_INTEGER:
-        *out = sqlite3_value_int64(v);
-        return 1;
+    case SQLITE_INTEGER: *out = sqlite3_value_int64(v); return 1;
     case SQLITE_FLOAT: {
         double d = sqlite3_value_double(v);
         if (d != (double)(int64_t)d) return 0;
@@ -112,13 +110,13 @@ static int whole_number(sqlite3_value *v, int64_t *out)
         *out = x;
         return 1;
     }
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
 static void result_setting(sqlite3_context *ctx, sx_conn *c, const char *key)
 {
+    /* NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker): a NULL key is an error before */
     if (!strcmp(key, "device")) sqlite3_result_text(ctx, c->device, -1, SQLITE_TRANSIENT);
     else if (!strcmp(key, "threads")) sqlite3_result_int(ctx, c->threads);
     else if (!strcmp(key, "batch_size")) sqlite3_result_int(ctx, c->batch_size);
@@ -191,9 +189,8 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         goto end;
     }
     if (!key || (strcmp(key, "device") && strcmp(key, "threads") && strcmp(key, "batch_size") &&
-                 strcmp(key, "max_length") && strcmp(key, "progress") &&
-                 strcmp(key, "precision") && strcmp(key, "admin_functions") &&
-                 strcmp(key, "long_text"))) {
+                 strcmp(key, "max_length") && strcmp(key, "progress") && strcmp(key, "precision") &&
+                 strcmp(key, "admin_functions") && strcmp(key, "long_text"))) {
         rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
                      "unknown key '%s'; known: device, threads, batch_size, max_length, "
                      "progress, precision, admin_functions, long_text",
@@ -273,7 +270,8 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     } else if (!strcmp(key, "admin_functions")) {
         /* 'on' is only what it already is: once off, this branch is not
          * reached (sx_admin_refused above) */
-        if (sqlite3_value_type(argv[1]) != SQLITE_TEXT || (strcmp(shown, "off") && strcmp(shown, "on"))) {
+        if (sqlite3_value_type(argv[1]) != SQLITE_TEXT ||
+            (strcmp(shown, "off") && strcmp(shown, "on"))) {
             rc = sx_fail(&errmsg, SQLITE_ERROR, fn, "admin_functions must be on or off, got '%s'",
                          shown);
             goto end;

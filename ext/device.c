@@ -61,13 +61,12 @@
 #include "ext/sentiment_ext.h"
 #include "gpu/sentiment_cuda.h"
 
-
 #define SX_CUDA_PLUGIN "sentiment_cuda.so"
 
 static pthread_mutex_t g_plugin_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *g_plugin;                  /* dlopen handle, never closed */
+static void *g_plugin; /* dlopen handle, never closed */
 static sentiment_cuda_backend_create_fn g_cuda_create;
-static sentiment_cuda_device_count_fn g_cuda_count;   /* optional */
+static sentiment_cuda_device_count_fn g_cuda_count; /* optional */
 
 /* One backend per GPU that owns the cached models' weights (see above). */
 static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -117,7 +116,8 @@ static int plugin_load(char *err)
         goto end;
     }
     g_cuda_count = (sentiment_cuda_device_count_fn)dlsym(g_plugin, "sentiment_cuda_device_count");
-    g_cuda_create = (sentiment_cuda_backend_create_fn)dlsym(g_plugin, "sentiment_cuda_backend_create");
+    g_cuda_create = (sentiment_cuda_backend_create_fn)dlsym(g_plugin,
+                                                            "sentiment_cuda_backend_create");
     if (!g_cuda_create)
         rc = sm_error(err, SM_ERR_DEVICE, "CUDA plugin %.300s lacks sentiment_cuda_backend_create",
                       path);
@@ -186,8 +186,7 @@ const char *sx_device_blas(void)
 static int precision_known(const char *name, int cpu_only)
 {
     for (size_t i = 0; i < sizeof k_precisions / sizeof *k_precisions; i++)
-        if (!strcmp(name, k_precisions[i]))
-            return !cpu_only || backend_cpu_precision_ok(name);
+        if (!strcmp(name, k_precisions[i])) return !cpu_only || backend_cpu_precision_ok(name);
     return 0;
 }
 
@@ -231,8 +230,8 @@ int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *w
     return sm_int8_check_passes(&cfg->int8_check, why, cap);
 }
 
-const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg,
-                                         char *why, size_t cap)
+const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg, char *why,
+                                         size_t cap)
 {
     char check[200];
     int vetted = sx_device_int8_vetted(model_key, cfg, check, sizeof check);
@@ -241,10 +240,8 @@ const char *sx_device_cpu_auto_precision(const char *model_key, const bert_confi
         return "int8";
     }
     if (vetted)
-        snprintf(why, cap, "fp32: this CPU has no AVX512-VNNI (int8 would be allowed: %s)",
-                 check);
-    else
-        snprintf(why, cap, "fp32: %s", check);
+        snprintf(why, cap, "fp32: this CPU has no AVX512-VNNI (int8 would be allowed: %s)", check);
+    else snprintf(why, cap, "fp32: %s", check);
     return "fp32";
 }
 
@@ -262,8 +259,7 @@ static void cpu_desc(backend *be, char *desc, size_t cap)
     else if (checked == BACKEND_PACK_INT8 && unchecked == BACKEND_PACK_INT8)
         snprintf(what, sizeof what, ", int8 (AVX512-VNNI)");
     else if (checked == BACKEND_PACK_INT8)
-        snprintf(what, sizeof what, ", int8 (AVX512-VNNI) for checked models, %s for others",
-                 fp32);
+        snprintf(what, sizeof what, ", int8 (AVX512-VNNI) for checked models, %s for others", fp32);
     else if (checked == BACKEND_PACK_F32) snprintf(what, sizeof what, ", %s", fp32);
     snprintf(desc, cap, "%s%s", base, what);
 }
@@ -277,8 +273,8 @@ int sx_device_set_precision(const char *fn, backend *be, const char *name, char 
     if (!be || be->host_memory) { /* the CPU: which weights its linear layers run */
         if (precision_known(name, 1)) {
             if (be && (rc = be->set_precision(be, name, err)) != SM_OK)
-                return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s",
-                               name, err);
+                return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s", name,
+                               err);
             if (be && desc) cpu_desc(be, desc, desc_cap);
             return SQLITE_OK;
         }
@@ -353,8 +349,8 @@ int sx_device_create(const char *fn, const char *spec, int threads, const char *
             rc = g_cuda_create(idx < 0 ? 0 : idx, out, desc, desc_cap, err);
             if (rc == SM_OK) {
                 if (strcmp(precision, "auto") &&
-                    (rc = sx_device_set_precision(fn, *out, precision, desc, desc_cap,
-                                                  errmsg)) != SQLITE_OK) {
+                    (rc = sx_device_set_precision(fn, *out, precision, desc, desc_cap, errmsg)) !=
+                        SQLITE_OK) {
                     (*out)->destroy(*out);
                     *out = NULL;
                     return rc;
@@ -368,8 +364,7 @@ int sx_device_create(const char *fn, const char *spec, int threads, const char *
                                spec, err);
             snprintf(why, sizeof why, "%s", err);
         } else if (idx >= 0) {
-            return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec,
-                           why);
+            return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec, why);
         }
     } else if (strcmp(spec, "cpu")) {
         return unknown_device(fn, spec, errmsg);

@@ -68,16 +68,14 @@ void sx_embedding_blob(sqlite3_context *ctx, const float *v, int C)
  * EMBED_PROMPT_MAX bytes. */
 static int prompt_arg(sqlite3_value *v, const char **prompt, size_t *len, char **errmsg)
 {
-    static const char *const type_names[] = {"?", "an integer", "a real", "text", "a blob",
-                                             "NULL"};
+    static const char *const type_names[] = {"?", "an integer", "a real", "text", "a blob", "NULL"};
     int type = sqlite3_value_type(v);
     *prompt = NULL;
     *len = 0;
     if (type == SQLITE_NULL) return SQLITE_OK;
     if (type != SQLITE_TEXT)
         return sx_fail(errmsg, SQLITE_ERROR, k_fn,
-                       "prompt must be TEXT such as 'query: ' (or NULL), got %s",
-                       type_names[type]);
+                       "prompt must be TEXT such as 'query: ' (or NULL), got %s", type_names[type]);
     *prompt = (const char *)sqlite3_value_text(v);
     if (!*prompt) return SQLITE_NOMEM;
     *len = (size_t)sqlite3_value_bytes(v);
@@ -147,9 +145,8 @@ int sx_register_embed(sqlite3 *db, sx_conn *c)
     int rc = SQLITE_OK;
     for (int n = 1; n <= 3 && rc == SQLITE_OK; n++) {
         sx_conn_ref(c);
-        rc = sqlite3_create_function_v2(db, "sentiment_embed", n,
-                                        SQLITE_UTF8 | SQLITE_INNOCUOUS, c, fn_embed, NULL, NULL,
-                                        sx_conn_unref);
+        rc = sqlite3_create_function_v2(db, "sentiment_embed", n, SQLITE_UTF8 | SQLITE_INNOCUOUS, c,
+                                        fn_embed, NULL, NULL, sx_conn_unref);
     }
     return rc;
 }

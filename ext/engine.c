@@ -55,8 +55,8 @@ void sx_engine_reset(sx_conn *c)
 int sx_engine_backend(sx_conn *c, const char *fn, char **errmsg)
 {
     if (c->be) return SQLITE_OK;
-    return sx_device_create(fn, c->device, c->threads, c->precision, &c->be, &c->gpu,
-                            c->be_desc, sizeof c->be_desc, errmsg);
+    return sx_device_create(fn, c->device, c->threads, c->precision, &c->be, &c->gpu, c->be_desc,
+                            sizeof c->be_desc, errmsg);
 }
 
 int sx_engine_max_length(const sx_conn *c, const bert_model *m)
@@ -112,7 +112,8 @@ static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *ba
                        "%.1f MiB, %.1f MiB is free of %.1f MiB (at most %d%% of what is free "
                        "is used); lower sentiment_config('max_length') or free GPU memory",
                        c->gpu, seq, ws_bytes(c->be, cfg, 1, seq) / 1048576.0,
-                       (double)fr / 1048576.0, (double)tot / 1048576.0, (int)(SX_GPU_MEM_SHARE * 100 + 0.5));
+                       (double)fr / 1048576.0, (double)tot / 1048576.0,
+                       (int)(SX_GPU_MEM_SHARE * 100 + 0.5));
     *batch = b;
     return SQLITE_OK;
 }
@@ -120,9 +121,8 @@ static int fit_batch(sx_conn *c, const char *fn, const bert_config *cfg, int *ba
 /* A workspace for model m that holds up to *batch x seq (*batch may come
  * back smaller when GPU memory is short), and m's parameters as the
  * backend sees them. */
-static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
-                         int seq, bert_workspace **out, const bert_params **params,
-                         char **errmsg)
+static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch, int seq,
+                         bert_workspace **out, const bert_params **params, char **errmsg)
 {
     char err[SM_ERR_MAX];
     sx_ws_slot *slot = NULL;
@@ -130,7 +130,10 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
     int i, want = *batch, asked = *batch, rc;
 
     for (i = 0; i < SX_MAX_WORKSPACES; i++)
-        if (c->ws[i].model == m) { slot = &c->ws[i]; break; }
+        if (c->ws[i].model == m) {
+            slot = &c->ws[i];
+            break;
+        }
     if (slot && slot->asked >= want && slot->seq >= seq) {
         slot->last_used = ++c->tick;
         if (*batch > slot->batch) *batch = slot->batch;
@@ -144,7 +147,10 @@ static int workspace_for(sx_conn *c, const char *fn, sx_model *m, int *batch,
         slot_clear(slot);
     } else {
         for (i = 0; i < SX_MAX_WORKSPACES; i++)
-            if (!c->ws[i].model) { slot = &c->ws[i]; break; }
+            if (!c->ws[i].model) {
+                slot = &c->ws[i];
+                break;
+            }
         if (!slot) {
             slot = &c->ws[0];
             for (i = 1; i < SX_MAX_WORKSPACES; i++)
@@ -242,8 +248,8 @@ int sx_text_not_chinese(const char *text, size_t len)
 /* sx_engine_classify (embed 0: out is probs) and sx_engine_embed (embed 1:
  * out is emb). */
 static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
-                      const size_t *lens, int n, int batch_size, int windows, int embed,
-                      float *out, int *truncated, char **errmsg)
+                      const size_t *lens, int n, int batch_size, int windows, int embed, float *out,
+                      int *truncated, char **errmsg)
 {
     char err[SM_ERR_MAX];
     bert_workspace *ws = NULL;
@@ -267,8 +273,8 @@ static int run_engine(sx_conn *c, const char *fn, sx_model *m, const char *const
     bert_text_opts opts = {sx_poll_stop, &poll, windows >= 0 ? windows : c->long_text_windows};
     rc = embed ? bert_embed_texts_opts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
                                        &opts, err)
-               : bert_classify_texts_opts(m->bert, params, ws, texts, lens, n, seq, bs, out,
-                                          trunc, &opts, err);
+               : bert_classify_texts_opts(m->bert, params, ws, texts, lens, n, seq, bs, out, trunc,
+                                          &opts, err);
     sx_poll_end(&poll);
     if (rc == SM_ERR_NOMEM) drop_workspace(c, m);
     if (rc != SM_OK) {
@@ -287,20 +293,18 @@ end:
     return rc;
 }
 
-int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
-                       const char *const *texts, const size_t *lens, int n,
-                       int batch_size, float *probs, int *truncated,
+int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+                       const size_t *lens, int n, int batch_size, float *probs, int *truncated,
                        char **errmsg)
 {
     return run_engine(c, fn, m, texts, lens, n, batch_size, -1, 0, probs, truncated, errmsg);
 }
 
 int sx_engine_classify_long(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
-                            const size_t *lens, int n, int batch_size, int windows,
-                            float *probs, int *truncated, char **errmsg)
+                            const size_t *lens, int n, int batch_size, int windows, float *probs,
+                            int *truncated, char **errmsg)
 {
-    return run_engine(c, fn, m, texts, lens, n, batch_size, windows, 0, probs, truncated,
-                      errmsg);
+    return run_engine(c, fn, m, texts, lens, n, batch_size, windows, 0, probs, truncated, errmsg);
 }
 
 int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,

@@ -62,24 +62,24 @@
 
 typedef struct ev_state {
     sx_conn *c;
-    sx_model *m;              /* referenced */
+    sx_model *m; /* referenced */
     char *model_name;
-    int K;                    /* the model's labels */
-    char **extra;             /* labels the model does not know */
+    int K;        /* the model's labels */
+    char **extra; /* labels the model does not know */
     int n_extra, cap_extra;
-    int64_t *conf;            /* (K + n_extra) x K, gold x predicted */
+    int64_t *conf; /* (K + n_extra) x K, gold x predicted */
     int conf_rows_cap;
     int64_t rows, skipped, unknown;
     char **map_from, **map_to; /* the labels argument */
     int n_map, map_given;
-    int conv;                 /* the 0/1 convention applies (model negative/positive) */
+    int conv; /* the 0/1 convention applies (model negative/positive) */
     int conv_used;
     /* the pending batch */
     char *texts[EVAL_BATCH];
     size_t lens[EVAL_BATCH];
-    int gold[EVAL_BATCH];     /* label index; >= K for an extra */
+    int gold[EVAL_BATCH]; /* label index; >= K for an extra */
     int n;
-    float *probs;             /* EVAL_BATCH x K */
+    float *probs; /* EVAL_BATCH x K */
     int failed;
 } ev_state;
 
@@ -210,8 +210,8 @@ static int gold_index(ev_state *s, const char *label, int *out, char **errmsg)
     if (s->n_extra == s->cap_extra) {
         int cap = s->cap_extra ? 2 * s->cap_extra : 4;
         char **e = sqlite3_realloc64(s->extra, (sqlite3_uint64)cap * sizeof *e);
-        int64_t *conf = sqlite3_realloc64(s->conf, (sqlite3_uint64)(s->K + cap) * s->K *
-                                                       sizeof *conf);
+        int64_t *conf = sqlite3_realloc64(s->conf,
+                                          (sqlite3_uint64)(s->K + cap) * s->K * sizeof *conf);
         if (e) s->extra = e;
         if (conf) s->conf = conf;
         if (!e || !conf) goto nomem;
@@ -257,8 +257,7 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                         "'default'");
                 goto fail;
             }
-            if (sx_arg_name(argv[2], EVAL_FN, "model name", &name, &errmsg) != SQLITE_OK)
-                goto fail;
+            if (sx_arg_name(argv[2], EVAL_FN, "model name", &name, &errmsg) != SQLITE_OK) goto fail;
         }
         if (sx_model_resolve(s->c, EVAL_FN, name, &s->m, &errmsg) != SQLITE_OK) goto fail;
         s->model_name = sqlite3_mprintf("%s", name ? name : "default");
@@ -335,8 +334,9 @@ static char *no_known_label_error(const ev_state *s)
     for (int i = 0; i < s->n_extra && i < 10; i++)
         sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", s->extra[i]);
     if (s->n_extra > 10) sqlite3_str_appendf(e, ", ... (%d in all)", s->n_extra);
-    sqlite3_str_appendf(e, "; say what they mean with a fourth argument, e.g. "
-                           "sentiment_evaluate(text, label, '%s', '{\"%s\":\"%s\"}')",
+    sqlite3_str_appendf(e,
+                        "; say what they mean with a fourth argument, e.g. "
+                        "sentiment_evaluate(text, label, '%s', '{\"%s\":\"%s\"}')",
                         s->model_name, s->extra[0], cfg->id2label[0]);
     return sqlite3_str_finish(e);
 }
@@ -354,8 +354,9 @@ static void append_counts(sqlite3_str *j, const ev_state *s)
     sqlite3_str_appendall(j, "{\"model\":");
     sx_json_string(j, s->model_name);
     for (int i = 0; i < s->K; i++) correct += s->conf[(size_t)i * s->K + i];
-    sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"unknown_labels\":%lld,"
-                           "\"accuracy\":",
+    sqlite3_str_appendf(j,
+                        ",\"rows\":%lld,\"skipped\":%lld,\"unknown_labels\":%lld,"
+                        "\"accuracy\":",
                         (long long)s->rows, (long long)s->skipped, (long long)s->unknown);
     if (s->rows) json_ratio(j, (double)correct / (double)s->rows);
     else sqlite3_str_appendall(j, "null");
@@ -367,10 +368,8 @@ static void append_wide(sqlite3_str *j, const ev_state *s)
     char *w = NULL;
     const sm_wide_config *wc = &s->m->bert->cfg.wide;
     sqlite3_str_appendall(j, ",\"wide\":");
-    if (wc->set && sm_wide_config_to_json(wc, &w, NULL) == SM_OK)
-        sqlite3_str_appendall(j, w);
-    else
-        sqlite3_str_appendall(j, "null");
+    if (wc->set && sm_wide_config_to_json(wc, &w, NULL) == SM_OK) sqlite3_str_appendall(j, w);
+    else sqlite3_str_appendall(j, "null");
     free(w);
 }
 
@@ -378,8 +377,9 @@ static void append_wide(sqlite3_str *j, const ev_state *s)
 static void append_warning(sqlite3_str *j, const ev_state *s)
 {
     if (!s->unknown) return;
-    sqlite3_str_appendf(j, ",\"warning\":\"%lld of %lld rows have a label the model does "
-                           "not have (",
+    sqlite3_str_appendf(j,
+                        ",\"warning\":\"%lld of %lld rows have a label the model does "
+                        "not have (",
                         (long long)s->unknown, (long long)s->rows);
     for (int i = 0; i < s->n_extra && i < 10; i++) {
         /* labels are JSON-escaped through sx_json_string into a scratch string */
@@ -538,8 +538,8 @@ int sx_register_evaluate(sqlite3 *db, sx_conn *c)
     for (int n = 2; n <= 4 && rc == SQLITE_OK; n++) {
         sx_conn_ref(c);
         rc = sqlite3_create_function_v2(db, "sentiment_evaluate", n,
-                                        SQLITE_UTF8 | SQLITE_INNOCUOUS | SX_JSON_FLAGS,
-                                        c, NULL, eval_step, eval_final, sx_conn_unref);
+                                        SQLITE_UTF8 | SQLITE_INNOCUOUS | SX_JSON_FLAGS, c, NULL,
+                                        eval_step, eval_final, sx_conn_unref);
     }
     return rc;
 }

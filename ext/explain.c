@@ -63,7 +63,7 @@
 typedef struct explain_options {
     explain_method method;
     int steps;
-    int label;                /* -1: predicted */
+    int label; /* -1: predicted */
 } explain_options;
 
 static int options_parse(const char *text, const bert_config *cfg, explain_options *o,
@@ -119,7 +119,8 @@ static int options_parse(const char *text, const bert_config *cfg, explain_optio
                 char *names = sqlite3_str_finish(s);
                 rc = sx_fail(errmsg, SQLITE_ERROR, EXPLAIN_FN,
                              "option label must be one of the model's labels (%s) or its index "
-                             "0..%d", names ? names : "", cfg->num_labels - 1);
+                             "0..%d",
+                             names ? names : "", cfg->num_labels - 1);
                 sqlite3_free(names);
             }
             o->label = k;
@@ -175,11 +176,11 @@ static void append_text(sqlite3_str *s, const char *text, size_t len)
 typedef struct wide_side {
     int on;
     const char *text;
-    size_t *b0, *b1;   /* (n) token byte spans, in order */
+    size_t *b0, *b1; /* (n) token byte spans, in order */
     int n;
-    double *share;     /* (n) */
+    double *share; /* (n) */
     double unassigned;
-    double bias;       /* the wide part's bias for the label explained */
+    double bias; /* the wide part's bias for the label explained */
     float logits[BERT_MAX_LABELS];
 } wide_side;
 
@@ -243,10 +244,11 @@ static char *result_json(const bert_config *cfg, const tokenizer *tok, const exp
     if (w->on) {
         double z[BERT_MAX_LABELS], mx = -INFINITY, tot = 0;
         for (int j = 0; j < cfg->num_labels; j++) {
-            z[j] = log(e->probs[j] > 1e-30f ? e->probs[j] : 1e-30f) + w->logits[j];
+            z[j] = log((double)(e->probs[j] > 1e-30f ? e->probs[j] : 1e-30f)) + w->logits[j];
             mx = z[j] > mx ? z[j] : mx;
         }
         for (int j = 0; j < cfg->num_labels; j++) tot += exp(z[j] - mx);
+        /* cppcheck-suppress uninitvar ; k, the explained label, is below num_labels */
         score = exp(z[k] - mx) / tot;
         logit += w->logits[k];
         base += w->bias;
@@ -257,13 +259,14 @@ static char *result_json(const bert_config *cfg, const tokenizer *tok, const exp
     append_text(s, text, len);
     sqlite3_str_appendall(s, ",\"label\":");
     sx_json_string(s, cfg->id2label[e->target]);
-    sqlite3_str_appendf(s, ",\"score\":%.6g,\"method\":\"%s\",\"steps\":%d,\"logit\":%.7g,"
+    sqlite3_str_appendf(s,
+                        ",\"score\":%.6g,\"method\":\"%s\",\"steps\":%d,\"logit\":%.7g,"
                         "\"baseline_logit\":%.7g,\"sum\":%.7g,\"truncated\":%s,",
                         score,
                         o->method == EXPLAIN_INTEGRATED_GRADIENTS ? "integrated_gradients"
                                                                   : "gradient_x_input",
-                        o->method == EXPLAIN_INTEGRATED_GRADIENTS ? o->steps : 1, logit, base,
-                        sum, truncated ? "true" : "false");
+                        o->method == EXPLAIN_INTEGRATED_GRADIENTS ? o->steps : 1, logit, base, sum,
+                        truncated ? "true" : "false");
     if (w->on)
         sqlite3_str_appendf(s, "\"wide\":{\"logit\":%.7g,\"bias\":%.7g,\"unassigned\":%.7g},",
                             (double)w->logits[k], w->bias, w->unassigned);
@@ -324,8 +327,8 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
     /* gradient x input: the text and the baseline; integrated gradients:
      * the steps, EXPLAIN_MAX_BATCH at a time */
     int batch = o.method == EXPLAIN_GRADIENT_X_INPUT ? 2
-                : o.steps < EXPLAIN_MAX_BATCH       ? o.steps
-                                                    : EXPLAIN_MAX_BATCH;
+                : o.steps < EXPLAIN_MAX_BATCH        ? o.steps
+                                                     : EXPLAIN_MAX_BATCH;
     if (rc == SM_OK) rc = bert_explainer_create(c->be, bm, batch, n, &x, err);
     bert_explanation e;
     if (rc == SM_OK)
@@ -336,12 +339,11 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
         side.on = 1;
         side.text = text;
         side.n = n - 2;
-        rc = wide_add_logits_texts(bm->wide, &text, &len, 1, side.logits, sx_poll_stop, &poll,
-                                   err);
+        rc = wide_add_logits_texts(bm->wide, &text, &len, 1, side.logits, sx_poll_stop, &poll, err);
         int k = 0;
         for (int j = 1; rc == SM_OK && j < cfg->num_labels; j++)
-            if (log(e.probs[j] > 1e-30f ? e.probs[j] : 1e-30f) + side.logits[j] >
-                log(e.probs[k] > 1e-30f ? e.probs[k] : 1e-30f) + side.logits[k])
+            if (log((double)(e.probs[j] > 1e-30f ? e.probs[j] : 1e-30f)) + side.logits[j] >
+                log((double)(e.probs[k] > 1e-30f ? e.probs[k] : 1e-30f)) + side.logits[k])
                 k = j;
         if (rc == SM_OK && o.label < 0 && k != e.target)
             rc = bert_explain(x, ids, n, k, o.method, o.steps, sx_poll_stop, &poll, &e, err);
@@ -401,9 +403,9 @@ static void fn_explain(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     sx_model *m = sx_model_arg(ctx, c, EXPLAIN_FN, argc, argv, 1, &cached);
     if (!m) return;
-    int rc = sx_explain_json(c, EXPLAIN_FN, m,
-                             text, len, argc > 2 ? (const char *)sqlite3_value_text(argv[2]) : NULL,
-                             &json, &errmsg);
+    int rc = sx_explain_json(c, EXPLAIN_FN, m, text, len,
+                             argc > 2 ? (const char *)sqlite3_value_text(argv[2]) : NULL, &json,
+                             &errmsg);
     if (rc == SQLITE_OK && json) {
         sx_result_json(ctx, json);
     } else if (rc != SQLITE_OK && errmsg) {

@@ -95,8 +95,8 @@
 
 enum { OUT_LABEL, OUT_SCORE, OUT_PROBS, OUT_TOKENS };
 
-static const char *const k_fn_names[] = {"sentiment()", "sentiment_score()",
-                                         "sentiment_probs()", "sentiment_tokens()"};
+static const char *const k_fn_names[] = {"sentiment()", "sentiment_score()", "sentiment_probs()",
+                                         "sentiment_tokens()"};
 
 static void release_model(void *p)
 {
@@ -105,8 +105,8 @@ static void release_model(void *p)
 
 /* The model named by argv[i] (or default when i >= argc), referenced.
  * *cached says whether it came from (and is owned by) the auxdata. */
-static sx_model *model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn,
-                           int argc, sqlite3_value **argv, int i, int *cached)
+static sx_model *model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
+                           sqlite3_value **argv, int i, int *cached)
 {
     char *errmsg = NULL;
     sx_model *m = NULL;
@@ -138,14 +138,11 @@ end:
 }
 
 /* Hands a resolved model to the statement's auxdata (for the next rows). */
-static void model_done(sqlite3_context *ctx, sx_model *m, int argc, int i,
-                       int cached)
+static void model_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int cached)
 {
     if (cached || !m) return;
-    if (i < argc)
-        sqlite3_set_auxdata(ctx, i, m, release_model);
-    else
-        sx_registry_release(m);
+    if (i < argc) sqlite3_set_auxdata(ctx, i, m, release_model);
+    else sx_registry_release(m);
 }
 
 sx_model *sx_model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
@@ -160,8 +157,8 @@ void sx_model_arg_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int c
     else sx_registry_release(m);
 }
 
-static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
-                          const char *text, size_t len)
+static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m, const char *text,
+                          size_t len)
 {
     char err[SM_ERR_MAX];
     int n = 0, *ids = NULL, rc;
@@ -176,8 +173,7 @@ static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
     if (rc == SM_OK) {
         ids = sqlite3_malloc64((sqlite3_uint64)(n > 0 ? n : 1) * sizeof *ids);
         if (ids)
-            rc = tokenizer_tokenize_stoppable(tok, text, len, ids, n, &n, sx_poll_stop, &poll,
-                                              err);
+            rc = tokenizer_tokenize_stoppable(tok, text, len, ids, n, &n, sx_poll_stop, &poll, err);
     }
     sx_poll_end(&poll);
     if (rc != SM_OK) goto fail;
@@ -194,7 +190,7 @@ static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m,
     sx_result_json(ctx, sqlite3_str_finish(s));
     sqlite3_free(ids);
     return;
-fail: {
+fail : {
     char *msg = NULL;
     sx_from_sm(rc, fn, err, &msg);
     if (msg) sqlite3_result_error(ctx, msg, -1);
@@ -210,8 +206,7 @@ nomem:
 }
 
 /* sentiment(), sentiment_score(), sentiment_probs(), sentiment_tokens(). */
-static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv,
-                         int out)
+static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv, int out)
 {
     sx_conn *c = sqlite3_user_data(ctx);
     const char *fn = k_fn_names[out];
@@ -251,9 +246,7 @@ static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv,
     case OUT_LABEL:
         sqlite3_result_text(ctx, m->bert->cfg.id2label[top], -1, SQLITE_TRANSIENT);
         break;
-    case OUT_SCORE:
-        sqlite3_result_double(ctx, sx_score(&m->bert->cfg, probs));
-        break;
+    case OUT_SCORE: sqlite3_result_double(ctx, sx_score(&m->bert->cfg, probs)); break;
     default: {
         sx_result_json(ctx, sx_probs_json(&m->bert->cfg, probs));
     }
@@ -369,10 +362,8 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     if (argc == 1) {
         /* what the name means on this connection, never another model */
         int src = sx_model_source(c, name);
-        if (src == SX_SRC_FILE)
-            rc = sx_model_resolve(c, fn, name, &m, &errmsg);
-        else if (src == SX_SRC_DATABASE)
-            rc = sx_model_acquire_stored(c, fn, name, 0, &m, &errmsg);
+        if (src == SX_SRC_FILE) rc = sx_model_resolve(c, fn, name, &m, &errmsg);
+        else if (src == SX_SRC_DATABASE) rc = sx_model_acquire_stored(c, fn, name, 0, &m, &errmsg);
         else
             rc = sx_fail(&errmsg, SQLITE_NOTFOUND, fn,
                          "no model named '%s' is registered or stored to save; "
@@ -459,22 +450,26 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 
     sx_registry_stats_get(&st);
     for (sx_file_reg *r = c->files; r; r = r->next) nfiles++;
-    sqlite3_str_appendf(s, "{\"version\":\"%s\",\"commit\":\"%s\",\"compiler\":\"gcc %s\","
-                           "\"sqlite\":\"%s\",\"blas\":",
+    sqlite3_str_appendf(s,
+                        "{\"version\":\"%s\",\"commit\":\"%s\",\"compiler\":\"gcc %s\","
+                        "\"sqlite\":\"%s\",\"blas\":",
                         SX_VERSION, SENTIMENT_COMMIT, __VERSION__, sqlite3_libversion());
     sx_json_string(s, sx_device_blas());
-    sqlite3_str_appendf(s, ",\"builtin_model\":%s,\"device\":", sx_builtin_get(&b) ? "true" : "false");
+    sqlite3_str_appendf(s,
+                        ",\"builtin_model\":%s,\"device\":", sx_builtin_get(&b) ? "true" : "false");
     sx_json_string(s, c->device);
     sqlite3_str_appendall(s, ",\"precision\":");
     sx_json_string(s, c->precision[0] ? c->precision : "auto");
     sqlite3_str_appendall(s, ",\"backend\":");
     if (c->be) sx_json_string(s, c->be_desc);
     else sqlite3_str_appendall(s, "null");
-    sqlite3_str_appendf(s, ",\"cache\":{\"entries\":%d,\"in_use\":%d,\"loads\":%lld,"
-                           "\"evictions\":%lld}",
+    sqlite3_str_appendf(s,
+                        ",\"cache\":{\"entries\":%d,\"in_use\":%d,\"loads\":%lld,"
+                        "\"evictions\":%lld}",
                         st.entries, st.referenced, (long long)st.loads, (long long)st.evictions);
-    sqlite3_str_appendf(s, ",\"connection\":{\"rows\":%lld,\"truncated\":%lld,"
-                           "\"not_chinese\":%lld,\"registered_models\":%d}}",
+    sqlite3_str_appendf(s,
+                        ",\"connection\":{\"rows\":%lld,\"truncated\":%lld,"
+                        "\"not_chinese\":%lld,\"registered_models\":%d}}",
                         (long long)c->rows, (long long)c->truncated, (long long)c->not_chinese,
                         nfiles);
     if (sqlite3_str_errcode(s)) {

@@ -89,8 +89,7 @@ static int load_memo_row(void *ctx, bert_model **out, char *err)
     if (rc != SM_OK) return rc;
     if (strcmp(row.key, m->memo->key))
         rc = sm_error(err, SM_ERR_IO, "the stored model changed while it was read; try again");
-    else
-        rc = sx_store_row_load(&row, out, err);
+    else rc = sx_store_row_load(&row, out, err);
     sx_store_row_close(&row);
     return rc;
 }
@@ -220,8 +219,7 @@ int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_
 
 /* ---- names ---- */
 
-int sx_model_name_check(const char *fn, const char *name, int for_store,
-                        char **errmsg)
+int sx_model_name_check(const char *fn, const char *name, int for_store, char **errmsg)
 {
     size_t n = strlen(name);
     if (n == 0 || n > SX_NAME_MAX)
@@ -250,7 +248,8 @@ char *sx_model_known(sx_conn *c)
         count++;
     }
     for (sx_file_reg *r = c->files; r; r = r->next)
-        if (strcmp(r->name, "default")) sqlite3_str_appendf(s, "%s%s", count++ ? ", " : "", r->name);
+        if (strcmp(r->name, "default"))
+            sqlite3_str_appendf(s, "%s%s", count++ ? ", " : "", r->name);
     sx_store_append_names(c->db, s, &count);
     if (!count) sqlite3_str_appendall(s, "none");
     return sqlite3_str_finish(s);
@@ -285,8 +284,8 @@ static void split_version(const char *name, char *base, size_t cap, int64_t *ver
 char *sx_model_dir_key(const char *path)
 {
     char pool_file[128];
-    const char *files[] = {"config.json", "tokenizer.json", "vocab.txt", "model.safetensors",
-                           "modules.json", pool_file};
+    const char *files[] = {"config.json",       "tokenizer.json", "vocab.txt",
+                           "model.safetensors", "modules.json",   pool_file};
     char buf[PATH_MAX + 160];
     sqlite3_str *key = sqlite3_str_new(NULL);
     sm_pooling_files_of_dir(path, pool_file, sizeof pool_file);
@@ -351,10 +350,8 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
     if (lrc == SM_ERR_INTERRUPTED)
         rc = sx_fail(errmsg, SQLITE_INTERRUPT, fn, "interrupted while loading '%s'", path);
     else if (lrc != SM_OK)
-        rc = sx_fail(errmsg, sx_rc_from_sm(lrc), fn, "cannot load model from '%s': %s", path,
-                     err);
-    else
-        rc = SQLITE_OK;
+        rc = sx_fail(errmsg, sx_rc_from_sm(lrc), fn, "cannot load model from '%s': %s", path, err);
+    else rc = SQLITE_OK;
     return rc;
 }
 
@@ -367,8 +364,7 @@ static void reg_free(sx_file_reg *r)
     sqlite3_free(r);
 }
 
-int sx_model_register(sx_conn *c, const char *fn, const char *name,
-                      const char *path, char **errmsg)
+int sx_model_register(sx_conn *c, const char *fn, const char *name, const char *path, char **errmsg)
 {
     sx_file_reg **pp, *r = NULL;
     sx_model *m = NULL;
@@ -438,8 +434,7 @@ void sx_model_unregister_all(sx_conn *c)
     }
 }
 
-int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
-                     sx_model **out, char **errmsg)
+int sx_model_resolve(sx_conn *c, const char *fn, const char *name, sx_model **out, char **errmsg)
 {
     char base[SX_NAME_MAX + 32], err[SM_ERR_MAX];
     char *known = NULL;
@@ -492,8 +487,8 @@ int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
                      known ? known : "none");
     else if (found > 0)
         rc = sx_fail(errmsg, SQLITE_NOTFOUND, fn,
-                     "no version %lld of model '%s'; the latest is %lld", (long long)version,
-                     base, (long long)found);
+                     "no version %lld of model '%s'; the latest is %lld", (long long)version, base,
+                     (long long)found);
     else
         rc = sx_fail(errmsg, SQLITE_NOTFOUND, fn, "no model named '%s'; known: %s", name,
                      known ? known : "none");
@@ -512,8 +507,8 @@ static int load_handed_over(void *ctx, bert_model **out, char *err)
     return SM_OK;
 }
 
-int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
-                             bert_model **model, char **errmsg)
+int sx_model_register_memory(sx_conn *c, const char *fn, const char *name, bert_model **model,
+                             char **errmsg)
 {
     static uint64_t counter; /* unique keys; guarded by the connection's use */
     char err[SM_ERR_MAX];
@@ -522,8 +517,8 @@ int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
     sx_file_reg *r = NULL, **pp;
     int rc;
 
-    key = sqlite3_mprintf("mem:%p:%llu", (void *)c, (unsigned long long)__atomic_add_fetch(
-                                                         &counter, 1, __ATOMIC_RELAXED));
+    key = sqlite3_mprintf("mem:%p:%llu", (void *)c,
+                          (unsigned long long)__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
     if (!key) goto nomem;
     rc = sx_registry_acquire(key, NULL, 0, load_handed_over, model, &e, err);
     sqlite3_free(key);

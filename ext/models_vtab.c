@@ -96,7 +96,7 @@ typedef struct models_cursor {
 } models_cursor;
 
 static int modelsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
-                     sqlite3_vtab **ppVtab, char **pzErr)
+                         sqlite3_vtab **ppVtab, char **pzErr)
 {
     models_vtab *v;
     int rc;
@@ -175,8 +175,8 @@ static char *labels_json(const bert_config *cfg)
 /* Appends a row; cfg (may be NULL) fills the architecture columns; head:
  * 1 a classification head, 0 none (no labels are listed), -1 not known. */
 static models_row *add_row(models_cursor *cur, const char *name, sqlite3_int64 version,
-                       const char *source, const bert_config *cfg, sqlite3_int64 params,
-                       int head)
+                           const char *source, const bert_config *cfg, sqlite3_int64 params,
+                           int head)
 {
     models_row *r;
     if (cur->n == cur->cap) {
@@ -257,7 +257,7 @@ static int add_database_rows(models_cursor *cur, sx_conn *cur_conn)
         bert_config cfg;
         int have = config && bert_config_parse(config, config_len, &cfg, err) == SM_OK;
         models_row *r = add_row(cur, name ? name : "", version, "database", have ? &cfg : NULL,
-                            have ? params_of(&cfg) : 0, -1);
+                                have ? params_of(&cfg) : 0, -1);
         if (have) bert_config_free(&cfg);
         if (!r) {
             rc = SQLITE_NOMEM;
@@ -284,7 +284,7 @@ static int add_database_rows(models_cursor *cur, sx_conn *cur_conn)
 }
 
 static int modelsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
-                    sqlite3_value **argv)
+                        sqlite3_value **argv)
 {
     models_cursor *cur = (models_cursor *)pCur;
     models_vtab *v = (models_vtab *)pCur->pVtab;
@@ -299,11 +299,10 @@ static int modelsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxSt
     rows_free(cur);
     for (sx_file_reg *r = c->files; r; r = r->next) {
         models_row *row = add_row(cur, r->name, 1, r->path ? "file" : "memory",
-                              &r->model->bert->cfg,
-                              (sqlite3_int64)bert_model_num_params(r->model->bert),
-                              r->model->bert->has_head != 0);
-        if (!row || (r->path && !(row->path = sqlite3_mprintf("%s", r->path))))
-            return SQLITE_NOMEM;
+                                  &r->model->bert->cfg,
+                                  (sqlite3_int64)bert_model_num_params(r->model->bert),
+                                  r->model->bert->has_head != 0);
+        if (!row || (r->path && !(row->path = sqlite3_mprintf("%s", r->path)))) return SQLITE_NOMEM;
         row->loaded = 1; /* a registration holds its model */
         if (!strcmp(r->name, "default")) have_default = 1;
     }
@@ -316,7 +315,7 @@ static int modelsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxSt
         char err[SM_ERR_MAX];
         int have = bert_config_parse(b.config, b.config_len, &cfg, err) == SM_OK;
         models_row *row = add_row(cur, "default", 1, "builtin", have ? &cfg : NULL,
-                              have ? params_of(&cfg) : 0, 1);
+                                  have ? params_of(&cfg) : 0, 1);
         if (have) bert_config_free(&cfg);
         if (!row) return SQLITE_NOMEM;
         row->loaded = sx_registry_is_loaded("builtin");
@@ -382,8 +381,7 @@ static int modelsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i)
             sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
             break;
         case COL_CPU_PRECISION:
-            if (r->cpu_precision)
-                sqlite3_result_text(ctx, r->cpu_precision, -1, SQLITE_TRANSIENT);
+            if (r->cpu_precision) sqlite3_result_text(ctx, r->cpu_precision, -1, SQLITE_TRANSIENT);
             break;
         }
     }

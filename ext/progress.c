@@ -18,11 +18,9 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void sx_progress_begin(sx_progress *p, const sx_conn *c, const char *what,
-                       int64_t total)
+void sx_progress_begin(sx_progress *p, const sx_conn *c, const char *what, int64_t total)
 {
-    p->active = c->progress == SX_PROGRESS_ON ||
-                (c->progress == SX_PROGRESS_AUTO && isatty(2));
+    p->active = c->progress == SX_PROGRESS_ON || (c->progress == SX_PROGRESS_AUTO && isatty(2));
     p->start = p->last = now_s();
     p->done = 0;
     p->total = total;

@@ -101,8 +101,7 @@ static sx_model *collect_garbage_locked(void)
     while (idle > SX_CACHE_IDLE_MAX) {
         sx_model **victim = NULL;
         for (pp = &g_head; *pp; pp = &(*pp)->next)
-            if ((*pp)->refs == 0 &&
-                (!victim || (*pp)->last_used < (*victim)->last_used))
+            if ((*pp)->refs == 0 && (!victim || (*pp)->last_used < (*victim)->last_used))
                 victim = pp;
         sx_model *e = *victim;
         *victim = e->next;
@@ -165,8 +164,8 @@ static int loading_locked(const char *key)
     return 0;
 }
 
-int sx_registry_acquire(const char *key, const char *family, int64_t version,
-                        sx_loader load, void *ctx, sx_model **out, char *err)
+int sx_registry_acquire(const char *key, const char *family, int64_t version, sx_loader load,
+                        void *ctx, sx_model **out, char *err)
 {
     sx_model *e, *dead = NULL;
     bert_model *bm = NULL;

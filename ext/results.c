@@ -81,8 +81,7 @@ char *sx_probs_json(const bert_config *cfg, const float *probs)
     for (int i = 0; i < cfg->num_labels; i++) {
         if (i) sqlite3_str_appendchar(s, 1, ',');
         sx_json_string(s, cfg->id2label[i]);
-        if (isfinite(probs[i]))
-            sqlite3_str_appendf(s, ":%.6g", (double)probs[i]);
+        if (isfinite(probs[i])) sqlite3_str_appendf(s, ":%.6g", (double)probs[i]);
         else /* a model with non-finite weights: JSON has no NaN */
             sqlite3_str_appendall(s, ":null");
     }

@@ -111,8 +111,7 @@ static int authorize(void *p, int action, const char *a1, const char *a2, const 
     a->calls++;
     switch (action) {
     case SQLITE_SELECT:
-    case SQLITE_RECURSIVE:
-        return SQLITE_OK;
+    case SQLITE_RECURSIVE: return SQLITE_OK;
     case SQLITE_READ:
         if (inner) return SQLITE_OK; /* inside a view: SQLite checks its SQL */
         if (a1 && set_has(&a->ordinary, db, a1)) return SQLITE_OK;
@@ -124,10 +123,8 @@ static int authorize(void *p, int action, const char *a1, const char *a2, const 
                                        a->trusted_schema ? "SQLITE_DIRECTONLY"
                                                          : "not SQLITE_INNOCUOUS "
                                                            "(PRAGMA trusted_schema is OFF)"));
-    case SQLITE_PRAGMA:
-        return deny(a, sqlite3_mprintf("it runs PRAGMA %s", a1 ? a1 : "?"));
-    case SQLITE_ATTACH:
-        return deny(a, sqlite3_mprintf("it attaches a database"));
+    case SQLITE_PRAGMA: return deny(a, sqlite3_mprintf("it runs PRAGMA %s", a1 ? a1 : "?"));
+    case SQLITE_ATTACH: return deny(a, sqlite3_mprintf("it attaches a database"));
     case SQLITE_UPDATE:
         /* SQLite records an eponymous virtual table (fsdir('/'), pragma_*)
          * in the schema when a statement first uses it */

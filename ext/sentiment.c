@@ -98,8 +98,8 @@ static const struct {
     {"sentiment_clauses", sx_register_clauses},
 };
 
-__attribute__((visibility("default"))) int
-sqlite3_sentiment_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi)
+__attribute__((visibility("default"))) int sqlite3_sentiment_init(sqlite3 *db, char **pzErrMsg,
+                                                                  const sqlite3_api_routines *pApi)
 {
     int rc = SQLITE_OK;
     sx_conn *c;

@@ -131,19 +131,19 @@ int sx_from_sm(int sm_rc, const char *fn, const char *err, char **errmsg);
 /* One loaded model. Fields are read-only for everyone but registry.c; an
  * entry stays valid while the caller holds a reference. */
 typedef struct sx_model {
-    char *key;          /* identity: "builtin", "file:<path>:<mtime>:<size>",
+    char *key;       /* identity: "builtin", "file:<path>:<mtime>:<size>",
                            "sha256:<hex>" (a stored model's bytes) */
-    char *family;       /* what a newer version replaces ("db:<file>:<name>") or NULL */
-    int64_t version;    /* version within the family */
+    char *family;    /* what a newer version replaces ("db:<file>:<name>") or NULL */
+    int64_t version; /* version within the family */
     /* other (family, version) pairs that named the same bytes (a copied
      * version, another database), for sentiment_models.loaded */
 #define SX_MODEL_ALIASES 4
     char *alias_family[SX_MODEL_ALIASES];
     int64_t alias_version[SX_MODEL_ALIASES];
     bert_model *bert;
-    uint64_t id;        /* unique per load, never reused */
-    int refs;           /* guarded by the registry mutex */
-    int stale;          /* a newer version of the family was loaded */
+    uint64_t id; /* unique per load, never reused */
+    int refs;    /* guarded by the registry mutex */
+    int stale;   /* a newer version of the family was loaded */
     uint64_t last_used;
     /* the weights on device N (a backend's device_index), uploaded on first
      * use by sx_registry_params through the device's owner backend and freed
@@ -166,8 +166,8 @@ typedef int (*sx_loader)(void *ctx, bert_model **out, char *err);
  * not cached. Concurrent callers asking for the same key load it once.
  * Loading version v of a family (NULL: none) marks the family's older
  * versions stale. */
-int sx_registry_acquire(const char *key, const char *family, int64_t version,
-                        sx_loader load, void *ctx, sx_model **out, char *err);
+int sx_registry_acquire(const char *key, const char *family, int64_t version, sx_loader load,
+                        void *ctx, sx_model **out, char *err);
 /* Adds a reference to an entry the caller already holds. */
 void sx_registry_retain(sx_model *e);
 void sx_registry_release(sx_model *e);
@@ -192,10 +192,10 @@ int sx_registry_is_loaded(const char *key);
 int sx_registry_is_loaded_version(const char *family, int64_t version);
 
 typedef struct sx_registry_stats {
-    int64_t loads;      /* models loaded since the process started */
-    int64_t evictions;  /* entries freed */
-    int entries;        /* entries cached now */
-    int referenced;     /* of which in use */
+    int64_t loads;     /* models loaded since the process started */
+    int64_t evictions; /* entries freed */
+    int entries;       /* entries cached now */
+    int referenced;    /* of which in use */
 } sx_registry_stats;
 void sx_registry_stats_get(sx_registry_stats *st);
 /* Frees every unreferenced entry. */
@@ -208,8 +208,8 @@ void sx_registry_trim(void);
  * memory by train() when it could not be stored (path NULL). */
 typedef struct sx_file_reg {
     char *name;
-    char *path;                 /* canonical directory path; NULL: in memory */
-    sx_model *model;            /* loaded at registration, referenced */
+    char *path;      /* canonical directory path; NULL: in memory */
+    sx_model *model; /* loaded at registration, referenced */
     struct sx_file_reg *next;
 } sx_file_reg;
 
@@ -221,20 +221,20 @@ typedef struct sx_file_reg {
 #define SX_STORE_MEMO_MAX 8
 #define SX_STORE_KEY_MAX 72 /* "sha256:" + 64 hex digits + NUL */
 typedef struct sx_store_memo {
-    int64_t rowid, version, bytes;  /* bytes: the row's four columns, summed */
-    uint32_t data_version;          /* SQLITE_FCNTL_DATA_VERSION of main */
-    int64_t changes;                /* sqlite3_total_changes64 */
-    uint64_t used;                  /* 0: empty slot */
+    int64_t rowid, version, bytes; /* bytes: the row's four columns, summed */
+    uint32_t data_version;         /* SQLITE_FCNTL_DATA_VERSION of main */
+    int64_t changes;               /* sqlite3_total_changes64 */
+    uint64_t used;                 /* 0: empty slot */
     char key[SX_STORE_KEY_MAX];
 } sx_store_memo;
 
 typedef struct sx_ws_slot {
-    sx_model *model;            /* referenced while the slot is used */
+    sx_model *model; /* referenced while the slot is used */
     bert_workspace *ws;
-    const bert_params *params;  /* the model's parameters as ws's backend
+    const bert_params *params; /* the model's parameters as ws's backend
                                    reads them (sx_registry_params) */
-    int batch, seq;             /* what ws holds */
-    int asked;                  /* the largest batch asked of it; above
+    int batch, seq;            /* what ws holds */
+    int asked;                 /* the largest batch asked of it; above
                                    batch when free GPU memory capped it */
     uint64_t last_used;
 } sx_ws_slot;
@@ -243,35 +243,35 @@ enum { SX_PROGRESS_AUTO = 0, SX_PROGRESS_OFF = 1, SX_PROGRESS_ON = 2 };
 
 typedef struct sx_conn {
     sqlite3 *db;
-    int refs;                   /* one per registered function / module */
+    int refs; /* one per registered function / module */
     /* configuration (config.c) */
-    char device[32];            /* "auto", "cpu", "cuda", "cuda:N" */
-    int threads;                /* 0 = all cores */
+    char device[32]; /* "auto", "cpu", "cuda", "cuda:N" */
+    int threads;     /* 0 = all cores */
     int batch_size;
-    int max_length;             /* 0 = the model's maximum */
-    int progress;               /* SX_PROGRESS_* */
-    int admin_off;              /* sentiment_config('admin_functions', 'off') was called */
-    char precision[16];         /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast", "int8" */
-    int long_text_windows;      /* 0: long texts truncated; else SX_LONG_TEXT_WINDOWS */
+    int max_length;        /* 0 = the model's maximum */
+    int progress;          /* SX_PROGRESS_* */
+    int admin_off;         /* sentiment_config('admin_functions', 'off') was called */
+    char precision[16];    /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast", "int8" */
+    int long_text_windows; /* 0: long texts truncated; else SX_LONG_TEXT_WINDOWS */
     /* engine (engine.c) */
     backend *be;
-    int gpu;                    /* be's GPU index, -1 on the CPU (while be is set) */
-    char be_desc[128];          /* what sentiment_device() reports */
+    int gpu;           /* be's GPU index, -1 on the CPU (while be is set) */
+    char be_desc[128]; /* what sentiment_device() reports */
     sx_ws_slot ws[SX_MAX_WORKSPACES];
     uint64_t tick;
     /* models (models.c) */
     sx_file_reg *files;
     sx_store_memo memo[SX_STORE_MEMO_MAX];
     uint64_t memo_tick;
-    uint64_t serial;            /* names an in-memory database (storage.c) */
+    uint64_t serial; /* names an in-memory database (storage.c) */
     /* counters (sentiment_debug) */
-    int64_t rows;               /* texts classified */
-    int64_t truncated;          /* of which cut to max_length */
-    int64_t not_chinese;        /* of which mostly not Chinese (sx_text_not_chinese) */
+    int64_t rows;        /* texts classified */
+    int64_t truncated;   /* of which cut to max_length */
+    int64_t not_chinese; /* of which mostly not Chinese (sx_text_not_chinese) */
 } sx_conn;
 
 void sx_conn_ref(sx_conn *c);
-void sx_conn_unref(void *c);    /* the one destructor */
+void sx_conn_unref(void *c); /* the one destructor */
 
 /* Drops backend and workspaces (after a device or threads change). */
 void sx_engine_reset(sx_conn *c);
@@ -280,16 +280,15 @@ int sx_engine_backend(sx_conn *c, const char *fn, char **errmsg);
 /* Classifies n texts (none NULL or blank) with one engine call: probs gets
  * n x num_labels, truncated (may be NULL) gets n flags. batch_size <= 0 uses
  * the connection's. Counts rows and truncations. */
-int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m,
-                       const char *const *texts, const size_t *lens, int n,
-                       int batch_size, float *probs, int *truncated,
+int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+                       const size_t *lens, int n, int batch_size, float *probs, int *truncated,
                        char **errmsg);
 /* The same with the long-text reading given: windows -1 the connection's
  * setting (sentiment_config('long_text')), 0 truncate, else up to that many
  * windows (bert_text_opts.windows). */
 int sx_engine_classify_long(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
-                            const size_t *lens, int n, int batch_size, int windows,
-                            float *probs, int *truncated, char **errmsg);
+                            const size_t *lens, int n, int batch_size, int windows, float *probs,
+                            int *truncated, char **errmsg);
 /* The same batching for sentence embeddings: emb gets n x hidden_size
  * floats, each text pooled as the model's pooling setting says
  * (model/format/pooling.h). Needs no classification head. */
@@ -318,9 +317,8 @@ int sx_device_check(const char *fn, const char *spec, char **errmsg);
 /* Creates the backend for spec ("auto": the GPU if there is one, else
  * the CPU) with precision (NULL or "" = auto); *gpu gets the GPU index or
  * -1 for the CPU. A GPU-only precision where the CPU is used is an error. */
-int sx_device_create(const char *fn, const char *spec, int threads,
-                     const char *precision, backend **out, int *gpu,
-                     char *desc, size_t desc_cap, char **errmsg);
+int sx_device_create(const char *fn, const char *spec, int threads, const char *precision,
+                     backend **out, int *gpu, char *desc, size_t desc_cap, char **errmsg);
 /* SQLITE_OK when name is a precision (auto, fp32, tf32, bf16, bf16-fast,
  * int8), else SQLITE_ERROR naming fn and the allowed values. */
 int sx_device_precision_check(const char *fn, const char *name, char **errmsg);
@@ -342,14 +340,14 @@ int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *w
 /* What precision auto runs a model with on this machine's CPU, "int8" or
  * "fp32", with why ("int8: held-out accuracy ...", "fp32: int8 not checked
  * for this model", ...) in why (cap bytes). */
-const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg,
-                                         char *why, size_t cap);
+const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg, char *why,
+                                         size_t cap);
 /* Applies precision name to a live backend: on the CPU only what
  * sx_device_precision_cpu_ok accepts (else an error saying why), and desc
  * (may be NULL) gets the new description; on a GPU the plugin switches and
  * desc gets its description (a CPU-only precision, int8, is an error). */
-int sx_device_set_precision(const char *fn, backend *be, const char *name,
-                            char *desc, size_t desc_cap, char **errmsg);
+int sx_device_set_precision(const char *fn, backend *be, const char *name, char *desc,
+                            size_t desc_cap, char **errmsg);
 /* Free and total memory of a GPU backend's device: SQLITE_OK, or
  * SQLITE_NOTFOUND (both 0) on the CPU or when the plugin cannot tell. */
 int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
@@ -370,8 +368,7 @@ enum { SX_SRC_BUILTIN = 1, SX_SRC_DATABASE = 2, SX_SRC_FILE = 3 };
 /* Resolves name ("default" when NULL; "name@N" picks a database version)
  * and returns a referenced entry. SQLITE_NOTFOUND (with its message) when
  * there is no such model or version. */
-int sx_model_resolve(sx_conn *c, const char *fn, const char *name,
-                     sx_model **out, char **errmsg);
+int sx_model_resolve(sx_conn *c, const char *fn, const char *name, sx_model **out, char **errmsg);
 /* The stored version `version` (0: latest) of name in the main database,
  * whatever this connection registered under that name; SQLITE_NOTFOUND
  * when it is not stored, an error when it does not load (used by
@@ -384,22 +381,21 @@ int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_
 int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model **out,
                          char **errmsg);
 /* Registers / replaces / (path NULL) removes a connection's file model. */
-int sx_model_register(sx_conn *c, const char *fn, const char *name,
-                      const char *path, char **errmsg);
+int sx_model_register(sx_conn *c, const char *fn, const char *name, const char *path,
+                      char **errmsg);
 void sx_model_unregister_all(sx_conn *c);
 /* Registers *model (handed over; *model is NULL afterwards, also on error)
  * on this connection as name, in memory (source 'memory'), replacing a
  * registration of that name. */
-int sx_model_register_memory(sx_conn *c, const char *fn, const char *name,
-                             bert_model **model, char **errmsg);
+int sx_model_register_memory(sx_conn *c, const char *fn, const char *name, bert_model **model,
+                             char **errmsg);
 /* Drops the in-memory model called name, if there is one. */
 void sx_model_drop_memory(sx_conn *c, const char *name);
 /* The cache key for a file model directory, or NULL when unreadable. */
 char *sx_model_dir_key(const char *path);
 /* SQLITE_OK when name is acceptable for registering (for_store: storing,
  * where 'default' is reserved), else SQLITE_ERROR saying why. */
-int sx_model_name_check(const char *fn, const char *name, int for_store,
-                        char **errmsg);
+int sx_model_name_check(const char *fn, const char *name, int for_store, char **errmsg);
 /* The "known: ..." list for error messages (sqlite3_mprintf'd). */
 char *sx_model_known(sx_conn *c);
 /* SX_SRC_FILE when name (no @N) is registered on this connection,
@@ -410,9 +406,12 @@ int sx_model_source(sx_conn *c, const char *name);
 /* builtin.c: the model compiled into sentiment.so (if any).            */
 
 typedef struct sx_builtin {
-    const char *config; size_t config_len;
-    const char *vocab;  size_t vocab_len;
-    const void *weights; size_t weights_len;
+    const char *config;
+    size_t config_len;
+    const char *vocab;
+    size_t vocab_len;
+    const void *weights;
+    size_t weights_len;
 } sx_builtin;
 /* Fills *b and returns 1; 0 (and an empty *b) when this build has no
  * built-in model. */
@@ -436,8 +435,8 @@ int sx_store_ensure(sqlite3 *db, char **errmsg);
  * the caller's; ending it with rc != SQLITE_OK, or a commit that fails,
  * rolls it back so the connection is left as it was. */
 typedef struct sx_store_txn {
-    const char *savepoint;      /* a constant name */
-    int outer;                  /* the connection was in autocommit mode */
+    const char *savepoint; /* a constant name */
+    int outer;             /* the connection was in autocommit mode */
     int open;
 } sx_store_txn;
 int sx_store_txn_begin(sqlite3 *db, sx_store_txn *t, const char *savepoint, char **errmsg);
@@ -453,10 +452,10 @@ int sx_store_txn_alive(sqlite3 *db, char **errmsg);
  * the same read transaction (see models.c for how the stamp is used). */
 typedef struct sx_store_ref {
     int64_t rowid, version;
-    int64_t bytes;              /* length of config + vocab + labels + safetensors */
-    uint32_t data_version;      /* SQLITE_FCNTL_DATA_VERSION of main */
-    int64_t changes;            /* sqlite3_total_changes64 */
-    int writing;                /* main had a write transaction open */
+    int64_t bytes;         /* length of config + vocab + labels + safetensors */
+    uint32_t data_version; /* SQLITE_FCNTL_DATA_VERSION of main */
+    int64_t changes;       /* sqlite3_total_changes64 */
+    int writing;           /* main had a write transaction open */
 } sx_store_ref;
 /* Finds name at version (0 = latest) without reading its bytes. Returns
  * SQLITE_OK, SQLITE_NOTFOUND, or an error with *errmsg. */
@@ -468,7 +467,7 @@ typedef struct sx_store_row {
     sqlite3_stmt *st;
     const char *config, *vocab, *labels;
     size_t config_len, vocab_len, labels_len;
-    const char *tokenizer;      /* tokenizer.json, or NULL (vocab.txt model) */
+    const char *tokenizer; /* tokenizer.json, or NULL (vocab.txt model) */
     size_t tokenizer_len;
     const void *weights;
     size_t weights_len;
@@ -483,21 +482,18 @@ void sx_store_row_close(sx_store_row *row);
 int sx_store_row_load(const sx_store_row *row, bert_model **out, char *err);
 /* Copies version `from` of name as its new latest version (metrics get
  * "restored_from"); the new number in *version. */
-int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version,
-                  char **errmsg);
+int sx_store_copy(sqlite3 *db, const char *name, int64_t from, int64_t *version, char **errmsg);
 /* Removes version (0: every version) of name and its sentiment_train_log
  * rows, in one savepoint; *removed gets the number of versions removed. */
-int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed,
-                  char **errmsg);
+int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed, char **errmsg);
 /* Stores a new version of name; returns its number in *version. labels and
  * metrics are JSON text (metrics may be NULL). The tokenizer is
  * tokenizer_json (a BLOB in the tokenizer column, vocab then '') when it is
  * not NULL, else vocab (tokenizer NULL). */
-int sx_store_put(sqlite3 *db, const char *name, const char *config,
-                 size_t config_len, const char *vocab, size_t vocab_len,
-                 const void *tokenizer_json, size_t tokenizer_json_len,
-                 const char *labels, const char *metrics, const void *weights,
-                 size_t weights_len, int64_t *version, char **errmsg);
+int sx_store_put(sqlite3 *db, const char *name, const char *config, size_t config_len,
+                 const char *vocab, size_t vocab_len, const void *tokenizer_json,
+                 size_t tokenizer_json_len, const char *labels, const char *metrics,
+                 const void *weights, size_t weights_len, int64_t *version, char **errmsg);
 /* 1 when the store table, the log table, the triggers and the tokenizer
  * column all exist (sx_store_ensure has nothing to do). */
 int sx_store_current(sqlite3 *db);
@@ -510,7 +506,7 @@ int sx_store_current(sqlite3 *db);
 
 /* One row of sentiment_train_log: an optimizer step or an epoch's end. */
 typedef struct sx_train_log_row {
-    int kind;                 /* 0 'step', 1 'epoch' */
+    int kind; /* 0 'step', 1 'epoch' */
     int epoch;
     long step;
     /* NaN or infinite: stored as NULL */
@@ -535,8 +531,8 @@ int sx_store_probe_write(sqlite3 *db, int *no_savepoint, int *ext, char **errmsg
 int sx_store_train_begin(sqlite3 *db, sx_store_txn *t, int *ext, char **errmsg);
 /* Appends rows[0..n) to sentiment_train_log as version `version` of name
  * (creating the table if missing); "cannot write sentiment_train_log: ..." */
-int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
-                       const sx_train_log_row *rows, int n, char **errmsg);
+int sx_store_train_log(sqlite3 *db, const char *name, int64_t version, const sx_train_log_row *rows,
+                       int n, char **errmsg);
 /* Ends t with a commit (outside a transaction of the caller's); a commit
  * that fails is rolled back and its error returned ("cannot commit the
  * model: ..."). */
@@ -632,11 +628,10 @@ void sx_model_arg_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int c
 typedef struct sx_progress {
     int active;
     double start, last;
-    int64_t done, total;        /* total < 0: unknown */
+    int64_t done, total; /* total < 0: unknown */
     const char *what;
 } sx_progress;
-void sx_progress_begin(sx_progress *p, const sx_conn *c, const char *what,
-                       int64_t total);
+void sx_progress_begin(sx_progress *p, const sx_conn *c, const char *what, int64_t total);
 void sx_progress_update(sx_progress *p, int64_t done);
 void sx_progress_end(sx_progress *p);
 

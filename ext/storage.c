@@ -73,23 +73,22 @@ static const char k_schema_store[] =
     ")";
 
 /* What a database made by an earlier release lacks in the store table. */
-static const char k_add_tokenizer[] =
-    "ALTER TABLE main." SX_STORE_TABLE " ADD COLUMN tokenizer BLOB";
+static const char k_add_tokenizer[] = "ALTER TABLE main." SX_STORE_TABLE
+                                      " ADD COLUMN tokenizer BLOB";
 
-static const char k_schema_log[] =
-    "CREATE TABLE IF NOT EXISTS sentiment_train_log(\n"
-    "  model TEXT NOT NULL,\n"
-    "  version INTEGER NOT NULL,\n"
-    "  kind TEXT NOT NULL,\n"
-    "  epoch INTEGER NOT NULL,\n"
-    "  step INTEGER NOT NULL,\n"
-    "  loss REAL,\n"
-    "  lr REAL,\n"
-    "  grad_norm REAL,\n"
-    "  valid_accuracy REAL,\n"
-    "  examples_per_sec REAL,\n"
-    "  seconds REAL\n"
-    ")";
+static const char k_schema_log[] = "CREATE TABLE IF NOT EXISTS sentiment_train_log(\n"
+                                   "  model TEXT NOT NULL,\n"
+                                   "  version INTEGER NOT NULL,\n"
+                                   "  kind TEXT NOT NULL,\n"
+                                   "  epoch INTEGER NOT NULL,\n"
+                                   "  step INTEGER NOT NULL,\n"
+                                   "  loss REAL,\n"
+                                   "  lr REAL,\n"
+                                   "  grad_norm REAL,\n"
+                                   "  valid_accuracy REAL,\n"
+                                   "  examples_per_sec REAL,\n"
+                                   "  seconds REAL\n"
+                                   ")";
 
 static const char k_schema_delete[] =
     "CREATE TRIGGER IF NOT EXISTS sentiment_model_store_delete\n"
@@ -137,9 +136,8 @@ static int object_exists(sqlite3 *db, const char *type, const char *name)
 {
     sqlite3_stmt *st = NULL;
     int found = -1;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT 1 FROM main.sqlite_schema WHERE type = ?1 AND name = ?2",
-                           -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_schema WHERE type = ?1 AND name = ?2", -1,
+                           &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, type, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
@@ -153,10 +151,10 @@ int sx_store_exists(sqlite3 *db)
 {
     sqlite3_stmt *st = NULL;
     int found = 0;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = '"
-                           SX_STORE_TABLE "'",
-                           -1, &st, NULL) == SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = '" SX_STORE_TABLE "'",
+            -1, &st, NULL) == SQLITE_OK)
         found = sqlite3_step(st) == SQLITE_ROW;
     sqlite3_finalize(st);
     return found;
@@ -220,7 +218,8 @@ int sx_store_txn_end(sqlite3 *db, sx_store_txn *t, int rc, const char *what, cha
     }
     if (txn_undo(db, t) && errmsg && *errmsg) {
         char *m = sqlite3_mprintf("%s (SQLite rolled back the enclosing transaction: none of "
-                                  "its changes were kept)", *errmsg);
+                                  "its changes were kept)",
+                                  *errmsg);
         if (m) {
             sqlite3_free(*errmsg);
             *errmsg = m;
@@ -231,10 +230,11 @@ int sx_store_txn_end(sqlite3 *db, sx_store_txn *t, int rc, const char *what, cha
 
 int sx_store_list(sqlite3 *db, sqlite3_stmt **out)
 {
-    return sqlite3_prepare_v2(db,
-                              "SELECT name, version, uid, config, created, metrics FROM main." SX_STORE_TABLE
-                              " ORDER BY name, version",
-                              -1, out, NULL);
+    return sqlite3_prepare_v2(
+        db,
+        "SELECT name, version, uid, config, created, metrics FROM main." SX_STORE_TABLE
+        " ORDER BY name, version",
+        -1, out, NULL);
 }
 
 /* 1 when the store table has the tokenizer column, 0 when it has not, -1
@@ -298,8 +298,9 @@ int sx_store_ensure(sqlite3 *db, char **errmsg)
     if (!has) {
         int rc = sqlite3_exec(db, k_add_tokenizer, NULL, NULL, NULL);
         if (rc != SQLITE_OK)
-            return sx_fail(errmsg, rc, NULL, "cannot add the tokenizer column to " SX_STORE_TABLE
-                           ": %s", sqlite3_errmsg(db));
+            return sx_fail(errmsg, rc, NULL,
+                           "cannot add the tokenizer column to " SX_STORE_TABLE ": %s",
+                           sqlite3_errmsg(db));
     }
     return SQLITE_OK;
 }
@@ -323,13 +324,13 @@ int sx_store_find_row(sqlite3 *db, const char *name, int64_t version, sx_store_r
 
     memset(ref, 0, sizeof *ref);
     if (!sx_store_exists(db)) return SQLITE_NOTFOUND;
-    rc = sqlite3_prepare_v2(db,
-                            version > 0
-                                ? "SELECT rowid, version, length(safetensors) FROM main." SX_STORE_TABLE
-                                  " WHERE name = ?1 AND version = ?2"
-                                : "SELECT rowid, version, length(safetensors) FROM main." SX_STORE_TABLE
-                                  " WHERE name = ?1 ORDER BY version DESC LIMIT 1",
-                            -1, &st, NULL);
+    rc = sqlite3_prepare_v2(
+        db,
+        version > 0 ? "SELECT rowid, version, length(safetensors) FROM main." SX_STORE_TABLE
+                      " WHERE name = ?1 AND version = ?2"
+                    : "SELECT rowid, version, length(safetensors) FROM main." SX_STORE_TABLE
+                      " WHERE name = ?1 ORDER BY version DESC LIMIT 1",
+        -1, &st, NULL);
     if (rc != SQLITE_OK) goto end;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     if (version > 0) sqlite3_bind_int64(st, 2, version);
@@ -372,8 +373,7 @@ int sx_store_row_open(sqlite3 *db, int64_t rowid, sx_store_row *row, char *err)
         return sm_error(err, sqlite3_errcode(db) == SQLITE_NOMEM ? SM_ERR_NOMEM : SM_ERR_IO,
                         "cannot read " SX_STORE_TABLE ": %s", sqlite3_errmsg(db));
     if (sqlite3_prepare_v2(db,
-                           has
-                               ? "SELECT config, vocab, labels, safetensors, version, "
+                           has ? "SELECT config, vocab, labels, safetensors, version, "
                                  "length(safetensors), tokenizer FROM main." SX_STORE_TABLE
                                  " WHERE rowid = ?1"
                                : "SELECT config, vocab, labels, safetensors, version, "
@@ -441,13 +441,14 @@ int sx_store_row_load(const sx_store_row *row, bert_model **out, char *err)
 {
     *out = NULL;
     if (row->tokenizer && !row->tokenizer_len)
-        return sm_error(err, SM_ERR_FORMAT, "the tokenizer column is an empty BLOB; expected "
+        return sm_error(err, SM_ERR_FORMAT,
+                        "the tokenizer column is an empty BLOB; expected "
                         "tokenizer.json or NULL");
     if (!row->config || !row->weights || !row->config_len || !row->weights_len ||
         (!row->tokenizer && (!row->vocab || !row->vocab_len)))
         return sm_error(err, SM_ERR_FORMAT, "config, vocab or safetensors is empty");
-    bert_files f = {row->config, row->config_len, row->vocab, row->vocab_len, row->tokenizer,
-                    row->tokenizer_len, row->weights, row->weights_len};
+    bert_files f = {row->config,    row->config_len,    row->vocab,   row->vocab_len,
+                    row->tokenizer, row->tokenizer_len, row->weights, row->weights_len};
     return bert_model_load_files(&f, out, err);
 }
 
@@ -467,16 +468,21 @@ static int next_version(sqlite3 *db, const char *name, int64_t *next, char **err
         rc = sqlite3_step(st);
     }
     if (rc != SQLITE_ROW) {
-        rc = sx_fail(errmsg, rc == SQLITE_DONE ? SQLITE_ERROR : rc, NULL, "cannot read the versions "
-                     "of model '%s': %s", name, sqlite3_errmsg(db));
+        rc = sx_fail(errmsg, rc == SQLITE_DONE ? SQLITE_ERROR : rc, NULL,
+                     "cannot read the versions "
+                     "of model '%s': %s",
+                     name, sqlite3_errmsg(db));
     } else if (sqlite3_column_int64(st, 0) > 0) {
-        rc = sx_fail(errmsg, SQLITE_MISMATCH, NULL, "%lld stored versions of model '%s' are not "
+        rc = sx_fail(errmsg, SQLITE_MISMATCH, NULL,
+                     "%lld stored versions of model '%s' are not "
                      "INTEGERs (" SX_STORE_TABLE ".version was written by something else); "
-                     "expected whole numbers", (long long)sqlite3_column_int64(st, 0), name);
+                     "expected whole numbers",
+                     (long long)sqlite3_column_int64(st, 0), name);
     } else if (sqlite3_column_int64(st, 1) == INT64_MAX || sqlite3_column_int64(st, 1) < 0) {
-        rc = sx_fail(errmsg, SQLITE_RANGE, NULL, "model '%s' has version %lld, after which there "
-                     "is no version number; store it under another name", name,
-                     (long long)sqlite3_column_int64(st, 1));
+        rc = sx_fail(errmsg, SQLITE_RANGE, NULL,
+                     "model '%s' has version %lld, after which there "
+                     "is no version number; store it under another name",
+                     name, (long long)sqlite3_column_int64(st, 1));
     } else {
         *next = sqlite3_column_int64(st, 1) + 1;
         rc = SQLITE_OK;
@@ -487,13 +493,14 @@ static int next_version(sqlite3 *db, const char *name, int64_t *next, char **err
 
 /* Steps an INSERT ... RETURNING version to its end: SQLITE_OK with the
  * version, or an error (a trigger that ignored the row inserts none). */
-static int step_insert(sqlite3_stmt *st, const char *name, int64_t *version,
-                       char **errmsg)
+static int step_insert(sqlite3_stmt *st, const char *name, int64_t *version, char **errmsg)
 {
     int rc = sqlite3_step(st);
     if (rc == SQLITE_DONE)
-        return sx_fail(errmsg, SQLITE_CONSTRAINT, NULL, "cannot store model '%s': no row was "
-                       "inserted (a trigger on " SX_STORE_TABLE " ignored it)", name);
+        return sx_fail(errmsg, SQLITE_CONSTRAINT, NULL,
+                       "cannot store model '%s': no row was "
+                       "inserted (a trigger on " SX_STORE_TABLE " ignored it)",
+                       name);
     if (rc != SQLITE_ROW) return rc;
     int64_t v = sqlite3_column_int64(st, 0);
     rc = sqlite3_step(st);
@@ -568,8 +575,7 @@ end:
     return insert_end(db, &t, st, rc, name, v, version, errmsg);
 }
 
-int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed,
-                  char **errmsg)
+int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *removed, char **errmsg)
 {
     sqlite3_stmt *st = NULL;
     sx_store_txn t;
@@ -603,12 +609,13 @@ int sx_store_drop(sqlite3 *db, const char *name, int64_t version, int64_t *remov
     }
     /* the trigger removed the log rows; this covers a log whose rows were
      * written under a name the trigger did not see (renamed by hand) */
-    rc = sqlite3_prepare_v2(db,
-                            "DELETE FROM main.sentiment_train_log WHERE model = ?1 AND "
-                            "(?2 = 0 OR version = ?2) AND NOT EXISTS (SELECT 1 FROM main."
-                            SX_STORE_TABLE " s WHERE s.name = ?1 AND s.version = "
-                            "sentiment_train_log.version)",
-                            -1, &st, NULL);
+    rc = sqlite3_prepare_v2(
+        db,
+        "DELETE FROM main.sentiment_train_log WHERE model = ?1 AND "
+        "(?2 = 0 OR version = ?2) AND NOT EXISTS (SELECT 1 FROM main." SX_STORE_TABLE
+        " s WHERE s.name = ?1 AND s.version = "
+        "sentiment_train_log.version)",
+        -1, &st, NULL);
     if (rc != SQLITE_OK) goto end;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, version);
@@ -623,11 +630,10 @@ end:
     return rc;
 }
 
-int sx_store_put(sqlite3 *db, const char *name, const char *config,
-                 size_t config_len, const char *vocab, size_t vocab_len,
-                 const void *tokenizer_json, size_t tokenizer_json_len,
-                 const char *labels, const char *metrics, const void *weights,
-                 size_t weights_len, int64_t *version, char **errmsg)
+int sx_store_put(sqlite3 *db, const char *name, const char *config, size_t config_len,
+                 const char *vocab, size_t vocab_len, const void *tokenizer_json,
+                 size_t tokenizer_json_len, const char *labels, const char *metrics,
+                 const void *weights, size_t weights_len, int64_t *version, char **errmsg)
 {
     sqlite3_stmt *st = NULL;
     sx_store_txn t;
@@ -664,8 +670,7 @@ void sx_store_append_names(sqlite3 *db, sqlite3_str *s, int *count)
 {
     sqlite3_stmt *st = NULL;
     if (!sx_store_exists(db)) return;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT DISTINCT name FROM main." SX_STORE_TABLE " ORDER BY name",
+    if (sqlite3_prepare_v2(db, "SELECT DISTINCT name FROM main." SX_STORE_TABLE " ORDER BY name",
                            -1, &st, NULL) != SQLITE_OK)
         return;
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -754,7 +759,8 @@ int sx_store_train_begin(sqlite3 *db, sx_store_txn *t, int *ext, char **errmsg)
         if (rc == SQLITE_OK) rc = sx_store_txn_alive(db, errmsg);
         if (rc != SQLITE_OK || sx_store_current(db)) return rc;
         if (pass > 0)
-            return sx_fail(errmsg, SQLITE_ERROR, NULL, "the model store's tables are still "
+            return sx_fail(errmsg, SQLITE_ERROR, NULL,
+                           "the model store's tables are still "
                            "missing after creating them");
         /* The tables (or the column a table of an earlier release lacks)
          * are created and committed on their own: undoing a schema change
@@ -766,8 +772,8 @@ int sx_store_train_begin(sqlite3 *db, sx_store_txn *t, int *ext, char **errmsg)
     }
 }
 
-int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
-                       const sx_train_log_row *rows, int n, char **errmsg)
+int sx_store_train_log(sqlite3 *db, const char *name, int64_t version, const sx_train_log_row *rows,
+                       int n, char **errmsg)
 {
     sqlite3_stmt *st = NULL;
     char *ignored = NULL;
@@ -789,9 +795,8 @@ int sx_store_train_log(sqlite3 *db, const char *name, int64_t version,
         sqlite3_bind_text(st, 3, r->kind ? "epoch" : "step", -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 4, r->epoch);
         sqlite3_bind_int64(st, 5, r->step);
-        const double v[6] = {r->loss,           r->lr,
-                             r->grad_norm,      r->valid_accuracy,
-                             r->examples_per_sec, r->seconds};
+        const double v[6] = {r->loss,   r->lr, r->grad_norm, r->valid_accuracy, r->examples_per_sec,
+                             r->seconds};
         for (int k = 0; k < 6; k++) {
             if (isfinite(v[k])) sqlite3_bind_double(st, 6 + k, v[k]);
             else sqlite3_bind_null(st, 6 + k);

@@ -122,8 +122,7 @@ static void fn_drop(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                          "model '%s' is registered with sentiment_load(), not stored in this "
                          "database; sentiment_load('%s', NULL) unregisters it",
                          name, name);
-        else
-            rc = sx_fail(&errmsg, rc, fn, "no model named '%s' is stored in this database", name);
+        else rc = sx_fail(&errmsg, rc, fn, "no model named '%s' is stored in this database", name);
     } else if (rc != SQLITE_OK && errmsg) {
         rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
     }
@@ -136,8 +135,8 @@ end:
 
 /* ---- sentiment_export(name, dir) ---- */
 
-static int write_file(const char *dir, const char *file, const void *p, size_t n,
-                      const char *fn, char **errmsg)
+static int write_file(const char *dir, const char *file, const void *p, size_t n, const char *fn,
+                      char **errmsg)
 {
     char path[4300];
     const char *b = p;
@@ -216,8 +215,7 @@ static int write_pooling(const char *tmp, const bert_config *cfg, const char *fn
 
 /* SQLITE_OK when dir can be the export's target (absent with an existing
  * parent, or an empty directory), else an error. */
-static int check_target(const char *dir, char *parent, size_t cap, const char *fn,
-                        char **errmsg)
+static int check_target(const char *dir, char *parent, size_t cap, const char *fn, char **errmsg)
 {
     struct stat sb;
     const char *slash;
@@ -303,8 +301,7 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         if (rc == SQLITE_NOTFOUND) /* deleted since it was loaded */
             rc = sx_fail(&errmsg, rc, fn, "model '%s' changed while it was exported; try again",
                          spec);
-        else if (errmsg)
-            rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
+        else if (errmsg) rc = sx_fail(&errmsg, rc, fn, "%s", errmsg);
         goto end;
     }
     if ((rc = sx_store_row_open(c->db, ref.rowid, &row, err)) != SM_OK) {

@@ -152,36 +152,36 @@ typedef struct tr_state {
     sx_conn *c;
     char name[SX_NAME_MAX + 1];
     sx_train_options o;
-    sx_model *base;           /* referenced; NULL with "base":"none" */
-    const tokenizer *tok;     /* tokenizes rows as they arrive (NULL: kept texts) */
-    tokenizer *own_tok;       /* "none" with a vocab file */
-    char *vocab_file;         /* its text (malloc'd) */
+    sx_model *base;       /* referenced; NULL with "base":"none" */
+    const tokenizer *tok; /* tokenizes rows as they arrive (NULL: kept texts) */
+    tokenizer *own_tok;   /* "none" with a vocab file */
+    char *vocab_file;     /* its text (malloc'd) */
     size_t vocab_file_len;
-    vocab_builder *vb;        /* "none" without a vocab file */
-    char *texts;              /* the kept texts, back to back (malloc'd) */
+    vocab_builder *vb; /* "none" without a vocab file */
+    char *texts;       /* the kept texts, back to back (malloc'd) */
     size_t texts_len, texts_cap;
-    size_t *text_end;         /* per kept row */
+    size_t *text_end; /* per kept row */
     int *text_label;
     int kept_cap;
     train_dataset *ds;
-    int *ids;                 /* max_len scratch */
+    int *ids; /* max_len scratch */
     int max_len;
-    char **labels;            /* first-appearance order (sqlite3_malloc'd) */
+    char **labels; /* first-appearance order (sqlite3_malloc'd) */
     int n_labels, cap_labels, all_int, last_label;
     int64_t rows, skipped, truncated;
-    float head_lr;            /* what the head was trained at */
-    int labels_mapped;        /* 1 by option "labels", 2 by the 0/1 convention */
-    sx_wide_report wide;      /* option "wide": what the fit did */
-    char int8_why[256];       /* the INT8 check's verdict, for the report */
+    float head_lr;       /* what the head was trained at */
+    int labels_mapped;   /* 1 by option "labels", 2 by the 0/1 convention */
+    sx_wide_report wide; /* option "wide": what the fit did */
+    char int8_why[256];  /* the INT8 check's verdict, for the report */
     int failed;
     /* during training */
-    sqlite3_stmt *probe;      /* SELECT 1: fails with SQLITE_INTERRUPT after sqlite3_interrupt */
-    sx_train_log_row *log;    /* for sentiment_train_log */
+    sqlite3_stmt *probe;   /* SELECT 1: fails with SQLITE_INTERRUPT after sqlite3_interrupt */
+    sx_train_log_row *log; /* for sentiment_train_log */
     int n_log, cap_log;
     int log_failed;
     int progress_on;
     double progress_last;
-    void *status;             /* train_status.c entry */
+    void *status; /* train_status.c entry */
 } tr_state;
 
 static void state_free(tr_state *s)
@@ -272,8 +272,7 @@ static char *busy_reason(const char *msg, int ext, int waited_ms, int timeout_ms
     if (why && !strcmp(why, "interrupted"))
         return sqlite3_mprintf("%s (interrupted after waiting %d ms)", msg, waited_ms);
     if (!timeout_ms)
-        return sqlite3_mprintf("%s (busy_timeout is 0: not waiting; set PRAGMA busy_timeout)",
-                               msg);
+        return sqlite3_mprintf("%s (busy_timeout is 0: not waiting; set PRAGMA busy_timeout)", msg);
     return sqlite3_mprintf("%s (waited %d ms, the busy_timeout)", msg, waited_ms);
 }
 
@@ -309,7 +308,8 @@ static int store_check(tr_state *s, char **errmsg)
     }
     {
         char *reason = (rc & 0xff) == SQLITE_BUSY
-                           ? busy_reason(msg ? msg : "database is locked", ext, waited, timeout, why)
+                           ? busy_reason(msg ? msg : "database is locked", ext, waited, timeout,
+                                         why)
                            : sqlite3_mprintf("%s", msg ? msg : sqlite3_errstr(rc));
         rc = sx_fail(errmsg, rc, TRAIN_FN,
                      "model '%s' could not be stored in this database: %s; nothing was trained",
@@ -355,8 +355,7 @@ static int state_init(tr_state *s, sqlite3_context *ctx, int argc, sqlite3_value
     /* Storing needs a savepoint, which SQLite refuses while a statement
      * writes (INSERT ... SELECT train(...), CREATE TABLE ... AS), and the
      * write lock: say so now rather than after training. */
-    if (!s->probe &&
-        sqlite3_prepare_v2(s->c->db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK)
+    if (!s->probe && sqlite3_prepare_v2(s->c->db, "SELECT 1", -1, &s->probe, NULL) != SQLITE_OK)
         return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
     if ((rc = store_check(s, errmsg)) != SQLITE_OK) return rc;
     if (!s->o.none) {
@@ -616,10 +615,11 @@ static int on_progress(void *user, const trainer_progress *p)
         double t = now_s();
         if (t - s->progress_last >= 0.25 || p->loop.step == p->loop.total_steps) {
             s->progress_last = t;
-            fprintf(stderr, "\rtrain %s: epoch %d/%d, step %ld/%ld, loss %.4f, %.0f examples/s, "
-                            "ETA %.0fs   ",
-                    s->name, p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, r->loss,
-                    p->loop.examples_per_sec, p->loop.eta_sec);
+            fprintf(stderr,
+                    "\rtrain %s: epoch %d/%d, step %ld/%ld, loss %.4f, %.0f examples/s, "
+                    "ETA %.0fs   ",
+                    s->name, p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps,
+                    r->loss, p->loop.examples_per_sec, p->loop.eta_sec);
             fflush(stderr);
         }
     }
@@ -734,8 +734,8 @@ static void report_wide(sqlite3_str *j, const tr_state *s, const bert_config *cf
         sqlite3_str_appendall(j, cfg->wide.set ? "\"kept\"" : "null");
         return;
     }
-    sqlite3_str_appendf(j, "{\"buckets\":%d,\"ngram_range\":[%d,%d],\"l2\":",
-                        cfg->wide.buckets, cfg->wide.ngram_min, cfg->wide.ngram_max);
+    sqlite3_str_appendf(j, "{\"buckets\":%d,\"ngram_range\":[%d,%d],\"l2\":", cfg->wide.buckets,
+                        cfg->wide.ngram_min, cfg->wide.ngram_max);
     json_num(j, w->l2);
     sqlite3_str_appendf(j, ",\"mixed\":%s,\"mix_encoder\":", w->mixed ? "true" : "false");
     json_num(j, w->mix_encoder);
@@ -767,8 +767,8 @@ static void report_int8(sqlite3_str *j, const tr_state *s, const bert_config *cf
 }
 
 /* The report (metrics when version is 0). */
-static char *report_json(const tr_state *s, int64_t version, int kept,
-                         const bert_config *cfg, const trainer_result *r)
+static char *report_json(const tr_state *s, int64_t version, int kept, const bert_config *cfg,
+                         const trainer_result *r)
 {
     sqlite3_str *j = sqlite3_str_new(NULL);
     sqlite3_str_appendchar(j, 1, '{');
@@ -780,8 +780,9 @@ static char *report_json(const tr_state *s, int64_t version, int kept,
     sqlite3_str_appendall(j, "\"base\":");
     sx_json_string(j, s->o.base);
     sqlite3_str_appendf(j, ",\"head\":\"%s\"", s->o.none ? "new" : kept ? "kept" : "new");
-    sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"truncated\":%lld,"
-                           "\"train_rows\":%d,\"valid_rows\":%d,\"labels\":",
+    sqlite3_str_appendf(j,
+                        ",\"rows\":%lld,\"skipped\":%lld,\"truncated\":%lld,"
+                        "\"train_rows\":%d,\"valid_rows\":%d,\"labels\":",
                         (long long)s->rows, (long long)s->skipped, (long long)s->truncated,
                         r->n_train, r->n_valid);
     json_strings(j, cfg->id2label, cfg->num_labels);
@@ -838,22 +839,22 @@ static int tokenize_kept(tr_state *s, const bert_model *m, char **errmsg)
 
 /* What the final step makes, step by step; freed in one place (made_free). */
 typedef struct tr_made {
-    bert_model *m;            /* the model trained (NULL once kept in memory) */
-    int kept;                 /* 1: the base's head was kept */
-    char **order;             /* (n_labels) the classes in their stored order */
+    bert_model *m; /* the model trained (NULL once kept in memory) */
+    int kept;      /* 1: the base's head was kept */
+    char **order;  /* (n_labels) the classes in their stored order */
     trainer_result res;
     /* the model serialised */
-    char *config;             /* config.json (malloc'd) */
-    const char *tok_name;     /* "vocab.txt" or "tokenizer.json" */
-    char *tok;                /* its text (malloc'd) */
+    char *config;         /* config.json (malloc'd) */
+    const char *tok_name; /* "vocab.txt" or "tokenizer.json" */
+    char *tok;            /* its text (malloc'd) */
     size_t tok_len;
-    void *weights;            /* model.safetensors (malloc'd) */
+    void *weights; /* model.safetensors (malloc'd) */
     size_t weights_len;
-    char *labels_js;          /* the classes as a JSON array (sqlite3_malloc'd) */
-    char *metrics;            /* the report less model and version (sqlite3_malloc'd) */
+    char *labels_js; /* the classes as a JSON array (sqlite3_malloc'd) */
+    char *metrics;   /* the report less model and version (sqlite3_malloc'd) */
     /* stored */
     int64_t version;
-    char *report;             /* train()'s result (sqlite3_malloc'd) */
+    char *report; /* train()'s result (sqlite3_malloc'd) */
 } tr_made;
 
 static void made_free(tr_made *t, int n_labels)
@@ -921,7 +922,8 @@ static int store_model(tr_state *s, tr_made *made, char **errmsg)
     }
     {
         char *reason = (rc & 0xff) == SQLITE_BUSY && ext != SQLITE_OK
-                           ? busy_reason(msg ? msg : "database is locked", ext, waited, timeout, why)
+                           ? busy_reason(msg ? msg : "database is locked", ext, waited, timeout,
+                                         why)
                            : sqlite3_mprintf("%s", msg ? msg : sqlite3_errstr(rc));
         sqlite3_free(*errmsg);
         *errmsg = reason;
@@ -990,8 +992,7 @@ nomem:
 
 /* "epochs": 0: no training, only the split's sizes for the report (the
  * wide part is fitted on the same split). */
-static int split_only(const tr_state *s, const trainer_options *t, trainer_result *res,
-                      char *err)
+static int split_only(const tr_state *s, const trainer_options *t, trainer_result *res, char *err)
 {
     unsigned char *is_valid = malloc((size_t)s->rows + 1);
     int rc = is_valid ? trainer_valid_rows((int)s->rows, t, is_valid, err)
@@ -1042,10 +1043,9 @@ static int scratch_model(tr_state *s, bert_model **m, char **errmsg)
     char *built = NULL;
     int n_tokens = 0, rc;
     if (!vtext) {
-        if ((rc = vocab_builder_build(s->vb, s->o.vocab_min_count, s->o.vocab_size, &built,
-                                      &vlen, &n_tokens, err)) != SM_OK)
-            return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "building the vocabulary: %s",
-                           err);
+        if ((rc = vocab_builder_build(s->vb, s->o.vocab_min_count, s->o.vocab_size, &built, &vlen,
+                                      &n_tokens, err)) != SM_OK)
+            return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "building the vocabulary: %s", err);
         vtext = built;
     }
     rc = bert_model_create_scratch(&s->o.shape, vtext, vlen, s->o.do_lower_case, s->n_labels,
@@ -1189,11 +1189,9 @@ static int serialise_model(tr_state *s, tr_made *t, char **errmsg)
     bert_model *m = t->m;
     int rc;
     if ((rc = bert_config_to_json(&m->cfg, &t->config, err)) != SM_OK ||
-        (rc = bert_model_save_safetensors(m, ST_F32, &t->weights, &t->weights_len, err)) !=
-            SM_OK ||
+        (rc = bert_model_save_safetensors(m, ST_F32, &t->weights, &t->weights_len, err)) != SM_OK ||
         (rc = bert_model_tokenizer_file(m, &t->tok_name, &t->tok, &t->tok_len, err)) != SM_OK)
-        return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot serialise the model: %s",
-                       err);
+        return sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "cannot serialise the model: %s", err);
     sqlite3_str *j = sqlite3_str_new(NULL);
     json_strings(j, m->cfg.id2label, m->cfg.num_labels);
     t->labels_js = sqlite3_str_finish(j);
@@ -1249,8 +1247,7 @@ static void train_final(sqlite3_context *ctx)
     tr_made t;
 
     if (!s) {
-        sqlite3_result_error(ctx, "train(): no rows; need at least 8 rows with text and label",
-                             -1);
+        sqlite3_result_error(ctx, "train(): no rows; need at least 8 rows with text and label", -1);
         return;
     }
     memset(&t, 0, sizeof t);
@@ -1283,14 +1280,13 @@ int sx_register_training(sqlite3 *db, sx_conn *c)
 {
     int rc;
     sx_conn_ref(c);
-    rc = sqlite3_create_function_v2(db, "train", 3,
-                                    SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS, c, NULL,
-                                    train_step, train_final, sx_conn_unref);
+    rc = sqlite3_create_function_v2(db, "train", 3, SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS,
+                                    c, NULL, train_step, train_final, sx_conn_unref);
     if (rc == SQLITE_OK) {
         sx_conn_ref(c);
         rc = sqlite3_create_function_v2(db, "train", 4,
-                                        SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS, c,
-                                        NULL, train_step, train_final, sx_conn_unref);
+                                        SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS, c, NULL,
+                                        train_step, train_final, sx_conn_unref);
     }
     if (rc == SQLITE_OK) rc = sx_register_evaluate(db, c);
     if (rc == SQLITE_OK) rc = sx_register_train_status(db, c);

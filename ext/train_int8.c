@@ -46,8 +46,8 @@ static int argmax(const float *p, int K)
 }
 
 int sx_train_check_int8(const sx_train_options *o, const sx_wide_rows *rows, int max_length,
-                        bert_model *m, int threads, int (*stop)(void *user), void *user,
-                        char *why, size_t why_cap, char **errmsg)
+                        bert_model *m, int threads, int (*stop)(void *user), void *user, char *why,
+                        size_t why_cap, char **errmsg)
 {
     char err[SM_ERR_MAX];
     unsigned char *is_valid = malloc((size_t)rows->n + 1);
@@ -65,8 +65,7 @@ int sx_train_check_int8(const sx_train_options *o, const sx_wide_rows *rows, int
     snprintf(why, why_cap, "no validation rows");
     if (!is_valid) goto nomem;
     if ((rc = trainer_valid_rows(rows->n, &o->t, is_valid, err))) goto fail;
-    if (take_valid(rows, is_valid, SX_INT8_CHECK_MAX_ROWS, &texts, &lens, &labels, &n))
-        goto nomem;
+    if (take_valid(rows, is_valid, SX_INT8_CHECK_MAX_ROWS, &texts, &lens, &labels, &n)) goto nomem;
     if (n == 0) {
         rc = SQLITE_OK;
         goto end;
@@ -85,10 +84,10 @@ int sx_train_check_int8(const sx_train_options *o, const sx_wide_rows *rows, int
         goto end;
     }
     if (rc ||
-        (rc = bert_classify_texts_opts(m, &m->p, ws, texts, lens, n, max_length, 32, p32, NULL,
-                                       &to, err)) ||
-        (rc = bert_classify_texts_opts(m, &pp->p, ws, texts, lens, n, max_length, 32, p8, NULL,
-                                       &to, err)))
+        (rc = bert_classify_texts_opts(m, &m->p, ws, texts, lens, n, max_length, 32, p32, NULL, &to,
+                                       err)) ||
+        (rc = bert_classify_texts_opts(m, &pp->p, ws, texts, lens, n, max_length, 32, p8, NULL, &to,
+                                       err)))
         goto fail;
     int right32 = 0, right8 = 0, same = 0;
     for (int i = 0; i < n; i++) {
@@ -106,8 +105,7 @@ nomem:
     rc = sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory checking int8");
     goto end;
 fail:
-    rc = sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "checking int8: %s; nothing was stored",
-                 err);
+    rc = sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "checking int8: %s; nothing was stored", err);
 end:
     bert_packed_params_free(pp);
     bert_workspace_free(ws);

@@ -18,7 +18,7 @@
  * connection's setting (0: all cores); stop is asked between batches.
  * SQLITE_OK or an error naming train() in *errmsg. */
 int sx_train_check_int8(const sx_train_options *o, const sx_wide_rows *rows, int max_length,
-                        bert_model *m, int threads, int (*stop)(void *user), void *user,
-                        char *why, size_t why_cap, char **errmsg);
+                        bert_model *m, int threads, int (*stop)(void *user), void *user, char *why,
+                        size_t why_cap, char **errmsg);
 
 #endif

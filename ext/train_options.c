@@ -74,7 +74,7 @@ enum { OK_INT, OK_NUM, OK_STR, OK_BOOL, OK_OBJ, OK_WIDE };
 static const struct {
     const char *name;
     int kind;
-    double lo, hi;            /* inclusive, except where noted in check_num */
+    double lo, hi; /* inclusive, except where noted in check_num */
     int none_only;
     const char *expect;
 } k_opts[] = {
@@ -113,8 +113,7 @@ static const struct {
 static char *known_options(void)
 {
     sqlite3_str *s = sqlite3_str_new(NULL);
-    for (int i = 0; i < N_OPTS; i++)
-        sqlite3_str_appendf(s, "%s%s", i ? ", " : "", k_opts[i].name);
+    for (int i = 0; i < N_OPTS; i++) sqlite3_str_appendf(s, "%s%s", i ? ", " : "", k_opts[i].name);
     return sqlite3_str_finish(s);
 }
 
@@ -135,8 +134,8 @@ static int parse_wide(const json_in_value *v, sx_train_options *o, char **errmsg
         } else if (!strcmp(k, "ngram_range")) {
             const json_in_value *a = x->items;
             if (!json_in_is(x, JSON_IN_ARRAY) || x->n != 2 || !json_in_is(&a[0], JSON_IN_NUMBER) ||
-                !json_in_is(&a[1], JSON_IN_NUMBER) || !a[0].is_int || !a[1].is_int ||
-                a[0].i < 1 || a[1].i < a[0].i || a[1].i > SM_WIDE_MAX_NGRAM)
+                !json_in_is(&a[1], JSON_IN_NUMBER) || !a[0].is_int || !a[1].is_int || a[0].i < 1 ||
+                a[1].i < a[0].i || a[1].i > SM_WIDE_MAX_NGRAM)
                 return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
                                "option 'wide': 'ngram_range' must be [min, max] with 1 <= min "
                                "<= max <= %d; got %s",
@@ -281,14 +280,12 @@ static int value_fits(int i, const char *key, const json_in_value *v, double *x)
         if ((!strcmp(key, "lr") || !strcmp(key, "head_lr")) && (*x <= 0 || *x >= 1)) return 0;
         if ((!strcmp(key, "weight_decay") || !strcmp(key, "dropout")) && *x >= 1) return 0;
         return 1;
-    case OK_STR:
-        return json_in_is(v, JSON_IN_STRING) && v->n;
+    case OK_STR: return json_in_is(v, JSON_IN_STRING) && v->n;
     case OK_BOOL:
         if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE)) return 0;
         *x = json_in_is(v, JSON_IN_TRUE);
         return 1;
-    case OK_OBJ:
-        return json_in_is(v, JSON_IN_OBJECT);
+    case OK_OBJ: return json_in_is(v, JSON_IN_OBJECT);
     case OK_WIDE:
         if (!json_in_is(v, JSON_IN_TRUE) && !json_in_is(v, JSON_IN_FALSE) &&
             !json_in_is(v, JSON_IN_OBJECT))
@@ -304,8 +301,10 @@ static int apply_option(const char *key, const json_in_value *v, double x, sx_tr
                         char **errmsg)
 {
     if (!strcmp(key, "epochs")) o->t.loop.epochs = (int)x;
-    else if (!strcmp(key, "lr")) { o->t.loop.lr = (float)x; o->lr_given = 1; }
-    else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
+    else if (!strcmp(key, "lr")) {
+        o->t.loop.lr = (float)x;
+        o->lr_given = 1;
+    } else if (!strcmp(key, "head_lr")) o->head_lr = (float)x;
     else if (!strcmp(key, "batch_size")) o->t.loop.batch_size = (int)x;
     else if (!strcmp(key, "accumulation")) o->t.loop.accumulation = (int)x;
     else if (!strcmp(key, "max_length")) o->max_length = (int)x;
@@ -328,8 +327,7 @@ static int apply_option(const char *key, const json_in_value *v, double x, sx_tr
     else if (!strcmp(key, "wide")) {
         o->wide = (int)x;
         if (json_in_is(v, JSON_IN_OBJECT)) return parse_wide(v, o, errmsg);
-    }
-    else if (!strcmp(key, "vocab")) {
+    } else if (!strcmp(key, "vocab")) {
         o->vocab_path = sqlite3_mprintf("%s", v->str);
         if (!o->vocab_path) return sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory");
     }
@@ -372,8 +370,8 @@ static int check_and_complete(sx_train_options *o, char **errmsg)
     if (!o->none) return SQLITE_OK;
     if (o->shape.hidden % o->shape.heads)
         return sx_fail(errmsg, SQLITE_ERROR, TRAIN_FN,
-                       "option 'hidden' (%d) must be a multiple of 'heads' (%d)",
-                       o->shape.hidden, o->shape.heads);
+                       "option 'hidden' (%d) must be a multiple of 'heads' (%d)", o->shape.hidden,
+                       o->shape.heads);
     if (!o->shape.intermediate) o->shape.intermediate = 4 * o->shape.hidden;
     if (o->max_length) o->shape.max_length = o->max_length;
     o->max_length = o->shape.max_length;

@@ -15,22 +15,22 @@
  * sx_train_options_free). */
 typedef struct sx_train_options {
     char base[SX_NAME_MAX + 32];
-    int none;                 /* "base": "none" */
+    int none; /* "base": "none" */
     trainer_options t;
-    int max_length;           /* 0: not given */
+    int max_length; /* 0: not given */
     int lr_given;
-    float head_lr;            /* 0: not given */
+    float head_lr; /* 0: not given */
     bert_shape shape;
     int do_lower_case;
-    char *vocab_path;         /* sqlite3_malloc'd or NULL */
-    int map_given;            /* option "labels" given ({} too) */
+    char *vocab_path; /* sqlite3_malloc'd or NULL */
+    int map_given;    /* option "labels" given ({} too) */
     int n_map;
     char **map_from, **map_to; /* data label -> model label (sqlite3_malloc'd) */
     int vocab_min_count, vocab_size;
-    int wide;                 /* option "wide": -1 not given, 0 false, 1 true or an object */
-    sm_wide_config wide_cfg;  /* its settings (sm_wide_config_default, then the object's) */
-    double wide_l2;           /* its "l2"; 0: chosen on the validation rows */
-    int int8_check;           /* option "int8_check": 1 (default) or 0 */
+    int wide;                /* option "wide": -1 not given, 0 false, 1 true or an object */
+    sm_wide_config wide_cfg; /* its settings (sm_wide_config_default, then the object's) */
+    double wide_l2;          /* its "l2"; 0: chosen on the validation rows */
+    int int8_check;          /* option "int8_check": 1 (default) or 0 */
 } sx_train_options;
 
 /* Parses the options JSON (NULL: the defaults) into *o, which it clears

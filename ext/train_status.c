@@ -108,12 +108,12 @@ enum {
 
 typedef struct training_cursor {
     sqlite3_vtab_cursor base;
-    training_entry *rows;           /* a snapshot, taken in xFilter */
+    training_entry *rows; /* a snapshot, taken in xFilter */
     int n, pos;
 } training_cursor;
 
 static int trainingConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
-                     sqlite3_vtab **ppVtab, char **pzErr)
+                           sqlite3_vtab **ppVtab, char **pzErr)
 {
     sqlite3_vtab *v;
     int rc;
@@ -158,7 +158,7 @@ static int trainingClose(sqlite3_vtab_cursor *pCur)
 }
 
 static int trainingFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr, int argc,
-                    sqlite3_value **argv)
+                          sqlite3_value **argv)
 {
     training_cursor *cur = (training_cursor *)pCur;
     int n = 0, rc = SQLITE_OK;
@@ -175,7 +175,8 @@ static int trainingFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idx
         cur->rows = sqlite3_malloc64((sqlite3_uint64)n * sizeof *cur->rows);
         if (!cur->rows) rc = SQLITE_NOMEM;
         /* oldest first */
-        for (training_entry *e = g_ts_head; e && cur->rows; e = e->next) cur->rows[n - 1 - cur->n++] = *e;
+        for (training_entry *e = g_ts_head; e && cur->rows; e = e->next)
+            cur->rows[n - 1 - cur->n++] = *e;
     }
     pthread_mutex_unlock(&g_ts_lock);
     return rc;

@@ -80,8 +80,8 @@ static int encoder_logits(bert_model *m, backend *be, const part *p, int max_len
     bert_text_opts o = {stop, user, 0};
     if ((rc = bert_params_to_backend(be, m, &dp, err)) ||
         (rc = bert_workspace_create(be, &m->cfg, 32, max_length, &ws, err)) ||
-        (rc = bert_classify_texts_opts(m, &dp->p, ws, p->texts, p->lens, p->n, max_length, 32,
-                                       out, NULL, &o, err)))
+        (rc = bert_classify_texts_opts(m, &dp->p, ws, p->texts, p->lens, p->n, max_length, 32, out,
+                                       NULL, &o, err)))
         goto end;
     for (size_t j = 0; j < (size_t)p->n * K; j++) out[j] = logf(out[j] > 1e-30f ? out[j] : 1e-30f);
 end:
@@ -182,8 +182,7 @@ nomem:
     rc = sx_fail(errmsg, SQLITE_NOMEM, TRAIN_FN, "out of memory fitting the wide part");
     goto end;
 fail:
-    rc = sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "the wide part: %s; nothing was stored",
-                 err);
+    rc = sx_fail(errmsg, sx_rc_from_sm(rc), TRAIN_FN, "the wide part: %s; nothing was stored", err);
 end:
     free(mixed);
     free(z);

@@ -8,10 +8,10 @@
 
 /* What the fit did, for the report. */
 typedef struct sx_wide_report {
-    int done;              /* a wide part was fitted */
+    int done; /* a wide part was fitted */
     double l2;
-    double mix_encoder, mix_wide; /* a and c (1, 1 when not fitted) */
-    int mixed;             /* the mix was fitted on the validation rows */
+    double mix_encoder, mix_wide;                  /* a and c (1, 1 when not fitted) */
+    int mixed;                                     /* the mix was fitted on the validation rows */
     double valid_encoder, valid_wide, valid_mixed; /* validation accuracy (NAN: none) */
     double seconds;
 } sx_wide_report;

@@ -66,8 +66,8 @@ int cu_fail(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int 
         size_t fr = 0, tot = 0;
         (void)cudaGetLastError();
         if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) (void)cudaGetLastError();
-        return cu_error(c, code, "%s: out of GPU memory (free %.1f MiB of %.1f MiB) at %s:%d",
-                        what, fr / 1048576.0, tot / 1048576.0, base_name(file), line);
+        return cu_error(c, code, "%s: out of GPU memory (free %.1f MiB of %.1f MiB) at %s:%d", what,
+                        fr / 1048576.0, tot / 1048576.0, base_name(file), line);
     }
     (void)cudaGetLastError(); /* clears a non-sticky error */
     return cu_error(c, code, "%s failed: %s (%s) at %s:%d", what, cudaGetErrorString(e),
@@ -149,8 +149,8 @@ static void *cuda_alloc(backend *be, size_t bytes)
         (void)cudaGetLastError();
         if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) (void)cudaGetLastError();
         cu_error(c, e == cudaErrorMemoryAllocation ? SM_ERR_NOMEM : SM_ERR_DEVICE,
-                 "cannot allocate %.1f MiB: %s (free %.1f MiB of %.1f MiB)",
-                 bytes / 1048576.0, cudaGetErrorString(e), fr / 1048576.0, tot / 1048576.0);
+                 "cannot allocate %.1f MiB: %s (free %.1f MiB of %.1f MiB)", bytes / 1048576.0,
+                 cudaGetErrorString(e), fr / 1048576.0, tot / 1048576.0);
         return NULL;
     }
     return p;
@@ -254,10 +254,10 @@ int cuda_to_bf16(cuda_ctx *c, growbuf *g, const float *src, size_t n, const void
 /* cuBLAS rejects a batch count above 65535 on some versions: split. */
 #define MAX_BATCH_PER_CALL 65535
 
-int cuda_gemm_typed(cuda_ctx *c, const gemm_plan *pl, float alpha, const void *A,
-                    long long strideA, const void *B, long long strideB, cudaDataType_t ab_type,
-                    cublasComputeType_t compute, float beta, float *C, int ldc,
-                    long long strideC, int batch)
+int cuda_gemm_typed(cuda_ctx *c, const gemm_plan *pl, float alpha, const void *A, long long strideA,
+                    const void *B, long long strideB, cudaDataType_t ab_type,
+                    cublasComputeType_t compute, float beta, float *C, int ldc, long long strideC,
+                    int batch)
 {
     size_t esz = ab_type == CUDA_R_16BF ? sizeof(__nv_bfloat16) : sizeof(float);
     cublasOperation_t op1 = pl->trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -272,26 +272,26 @@ int cuda_gemm_typed(cuda_ctx *c, const gemm_plan *pl, float alpha, const void *A
     }
     for (int done = 0; done < batch;) {
         int nb = batch - done < MAX_BATCH_PER_CALL ? batch - done : MAX_BATCH_PER_CALL;
-        BLAS(c, cublasGemmStridedBatchedEx(
-                    c->blas, op1, op2, pl->m, pl->n, pl->k, &alpha,
-                    first + (size_t)done * (size_t)strideB * esz, ab_type, pl->ld_first,
-                    pl->stride_first,
-                    second + (size_t)done * (size_t)strideA * esz, ab_type, pl->ld_second,
-                    pl->stride_second, &beta, C + (size_t)done * (size_t)strideC, CUDA_R_32F,
-                    ldc, strideC, nb, compute, CUBLAS_GEMM_DEFAULT));
+        BLAS(c, cublasGemmStridedBatchedEx(c->blas, op1, op2, pl->m, pl->n, pl->k, &alpha,
+                                           first + (size_t)done * (size_t)strideB * esz, ab_type,
+                                           pl->ld_first, pl->stride_first,
+                                           second + (size_t)done * (size_t)strideA * esz, ab_type,
+                                           pl->ld_second, pl->stride_second, &beta,
+                                           C + (size_t)done * (size_t)strideC, CUDA_R_32F, ldc,
+                                           strideC, nb, compute, CUBLAS_GEMM_DEFAULT));
         done += nb;
     }
     return c->sync_each_op ? cu_after_launch(c, "cublasGemmStridedBatchedEx", __FILE__, __LINE__)
                            : SM_OK;
 }
 
-int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float alpha,
-              const float *A, int lda, long long strideA, const float *B, int ldb,
-              long long strideB, float beta, float *C, int ldc, long long strideC, int batch)
+int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+              int lda, long long strideA, const float *B, int ldb, long long strideB, float beta,
+              float *C, int ldc, long long strideC, int batch)
 {
     gemm_plan pl;
-    if (gemm_plan_make(transA, transB, M, N, K, lda, strideA, ldb, strideB, ldc, strideC,
-                       batch, &pl))
+    if (gemm_plan_make(transA, transB, M, N, K, lda, strideA, ldb, strideB, ldc, strideC, batch,
+                       &pl))
         return cu_error(c, SM_ERR_INVALID,
                         "matmul: invalid arguments (transA %d transB %d M %d N %d K %d lda %d "
                         "ldb %d ldc %d batch %d)",
@@ -302,12 +302,8 @@ int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float al
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     const void *a = A, *b = B;
     switch (c->precision) {
-    case PREC_TF32:
-        compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-        break;
-    case PREC_BF16_FAST:
-        compute = CUBLAS_COMPUTE_32F_FAST_16BF;
-        break;
+    case PREC_TF32: compute = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+    case PREC_BF16_FAST: compute = CUBLAS_COMPUTE_32F_FAST_16BF; break;
     case PREC_BF16:
         if (K > 0) {
             TRY(cuda_to_bf16(c, &c->bf16_a, A, pl.extent_a, &a));
@@ -315,8 +311,7 @@ int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float al
         }
         ab_type = CUDA_R_16BF;
         break;
-    default:
-        break;
+    default: break;
     }
     return cuda_gemm_typed(c, &pl, alpha, a, strideA, b, strideB, ab_type, compute, beta, C, ldc,
                            strideC, batch);
@@ -327,8 +322,7 @@ static int cuda_matmul(backend *be, int transA, int transB, int M, int N, int K,
                        int ldc)
 {
     ENTER(be);
-    return cuda_gemm(c, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0,
-                     1);
+    return cuda_gemm(c, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
 static int cuda_matmul_batched(backend *be, int transA, int transB, int M, int N, int K,
@@ -337,8 +331,8 @@ static int cuda_matmul_batched(backend *be, int transA, int transB, int M, int N
                                int ldc, long long strideC, int batch)
 {
     ENTER(be);
-    return cuda_gemm(c, transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta,
-                     C, ldc, strideC, batch);
+    return cuda_gemm(c, transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
+                     ldc, strideC, batch);
 }
 
 /* out(R,N) += b(N) broadcast over rows */
@@ -359,8 +353,8 @@ int cuda_add_bias(cuda_ctx *c, float *out, const float *b, int R, int N)
     return SM_OK;
 }
 
-static int cuda_linear(backend *be, float *out, const float *in, const float *W,
-                       const float *b, int R, int K, int N)
+static int cuda_linear(backend *be, float *out, const float *in, const float *W, const float *b,
+                       int R, int K, int N)
 {
     ENTER(be);
     /* out(R,N) = in(R,K) · W(N,K)ᵀ, then + b */
@@ -377,8 +371,7 @@ static void cuda_destroy(backend *be)
     if (c) {
         if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
         if (c->stream && cudaStreamSynchronize(c->stream) != cudaSuccess) (void)cudaGetLastError();
-        growbuf *bufs[] = {&c->bf16_a, &c->bf16_b, &c->attn, &c->colsum, &c->seg,
-                           &c->sort_keys};
+        growbuf *bufs[] = {&c->bf16_a, &c->bf16_b, &c->attn, &c->colsum, &c->seg, &c->sort_keys};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) growbuf_release(bufs[i]);
         if (c->sumsq_partial) (void)cudaFree(c->sumsq_partial);
         for (int i = 0; i < 2; i++) {
@@ -398,7 +391,10 @@ static const struct {
     const char *name;
     int prec;
 } k_precisions[] = {
-    {"fp32", PREC_FP32}, {"tf32", PREC_TF32}, {"bf16", PREC_BF16}, {"bf16-fast", PREC_BF16_FAST},
+    {"fp32", PREC_FP32},
+    {"tf32", PREC_TF32},
+    {"bf16", PREC_BF16},
+    {"bf16-fast", PREC_BF16_FAST},
 };
 
 static const char *precision_name(int p)
@@ -418,8 +414,8 @@ static int precision_parse(const char *s)
 
 static void describe(const cuda_ctx *c, char *desc, size_t cap)
 {
-    if (desc && cap) snprintf(desc, cap, "cuda:%d %s, %s", c->device, c->name,
-                              precision_name(c->precision));
+    if (desc && cap)
+        snprintf(desc, cap, "cuda:%d %s, %s", c->device, c->name, precision_name(c->precision));
 }
 
 /* Why there is no device, as one line starting "no CUDA device: ". */
@@ -431,8 +427,9 @@ static int count_devices(int *n, char *why)
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         if (e == cudaErrorInsufficientDriver)
-            put_err(why, "no CUDA device: the NVIDIA driver is missing or older than this "
-                         "build's CUDA %d.%d runtime needs (%s)",
+            put_err(why,
+                    "no CUDA device: the NVIDIA driver is missing or older than this "
+                    "build's CUDA %d.%d runtime needs (%s)",
                     CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, cudaGetErrorString(e));
         else if (e == cudaErrorNoDevice)
             put_err(why, "no CUDA device: no CUDA-capable GPU is visible (%s)",
@@ -486,13 +483,13 @@ static int setup(cuda_ctx *c, char *err)
 {
     cudaDeviceProp prop;
     cudaError_t e;
-#define SETUP_CU(call)                                                                 \
-    do {                                                                               \
-        if ((e = (call)) != cudaSuccess) {                                             \
-            int rc_ = cu_fail(c, e, #call, __FILE__, __LINE__);                        \
-            put_err(err, "%s", c->err);                                                \
-            return rc_;                                                                \
-        }                                                                              \
+#define SETUP_CU(call)                                          \
+    do {                                                        \
+        if ((e = (call)) != cudaSuccess) {                      \
+            int rc_ = cu_fail(c, e, #call, __FILE__, __LINE__); \
+            put_err(err, "%s", c->err);                         \
+            return rc_;                                         \
+        }                                                       \
     } while (0)
     SETUP_CU(cudaSetDevice(c->device));
     SETUP_CU(cudaGetDeviceProperties(&prop, c->device));
@@ -501,8 +498,9 @@ static int setup(cuda_ctx *c, char *err)
     c->cc_minor = prop.minor;
     c->sm_count = prop.multiProcessorCount;
     if (prop.major < 8) {
-        put_err(err, "cuda:%d %s has compute capability %d.%d; the CUDA backend needs 8.0 "
-                     "(Ampere) or newer",
+        put_err(err,
+                "cuda:%d %s has compute capability %d.%d; the CUDA backend needs 8.0 "
+                "(Ampere) or newer",
                 c->device, c->name, prop.major, prop.minor);
         return SM_ERR_UNSUPPORTED;
     }
@@ -534,8 +532,7 @@ static void cuda_describe(const backend *be, char *desc, size_t cap);
 static int cuda_set_precision(backend *be, const char *precision, char *err);
 static int cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
 static const char *cuda_last_error(const backend *be);
-static int cuda_gemm_tflops(backend *be, int M, int N, int K, int iters, double *tflops,
-                            char *err);
+static int cuda_gemm_tflops(backend *be, int M, int N, int K, int iters, double *tflops, char *err);
 
 /* One stream is one queue of work: no lanes (backend.h). */
 static int cuda_lanes(const backend *be)
@@ -564,8 +561,8 @@ static int cuda_lane_create(backend *be, backend **out, char *err)
     return SM_ERR_UNSUPPORTED;
 }
 
-extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *desc,
-                                             size_t desc_cap, char *err)
+extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *desc, size_t desc_cap,
+                                             char *err)
 {
     int n = 0, rc;
     if (out) *out = NULL;
@@ -583,7 +580,8 @@ extern "C" int sentiment_cuda_backend_create(int device, backend **out, char *de
         if (n == 1)
             put_err(err, "cuda:%d does not exist: this machine has 1 CUDA device (cuda:0)", device);
         else
-            put_err(err, "cuda:%d does not exist: this machine has %d CUDA devices (cuda:0 .. cuda:%d)",
+            put_err(err,
+                    "cuda:%d does not exist: this machine has %d CUDA devices (cuda:0 .. cuda:%d)",
                     device, n, n - 1);
         return SM_ERR_INVALID;
     }
@@ -681,8 +679,7 @@ static const char *cuda_last_error(const backend *be)
 
 /* ---- the benchmark's yardstick -------------------------------------------------------- */
 
-template <typename T>
-__global__ void k_fill_hash(T *x, size_t n, unsigned seed)
+template <typename T> __global__ void k_fill_hash(T *x, size_t n, unsigned seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -710,12 +707,12 @@ static int gemm_rate(cuda_ctx *c, int M, int N, int K, int iters, double *tflops
     cublasComputeType_t compute = c->precision == PREC_TF32        ? CUBLAS_COMPUTE_32F_FAST_TF32
                                   : c->precision == PREC_BF16_FAST ? CUBLAS_COMPUTE_32F_FAST_16BF
                                                                    : CUBLAS_COMPUTE_32F;
-#define RATE_CU(call)                                                      \
-    do {                                                                   \
-        if ((e = (call)) != cudaSuccess) {                                 \
-            rc = cu_fail(c, e, #call, __FILE__, __LINE__);                 \
-            goto end;                                                      \
-        }                                                                  \
+#define RATE_CU(call)                                      \
+    do {                                                   \
+        if ((e = (call)) != cudaSuccess) {                 \
+            rc = cu_fail(c, e, #call, __FILE__, __LINE__); \
+            goto end;                                      \
+        }                                                  \
     } while (0)
     RATE_CU(cudaMalloc(&A, na * esz));
     RATE_CU(cudaMalloc(&B, nb * esz));
@@ -757,8 +754,7 @@ end:
     return rc;
 }
 
-static int cuda_gemm_tflops(backend *be, int M, int N, int K, int iters, double *tflops,
-                            char *err)
+static int cuda_gemm_tflops(backend *be, int M, int N, int K, int iters, double *tflops, char *err)
 {
     if (M < 1 || N < 1 || K < 1 || iters < 1 || !tflops) {
         put_err(err, "gemm_tflops: M, N, K and iters must be positive");

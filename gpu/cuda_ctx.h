@@ -35,11 +35,11 @@ typedef struct growbuf {
 typedef struct cuda_ctx {
     unsigned magic;
     int device;
-    int precision;          /* enum cuda_precision */
-    int sync_each_op;       /* SENTIMENT_CUDA_SYNC=1 */
-    cudaStream_t stream;    /* every op of this backend runs on it */
-    cublasHandle_t blas;    /* bound to stream */
-    char name[256];         /* "NVIDIA H200" */
+    int precision;       /* enum cuda_precision */
+    int sync_each_op;    /* SENTIMENT_CUDA_SYNC=1 */
+    cudaStream_t stream; /* every op of this backend runs on it */
+    cublasHandle_t blas; /* bound to stream */
+    char name[256];      /* "NVIDIA H200" */
     int cc_major, cc_minor, sm_count;
     /* pinned staging for uploads and downloads: two buffers used in turn;
      * stage_done[i] is recorded after the copy that reads stage[i] */
@@ -82,17 +82,17 @@ void growbuf_release(growbuf *g);
         cudaError_t e_ = (call);                                                   \
         if (e_ != cudaSuccess) return cu_fail((c), e_, #call, __FILE__, __LINE__); \
     } while (0)
-#define BLAS(c, call)                                                                    \
-    do {                                                                                 \
-        cublasStatus_t s_ = (call);                                                      \
+#define BLAS(c, call)                                                                          \
+    do {                                                                                       \
+        cublasStatus_t s_ = (call);                                                            \
         if (s_ != CUBLAS_STATUS_SUCCESS) return blas_fail((c), s_, #call, __FILE__, __LINE__); \
     } while (0)
 #define LAUNCHED(c, what) TRY(cu_after_launch((c), (what), __FILE__, __LINE__))
 /* A helper's failure (its message already in c->err) is passed up with
  * errors.h's TRY. */
 /* First line of every op: the context, and this thread on its device. */
-#define ENTER(be)                         \
-    cuda_ctx *c = ctx_of(be);             \
+#define ENTER(be)             \
+    cuda_ctx *c = ctx_of(be); \
     CU(c, cudaSetDevice(c->device))
 
 /* Blocks for a grid-stride loop over n items (n > 0). */
@@ -110,18 +110,17 @@ int stage_download(cuda_ctx *c, void *dst, const void *src, size_t bytes);
 
 /* C(M,N) = alpha op(A) op(B) + beta C for `batch` matrices (backend.h
  * conventions, row-major) in the backend's precision. */
-int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float alpha,
-              const float *A, int lda, long long strideA, const float *B, int ldb,
-              long long strideB, float beta, float *C, int ldc, long long strideC,
-              int batch);
+int cuda_gemm(cuda_ctx *c, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+              int lda, long long strideA, const float *B, int ldb, long long strideB, float beta,
+              float *C, int ldc, long long strideC, int batch);
 
 /* The same product with operands already in ab_type (CUDA_R_32F or
  * CUDA_R_16BF) and the given compute type: the cuBLAS call(s) for plan pl
  * (gemm_plan.h), batches split as cuBLAS needs. */
-int cuda_gemm_typed(cuda_ctx *c, const gemm_plan *pl, float alpha, const void *A,
-                    long long strideA, const void *B, long long strideB, cudaDataType_t ab_type,
-                    cublasComputeType_t compute, float beta, float *C, int ldc,
-                    long long strideC, int batch);
+int cuda_gemm_typed(cuda_ctx *c, const gemm_plan *pl, float alpha, const void *A, long long strideA,
+                    const void *B, long long strideB, cudaDataType_t ab_type,
+                    cublasComputeType_t compute, float beta, float *C, int ldc, long long strideC,
+                    int batch);
 /* dst(n) = src rounded to BF16 (nearest even), queued on the stream. */
 int cuda_convert_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const float *src, size_t n);
 /* The same into scratch g (grown to fit); *out = g's memory. */
@@ -130,12 +129,12 @@ int cuda_to_bf16(cuda_ctx *c, growbuf *g, const float *src, size_t n, const void
 int cuda_add_bias(cuda_ctx *c, float *out, const float *b, int R, int N);
 /* Launchers shared between the forward and training files
  * (kernels_infer.cu). lengths may be NULL (no masking). */
-int launch_split_qkv(cuda_ctx *c, float *q, float *k, float *v, const float *qkv, int B,
-                     int T, int H, int d);
-int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B,
-                       int T, int H, int d);
-int launch_merge_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B,
-                       int T, int H, int d);
+int launch_split_qkv(cuda_ctx *c, float *q, float *k, float *v, const float *qkv, int B, int T,
+                     int H, int d);
+int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B, int T,
+                       int H, int d);
+int launch_merge_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B, int T,
+                       int H, int d);
 int launch_softmax_masked(cuda_ctx *c, float *att, const int *lengths, int B, int H, int T,
                           float scale, int zero_pad_rows);
 int launch_dropout(cuda_ctx *c, float *out, const float *in, size_t n, float p,

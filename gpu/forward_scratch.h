@@ -14,8 +14,7 @@
 
 #include <stddef.h>
 
-static inline size_t cuda_forward_scratch_bytes(int batch, int seq, int hidden, int ffn,
-                                                int heads)
+static inline size_t cuda_forward_scratch_bytes(int batch, int seq, int hidden, int ffn, int heads)
 {
     double B = batch, T = seq, N = B * T, C = hidden, F = ffn, H = heads;
     double scores = B * H * T * T;

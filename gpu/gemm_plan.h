@@ -51,8 +51,7 @@ static inline int gemm_plan_make(int transA, int transB, int M, int N, int K, in
     /* stored shapes: A (M,K) or (K,M); B (K,N) or (N,K); C (M,N) */
     int a_rows = transA ? K : M, a_cols = transA ? M : K;
     int b_rows = transB ? N : K, b_cols = transB ? K : N;
-    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) ||
-        ldc < (N > 1 ? N : 1))
+    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (N > 1 ? N : 1))
         return -1;
     p->m = N;
     p->n = M;

@@ -21,14 +21,14 @@
     kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
 #endif
 
-#define GRID_STRIDE(i, n)                                                     \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);   \
+#define GRID_STRIDE(i, n)                                                   \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)gridDim.x * blockDim.x)
 
 /* Rows handled by this warp: grid-strided, the same for every lane, so the
  * warp's shuffles always see all 32 lanes. */
-#define WARP_ROWS(r, R)                                                                  \
-    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);   \
+#define WARP_ROWS(r, R)                                                                \
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); \
          r < (long long)(R); r += (long long)gridDim.x * (blockDim.x >> 5))
 
 __device__ __forceinline__ float warp_sum(float v)

@@ -76,8 +76,8 @@ static int cuda_tanh(backend *be, float *out, const float *in, size_t n)
 /* One warp per row: mean, then the variance around it (two passes, as the
  * CPU), then the output. out may alias in: each lane writes only elements
  * it read, after the whole warp has finished reading (the shuffles). */
-__global__ void k_layernorm(float *out, float *mean, float *rstd, const float *in,
-                            const float *w, const float *b, long long R, int C, float eps)
+__global__ void k_layernorm(float *out, float *mean, float *rstd, const float *in, const float *w,
+                            const float *b, long long R, int C, float eps)
 {
     int lane = threadIdx.x & 31;
     WARP_ROWS(r, R)
@@ -208,9 +208,9 @@ __global__ void k_embed(float *out, const int *ids, const int *types, const floa
     }
 }
 
-static int cuda_embed(backend *be, float *out, const int *ids, const int *types,
-                      const float *word, const float *pos, const float *type, const float *task,
-                      int B, int T, int C, int pos_offset)
+static int cuda_embed(backend *be, float *out, const int *ids, const int *types, const float *word,
+                      const float *pos, const float *type, const float *task, int B, int T, int C,
+                      int pos_offset)
 {
     ENTER(be);
     size_t n = (size_t)B * T * C;
@@ -247,8 +247,8 @@ int launch_split_qkv(cuda_ctx *c, float *q, float *k, float *v, const float *qkv
 }
 
 /* in(B,T,C) -> out(B,H,T,d); with lengths, rows t >= len are written 0. */
-__global__ void k_split_heads(float *out, const float *in, const int *lengths, int T, int H,
-                              int d, size_t n)
+__global__ void k_split_heads(float *out, const float *in, const int *lengths, int T, int H, int d,
+                              size_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -257,8 +257,8 @@ __global__ void k_split_heads(float *out, const float *in, const int *lengths, i
     }
 }
 
-int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B,
-                       int T, int H, int d)
+int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B, int T,
+                       int H, int d)
 {
     size_t n = (size_t)B * T * H * d;
     if (!n) return SM_OK;
@@ -269,8 +269,8 @@ int launch_split_heads(cuda_ctx *c, float *out, const float *in, const int *leng
 
 /* in(B,H,T,d) -> out(B,T,C); with lengths, rows t >= len are written 0.
  * Indexed by the destination element. */
-__global__ void k_merge_heads(float *out, const float *in, const int *lengths, int T, int H,
-                              int d, size_t n)
+__global__ void k_merge_heads(float *out, const float *in, const int *lengths, int T, int H, int d,
+                              size_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -279,8 +279,8 @@ __global__ void k_merge_heads(float *out, const float *in, const int *lengths, i
     }
 }
 
-int launch_merge_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B,
-                       int T, int H, int d)
+int launch_merge_heads(cuda_ctx *c, float *out, const float *in, const int *lengths, int B, int T,
+                       int H, int d)
 {
     size_t n = (size_t)B * T * H * d;
     if (!n) return SM_OK;
@@ -323,9 +323,9 @@ static int cuda_gather_cls(backend *be, float *out, const float *x, int B, int T
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-static int attention_common(cuda_ctx *c, float *out, float *att, float *att_drop,
-                            const float *qkv, const int *lengths, int B, int T, int H, int d,
-                            float scale, float p, unsigned long long key)
+static int attention_common(cuda_ctx *c, float *out, float *att, float *att_drop, const float *qkv,
+                            const int *lengths, int B, int T, int H, int d, float scale, float p,
+                            unsigned long long key)
 {
     size_t NC = (size_t)B * T * H * d;
     long long TT = (long long)T * T, Td = (long long)T * d;
@@ -350,21 +350,20 @@ static int attention_common(cuda_ctx *c, float *out, float *att, float *att_drop
     return launch_merge_heads(c, out, o, lengths, B, T, H, d);
 }
 
-static int cuda_attention(backend *be, float *out, float *att, const float *qkv,
-                          const int *lengths, int B, int T, int H, int d, float scale)
+static int cuda_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
+                          int B, int T, int H, int d, float scale)
 {
     ENTER(be);
     return attention_common(c, out, att, NULL, qkv, lengths, B, T, H, d, scale, 0.0f, 0);
 }
 
 static int cuda_attention_train(backend *be, float *out, float *att, float *att_drop,
-                                const float *qkv, const int *lengths, int B, int T, int H,
-                                int d, float scale, float p, unsigned long long key)
+                                const float *qkv, const int *lengths, int B, int T, int H, int d,
+                                float scale, float p, unsigned long long key)
 {
     ENTER(be);
     if (p > 0.0f && !att_drop)
-        return cu_error(c, SM_ERR_INVALID, "attention_train: dropout %g needs att_drop",
-                        (double)p);
+        return cu_error(c, SM_ERR_INVALID, "attention_train: dropout %g needs att_drop", (double)p);
     return attention_common(c, out, att, att_drop, qkv, lengths, B, T, H, d, scale, p, key);
 }
 

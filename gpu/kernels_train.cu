@@ -50,8 +50,7 @@ static int cuda_scale(backend *be, float *x, size_t n, float s)
     return SM_OK;
 }
 
-static int cuda_gelu_backward(backend *be, float *din, const float *dout, const float *in,
-                              size_t n)
+static int cuda_gelu_backward(backend *be, float *din, const float *dout, const float *in, size_t n)
 {
     ENTER(be);
     if (!n) return SM_OK;
@@ -222,8 +221,8 @@ static int cuda_linear_backward(backend *be, float *din, float *dW, float *db, c
     ENTER(be);
     /* din(R,K) = dout(R,N) · W(N,K) */
     if (din)
-        TRY(cuda_gemm(c, 0, 0, R, K, N, 1.0f, dout, N, 0, W, K, 0,
-                      accumulate_din ? 1.0f : 0.0f, din, K, 0, 1));
+        TRY(cuda_gemm(c, 0, 0, R, K, N, 1.0f, dout, N, 0, W, K, 0, accumulate_din ? 1.0f : 0.0f,
+                      din, K, 0, 1));
     /* dW(N,K) += dout(R,N)ᵀ · in(R,K) */
     TRY(cuda_gemm(c, 1, 0, N, K, R, 1.0f, dout, N, 0, in, K, 0, 1.0f, dW, K, 0, 1));
     /* db(N) += column sums of dout */
@@ -259,9 +258,9 @@ __global__ void k_ln_backward_rows(float *din, const float *dout, const float *i
     }
 }
 
-static int cuda_layernorm_backward(backend *be, float *din, float *dw, float *db,
-                                   const float *dout, const float *in, const float *mean,
-                                   const float *rstd, const float *w, int R, int C)
+static int cuda_layernorm_backward(backend *be, float *din, float *dw, float *db, const float *dout,
+                                   const float *in, const float *mean, const float *rstd,
+                                   const float *w, int R, int C)
 {
     ENTER(be);
     if (R <= 0 || C <= 0) return SM_OK;
@@ -516,8 +515,7 @@ static int scatter_rows_add(cuda_ctx *c, float *dst, const float *src, const int
     while (npow < (size_t)n) npow <<= 1;
     TRY(growbuf_reserve(c, &c->sort_keys, npow * sizeof(unsigned long long),
                         "embedding gradient sort keys"));
-    TRY(growbuf_reserve(c, &c->seg, (size_t)n * C * sizeof(float),
-                        "embedding gradient partials"));
+    TRY(growbuf_reserve(c, &c->seg, (size_t)n * C * sizeof(float), "embedding gradient partials"));
     unsigned long long *keys = (unsigned long long *)c->sort_keys.p;
     float *part = (float *)c->seg.p;
     LAUNCH_KERNEL(k_row_keys, grid_for(npow, 256), 256, 0, c->stream, keys, rows, n, npow);
@@ -534,8 +532,7 @@ static int scatter_rows_add(cuda_ctx *c, float *dst, const float *src, const int
 
 /* dpos[t + pos_offset, ch] += dout[b, t, ch] for b in order (rows below 0
  * skipped); one thread per (t, ch). */
-__global__ void k_pos_backward(float *dpos, const float *dout, int B, int T, int C,
-                               int pos_offset)
+__global__ void k_pos_backward(float *dpos, const float *dout, int B, int T, int C, int pos_offset)
 {
     GRID_STRIDE(i, (size_t)T * C)
     {
@@ -551,9 +548,9 @@ __global__ void k_pos_backward(float *dpos, const float *dout, int B, int T, int
 /* backend.h's embed_backward, with every table row taking its tokens in
  * token order. A token whose row (id, type, or t + pos_offset) is negative
  * adds nothing to that table; rows past the end of a table are not checked. */
-static int cuda_embed_backward(backend *be, float *dword, float *dpos, float *dtype,
-                               float *dtask, const float *dout, const int *ids,
-                               const int *types, int B, int T, int C, int pos_offset)
+static int cuda_embed_backward(backend *be, float *dword, float *dpos, float *dtype, float *dtask,
+                               const float *dout, const int *ids, const int *types, int B, int T,
+                               int C, int pos_offset)
 {
     ENTER(be);
     int n = B * T;
@@ -622,8 +619,8 @@ __device__ static double warp_softmax_row(float *out, const float *z, int K, dou
 
 /* One warp per example, so a vocabulary-sized K (the masked-LM loss) is
  * spread over the GPU rather than serial in one thread. */
-__global__ void k_cross_entropy(float *losses, float *probs, const float *logits,
-                                const int *labels, int B, int K)
+__global__ void k_cross_entropy(float *losses, float *probs, const float *logits, const int *labels,
+                                int B, int K)
 {
     int lane = threadIdx.x & 31;
     WARP_ROWS(b, B)
@@ -688,8 +685,8 @@ __global__ void k_distill_loss(float *losses, float *probs, float *probs_t, cons
 }
 
 __global__ void k_distill_backward(float *dlogits, const float *probs, const float *probs_t,
-                                   const int *labels, const float *q, int K, float T,
-                                   float alpha, float scale, size_t n)
+                                   const int *labels, const float *q, int K, float T, float alpha,
+                                   float scale, size_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -701,8 +698,8 @@ __global__ void k_distill_backward(float *dlogits, const float *probs, const flo
 }
 
 static int cuda_distill_loss(backend *be, float *losses, float *probs, float *probs_t,
-                             const float *logits, const int *labels, const float *q, int B,
-                             int K, float T, float alpha)
+                             const float *logits, const int *labels, const float *q, int B, int K,
+                             float T, float alpha)
 {
     ENTER(be);
     if (B <= 0 || K <= 0) return SM_OK;
@@ -767,8 +764,8 @@ static int adamw_launch(cuda_ctx *c, float *p, float *g, float *m, float *v, siz
     return SM_OK;
 }
 
-static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay, int t)
+static int cuda_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int t)
 {
     ENTER(be);
     /* coef 1: g is only read */
@@ -817,8 +814,7 @@ __global__ void k_scatter_rows(float *dx, const float *dout, const int *rows, in
     }
 }
 
-static int cuda_gather_rows(backend *be, float *out, const float *x, const int *rows, int M,
-                            int C)
+static int cuda_gather_rows(backend *be, float *out, const float *x, const int *rows, int M, int C)
 {
     ENTER(be);
     size_t n = (size_t)(M > 0 ? M : 0) * (size_t)(C > 0 ? C : 0);

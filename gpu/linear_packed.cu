@@ -24,10 +24,10 @@
 #include "gpu/kernel_util.cuh"
 
 typedef struct cuda_packed {
-    backend_packed hdr;  /* kind BACKEND_PACK_BF16, free cuda_packed_free */
+    backend_packed hdr; /* kind BACKEND_PACK_BF16, free cuda_packed_free */
     int device;
     int N, K;
-    __nv_bfloat16 *w;    /* (N,K) row-major, device memory of `device` */
+    __nv_bfloat16 *w; /* (N,K) row-major, device memory of `device` */
 } cuda_packed;
 
 static void cuda_packed_free(backend_packed *bp)
@@ -74,16 +74,17 @@ static int cuda_pack_weight(backend *be, int kind, const float *W, int N, int K,
     cuda_ctx *c = ctx_of(be);
     *out = NULL;
     if (kind != BACKEND_PACK_BF16)
-        return with_err(c, cu_error(c, SM_ERR_UNSUPPORTED,
-                                    "pack_weight: the cuda backend packs bf16 weights only "
-                                    "(kind %d asked)", kind),
+        return with_err(c,
+                        cu_error(c, SM_ERR_UNSUPPORTED,
+                                 "pack_weight: the cuda backend packs bf16 weights only "
+                                 "(kind %d asked)",
+                                 kind),
                         err);
     if (N <= 0 || K <= 0 || !W)
-        return with_err(c, cu_error(c, SM_ERR_INVALID, "pack_weight: a %d x %d weight", N, K),
-                        err);
+        return with_err(c, cu_error(c, SM_ERR_INVALID, "pack_weight: a %d x %d weight", N, K), err);
     cudaError_t e = cudaSetDevice(c->device);
-    if (e != cudaSuccess) return with_err(c, cu_fail(c, e, "cudaSetDevice", __FILE__, __LINE__),
-                                          err);
+    if (e != cudaSuccess)
+        return with_err(c, cu_fail(c, e, "cudaSetDevice", __FILE__, __LINE__), err);
     cuda_packed *p = (cuda_packed *)calloc(1, sizeof *p);
     if (!p) return with_err(c, cu_error(c, SM_ERR_NOMEM, "pack_weight: out of host memory"), err);
     p->hdr.kind = BACKEND_PACK_BF16;
@@ -112,8 +113,8 @@ static int cuda_linear_packed(backend *be, float *out, const float *in, const ba
     const cuda_packed *p = (const cuda_packed *)W;
     if (p->N != N || p->K != K || R < 0)
         return cu_error(c, SM_ERR_INVALID,
-                        "linear_packed: a %d x %d weight used as %d x %d (%d rows)", p->N, p->K,
-                        N, K, R);
+                        "linear_packed: a %d x %d weight used as %d x %d (%d rows)", p->N, p->K, N,
+                        K, R);
     if (p->device != c->device)
         return cu_error(c, SM_ERR_INVALID,
                         "linear_packed: a weight packed on cuda:%d used on cuda:%d", p->device,
@@ -124,8 +125,8 @@ static int cuda_linear_packed(backend *be, float *out, const float *in, const ba
         return cu_error(c, SM_ERR_INVALID, "linear_packed: invalid shape %d x %d x %d", R, K, N);
     const void *a;
     TRY(cuda_to_bf16(c, &c->bf16_a, in, pl.extent_a, &a));
-    TRY(cuda_gemm_typed(c, &pl, 1.0f, a, 0, p->w, 0, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0.0f, out,
-                        N, 0, 1));
+    TRY(cuda_gemm_typed(c, &pl, 1.0f, a, 0, p->w, 0, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0.0f, out, N,
+                        0, 1));
     return cuda_add_bias(c, out, b, R, N);
 }
 

@@ -29,10 +29,9 @@
 char *review_normalize(const char *text)
 {
     utf8proc_uint8_t *mapped = NULL;
-    utf8proc_ssize_t n = utf8proc_map(
-        (const utf8proc_uint8_t *)text, 0, &mapped,
-        UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_COMPAT | UTF8PROC_COMPOSE |
-            UTF8PROC_CASEFOLD | UTF8PROC_IGNORE);
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)text, 0, &mapped,
+                                      UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_COMPAT |
+                                          UTF8PROC_COMPOSE | UTF8PROC_CASEFOLD | UTF8PROC_IGNORE);
     if (n < 0) return strdup(text); /* invalid UTF-8: compare as bytes */
     /* Drop whitespace (Zs and ASCII controls that act as space). */
     utf8proc_uint8_t *out = mapped;
@@ -63,8 +62,8 @@ uint64_t review_hash(const char *s)
 /* ---- a string set (open addressing) ------------------------------------ */
 
 typedef struct str_set {
-    char **slot;   /* normalised texts, owned */
-    int *value;    /* per slot: label, or -1 for "conflicting" */
+    char **slot; /* normalised texts, owned */
+    int *value;  /* per slot: label, or -1 for "conflicting" */
     size_t cap, used;
 } str_set;
 
@@ -106,11 +105,15 @@ static int set_contains(const str_set *s, const char *key)
     return s->cap && s->slot[set_find(s, key)] != NULL;
 }
 
-/* Inserts key (taking ownership) or, if present, frees it; *slot_out gets
- * its slot and *added whether it was new. */
+/* Inserts key (taking ownership) or, if present, frees it (as it does when
+ * the table cannot grow); *slot_out gets its slot and *added whether it was
+ * new. */
 static int set_insert(str_set *s, char *key, int value, size_t *slot_out, int *added)
 {
-    if (2 * (s->used + 1) > s->cap && set_grow(s)) return SM_ERR_NOMEM;
+    if (2 * (s->used + 1) > s->cap && set_grow(s)) {
+        free(key);
+        return SM_ERR_NOMEM;
+    }
     size_t j = set_find(s, key);
     *added = s->slot[j] == NULL;
     if (*added) {
@@ -152,9 +155,8 @@ static int set_add_row(review_set *rs, const char *text, int label)
 
 /* Calls row(user, label, text) for each data line of a `label<TAB>text[...]`
  * file (label -1 for text-only files). */
-static int read_tsv(const char *path, int has_label,
-                    int (*row)(void *user, int label, char *text), void *user,
-                    char *err)
+static int read_tsv(const char *path, int has_label, int (*row)(void *user, int label, char *text),
+                    void *user, char *err)
 {
     FILE *f = fopen(path, "r");
     if (!f) return sm_error(err, SM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
@@ -197,10 +199,10 @@ static int add_labeled(void *user, int label, char *text)
 
 typedef struct split_ctx {
     review_data *d;
-    int eval_set;          /* index into d->eval, or -1 */
-    int hashed;            /* 1: rows in bucket 0 go to eval_set, rest train */
-    str_set *eval_texts;   /* normalised evaluation texts */
-    review_set *pending;   /* training candidates (filtered at the end) */
+    int eval_set;        /* index into d->eval, or -1 */
+    int hashed;          /* 1: rows in bucket 0 go to eval_set, rest train */
+    str_set *eval_texts; /* normalised evaluation texts */
+    review_set *pending; /* training candidates (filtered at the end) */
 } split_ctx;
 
 static int collect_eval_row(void *user, int label, char *text)
@@ -236,7 +238,8 @@ int reviews_load(const char *data_dir, int with_weibo, int with_zh, review_data 
         {"douban_book_review (held-out 10%)", "douban_book_review/all.tsv", 1},
     };
     static const char *const train_only[] = {
-        "chnsenticorp/train.tsv", "chnsenticorp_htl_all/all.tsv",
+        "chnsenticorp/train.tsv",
+        "chnsenticorp_htl_all/all.tsv",
         "weibo_senti_100k_partial/all.tsv",
     };
     str_set eval_texts = {0}, train_texts = {0};
@@ -298,9 +301,12 @@ int reviews_load(const char *data_dir, int with_weibo, int with_zh, review_data 
     }
     /* Unlabeled texts (vocabulary, pre-training), minus evaluation texts. */
     static const char *const unlabeled_files[] = {
-        "unlabeled_reviews/eprstmt_unlabeled.tsv", "unlabeled_zh/fewclue_texts.tsv",
-        "unlabeled_zh/weibo_ced.tsv", "unlabeled_zh/weibo_checked_1.tsv",
-        "unlabeled_zh/weibo_checked_2.tsv", "unlabeled_zh/peoples_daily_1998.tsv",
+        "unlabeled_reviews/eprstmt_unlabeled.tsv",
+        "unlabeled_zh/fewclue_texts.tsv",
+        "unlabeled_zh/weibo_ced.tsv",
+        "unlabeled_zh/weibo_checked_1.tsv",
+        "unlabeled_zh/weibo_checked_2.tsv",
+        "unlabeled_zh/peoples_daily_1998.tsv",
         "unlabeled_zh/cluecorpussmall_sample.tsv",
     };
     review_set unlabeled = {0};

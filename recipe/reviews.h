@@ -18,14 +18,14 @@ typedef struct review_set {
 } review_set;
 
 typedef struct review_data {
-    review_set train;                      /* de-duplicated, no eval text */
-    review_set unlabeled;                  /* no eval text */
-    int unlabeled_reviews;                 /* the first ones, from unlabeled_reviews/ */
+    review_set train;      /* de-duplicated, no eval text */
+    review_set unlabeled;  /* no eval text */
+    int unlabeled_reviews; /* the first ones, from unlabeled_reviews/ */
     review_set eval[REVIEW_EVAL_SETS];
     const char *eval_name[REVIEW_EVAL_SETS];
-    int dropped_eval_overlap;              /* texts equal to an eval text */
-    int dropped_duplicates;                /* later copies of a text */
-    int dropped_conflicts;                 /* copies with disagreeing labels */
+    int dropped_eval_overlap; /* texts equal to an eval text */
+    int dropped_duplicates;   /* later copies of a text */
+    int dropped_conflicts;    /* copies with disagreeing labels */
 } review_data;
 
 /* NFKC + case fold + no whitespace; malloc'd (NULL when out of memory). */

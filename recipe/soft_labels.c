@@ -96,7 +96,7 @@ int soft_labels_write_tsv(const char *tsv, const char *out, int *n_out, char *er
         free(e);
         return rc;
     }
-    qsort(e, (size_t)n, sizeof *e, by_key);
+    if (n > 0) qsort(e, (size_t)n, sizeof *e, by_key); /* e is NULL when n is 0 */
     int u = 0;
     for (int i = 0; i < n; i++)
         if (!u || e[i].key != e[u - 1].key) e[u++] = e[i];

@@ -80,29 +80,29 @@ typedef struct recipe {
     float lr;
     unsigned long long seed;
     const char *dtype;
-    int pretrain_epochs;   /* masked-LM epochs before fine-tuning */
+    int pretrain_epochs; /* masked-LM epochs before fine-tuning */
     float pretrain_lr;
-    const char *init;      /* --init DIR: start from this model, not scratch */
-    const char *split_dir; /* --split-dir: also write the split as TSV files */
-    int split_only;        /* --split-only 1: stop after writing them */
-    int zh;                /* --zh N: N texts of unlabeled_zh/ too (-1 all), drawn
+    const char *init;         /* --init DIR: start from this model, not scratch */
+    const char *split_dir;    /* --split-dir: also write the split as TSV files */
+    int split_only;           /* --split-only 1: stop after writing them */
+    int zh;                   /* --zh N: N texts of unlabeled_zh/ too (-1 all), drawn
                               in a seeded order (pretraining, vocabulary, distillation) */
-    const char *soft;      /* --soft FILE: the teacher's soft labels (distillation) */
-    const char *soft_write; /* --soft-write TSV: convert TSV into --soft FILE, exit */
+    const char *soft;         /* --soft FILE: the teacher's soft labels (distillation) */
+    const char *soft_write;   /* --soft-write TSV: convert TSV into --soft FILE, exit */
     float alpha, temperature; /* --alpha, --temperature: the distillation loss */
-    int unlabeled_soft;    /* --unlabeled-soft N: unlabeled texts with soft labels (-1 all) */
-    int calib_rows;        /* --calib-rows N: training rows held out to fit a temperature */
+    int unlabeled_soft;       /* --unlabeled-soft N: unlabeled texts with soft labels (-1 all) */
+    int calib_rows;           /* --calib-rows N: training rows held out to fit a temperature */
     const char *average_with; /* --average-with DIR: averaged with the trained weights */
-    float average_weight;  /* --average-weight W: DIR's share (0: no averaging) */
-    int wide_buckets;      /* --wide-buckets N: a wide part of N buckets (0: none) */
-    int wide_ngram_max;    /* --wide-ngram-max N: its longest n-gram (3) */
-    int wide_only;         /* --wide-only 1: no encoder training: --init's encoder as it is */
-    double wide_l2[8];     /* --wide-l2 a,b,...: the penalties tried (1e-5,3e-6,1e-6) */
+    float average_weight;     /* --average-weight W: DIR's share (0: no averaging) */
+    int wide_buckets;         /* --wide-buckets N: a wide part of N buckets (0: none) */
+    int wide_ngram_max;       /* --wide-ngram-max N: its longest n-gram (3) */
+    int wide_only;            /* --wide-only 1: no encoder training: --init's encoder as it is */
+    double wide_l2[8];        /* --wide-l2 a,b,...: the penalties tried (1e-5,3e-6,1e-6) */
     int n_wide_l2;
-    double wide_stack;     /* --wide-stack A: fitted on top of A x the encoder's logits (0) */
-    int ngram_teacher;     /* --ngram-teacher FOLDS: the n-gram model joins the teacher (0) */
-    float ngram_weight;    /* --ngram-teacher-weight W: its share of the soft labels (0.5) */
-    double ngram_l2;       /* --ngram-teacher-l2 (1e-6) */
+    double wide_stack;  /* --wide-stack A: fitted on top of A x the encoder's logits (0) */
+    int ngram_teacher;  /* --ngram-teacher FOLDS: the n-gram model joins the teacher (0) */
+    float ngram_weight; /* --ngram-teacher-weight W: its share of the soft labels (0.5) */
+    double ngram_l2;    /* --ngram-teacher-l2 (1e-6) */
 } recipe;
 
 static const char *const k_labels[2] = {"negative", "positive"};
@@ -116,10 +116,42 @@ static double now(void)
 
 static int parse_args(int argc, char **argv, recipe *r)
 {
-    *r = (recipe){"../shared/data", "model/builtin", {6, 128, 4, 512, 128},
-                  2, 32, 0, 3, 8000, 0, 0, 3e-4f, 42, "f16", 3, 1e-3f, NULL, NULL, 0,
-                  40000, "model/builtin/teacher_soft.bin", NULL, 0.5f, 2.0f, -1, 2000,
-                  NULL, 0.0f, 0, 3, 0, {1e-5, 3e-6, 1e-6}, 3, 0, 0, 0.5f, 1e-6};
+    *r = (recipe){"../shared/data",
+                  "model/builtin",
+                  {6, 128, 4, 512, 128},
+                  2,
+                  32,
+                  0,
+                  3,
+                  8000,
+                  0,
+                  0,
+                  3e-4f,
+                  42,
+                  "f16",
+                  3,
+                  1e-3f,
+                  NULL,
+                  NULL,
+                  0,
+                  40000,
+                  "model/builtin/teacher_soft.bin",
+                  NULL,
+                  0.5f,
+                  2.0f,
+                  -1,
+                  2000,
+                  NULL,
+                  0.0f,
+                  0,
+                  3,
+                  0,
+                  {1e-5, 3e-6, 1e-6},
+                  3,
+                  0,
+                  0,
+                  0.5f,
+                  1e-6};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--data")) r->data = v;
@@ -166,8 +198,7 @@ static int parse_args(int argc, char **argv, recipe *r)
                 r->wide_l2[r->n_wide_l2++] = strtod(end, &end);
                 if (*end == ',') end++;
             }
-        }
-        else {
+        } else {
             fprintf(stderr, "train_builtin: unknown option %s\n", k);
             return 1;
         }
@@ -191,8 +222,10 @@ static int average_with(bert_model *m, const char *dir, float w, char *err)
         o->cfg.num_hidden_layers != m->cfg.num_hidden_layers || !o->has_head ||
         o->cfg.num_labels != m->cfg.num_labels) {
         bert_model_free(o);
-        return sm_error(err, SM_ERR_INVALID, "--average-with %s: not a model of the same shape, "
-                        "vocabulary and labels", dir);
+        return sm_error(err, SM_ERR_INVALID,
+                        "--average-with %s: not a model of the same shape, "
+                        "vocabulary and labels",
+                        dir);
     }
     for (size_t i = 0; i < m->n_floats; i++)
         m->arena[i] = (float)((1.0 - w) * m->arena[i] + (double)w * o->arena[i]);
@@ -209,8 +242,8 @@ static int progress(void *user, const trainer_progress *p)
                 p->loop.epochs, p->loop.epoch_loss, p->valid_accuracy);
     else if (p->loop.step % 20 == 0 || p->loop.step == p->loop.total_steps)
         fprintf(stderr, "\repoch %d/%d step %ld/%ld loss %.4f lr %.2e %.0f ex/s eta %.0f s   ",
-                p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, p->loop.loss, p->loop.lr,
-                p->loop.examples_per_sec, p->loop.eta_sec);
+                p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, p->loop.loss,
+                p->loop.lr, p->loop.examples_per_sec, p->loop.eta_sec);
     return 0;
 }
 
@@ -222,21 +255,19 @@ static int pretrain_progress_line(void *user, const pretrain_progress *p)
                 p->loop.epochs, p->loop.epoch_loss, p->valid_loss);
     else if (p->loop.step % 20 == 0 || p->loop.step == p->loop.total_steps)
         fprintf(stderr, "\rpretrain %d/%d step %ld/%ld loss %.4f lr %.2e %.0f ex/s eta %.0f s   ",
-                p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, p->loop.loss, p->loop.lr,
-                p->loop.examples_per_sec, p->loop.eta_sec);
+                p->loop.epoch, p->loop.epochs, p->loop.step, p->loop.total_steps, p->loop.loss,
+                p->loop.lr, p->loop.examples_per_sec, p->loop.eta_sec);
     return 0;
 }
 
-static int write_file(const char *dir, const char *name, const void *data, size_t len,
-                      char *err)
+static int write_file(const char *dir, const char *name, const void *data, size_t len, char *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, len, f) != len || fclose(f)) {
-        if (f) fclose(f);
-        return sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
-    }
+    int ok = f && fwrite(data, 1, len, f) == len;
+    if (f && fclose(f)) ok = 0;
+    if (!ok) return sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
     return SM_OK;
 }
 
@@ -291,8 +322,8 @@ static int mlm_head_for(const recipe *r, const bert_config *cfg, bert_mlm_head *
 
 /* Masked-LM pretraining of m on the training texts (labels unused) and the
  * unlabeled texts, then a checkpoint in OUT/pretrained/. */
-static int pretrain(const recipe *r, const review_data *d, int n_train, bert_model *m,
-                    backend *be, const char *vocab, char *err)
+static int pretrain(const recipe *r, const review_data *d, int n_train, bert_model *m, backend *be,
+                    const char *vocab, char *err)
 {
     pretrain_dataset *ds = NULL;
     bert_mlm_head *head = NULL;
@@ -307,8 +338,7 @@ static int pretrain(const recipe *r, const review_data *d, int n_train, bert_mod
     int n_unlabeled = r->limit > 0 && r->limit < d->unlabeled.n ? r->limit : d->unlabeled.n;
     for (int i = 0; i < n_unlabeled && !rc; i++)
         rc = pretrain_dataset_add_text(ds, m->tok, d->unlabeled.rows[i].text,
-                                       strlen(d->unlabeled.rows[i].text), r->shape.max_length,
-                                       err);
+                                       strlen(d->unlabeled.rows[i].text), r->shape.max_length, err);
     if (rc) goto end;
     fprintf(stderr, "pretraining on %d texts (%zu tokens)\n", pretrain_dataset_rows(ds),
             pretrain_dataset_tokens(ds));
@@ -373,8 +403,7 @@ static double tempered(double p1, double T)
 
 /* Accuracy and expected calibration error (10 equal-width bins of the top
  * label's probability) of p1 at temperature T against set's labels. */
-static void score(const review_set *set, const float *p1, double T, double *accuracy,
-                  double *ece)
+static void score(const review_set *set, const float *p1, double T, double *accuracy, double *ece)
 {
     double conf_sum[10] = {0}, right[10] = {0};
     int count[10] = {0}, correct = 0;
@@ -432,9 +461,9 @@ static double unk_rate(const tokenizer *tok, const review_set *set)
 typedef struct run {
     recipe r;
     review_data d;
-    int n_train;           /* training rows used (--limit) */
-    int n_calib, n_fit;    /* of those, held out for calibration, and fitted */
-    char *vocab;           /* vocab.txt text (malloc'd) */
+    int n_train;        /* training rows used (--limit) */
+    int n_calib, n_fit; /* of those, held out for calibration, and fitted */
+    char *vocab;        /* vocab.txt text (malloc'd) */
     size_t vocab_len;
     int n_tokens;
     vocab_builder *vb;
@@ -442,16 +471,16 @@ typedef struct run {
     backend *be;
     train_dataset *ds;
     soft_labels soft;
-    int n_unlabeled_soft;  /* unlabeled texts trained on the teacher's labels */
+    int n_unlabeled_soft; /* unlabeled texts trained on the teacher's labels */
     trainer_result res;
     bert_workspace *ws;
     wide_stage_report wrep;
-    double T;              /* the calibration temperature */
+    double T; /* the calibration temperature */
     double acc[REVIEW_EVAL_SETS], ece[REVIEW_EVAL_SETS], ece_t[REVIEW_EVAL_SETS];
     double acc_enc[REVIEW_EVAL_SETS], acc_wide[REVIEW_EVAL_SETS]; /* with a wide part */
-    double unk;            /* [UNK] rate on the first evaluation set */
-    char *config;          /* the written config.json (malloc'd) */
-    void *weights;         /* the written model.safetensors (malloc'd) */
+    double unk;    /* [UNK] rate on the first evaluation set */
+    char *config;  /* the written config.json (malloc'd) */
+    void *weights; /* the written model.safetensors (malloc'd) */
     size_t weights_len;
     double t0;
 } run;
@@ -486,8 +515,9 @@ static int load_data(run *u, char *err)
     review_data *d = &u->d;
     int rc = reviews_load(u->r.data, u->r.weibo, u->r.zh != 0, d, err);
     if (rc) return rc;
-    fprintf(stderr, "train %d rows (dropped: %d equal to an evaluation text, %d duplicates, "
-                    "%d conflicting), unlabeled %d\n",
+    fprintf(stderr,
+            "train %d rows (dropped: %d equal to an evaluation text, %d duplicates, "
+            "%d conflicting), unlabeled %d\n",
             d->train.n, d->dropped_eval_overlap, d->dropped_duplicates, d->dropped_conflicts,
             d->unlabeled.n);
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
@@ -523,8 +553,9 @@ static void shuffle_rows(run *u)
             free(d->unlabeled.rows[i].text);
         d->unlabeled.n = d->unlabeled_reviews + r->zh;
     }
-    if (r->zh) fprintf(stderr, "unlabeled: %d reviews, %d texts of unlabeled_zh\n",
-                       d->unlabeled_reviews, d->unlabeled.n - d->unlabeled_reviews);
+    if (r->zh)
+        fprintf(stderr, "unlabeled: %d reviews, %d texts of unlabeled_zh\n", d->unlabeled_reviews,
+                d->unlabeled.n - d->unlabeled_reviews);
     u->n_train = r->limit > 0 && r->limit < d->train.n ? r->limit : d->train.n;
 }
 
@@ -655,8 +686,9 @@ static int build_dataset(run *u, char *err)
     free(p_ngram_u);
     if (rc) return rc;
     if (r->soft)
-        fprintf(stderr, "distillation: %d soft labels; %d training rows without one (one-hot), "
-                        "%d unlabeled texts; alpha %g, temperature %g\n",
+        fprintf(stderr,
+                "distillation: %d soft labels; %d training rows without one (one-hot), "
+                "%d unlabeled texts; alpha %g, temperature %g\n",
                 u->soft.n, no_soft, u->n_unlabeled_soft, r->alpha, r->temperature);
     return SM_OK;
 }
@@ -678,8 +710,8 @@ static int fine_tune(run *u, char *err)
     opt.distill_alpha = r->alpha;
     opt.distill_temperature = r->temperature;
     if ((rc = trainer_run(u->m, u->be, u->ds, &opt, &u->res, err))) return rc;
-    fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n",
-            u->res.n_train, u->res.seconds, u->res.examples_per_sec, u->res.best_epoch);
+    fprintf(stderr, "trained %d rows in %.0f s (%.1f examples/s), best epoch %d\n", u->res.n_train,
+            u->res.seconds, u->res.examples_per_sec, u->res.best_epoch);
     return SM_OK;
 }
 
@@ -756,8 +788,8 @@ static int evaluate_sets(run *u, char *err)
         printf("accuracy %-40s %.4f (%d rows), ECE %.4f, at T %.2f %.4f\n", d->eval_name[e],
                u->acc[e], d->eval[e].n, u->ece[e], u->T, u->ece_t[e]);
         if (u->m->wide) {
-            if ((rc = wide_stage_part_accuracy(u->m, u->ws, &d->eval[e], max_length,
-                                               &u->acc_enc[e], &u->acc_wide[e], err)))
+            if ((rc = wide_stage_part_accuracy(u->m, u->ws, &d->eval[e], max_length, &u->acc_enc[e],
+                                               &u->acc_wide[e], err)))
                 return rc;
             printf("         %-40s encoder part alone %.4f, wide part alone %.4f\n",
                    d->eval_name[e], u->acc_enc[e], u->acc_wide[e]);
@@ -813,15 +845,17 @@ static int write_metrics(const run *u, char *err)
     if (!f) return sm_error(err, SM_ERR_IO, "cannot write '%s'", path);
     fprintf(f, "{\n  \"train_rows\": %d,\n  \"valid_rows\": %d,\n  \"vocab_size\": %d,\n",
             res->n_train, res->n_valid, u->n_tokens);
-    fprintf(f, "  \"parameters\": %zu,\n  \"shape\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, "
-               "\"intermediate\": %d, \"max_length\": %d},\n",
+    fprintf(f,
+            "  \"parameters\": %zu,\n  \"shape\": {\"layers\": %d, \"hidden\": %d, \"heads\": %d, "
+            "\"intermediate\": %d, \"max_length\": %d},\n",
             bert_model_num_params(m), r->shape.layers, r->shape.hidden, r->shape.heads,
             r->shape.intermediate, r->shape.max_length);
-    fprintf(f, "  \"recipe\": {\"epochs\": %d, \"lr\": %g, \"batch\": %d, \"seed\": %llu, "
-               "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\", "
-               "\"pretrain_epochs\": %d, \"pretrain_lr\": %g, \"init\": %s%s%s, \"zh\": %d, "
-               "\"soft\": %s%s%s, \"alpha\": %g, \"temperature\": %g, \"unlabeled_soft\": %d, "
-               "\"average_with\": %s%s%s, \"average_weight\": %g},\n",
+    fprintf(f,
+            "  \"recipe\": {\"epochs\": %d, \"lr\": %g, \"batch\": %d, \"seed\": %llu, "
+            "\"min_count\": %d, \"vocab_limit\": %d, \"weibo\": %d, \"dtype\": \"%s\", "
+            "\"pretrain_epochs\": %d, \"pretrain_lr\": %g, \"init\": %s%s%s, \"zh\": %d, "
+            "\"soft\": %s%s%s, \"alpha\": %g, \"temperature\": %g, \"unlabeled_soft\": %d, "
+            "\"average_with\": %s%s%s, \"average_weight\": %g},\n",
             r->epochs, r->lr, r->batch, r->seed, r->min_count, r->vocab_size, r->weibo, r->dtype,
             r->pretrain_epochs, r->pretrain_lr, r->init ? "\"" : "", r->init ? r->init : "null",
             r->init ? "\"" : "", r->zh, r->soft ? "\"" : "", r->soft ? r->soft : "null",
@@ -840,10 +874,11 @@ static int write_metrics(const run *u, char *err)
     fprintf(f, "},\n  \"ece_at_temperature\": {");
     write_per_set(f, d, u->ece_t);
     if (r->wide_buckets > 0)
-        fprintf(f, "},\n  \"wide\": {\"buckets\": %d, \"ngram_max\": %d, \"l2\": %g, "
-                   "\"mix_encoder\": %.6f, \"mix_wide\": %.6f, \"calib_log_loss\": %.5f, "
-                   "\"calib_log_loss_encoder\": %.5f, \"calib_log_loss_wide\": %.5f, "
-                   "\"seconds\": %.1f, \"only\": %d, \"stack\": %g",
+        fprintf(f,
+                "},\n  \"wide\": {\"buckets\": %d, \"ngram_max\": %d, \"l2\": %g, "
+                "\"mix_encoder\": %.6f, \"mix_wide\": %.6f, \"calib_log_loss\": %.5f, "
+                "\"calib_log_loss_encoder\": %.5f, \"calib_log_loss_wide\": %.5f, "
+                "\"seconds\": %.1f, \"only\": %d, \"stack\": %g",
                 r->wide_buckets, r->wide_ngram_max, u->wrep.l2, u->wrep.a, u->wrep.c,
                 u->wrep.calib_loss, u->wrep.calib_loss_encoder, u->wrep.calib_loss_wide,
                 u->wrep.seconds, r->wide_only, r->wide_stack);
@@ -856,10 +891,10 @@ static int write_metrics(const run *u, char *err)
     fprintf(f, "},\n  \"eval_rows\": {");
     for (int e = 0; e < REVIEW_EVAL_SETS; e++)
         fprintf(f, "%s\"%s\": %d", e ? ", " : "", d->eval_name[e], d->eval[e].n);
-    fprintf(f, "},\n  \"unk_rate_chnsenticorp_dev\": %.6f,\n  \"train_seconds\": %.1f,\n"
-               "  \"examples_per_sec\": %.1f,\n  \"total_seconds\": %.1f,\n  \"threads\": %d\n}\n",
-            u->unk, res->seconds, res->examples_per_sec, now() - u->t0,
-            backend_cpu_threads(u->be));
+    fprintf(f,
+            "},\n  \"unk_rate_chnsenticorp_dev\": %.6f,\n  \"train_seconds\": %.1f,\n"
+            "  \"examples_per_sec\": %.1f,\n  \"total_seconds\": %.1f,\n  \"threads\": %d\n}\n",
+            u->unk, res->seconds, res->examples_per_sec, now() - u->t0, backend_cpu_threads(u->be));
     fclose(f);
     fprintf(stderr, "wrote %s (model.safetensors %.1f MB)\n", r->out, u->weights_len / 1e6);
     return SM_OK;
@@ -885,8 +920,7 @@ static int run_stages(run *u, char *err)
     if (r->wide_only && !r->init)
         return sm_error(err, SM_ERR_INVALID, "--wide-only 1 needs --init DIR");
     if (r->wide_only) r->pretrain_epochs = 0;
-    if (r->pretrain_epochs > 0 &&
-        (rc = pretrain(r, &u->d, u->n_train, u->m, u->be, u->vocab, err)))
+    if (r->pretrain_epochs > 0 && (rc = pretrain(r, &u->d, u->n_train, u->m, u->be, u->vocab, err)))
         return rc;
     if (r->epochs == 0 && !r->wide_only) { /* pretraining only: the checkpoint is the output */
         fprintf(stderr, "--epochs 0: no fine-tuning; the checkpoint is %s/pretrained\n", r->out);

@@ -36,8 +36,8 @@ static int set_arrays(const review_set *s, const char ***texts, size_t **lens, i
 }
 
 /* The encoder's log-probabilities (its logits up to a shift) for texts. */
-static int encoder_logits(bert_model *m, bert_workspace *ws, const char **texts,
-                          const size_t *lens, int n, int max_length, float *out, char *err)
+static int encoder_logits(bert_model *m, bert_workspace *ws, const char **texts, const size_t *lens,
+                          int n, int max_length, float *out, char *err)
 {
     wide_part *w = m->wide;
     m->wide = NULL;
@@ -48,14 +48,14 @@ static int encoder_logits(bert_model *m, bert_workspace *ws, const char **texts,
                                  out + (size_t)first * K, NULL, err);
     }
     m->wide = w;
-    for (size_t j = 0; !rc && j < (size_t)n * K; j++) out[j] = logf(out[j] > 1e-30f ? out[j] : 1e-30f);
+    for (size_t j = 0; !rc && j < (size_t)n * K; j++)
+        out[j] = logf(out[j] > 1e-30f ? out[j] : 1e-30f);
     return rc;
 }
 
 int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
                    const review_set *calib, int max_length, const sm_wide_config *cfg,
-                   const double *l2s, int n_l2, double stack, wide_stage_report *rep,
-                   char *err)
+                   const double *l2s, int n_l2, double stack, wide_stage_report *rep, char *err)
 {
     const char **ft = NULL, **ct = NULL;
     size_t *fl = NULL, *cl = NULL;
@@ -67,7 +67,8 @@ int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
     memset(rep, 0, sizeof *rep);
     rep->calib_loss = INFINITY;
     if (m->wide || K != 2)
-        return sm_error(err, SM_ERR_INVALID, "wide stage: needs a 2-label model without a wide part");
+        return sm_error(err, SM_ERR_INVALID,
+                        "wide stage: needs a 2-label model without a wide part");
     if ((rc = set_arrays(fit, &ft, &fl, &fy, err)) || (rc = set_arrays(calib, &ct, &cl, &cy, err)))
         goto end;
     if ((rc = wide_part_create(cfg, K, &w, err))) goto end;
@@ -141,8 +142,8 @@ int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
     best = NULL;
     if ((rc = bert_model_apply_mix(m, rep->a, rep->c, rep->d, err))) goto end;
     rep->seconds = seconds_now() - t0;
-    fprintf(stderr, "wide: chose l2 %g, mix a %.4f c %.4f d %.4f %.4f (%.0f s)\n", rep->l2,
-            rep->a, rep->c, rep->d[0], rep->d[1], rep->seconds);
+    fprintf(stderr, "wide: chose l2 %g, mix a %.4f c %.4f d %.4f %.4f (%.0f s)\n", rep->l2, rep->a,
+            rep->c, rep->d[0], rep->d[1], rep->seconds);
 end:
     wide_part_free(best);
     wide_part_free(w);
@@ -161,8 +162,8 @@ end:
 }
 
 /* P(positive) of texts under w into p. */
-static int positive_of(const wide_part *w, const char **texts, const size_t *lens, int n,
-                       float *p, char *err)
+static int positive_of(const wide_part *w, const char **texts, const size_t *lens, int n, float *p,
+                       char *err)
 {
     float *z = calloc((size_t)n * 2 + 2, sizeof *z);
     if (!z) return sm_error(err, SM_ERR_NOMEM, "out of memory");
@@ -174,9 +175,8 @@ static int positive_of(const wide_part *w, const char **texts, const size_t *len
 }
 
 /* A wide part fitted on the rows i of (texts, labels) with keep(i). */
-static int fit_subset(const sm_wide_config *cfg, double l2, const char **texts,
-                      const size_t *lens, const int *labels, int n, int folds, int fold,
-                      wide_part **out, char *err)
+static int fit_subset(const sm_wide_config *cfg, double l2, const char **texts, const size_t *lens,
+                      const int *labels, int n, int folds, int fold, wide_part **out, char *err)
 {
     const char **t = malloc(((size_t)n + 1) * sizeof *t);
     size_t *l = malloc(((size_t)n + 1) * sizeof *l);

@@ -23,9 +23,9 @@
 #include "recipe/reviews.h"
 
 typedef struct wide_stage_report {
-    double l2;            /* the chosen penalty */
-    double a, c, d[2];    /* the mix */
-    double calib_loss;    /* mixed log-loss on the calibration rows */
+    double l2;                                  /* the chosen penalty */
+    double a, c, d[2];                          /* the mix */
+    double calib_loss;                          /* mixed log-loss on the calibration rows */
     double calib_loss_encoder, calib_loss_wide; /* each part alone, its own
                                                    best temperature-free fit */
     double seconds;
@@ -35,8 +35,7 @@ typedef struct wide_stage_report {
  * fit and mixed on calib. ws is a workspace for m on the CPU. */
 int wide_stage_run(bert_model *m, bert_workspace *ws, const review_set *fit,
                    const review_set *calib, int max_length, const sm_wide_config *cfg,
-                   const double *l2s, int n_l2, double stack, wide_stage_report *rep,
-                   char *err);
+                   const double *l2s, int n_l2, double stack, wide_stage_report *rep, char *err);
 
 /* Accuracy on set of each part of m alone: the encoder with its head
  * (wide part removed) and the wide part (its logits alone). */

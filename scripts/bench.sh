@@ -55,6 +55,8 @@ PREFIX=""
 for v in BENCH_VENV BENCH_CACHE BENCH_DATA BENCH_TORCH; do
     if [ -n "${!v:-}" ]; then PREFIX="$PREFIX$v=${!v} "; fi
 done
+# The single quotes are part of the command shown, around BENCH_ARGS's value.
+# shellcheck disable=SC2016
 if [ -n "${MAKELEVEL:-}" ]; then
     COMMAND="${PREFIX}make bench${BENCH_ARGS:+ BENCH_ARGS='$BENCH_ARGS'}"
 else

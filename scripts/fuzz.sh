@@ -318,7 +318,8 @@ if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
     for t in $TARGETS; do
         bin=$OUT/fuzz_$t
         echo "== building $bin"
-        # shellcheck disable=SC2046
+        # $(sources) and $LIBS are lists of words, split on purpose.
+        # shellcheck disable=SC2046,SC2086
         clang -g -O1 -std=gnu11 -Wall -Wextra -I"$OUT/rooms/all" \
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
             "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"
@@ -328,7 +329,7 @@ if [ -z "${FUZZ_REPLAY:-}" ] && have_libfuzzer; then
         echo "== fuzzing $t for ${SECONDS_EACH}s"
         if ! "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
             -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 \
-            $dict \
+            ${dict:+"$dict"} \
             -artifact_prefix="$OUT/artifacts/$t/" \
             "$OUT/corpus/$t" "$OUT/seeds/$t"; then
             echo "fuzz.sh: $t crashed; inputs in $OUT/artifacts/$t/" >&2
@@ -341,7 +342,8 @@ else
             "install clang libclang-rt-dev); replaying the corpus only" >&2
     for t in $TARGETS; do
         bin=$OUT/replay_$t
-        # shellcheck disable=SC2046
+        # $(sources) and $LIBS are lists of words, split on purpose.
+        # shellcheck disable=SC2046,SC2086
         ${CC:-cc} -g -O1 -std=gnu11 -Wall -Wextra -I"$OUT/rooms/all" -DFUZZ_STANDALONE \
             -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             "tests/fuzz/fuzz_$t.c" $(sources "$t") $LIBS -o "$bin"

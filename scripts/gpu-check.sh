@@ -42,7 +42,7 @@
 # compute-sanitizer memcheck, after the tests, within the budget), BUILD (the
 # build folder, default build).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 BUILD=${BUILD:-build}
 BUNDLE=$BUILD/gpu-bundle
@@ -142,7 +142,7 @@ finish() {
     echo
     echo "== summary (also $SUMMARY; logs in $OUTDIR), $(($(date +%s) - t_start)) s in all:"
     cat "$SUMMARY"
-    [ "$status" -eq 0 ] && say "all passed" || say "FAILED"
+    if [ "$status" -eq 0 ]; then say "all passed"; else say "FAILED"; fi
     exec >&- 2>&-
     wait "$tee_pid" 2>/dev/null
     exit "$status"

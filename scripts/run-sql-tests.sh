@@ -6,7 +6,7 @@
 # extensions. Exits non-zero on any difference or failure. --update
 # rewrites the .expected files from the current output instead.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
 update=${2:-}
 so="$build/sentiment"

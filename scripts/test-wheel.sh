@@ -53,6 +53,7 @@ if [ "$(cat "$HOUSE/.list" 2>/dev/null)" != "pytest $TOOLS" ]; then
     "$VENV/bin/pip" download -q -d "$HOUSE" pytest >>"$log" 2>&1 ||
         skip "pytest not installable from PyPI ($(tail -n 1 "$log"))"
     # Complete: kept. Not: what came is used, and the next run asks again.
+    # shellcheck disable=SC2086 # $TOOLS: a list of words, split on purpose
     if "$VENV/bin/pip" download -q -d "$HOUSE" $TOOLS >>"$log" 2>&1; then
         echo "pytest $TOOLS" >"$HOUSE/.list"
     else
@@ -61,6 +62,7 @@ if [ "$(cat "$HOUSE/.list" 2>/dev/null)" != "pytest $TOOLS" ]; then
 fi
 "$VENV/bin/pip" install -q --no-index --find-links "$HOUSE" pytest >>"$log" 2>&1 ||
     skip "pytest not installable from PyPI ($(tail -n 1 "$log"))"
+# shellcheck disable=SC2086 # $TOOLS: a list of words, split on purpose
 if ! "$VENV/bin/pip" install -q --no-index --find-links "$HOUSE" $TOOLS >>"$log" 2>&1; then
     for m in $TOOLS; do
         "$VENV/bin/pip" install -q --no-index --find-links "$HOUSE" "$m" >>"$log" 2>&1 ||
@@ -115,6 +117,8 @@ if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
 fi
 if [ -n "$hidden" ]; then
     echo "test-wheel: again with the system's copies hidden:$hidden"
+    # The inner script is the child sh's: its variables expand there.
+    # shellcheck disable=SC2016
     SENTIMENT_HIDDEN_LIBS=${hidden# } unshare -m sh -c '
         for f in $SENTIMENT_HIDDEN_LIBS; do mount --bind /dev/null "$f" || exit 1; done
         exec ./bin/python -m pytest -q -rs -p no:cacheprovider "$0/test_package.py" "$0/test_cli.py::test_label_csv"' "$tests"

@@ -57,8 +57,8 @@ typedef enum backend_pack_kind {
  * and their lanes, may multiply by it at once. */
 typedef struct backend_packed backend_packed;
 struct backend_packed {
-    int kind;                          /* a backend_pack_kind */
-    void (*free)(backend_packed *w);   /* frees w and what it owns */
+    int kind;                        /* a backend_pack_kind */
+    void (*free)(backend_packed *w); /* frees w and what it owns */
 };
 
 /* Frees a packed weight (NULL: nothing). */
@@ -88,46 +88,41 @@ struct backend {
     int (*upload)(backend *be, void *dst, const void *src, size_t bytes);
     int (*download)(backend *be, void *dst, const void *src, size_t bytes);
 
-    int (*matmul)(backend *be, int transA, int transB, int M, int N, int K,
-                  float alpha, const float *A, int lda, const float *B, int ldb,
-                  float beta, float *C, int ldc);
+    int (*matmul)(backend *be, int transA, int transB, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
     /* `batch` independent matmuls, operand i at A + i*strideA, etc. */
-    int (*matmul_batched)(backend *be, int transA, int transB, int M, int N,
-                          int K, float alpha, const float *A, int lda,
-                          long long strideA, const float *B, int ldb,
-                          long long strideB, float beta, float *C, int ldc,
-                          long long strideC, int batch);
+    int (*matmul_batched)(backend *be, int transA, int transB, int M, int N, int K, float alpha,
+                          const float *A, int lda, long long strideA, const float *B, int ldb,
+                          long long strideB, float beta, float *C, int ldc, long long strideC,
+                          int batch);
     /* out(R,N) = in(R,K) · W(N,K)ᵀ + b(N); b may be NULL. */
-    int (*linear)(backend *be, float *out, const float *in, const float *W,
-                  const float *b, int R, int K, int N);
+    int (*linear)(backend *be, float *out, const float *in, const float *W, const float *b, int R,
+                  int K, int N);
     /* out = a + b, n elements (out may alias a). */
-    int (*add)(backend *be, float *out, const float *a, const float *b,
-               size_t n);
+    int (*add)(backend *be, float *out, const float *a, const float *b, size_t n);
     /* out(R,C) = (in - mean) * rstd * w + b per row; mean/rstd (R) are saved
      * for a backward pass when non-NULL. out may alias in. */
-    int (*layernorm)(backend *be, float *out, float *mean, float *rstd,
-                     const float *in, const float *w, const float *b, int R,
-                     int C, float eps);
+    int (*layernorm)(backend *be, float *out, float *mean, float *rstd, const float *in,
+                     const float *w, const float *b, int R, int C, float eps);
     /* Exact GELU: x * 0.5 * (1 + erf(x / sqrt 2)). out may alias in. */
     int (*gelu)(backend *be, float *out, const float *in, size_t n);
     int (*tanh)(backend *be, float *out, const float *in, size_t n);
     /* out(B,T,C) = word[ids[b,t]] + pos[t + pos_offset] + type[types[b,t]]
      * (+ task[0] when task != NULL). ids/types are backend int memory;
      * types may be NULL (all zero). */
-    int (*embed)(backend *be, float *out, const int *ids, const int *types,
-                 const float *word, const float *pos, const float *type,
-                 const float *task, int B, int T, int C, int pos_offset);
+    int (*embed)(backend *be, float *out, const int *ids, const int *types, const float *word,
+                 const float *pos, const float *type, const float *task, int B, int T, int C,
+                 int pos_offset);
     /* qkv(B,T,3,H,d) -> q,k,v each (B,H,T,d). */
-    int (*attn_split)(backend *be, float *q, float *k, float *v,
-                      const float *qkv, int B, int T, int H, int d);
-    /* in(B,H,T,d) -> out(B,T,H,d). */
-    int (*attn_merge)(backend *be, float *out, const float *in, int B, int T,
+    int (*attn_split)(backend *be, float *q, float *k, float *v, const float *qkv, int B, int T,
                       int H, int d);
+    /* in(B,H,T,d) -> out(B,T,H,d). */
+    int (*attn_merge)(backend *be, float *out, const float *in, int B, int T, int H, int d);
     /* att(B,H,T,T): softmax over the last axis of scale * att, with keys at
      * positions >= lengths[b] masked out (probability 0). lengths is backend
      * int memory. */
-    int (*softmax_masked)(backend *be, float *att, const int *lengths, int B,
-                          int H, int T, float scale);
+    int (*softmax_masked)(backend *be, float *att, const int *lengths, int B, int H, int T,
+                          float scale);
     /* Multi-head self-attention core, fused: for each sequence b and head h,
      * q, k, v are the h-th d-wide slices of qkv(B,T,3C) rows (query, key,
      * value blocks of C each), att(b,h) = softmax(scale * q kᵀ) over keys
@@ -135,12 +130,10 @@ struct backend {
      * t < lengths[b]; rows t >= lengths[b] (padding) are set to 0.
      * att(B,H,T,T) is scratch that holds the probabilities afterwards (for a
      * backward pass); lengths is backend int memory. */
-    int (*attention)(backend *be, float *out, float *att, const float *qkv,
-                     const int *lengths, int B, int T, int H, int d,
-                     float scale);
+    int (*attention)(backend *be, float *out, float *att, const float *qkv, const int *lengths,
+                     int B, int T, int H, int d, float scale);
     /* Rows (B,C) gathered from x(B,T,C) at t = 0: the [CLS] vectors. */
-    int (*gather_cls)(backend *be, float *out, const float *x, int B, int T,
-                      int C);
+    int (*gather_cls)(backend *be, float *out, const float *x, int B, int T, int C);
     int (*synchronize)(backend *be);
     void (*destroy)(backend *be);
 
@@ -165,8 +158,7 @@ struct backend {
     /* Optional (NULL: none): the raw rate of a C(M,N) = A(M,K)·B(N,K)ᵀ
      * product in the backend's precision, timed over `iters` runs: the
      * yardstick a benchmark sets its model FLOP rate against. */
-    int (*gemm_tflops)(backend *be, int M, int N, int K, int iters,
-                       double *tflops, char *err);
+    int (*gemm_tflops)(backend *be, int M, int N, int K, int iters, double *tflops, char *err);
 
     /* ---- training (the CPU versions are in cpu/train_ops.c) ------
      * Each *_backward takes the forward's arguments in the same order with
@@ -192,82 +184,72 @@ struct backend {
      * din(R,K) = dout · W (added to din when accumulate_din, else written),
      * dW(N,K) += doutᵀ · in, db(N) += column sums of dout. din and db may
      * be NULL. */
-    int (*linear_backward)(backend *be, float *din, float *dW, float *db,
-                           const float *dout, const float *in, const float *W,
-                           int R, int K, int N, int accumulate_din);
+    int (*linear_backward)(backend *be, float *din, float *dW, float *db, const float *dout,
+                           const float *in, const float *W, int R, int K, int N,
+                           int accumulate_din);
     /* Backward of layernorm from its input `in` (R,C) and the mean/rstd (R)
      * the forward saved: din(R,C) written, dw, db (C) +=. din may alias
      * dout. */
-    int (*layernorm_backward)(backend *be, float *din, float *dw, float *db,
-                              const float *dout, const float *in,
-                              const float *mean, const float *rstd,
-                              const float *w, int R, int C);
+    int (*layernorm_backward)(backend *be, float *din, float *dw, float *db, const float *dout,
+                              const float *in, const float *mean, const float *rstd, const float *w,
+                              int R, int C);
     /* din = dout * gelu'(in), exact erf GELU. din may alias dout. */
-    int (*gelu_backward)(backend *be, float *din, const float *dout,
-                         const float *in, size_t n);
+    int (*gelu_backward)(backend *be, float *din, const float *dout, const float *in, size_t n);
     /* din = dout * (1 - out^2), where out = tanh(in) from the forward. */
-    int (*tanh_backward)(backend *be, float *din, const float *dout,
-                         const float *out, size_t n);
+    int (*tanh_backward)(backend *be, float *din, const float *dout, const float *out, size_t n);
     /* Inverted dropout: out[i] = in[i] / (1 - p) when element i is kept
      * (dropout_keep(key, i, p)), else 0. p == 0 copies. out may alias in.
      * The backward is the same call on the gradient with the same key. */
-    int (*dropout)(backend *be, float *out, const float *in, size_t n,
-                   float p, unsigned long long key);
+    int (*dropout)(backend *be, float *out, const float *in, size_t n, float p,
+                   unsigned long long key);
     /* attention with dropout on the probabilities: att(B,H,T,T) keeps the
      * softmax probabilities (as attention does), and its rows i >=
      * lengths[b] (padding queries) are written 0; with p > 0 the output
      * uses them dropped (element index (b,h,i,j) of att, key), written to
      * the scratch att_drop(B,H,T,T), which may be NULL when p == 0. */
-    int (*attention_train)(backend *be, float *out, float *att,
-                           float *att_drop, const float *qkv,
-                           const int *lengths, int B, int T, int H, int d,
-                           float scale, float p, unsigned long long key);
+    int (*attention_train)(backend *be, float *out, float *att, float *att_drop, const float *qkv,
+                           const int *lengths, int B, int T, int H, int d, float scale, float p,
+                           unsigned long long key);
     /* Backward of attention_train: dqkv(B,T,3C) written (padding rows 0)
      * from dout(B,T,C), the saved probabilities att and qkv; datt and
      * att_drop (B,H,T,T) are scratch (att_drop unused when p == 0). */
-    int (*attention_backward)(backend *be, float *dqkv, float *datt,
-                              float *att_drop, const float *dout,
-                              const float *att, const float *qkv,
-                              const int *lengths, int B, int T, int H, int d,
-                              float scale, float p, unsigned long long key);
+    int (*attention_backward)(backend *be, float *dqkv, float *datt, float *att_drop,
+                              const float *dout, const float *att, const float *qkv,
+                              const int *lengths, int B, int T, int H, int d, float scale, float p,
+                              unsigned long long key);
     /* Backward of embed: dword, dpos, dtype (and dtask when non-NULL) +=
      * the rows of dout(B,T,C) scattered by id, position and type. */
-    int (*embed_backward)(backend *be, float *dword, float *dpos,
-                          float *dtype, float *dtask, const float *dout,
-                          const int *ids, const int *types, int B, int T,
-                          int C, int pos_offset);
+    int (*embed_backward)(backend *be, float *dword, float *dpos, float *dtype, float *dtask,
+                          const float *dout, const int *ids, const int *types, int B, int T, int C,
+                          int pos_offset);
     /* Backward of gather_cls: dx(B,T,C) = 0 except dx[b,0,:] = dcls[b,:]. */
-    int (*scatter_cls)(backend *be, float *dx, const float *dcls, int B, int T,
-                       int C);
+    int (*scatter_cls)(backend *be, float *dx, const float *dcls, int B, int T, int C);
     /* Softmax cross-entropy: probs(B,K) = softmax(logits(B,K)),
      * losses(B) = -log probs[b, labels[b]]; labels is backend int memory. */
-    int (*cross_entropy)(backend *be, float *losses, float *probs,
-                         const float *logits, const int *labels, int B, int K);
+    int (*cross_entropy)(backend *be, float *losses, float *probs, const float *logits,
+                         const int *labels, int B, int K);
     /* dlogits(B,K) = scale * (probs - onehot(labels)), written. */
-    int (*cross_entropy_backward)(backend *be, float *dlogits,
-                                  const float *probs, const int *labels, int B,
-                                  int K, float scale);
+    int (*cross_entropy_backward)(backend *be, float *dlogits, const float *probs,
+                                  const int *labels, int B, int K, float scale);
     /* Distillation loss on logits z(B,K) against targets q(B,K) (each row
      * a distribution: the teacher's at temperature T) and labels (-1: none):
      * probs = softmax(z), probs_t = softmax(z / T),
      * losses[b] = (1 - alpha) * -log probs[b, labels[b]] (0 when the label
      *             is -1) + alpha * T^2 * KL(q_b || probs_t_b). */
     int (*distill_loss)(backend *be, float *losses, float *probs, float *probs_t,
-                        const float *logits, const int *labels, const float *q,
-                        int B, int K, float T, float alpha);
+                        const float *logits, const int *labels, const float *q, int B, int K,
+                        float T, float alpha);
     /* Its gradient, written: dlogits(B,K) = scale * ((1 - alpha) *
      * (probs - onehot(labels)) + alpha * T * (probs_t - q)), the first term
      * 0 on rows whose label is -1. */
-    int (*distill_backward)(backend *be, float *dlogits, const float *probs,
-                            const float *probs_t, const int *labels,
-                            const float *q, int B, int K, float T, float alpha,
+    int (*distill_backward)(backend *be, float *dlogits, const float *probs, const float *probs_t,
+                            const int *labels, const float *q, int B, int K, float T, float alpha,
                             float scale);
     /* One AdamW step (t >= 1) on n elements, as torch.optim.AdamW:
      * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
-    int (*adamw)(backend *be, float *p, const float *g, float *m, float *v,
-                 size_t n, float lr, float beta1, float beta2, float eps,
-                 float weight_decay, int t);
+    int (*adamw)(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                 float beta1, float beta2, float eps, float weight_decay, int t);
     /* The optimizer's whole step, fused, on each run of `runs` (ranges of
      * the arenas of `total` floats): when coef != 1 (gradient clipping; 1:
      * none) the run's gradients are multiplied by coef first and written
@@ -276,10 +258,9 @@ struct backend {
      * outside the runs (parameters, gradients and moments) are left alone.
      * The multiply-adds may be fused (FMA) or not, so backends agree within
      * rounding, not bit for bit. */
-    int (*adamw_step)(backend *be, float *params, float *grads, float *m,
-                      float *v, const backend_adamw_run *runs, int n_runs,
-                      size_t total, float coef, float lr, float head_lr,
-                      float beta1, float beta2, float eps, float weight_decay,
+    int (*adamw_step)(backend *be, float *params, float *grads, float *m, float *v,
+                      const backend_adamw_run *runs, int n_runs, size_t total, float coef, float lr,
+                      float head_lr, float beta1, float beta2, float eps, float weight_decay,
                       int t);
 
     /* ---- lanes: independent passes side by side -------------------------
@@ -299,12 +280,11 @@ struct backend {
      * their rows are gathered, and the gradient scattered back. */
 
     /* out(M,C) = x[rows[i], :]; rows (M) is backend int memory. */
-    int (*gather_rows)(backend *be, float *out, const float *x,
-                       const int *rows, int M, int C);
+    int (*gather_rows)(backend *be, float *out, const float *x, const int *rows, int M, int C);
     /* Backward of gather_rows for distinct rows: dx(N,C) = 0 except
      * dx[rows[i], :] = dout[i, :] (written). */
-    int (*scatter_rows)(backend *be, float *dx, const float *dout,
-                        const int *rows, int M, int N, int C);
+    int (*scatter_rows)(backend *be, float *dx, const float *dout, const int *rows, int M, int N,
+                        int C);
 
     /* ---- reduced precision, inference only (see the conventions) -------
      * Optional, as a pair (NULL: the backend packs nothing). */
@@ -320,14 +300,13 @@ struct backend {
      * plain C, the same bits for INT8 and F32, slowly. The CUDA backend
      * packs BF16 only, on its device; its packed weight is usable by any
      * backend of that device. */
-    int (*pack_weight)(backend *be, int kind, const float *W, int N, int K,
-                       backend_packed **out, char *err);
+    int (*pack_weight)(backend *be, int kind, const float *W, int N, int K, backend_packed **out,
+                       char *err);
     /* out(R,N) = in(R,K) · Wᵀ + b with W(N,K) packed (as its kind says,
      * above); b may be NULL. SM_ERR_INVALID (nothing written) when K and N
      * are not W's or W was not packed by a backend of this kind. */
-    int (*linear_packed)(backend *be, float *out, const float *in,
-                         const backend_packed *W, const float *b, int R,
-                         int K, int N);
+    int (*linear_packed)(backend *be, float *out, const float *in, const backend_packed *W,
+                         const float *b, int R, int K, int N);
     /* Optional (NULL: 0). The packed kind a model's linear layers should run
      * with on this backend at its current precision, 0 for FP32 weights as
      * they are (linear). A GPU in bf16: BACKEND_PACK_BF16, whose

@@ -26,8 +26,7 @@ enum sm_status {
 
 /* Formats a message into err (if non-NULL) and returns code, so callers can
  * write `return sm_error(err, SM_ERR_FORMAT, "...", ...);`. */
-int sm_error(char *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int sm_error(char *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Returns from the calling function when `call`, an int status, fails:
  * TRY(call) with the call's code as it is (its message, if any, being the

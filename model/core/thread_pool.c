@@ -154,7 +154,7 @@ struct tp_team {
 static _Thread_local int t_in_pool __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* guards g_free */
-static tp_team *g_free;                                   /* idle teams */
+static tp_team *g_free;                                    /* idle teams */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_fork_safe; /* the fork handlers are registered: teams may be made */
 
@@ -329,8 +329,7 @@ int tp_run(int nthreads, tp_fn fn, void *ctx)
     t->fn = fn;
     t->ctx = ctx;
     atomic_store_explicit(&t->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&t->next, (uint_least64_t)(uint32_t)nthreads << 32,
-                          memory_order_release);
+    atomic_store_explicit(&t->next, (uint_least64_t)(uint32_t)nthreads << 32, memory_order_release);
     for (int k = 0; k < helpers; k++) event_post(&t->workers[k]->wake);
     t_in_pool = 1;
     run_pieces(t);

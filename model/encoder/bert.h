@@ -24,15 +24,15 @@
 #include "tokenize/tokenizer.h"
 
 typedef struct bert_layer_params {
-    float *qkv_w;   /* (3C, C): query, key, value weights stacked */
-    float *qkv_b;   /* (3C) */
-    float *attn_out_w; /* (C, C) */
-    float *attn_out_b; /* (C) */
+    float *qkv_w;         /* (3C, C): query, key, value weights stacked */
+    float *qkv_b;         /* (3C) */
+    float *attn_out_w;    /* (C, C) */
+    float *attn_out_b;    /* (C) */
     float *ln1_w, *ln1_b; /* (C) attention.output.LayerNorm */
-    float *ffn_in_w;   /* (F, C) intermediate.dense */
-    float *ffn_in_b;   /* (F) */
-    float *ffn_out_w;  /* (C, F) output.dense */
-    float *ffn_out_b;  /* (C) */
+    float *ffn_in_w;      /* (F, C) intermediate.dense */
+    float *ffn_in_b;      /* (F) */
+    float *ffn_out_w;     /* (C, F) output.dense */
+    float *ffn_out_b;     /* (C) */
     float *ln2_w, *ln2_b; /* (C) output.LayerNorm */
     /* Packed copies of the four matrices above for reduced-precision
      * inference (bert_params_pack: a backend's pack_weight, whose kind says
@@ -42,16 +42,16 @@ typedef struct bert_layer_params {
 } bert_layer_params;
 
 typedef struct bert_params {
-    float *word_emb;   /* (V, C) */
-    float *pos_emb;    /* (P, C) */
-    float *type_emb;   /* (type_vocab_size, C) */
-    float *task_emb;   /* (task_type_vocab_size, C) or NULL */
+    float *word_emb;            /* (V, C) */
+    float *pos_emb;             /* (P, C) */
+    float *type_emb;            /* (type_vocab_size, C) */
+    float *task_emb;            /* (task_type_vocab_size, C) or NULL */
     float *emb_ln_w, *emb_ln_b; /* (C) */
     bert_layer_params *layers;  /* L entries (owned by whoever made the struct) */
-    float *pool_w;     /* (C, C) */
-    float *pool_b;     /* (C) */
-    float *cls_w;      /* (K, C) or NULL when the checkpoint has no head */
-    float *cls_b;      /* (K) or NULL */
+    float *pool_w;              /* (C, C) */
+    float *pool_b;              /* (C) */
+    float *cls_w;               /* (K, C) or NULL when the checkpoint has no head */
+    float *cls_b;               /* (K) or NULL */
 } bert_params;
 
 /* Dropout for one training micro-step. Probabilities in [0, 1); all zero
@@ -64,7 +64,7 @@ typedef struct bert_dropout {
                          head also the <s> vector before classifier.dense,
                          as RobertaClassificationHead drops out both */
     uint64_t seed;
-    uint64_t step;    /* distinct per micro-batch */
+    uint64_t step; /* distinct per micro-batch */
 } bert_dropout;
 
 /* One row of the size table. `name` is the Hugging Face name without the
@@ -76,19 +76,18 @@ typedef struct bert_param_spec {
     char name[96];
     int ndim;
     int shape[2];
-    size_t offset;  /* in floats from the arena start */
+    size_t offset; /* in floats from the arena start */
     size_t numel;
 } bert_param_spec;
 
 /* Fills *specs (malloc'd) with the table for cfg; with_head adds the
  * classifier rows. Returns the total float count in *total. */
-int bert_param_table(const bert_config *cfg, int with_head,
-                     bert_param_spec **specs, int *n_specs, size_t *total,
-                     char *err);
+int bert_param_table(const bert_config *cfg, int with_head, bert_param_spec **specs, int *n_specs,
+                     size_t *total, char *err);
 /* Points p at the tensors of an arena laid out by bert_param_table.
  * Allocates p->layers (free with bert_params_release). */
-int bert_params_bind(const bert_config *cfg, int with_head, float *arena,
-                     bert_params *p, char *err);
+int bert_params_bind(const bert_config *cfg, int with_head, float *arena, bert_params *p,
+                     char *err);
 void bert_params_release(bert_params *p);
 
 typedef struct bert_model {
@@ -99,11 +98,11 @@ typedef struct bert_model {
      * NULL when tok came from a vocab.txt. */
     char *tokenizer_json;
     size_t tokenizer_json_len;
-    int has_head;        /* the checkpoint had a classification head */
-    float *arena;        /* all parameters, host F32, n_floats long */
+    int has_head; /* the checkpoint had a classification head */
+    float *arena; /* all parameters, host F32, n_floats long */
     size_t n_floats;
-    bert_params p;       /* views into arena */
-    wide_part *wide;     /* the wide part (wide.h), owned; NULL: none (then
+    bert_params p;   /* views into arena */
+    wide_part *wide; /* the wide part (wide.h), owned; NULL: none (then
                             cfg.wide.set is 0) */
 } bert_model;
 
@@ -119,20 +118,19 @@ int bert_model_load_dir(const char *dir, bert_model **out, char *err);
 int bert_model_load_dir_stoppable(const char *dir, int (*stop)(void *user), void *user,
                                   bert_model **out, char *err);
 /* Loads from memory (a BLOB, an embedded model). Buffers are not retained. */
-int bert_model_load_buffers(const char *config_json, size_t config_len,
-                            const char *vocab, size_t vocab_len,
-                            const void *safetensors, size_t st_len,
+int bert_model_load_buffers(const char *config_json, size_t config_len, const char *vocab,
+                            size_t vocab_len, const void *safetensors, size_t st_len,
                             bert_model **out, char *err);
 /* A model's files in memory: the tokenizer is tokenizer_json when it is not
  * NULL (vocab is then ignored and may be NULL), else vocab. */
 typedef struct bert_files {
-    const char *config;          /* config.json */
+    const char *config; /* config.json */
     size_t config_len;
-    const char *vocab;           /* vocab.txt, or NULL */
+    const char *vocab; /* vocab.txt, or NULL */
     size_t vocab_len;
-    const char *tokenizer_json;  /* tokenizer.json, or NULL */
+    const char *tokenizer_json; /* tokenizer.json, or NULL */
     size_t tokenizer_json_len;
-    const void *safetensors;     /* model.safetensors */
+    const void *safetensors; /* model.safetensors */
     size_t safetensors_len;
 } bert_files;
 int bert_model_load_files(const bert_files *f, bert_model **out, char *err);
@@ -140,16 +138,15 @@ int bert_model_load_files(const bert_files *f, bert_model **out, char *err);
  * was loaded from (*name "tokenizer.json"), else its vocabulary as a
  * vocab.txt, one token a line (*name "vocab.txt"). *text is malloc'd,
  * *len bytes plus a NUL. */
-int bert_model_tokenizer_file(const bert_model *m, const char **name, char **text,
-                              size_t *len, char *err);
+int bert_model_tokenizer_file(const bert_model *m, const char **name, char **text, size_t *len,
+                              char *err);
 /* The same for a checkpoint written for masked-language modelling: the
  * pooler may be absent (transformers' BertForMaskedLM has none); it is then
  * initialised as transformers initialises a missing one, normal(0, 0.02)
  * weights drawn from seed and a zero bias. The "cls." tensors are ignored
  * here; bert_mlm.h reads the MLM head. */
-int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
-                                const char *vocab, size_t vocab_len,
-                                const void *safetensors, size_t st_len,
+int bert_model_load_buffers_mlm(const char *config_json, size_t config_len, const char *vocab,
+                                size_t vocab_len, const void *safetensors, size_t st_len,
                                 uint64_t seed, bert_model **out, char *err);
 void bert_model_free(bert_model *m);
 /* Gives m a sentence-embedding setting (pooling.h; set becomes 1): an
@@ -161,13 +158,12 @@ int bert_model_set_pooling(bert_model *m, const sm_pooling *pooling, char *err);
  * loads into *ForSequenceClassification); *out malloc'd. A non-finite
  * weight (training that diverged) is an error (bert_check_finite), nothing
  * is written. */
-int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
-                                size_t *out_len, char *err);
+int bert_model_save_safetensors(const bert_model *m, int dtype, void **out, size_t *out_len,
+                                char *err);
 /* The checkpoint name bert_model_save_safetensors writes for the table row
  * named spec_name ("roberta.encoder.layer.0.output.dense.weight",
  * "classifier.out_proj.bias", ...). */
-void bert_checkpoint_name(const bert_config *cfg, const char *spec_name, char *out,
-                          size_t cap);
+void bert_checkpoint_name(const bert_config *cfg, const char *spec_name, char *out, size_t cap);
 /* SM_OK when x[0..n) are all finite, else SM_ERR_FORMAT with "tensor
  * 'name' has a NaN at element 17" (or "an infinite value", the first one,
  * counted from 0 in row-major order) in err. Loading and saving a model
@@ -183,8 +179,8 @@ size_t bert_model_num_params(const bert_model *m);
  * tokens on one backend. Not shared between threads. */
 typedef struct bert_workspace bert_workspace;
 
-int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
-                          int max_seq, bert_workspace **out, char *err);
+int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch, int max_seq,
+                          bert_workspace **out, char *err);
 void bert_workspace_free(bert_workspace *ws);
 /* The backend memory bert_workspace_create takes for max_batch x max_seq
  * (its arenas, lanes aside), without allocating it. */
@@ -195,16 +191,15 @@ backend *bert_workspace_backend(const bert_workspace *ws);
  * that whole batches run concurrently, one per thread, and a forward pass
  * never waits on another thread (bert_classify_texts uses them when it has
  * more than one batch). Created on first use; owned and freed by ws. */
-int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n,
-                         bert_workspace ***lanes, char *err);
+int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n, bert_workspace ***lanes,
+                         char *err);
 
 /* Forward pass on the workspace's backend with parameters p that live on
  * that backend. ids(B,T) and lengths(B) are host memory; positions t >=
  * lengths[b] are padding. Writes logits(B,K) to host memory. Needs a head.
  * If hidden_out is non-NULL, also writes the pooled [CLS] vectors (B,C). */
-int bert_forward(const bert_config *cfg, const bert_params *p,
-                 bert_workspace *ws, const int *ids, const int *lengths, int B,
-                 int T, float *logits, float *pooled_out, char *err);
+int bert_forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
+                 const int *lengths, int B, int T, float *logits, float *pooled_out, char *err);
 
 /* The same pass up to the last encoder layer: writes the last hidden
  * state hidden_out(B,T,C) to host memory (padding rows included); no
@@ -218,11 +213,9 @@ int bert_forward_hidden(const bert_config *cfg, const bert_params *p, bert_works
  * batches of at most batch_size, softmaxes and writes probs(n,K) in input
  * order. truncated (n, may be NULL) gets 1 where text was cut to max_length
  * (0 or larger than the model allows = the model's maximum). */
-int bert_classify_texts(const bert_model *m, const bert_params *p,
-                        bert_workspace *ws, const char *const *texts,
-                        const size_t *lens, int n, int max_length,
-                        int batch_size, float *probs, int *truncated,
-                        char *err);
+int bert_classify_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                        const char *const *texts, const size_t *lens, int n, int max_length,
+                        int batch_size, float *probs, int *truncated, char *err);
 /* Text in, sentence embeddings out (model/encoder/classifier.c): the same batching
  * as bert_classify_texts, each text's last hidden state pooled as
  * m->cfg.pooling says (pooling.h) into emb(n, hidden_size), in input
@@ -248,9 +241,9 @@ typedef struct bert_text_opts {
     int windows;
 } bert_text_opts;
 int bert_classify_texts_opts(const bert_model *m, const bert_params *p, bert_workspace *ws,
-                             const char *const *texts, const size_t *lens, int n,
-                             int max_length, int batch_size, float *probs, int *truncated,
-                             const bert_text_opts *o, char *err);
+                             const char *const *texts, const size_t *lens, int n, int max_length,
+                             int batch_size, float *probs, int *truncated, const bert_text_opts *o,
+                             char *err);
 int bert_embed_texts_opts(const bert_model *m, const bert_params *p, bert_workspace *ws,
                           const char *const *texts, const size_t *lens, int n, int max_length,
                           int batch_size, float *emb, int *truncated, const bert_text_opts *o,
@@ -265,15 +258,14 @@ int bert_max_length(const bert_config *cfg);
  * and independent of m afterwards. Free it with bert_device_params_free
  * before destroying be; any backend on the same GPU may read it. */
 typedef struct bert_device_params {
-    backend *be;       /* owns arena */
-    float *arena;      /* n_floats on be (the host arena on the CPU) */
+    backend *be;  /* owns arena */
+    float *arena; /* n_floats on be (the host arena on the CPU) */
     size_t n_floats;
-    int owned;         /* arena was allocated on be */
-    bert_params p;     /* views into arena */
+    int owned;     /* arena was allocated on be */
+    bert_params p; /* views into arena */
 } bert_device_params;
 
-int bert_params_to_backend(backend *be, const bert_model *m,
-                           bert_device_params **out, char *err);
+int bert_params_to_backend(backend *be, const bert_model *m, bert_device_params **out, char *err);
 void bert_device_params_free(bert_device_params *dp);
 
 /* Packed weights for inference (model/encoder/bert_packed.c): the encoder's linear
@@ -320,8 +312,7 @@ bert_precision bert_precision_of_pack_kind(int kind);
  * SM_ERR_UNSUPPORTED when be has no packed weights of a kind the plan
  * asks for; be is not kept. */
 int bert_params_pack(backend *be, const bert_config *cfg, const bert_params *src,
-                     const bert_precision plan[BERT_PACK_N],
-                     bert_packed_params **out, char *err);
+                     const bert_precision plan[BERT_PACK_N], bert_packed_params **out, char *err);
 void bert_packed_params_free(bert_packed_params *pp);
 
 #endif

@@ -45,8 +45,7 @@ int bert_model_clone(const bert_model *src, bert_model **out, char *err)
 
     *out = NULL;
     /* the arena must be what the views are bound from */
-    if ((rc = bert_param_table(&src->cfg, src->has_head, &specs, &n_specs, &total, err)))
-        return rc;
+    if ((rc = bert_param_table(&src->cfg, src->has_head, &specs, &n_specs, &total, err))) return rc;
     free(specs);
     if (total != src->n_floats)
         return sm_error(err, SM_ERR_INVALID,
@@ -127,6 +126,7 @@ int bert_model_permute_head(bert_model *m, const char *const *order, char *err)
     memcpy(m->p.cls_w, w, (size_t)K * C * sizeof *w);
     memcpy(m->p.cls_b, b, (size_t)K * sizeof *b);
     if (m->wide) { /* the wide part's rows follow the head's */
+        /* NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker): ww was made for m->wide */
         memcpy(m->wide->weight, ww, (size_t)K * WB * sizeof *ww);
         for (int j = 0; j < K; j++) b[j] = m->wide->bias[from[j]];
         memcpy(m->wide->bias, b, (size_t)K * sizeof *b);

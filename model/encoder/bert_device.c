@@ -20,8 +20,7 @@ void bert_device_params_free(bert_device_params *dp)
     free(dp);
 }
 
-int bert_params_to_backend(backend *be, const bert_model *m,
-                           bert_device_params **out, char *err)
+int bert_params_to_backend(backend *be, const bert_model *m, bert_device_params **out, char *err)
 {
     *out = NULL;
     bert_device_params *dp = calloc(1, sizeof *dp);
@@ -39,11 +38,11 @@ int bert_params_to_backend(backend *be, const bert_model *m,
             free(dp);
             return sm_error(err, SM_ERR_NOMEM,
                             "out of memory: the model's parameters need %.1f MiB on the %s "
-                            "backend", (double)bytes / 1048576.0, be->name);
+                            "backend",
+                            (double)bytes / 1048576.0, be->name);
         }
         dp->owned = 1;
-        if ((rc = be->upload(be, dp->arena, m->arena, bytes)) ||
-            (rc = be->synchronize(be))) {
+        if ((rc = be->upload(be, dp->arena, m->arena, bytes)) || (rc = be->synchronize(be))) {
             bert_device_params_free(dp);
             return sm_error(err, rc, "%s backend: uploading the model's parameters failed",
                             be->name);

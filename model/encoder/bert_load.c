@@ -52,17 +52,13 @@ static const char *save_prefix(const bert_config *cfg)
 }
 
 /* The checkpoint name for a table entry: the head is unprefixed. */
-static void checkpoint_name(char *out, size_t cap, const char *prefix,
-                            const char *name)
+static void checkpoint_name(char *out, size_t cap, const char *prefix, const char *name)
 {
-    if (!strncmp(name, "classifier.", 11))
-        snprintf(out, cap, "%s", name);
-    else
-        snprintf(out, cap, "%s%s", prefix, name);
+    if (!strncmp(name, "classifier.", 11)) snprintf(out, cap, "%s", name);
+    else snprintf(out, cap, "%s%s", prefix, name);
 }
 
-void bert_checkpoint_name(const bert_config *cfg, const char *spec_name, char *out,
-                          size_t cap)
+void bert_checkpoint_name(const bert_config *cfg, const char *spec_name, char *out, size_t cap)
 {
     checkpoint_name(out, cap, save_prefix(cfg), spec_name);
 }
@@ -85,8 +81,7 @@ static const st_tensor *find_tensor(const safetensors *st, const char *name)
 /* A table entry's tensor in st: its checkpoint name, else (RoBERTa's head)
  * the name this project saved it under before it wrote transformers'
  * RobertaClassificationHead names: the pooler and "classifier.weight". */
-static const st_tensor *find_entry(const safetensors *st, const char *prefix,
-                                   const char *spec_name)
+static const st_tensor *find_entry(const safetensors *st, const char *prefix, const char *spec_name)
 {
     char name[160];
     checkpoint_name(name, sizeof name, prefix, spec_name);
@@ -96,8 +91,7 @@ static const st_tensor *find_entry(const safetensors *st, const char *prefix,
         snprintf(name, sizeof name, "%spooler.dense.%s", prefix, spec_name + 17);
     else if (!strncmp(spec_name, "classifier.out_proj.", 20))
         snprintf(name, sizeof name, "classifier.%s", spec_name + 20);
-    else
-        return NULL;
+    else return NULL;
     return find_tensor(st, name);
 }
 
@@ -141,14 +135,14 @@ int bert_check_finite(const char *name, const float *x, size_t n, char *err)
     for (size_t b = 0; b < n; b += 1024) {
         size_t e = n - b < 1024 ? n : b + 1024;
         uint32_t any = 0;
-        for (size_t i = b; i < e; i++)
-            any |= (uint32_t)((u[i] & 0x7F800000u) == 0x7F800000u);
+        for (size_t i = b; i < e; i++) any |= (uint32_t)((u[i] & 0x7F800000u) == 0x7F800000u);
         if (!any) continue;
         for (size_t i = b; i < e; i++) {
             if ((u[i] & 0x7F800000u) != 0x7F800000u) continue;
             return sm_error(err, SM_ERR_FORMAT, "tensor '%s' has %s at element %zu", name,
-                            isnan(x[i]) ? "a NaN" : x[i] > 0 ? "an infinite value (+inf)"
-                                                             : "an infinite value (-inf)",
+                            isnan(x[i]) ? "a NaN"
+                            : x[i] > 0  ? "an infinite value (+inf)"
+                                        : "an infinite value (-inf)",
                             i);
         }
     }
@@ -169,8 +163,8 @@ static int load_wide_tensor(const safetensors *st, const char *name, int ndim, i
         format_shape(want, sizeof want, ndim, shape);
         format_shape(got, sizeof got, t->ndim, t->shape);
         return sm_error(err, SM_ERR_FORMAT,
-                        "tensor '%s': expected shape %s, got %s (check config.json's 'wide')",
-                        name, want, got);
+                        "tensor '%s': expected shape %s, got %s (check config.json's 'wide')", name,
+                        want, got);
     }
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
         return sm_error(err, SM_ERR_FORMAT, "tensor '%s': dtype %s, expected F32, F16 or BF16",
@@ -204,8 +198,8 @@ static int is_wide_tensor(const bert_model *m, const char *name)
 
 /* Copies every table tensor from st into m->arena. With pooler_optional a
  * missing pooler is initialised (normal(0, 0.02) from seed, zero bias). */
-static int load_tensors(bert_model *m, const safetensors *st, int pooler_optional,
-                        uint64_t seed, char *err)
+static int load_tensors(bert_model *m, const safetensors *st, int pooler_optional, uint64_t seed,
+                        char *err)
 {
     const char *prefix = NULL;
     for (size_t i = 0; i < sizeof k_prefixes / sizeof *k_prefixes; i++) {
@@ -260,8 +254,8 @@ static int load_tensors(bert_model *m, const safetensors *st, int pooler_optiona
             format_shape(want, sizeof want, specs[i].ndim, shape);
             format_shape(got, sizeof got, t->ndim, t->shape);
             rc = sm_error(err, SM_ERR_FORMAT,
-                          "tensor '%s': expected shape %s, got %s (check config.json)",
-                          t->name, want, got);
+                          "tensor '%s': expected shape %s, got %s (check config.json)", t->name,
+                          want, got);
             goto end;
         }
         if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64) {
@@ -351,19 +345,17 @@ int bert_model_load_files(const bert_files *f, bert_model **out, char *err)
     return load_files(f, 0, 0, out, err);
 }
 
-int bert_model_load_buffers(const char *config_json, size_t config_len,
-                            const char *vocab, size_t vocab_len,
-                            const void *st_bytes, size_t st_len,
-                            bert_model **out, char *err)
+int bert_model_load_buffers(const char *config_json, size_t config_len, const char *vocab,
+                            size_t vocab_len, const void *st_bytes, size_t st_len, bert_model **out,
+                            char *err)
 {
     bert_files f = {config_json, config_len, vocab, vocab_len, NULL, 0, st_bytes, st_len};
     return load_files(&f, 0, 0, out, err);
 }
 
-int bert_model_load_buffers_mlm(const char *config_json, size_t config_len,
-                                const char *vocab, size_t vocab_len,
-                                const void *st_bytes, size_t st_len, uint64_t seed,
-                                bert_model **out, char *err)
+int bert_model_load_buffers_mlm(const char *config_json, size_t config_len, const char *vocab,
+                                size_t vocab_len, const void *st_bytes, size_t st_len,
+                                uint64_t seed, bert_model **out, char *err)
 {
     bert_files f = {config_json, config_len, vocab, vocab_len, NULL, 0, st_bytes, st_len};
     return load_files(&f, 1, seed, out, err);
@@ -386,8 +378,8 @@ int bert_model_load_dir_stoppable(const char *dir, int (*stop)(void *user), void
     if (!rc) rc = sm_pooling_read_dir(dir, &pooling, &has_pooling, err);
     if (!rc && stop && stop(user)) rc = sm_error(err, SM_ERR_INTERRUPTED, "interrupted");
     if (!rc) {
-        bert_files f = {d.config, d.config_len, d.vocab, d.vocab_len, d.tokenizer_json,
-                        d.tokenizer_json_len, d.st.base, d.st.size};
+        bert_files f = {d.config,         d.config_len,         d.vocab,   d.vocab_len,
+                        d.tokenizer_json, d.tokenizer_json_len, d.st.base, d.st.size};
         rc = bert_model_load_files(&f, out, err);
     }
     model_dir_close(&d);
@@ -412,8 +404,8 @@ int bert_model_set_pooling(bert_model *m, const sm_pooling *pooling, char *err)
     return SM_OK;
 }
 
-int bert_model_tokenizer_file(const bert_model *m, const char **name, char **text,
-                              size_t *len, char *err)
+int bert_model_tokenizer_file(const bert_model *m, const char **name, char **text, size_t *len,
+                              char *err)
 {
     *text = NULL;
     *len = 0;
@@ -464,12 +456,12 @@ size_t bert_model_num_params(const bert_model *m)
     return m->n_floats + (m->wide ? wide_part_num_params(m->wide) : 0);
 }
 
-int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
-                                size_t *out_len, char *err)
+int bert_model_save_safetensors(const bert_model *m, int dtype, void **out, size_t *out_len,
+                                char *err)
 {
     bert_param_spec *specs = NULL;
     st_write_entry *entries = NULL;
-    char (*names)[160] = NULL;
+    char(*names)[160] = NULL;
     int n = 0, rc;
     size_t total;
     *out = NULL;
@@ -500,20 +492,19 @@ int bert_model_save_safetensors(const bert_model *m, int dtype, void **out,
     if (w) {
         size_t B = (size_t)w->cfg.buckets;
         st_write_entry *e = entries + n;
-        e[0] = (st_write_entry){.name = "wide.weight", .data = w->weight, .ndim = 2,
-                                .shape = {w->K, (int)B}};
-        e[1] = (st_write_entry){.name = "wide.bias", .data = w->bias, .ndim = 1,
-                                .shape = {w->K, 0}};
+        e[0] = (st_write_entry){
+            .name = "wide.weight", .data = w->weight, .ndim = 2, .shape = {w->K, (int)B}};
+        e[1] = (st_write_entry){
+            .name = "wide.bias", .data = w->bias, .ndim = 1, .shape = {w->K, 0}};
         if (w->idf)
-            e[2] = (st_write_entry){.name = "wide.idf", .data = w->idf, .ndim = 1,
-                                    .shape = {(int)B, 0}};
+            e[2] = (st_write_entry){
+                .name = "wide.idf", .data = w->idf, .ndim = 1, .shape = {(int)B, 0}};
         for (int i = 0; i < n_wide; i++)
             if ((rc = bert_check_finite(e[i].name, e[i].data,
                                         (size_t)e[i].shape[0] * (e[i].ndim == 2 ? B : 1), err)))
                 goto end;
     }
-    rc = safetensors_serialize(entries, n + n_wide, (st_dtype)dtype, (uint8_t **)out, out_len,
-                               err);
+    rc = safetensors_serialize(entries, n + n_wide, (st_dtype)dtype, (uint8_t **)out, out_len, err);
 end:
     free(names);
     free(entries);

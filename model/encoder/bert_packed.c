@@ -49,8 +49,7 @@ void bert_packed_params_free(bert_packed_params *pp)
 }
 
 int bert_params_pack(backend *be, const bert_config *cfg, const bert_params *src,
-                     const bert_precision plan[BERT_PACK_N], bert_packed_params **out,
-                     char *err)
+                     const bert_precision plan[BERT_PACK_N], bert_packed_params **out, char *err)
 {
     int L = cfg->num_hidden_layers, C = cfg->hidden_size, F = cfg->intermediate_size, rc;
     *out = NULL;
@@ -87,8 +86,8 @@ int bert_params_pack(backend *be, const bert_config *cfg, const bert_params *src
         for (int i = 0; i < BERT_PACK_N; i++) {
             backend_packed **pw = &pp->w[pp->n_w++];
             int kind = pack_kind(plan[i]);
-            if (kind && (rc = be->pack_weight(be, kind, mats[i].W, mats[i].N, mats[i].K, pw,
-                                              err))) {
+            if (kind &&
+                (rc = be->pack_weight(be, kind, mats[i].W, mats[i].N, mats[i].K, pw, err))) {
                 *pw = NULL;
                 bert_packed_params_free(pp);
                 return rc;

@@ -50,9 +50,8 @@ static int add_spec(table_builder *tb, const char *name, int rows, int cols)
     return SM_OK;
 }
 
-int bert_param_table(const bert_config *cfg, int with_head,
-                     bert_param_spec **specs, int *n_specs, size_t *total,
-                     char *err)
+int bert_param_table(const bert_config *cfg, int with_head, bert_param_spec **specs, int *n_specs,
+                     size_t *total, char *err)
 {
     table_builder tb = {0};
     int C = cfg->hidden_size, F = cfg->intermediate_size;
@@ -62,8 +61,8 @@ int bert_param_table(const bert_config *cfg, int with_head,
     *specs = NULL;
     *n_specs = 0;
     *total = 0;
-#define ADD(nm, r, c)                                   \
-    do {                                                \
+#define ADD(nm, r, c)                                        \
+    do {                                                     \
         if ((rc = add_spec(&tb, (nm), (r), (c)))) goto fail; \
     } while (0)
     ADD("embeddings.word_embeddings.weight", cfg->vocab_size, C);
@@ -125,8 +124,7 @@ fail:
     return sm_error(err, rc, "out of memory building the parameter table");
 }
 
-int bert_params_bind(const bert_config *cfg, int with_head, float *arena,
-                     bert_params *p, char *err)
+int bert_params_bind(const bert_config *cfg, int with_head, float *arena, bert_params *p, char *err)
 {
     bert_param_spec *specs;
     int n;

@@ -34,12 +34,12 @@
 #include "encoder/lanes.h"
 
 typedef struct encoded {
-    int *ids;        /* all sequences back to back */
-    size_t used, cap;/* ints of ids */
-    size_t *start;   /* (n_seq) offset of sequence i in ids */
-    int *len;        /* (n_seq) token count including [CLS] and [SEP] */
-    int *order;      /* (n_seq) indices sorted by len */
-    int *owner;      /* (n_seq) the text sequence i is (a window of) */
+    int *ids;         /* all sequences back to back */
+    size_t used, cap; /* ints of ids */
+    size_t *start;    /* (n_seq) offset of sequence i in ids */
+    int *len;         /* (n_seq) token count including [CLS] and [SEP] */
+    int *order;       /* (n_seq) indices sorted by len */
+    int *owner;       /* (n_seq) the text sequence i is (a window of) */
     int n_seq, seq_cap;
 } encoded;
 
@@ -102,8 +102,8 @@ static int by_length_r(const void *a, const void *b, void *lens)
 /* Tokenizes every text into e: one sequence a text, or with windows > 1
  * a text's windows (the top of this file). scratch holds the tokens of one
  * text with windows. */
-static int encode_all(const tokenizer *tok, const char *const *texts, const size_t *lens,
-                      int n, int max_length, int windows, encoded *e, int *truncated,
+static int encode_all(const tokenizer *tok, const char *const *texts, const size_t *lens, int n,
+                      int max_length, int windows, encoded *e, int *truncated,
                       const bert_text_opts *o, char *err)
 {
     int L = max_length - 2, S = L * BERT_WINDOW_STEP_NUM / BERT_WINDOW_STEP_DEN;
@@ -237,7 +237,8 @@ static int average_windows(const encoded *e, const float *logits, int n, int K, 
 {
     if (e->n_seq == n) { /* one sequence a text */
         for (int q = 0; q < n; q++)
-            memcpy(probs + (size_t)e->owner[q] * K, logits + (size_t)q * K, (size_t)K * sizeof *probs);
+            memcpy(probs + (size_t)e->owner[q] * K, logits + (size_t)q * K,
+                   (size_t)K * sizeof *probs);
     } else {
         double *sum = calloc((size_t)n * K, sizeof *sum);
         int *count = calloc((size_t)n, sizeof *count);
@@ -264,8 +265,8 @@ static int average_windows(const encoded *e, const float *logits, int n, int K, 
  * 1: out is emb). */
 static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
                      const char *const *texts, const size_t *lens, int n, int max_length,
-                     int batch_size, int embed, float *out, int *truncated,
-                     const bert_text_opts *o, char *err)
+                     int batch_size, int embed, float *out, int *truncated, const bert_text_opts *o,
+                     char *err)
 {
     encoded e = {0};
     int *ids = NULL, *lengths = NULL;
@@ -318,12 +319,11 @@ static int run_texts(const bert_model *m, const bert_params *p, bert_workspace *
             }
             int first = bi * batch_size;
             int B = N - first < batch_size ? N - first : batch_size;
-            rc = run_batch(m, p, lane_ws[0], &e, first, B, embed, ids, lengths, scratch, dst,
-                           err);
+            rc = run_batch(m, p, lane_ws[0], &e, first, B, embed, ids, lengths, scratch, dst, err);
         }
     } else {
-        lanes_job j = {m, p, lane_ws, &e, N, batch_size, embed, per_lane, per_scratch, ids,
-                       lengths, scratch, dst};
+        lanes_job j = {m,        p,           lane_ws, &e,      N,       batch_size, embed,
+                       per_lane, per_scratch, ids,     lengths, scratch, dst};
         rc = lanes_for_each(lanes, n_batches, lane_batch, &j, err);
     }
     if (!rc && !embed) rc = average_windows(&e, logits, n, K, out, err);
@@ -341,31 +341,28 @@ end:
     return rc;
 }
 
-int bert_classify_texts(const bert_model *m, const bert_params *p,
-                        bert_workspace *ws, const char *const *texts,
-                        const size_t *lens, int n, int max_length,
-                        int batch_size, float *probs, int *truncated,
-                        char *err)
+int bert_classify_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
+                        const char *const *texts, const size_t *lens, int n, int max_length,
+                        int batch_size, float *probs, int *truncated, char *err)
 {
-    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 0, probs, truncated,
-                     NULL, err);
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 0, probs, truncated, NULL,
+                     err);
 }
 
 int bert_classify_texts_opts(const bert_model *m, const bert_params *p, bert_workspace *ws,
-                             const char *const *texts, const size_t *lens, int n,
-                             int max_length, int batch_size, float *probs, int *truncated,
-                             const bert_text_opts *o, char *err)
+                             const char *const *texts, const size_t *lens, int n, int max_length,
+                             int batch_size, float *probs, int *truncated, const bert_text_opts *o,
+                             char *err)
 {
-    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 0, probs, truncated, o,
-                     err);
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 0, probs, truncated, o, err);
 }
 
 int bert_embed_texts(const bert_model *m, const bert_params *p, bert_workspace *ws,
                      const char *const *texts, const size_t *lens, int n, int max_length,
                      int batch_size, float *emb, int *truncated, char *err)
 {
-    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 1, emb, truncated,
-                     NULL, err);
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 1, emb, truncated, NULL,
+                     err);
 }
 
 int bert_embed_texts_opts(const bert_model *m, const bert_params *p, bert_workspace *ws,
@@ -373,6 +370,5 @@ int bert_embed_texts_opts(const bert_model *m, const bert_params *p, bert_worksp
                           int batch_size, float *emb, int *truncated, const bert_text_opts *o,
                           char *err)
 {
-    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 1, emb, truncated, o,
-                     err);
+    return run_texts(m, p, ws, texts, lens, n, max_length, batch_size, 1, emb, truncated, o, err);
 }

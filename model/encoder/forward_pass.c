@@ -24,8 +24,8 @@ uint64_t encoder_dropout_key(const encoder_pass *ps, unsigned site, size_t per_r
     return rng_element_key(dropout_key(d->seed, d->step, site), (uint64_t)ps->row0 * per_row);
 }
 
-int encoder_check_tokens(const bert_config *cfg, const int *ids, const int *lengths, int B,
-                         int T, const char *what, char *err)
+int encoder_check_tokens(const bert_config *cfg, const int *ids, const int *lengths, int B, int T,
+                         const char *what, char *err)
 {
     if (T + cfg->position_offset > cfg->max_position_embeddings)
         return sm_error(err, SM_ERR_INVALID, "%s: %d tokens exceed max_position_embeddings %d",
@@ -33,8 +33,8 @@ int encoder_check_tokens(const bert_config *cfg, const int *ids, const int *leng
     for (int i = 0; i < B * T; i++)
         if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
             return sm_error(err, SM_ERR_INVALID,
-                            "%s: token id %d at %d is outside the vocabulary (%d)", what, ids[i],
-                            i, cfg->vocab_size);
+                            "%s: token id %d at %d is outside the vocabulary (%d)", what, ids[i], i,
+                            cfg->vocab_size);
     for (int b = 0; b < B; b++)
         if (lengths[b] < 1 || lengths[b] > T)
             return sm_error(err, SM_ERR_INVALID, "%s: length %d of example %d is not in [1, %d]",
@@ -79,8 +79,7 @@ static int layer_forward(backend *be, const bert_config *cfg, const bert_layer_p
         TRY_BACKEND(be->attention_train(be, a->merged, a->att, e->att_drop, a->qkv, e->lengths, B,
                                         T, H, d, scale, dr->attention,
                                         encoder_dropout_key(ps, SITE_ATTN(l), (size_t)H * T * T)));
-    else
-        TRY_BACKEND(be->attention(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d, scale));
+    else TRY_BACKEND(be->attention(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d, scale));
     /* r1(N,C) = dropout(merged · Woᵀ + bo) + x_in; x1 = LN1(r1) */
     TRY_BACKEND(linear(be, a->r1, a->merged, lp->attn_out_w, packed ? lp->attn_out_pw : NULL,
                        lp->attn_out_b, N, C, C));

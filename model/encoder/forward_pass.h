@@ -61,11 +61,11 @@ typedef struct encoder_acts {
     float *x_out;         /* (N,C) last hidden state */
     float *att_drop;      /* (B,H,T,T) dropped probabilities (training) */
     /* the head */
-    float *cls;           /* (B,C) [CLS] rows */
-    float *cls_drop;      /* (B,C) dropout(cls), a RoBERTa head's dense input (training) */
-    float *pooled;        /* (B,C) tanh(dense(cls)) */
-    float *pooled_drop;   /* (B,C) dropout(pooled), the classifier input (training) */
-    float *logits;        /* (B,K) */
+    float *cls;         /* (B,C) [CLS] rows */
+    float *cls_drop;    /* (B,C) dropout(cls), a RoBERTa head's dense input (training) */
+    float *pooled;      /* (B,C) tanh(dense(cls)) */
+    float *pooled_drop; /* (B,C) dropout(pooled), the classifier input (training) */
+    float *logits;      /* (B,K) */
 } encoder_acts;
 
 /* How a pass runs. */
@@ -89,8 +89,8 @@ uint64_t encoder_dropout_key(const encoder_pass *ps, unsigned site, size_t per_r
 /* SM_OK when the batch's tokens fit the model: T positions, ids in the
  * vocabulary, lengths in [1, T]; else an error starting "what: ". ids and
  * lengths are host memory. */
-int encoder_check_tokens(const bert_config *cfg, const int *ids, const int *lengths, int B,
-                         int T, const char *what, char *err);
+int encoder_check_tokens(const bert_config *cfg, const int *ids, const int *lengths, int B, int T,
+                         const char *what, char *err);
 
 /* Embeddings and every layer: a->ids -> a->x_out(N,C). */
 int encoder_forward(backend *be, const bert_config *cfg, const bert_params *p,

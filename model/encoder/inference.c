@@ -41,7 +41,7 @@ struct bert_workspace {
     int *lengths;  /* (B) */
     float *arena;  /* every float buffer above, one allocation (ws_arena.h) */
     size_t arena_floats;
-    int *iarena;   /* ids, then lengths */
+    int *iarena; /* ids, then lengths */
     /* the buffers above as the encoder pass sees them (forward_pass.h): one
      * layer set reused in place by every layer */
     layer_acts layer;
@@ -107,8 +107,8 @@ void bert_workspace_free(bert_workspace *ws)
     free(ws);
 }
 
-int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n,
-                         bert_workspace ***lanes, char *err)
+int bert_workspace_lanes(bert_workspace *ws, const bert_config *cfg, int n, bert_workspace ***lanes,
+                         char *err)
 {
     *lanes = NULL;
     if (n > ws->n_lane_ws) {
@@ -131,21 +131,20 @@ backend *bert_workspace_backend(const bert_workspace *ws)
     return ws->be;
 }
 
-int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
-                          int max_seq, bert_workspace **out, char *err)
+int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch, int max_seq,
+                          bert_workspace **out, char *err)
 {
     *out = NULL;
     if (max_batch < 1 || max_seq < 2 || max_batch > (1 << 20) || max_seq > 65536)
-        return sm_error(err, SM_ERR_INVALID,
-                        "workspace: batch %d x sequence %d is out of range",
+        return sm_error(err, SM_ERR_INVALID, "workspace: batch %d x sequence %d is out of range",
                         max_batch, max_seq);
     bert_workspace *ws = calloc(1, sizeof *ws);
     if (!ws) return sm_error(err, SM_ERR_NOMEM, "out of memory creating a workspace");
     ws->be = be;
     set_sizes(ws, cfg, max_batch, max_seq);
     size_t N = (size_t)max_batch * max_seq;
-    if (ws_arena_alloc(be, plan_buffers, ws, N + (size_t)max_batch, &ws->arena,
-                       &ws->arena_floats, &ws->iarena)) {
+    if (ws_arena_alloc(be, plan_buffers, ws, N + (size_t)max_batch, &ws->arena, &ws->arena_floats,
+                       &ws->iarena)) {
         size_t bytes = ws->arena_floats * sizeof(float) + (N + (size_t)max_batch) * sizeof(int);
         bert_workspace_free(ws);
         return sm_error(err, SM_ERR_NOMEM,
@@ -155,12 +154,24 @@ int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch,
     }
     ws->ids = ws->iarena;
     ws->lengths = ws->iarena + N;
-    ws->layer = (layer_acts){.x_in = ws->x, .qkv = ws->qkv, .att = ws->att,
-                             .merged = ws->merged, .r1 = ws->proj, .x1 = ws->x,
-                             .h = ws->ffn, .g = ws->ffn, .r2 = ws->proj};
-    ws->acts = (encoder_acts){.ids = ws->ids, .lengths = ws->lengths, .r0 = ws->x,
-                              .layers = &ws->layer, .per_layer = 0, .x_out = ws->x,
-                              .cls = ws->cls, .pooled = ws->pooled, .logits = ws->logits};
+    ws->layer = (layer_acts){.x_in = ws->x,
+                             .qkv = ws->qkv,
+                             .att = ws->att,
+                             .merged = ws->merged,
+                             .r1 = ws->proj,
+                             .x1 = ws->x,
+                             .h = ws->ffn,
+                             .g = ws->ffn,
+                             .r2 = ws->proj};
+    ws->acts = (encoder_acts){.ids = ws->ids,
+                              .lengths = ws->lengths,
+                              .r0 = ws->x,
+                              .layers = &ws->layer,
+                              .per_layer = 0,
+                              .x_out = ws->x,
+                              .cls = ws->cls,
+                              .pooled = ws->pooled,
+                              .logits = ws->logits};
     *out = ws;
     return SM_OK;
 }
@@ -198,9 +209,9 @@ static int forward_lanes(const bert_workspace *ws, int B)
     return t > 1 && B >= 2 * t ? t : 1;
 }
 
-static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
-                   const int *ids, const int *lengths, int B, int T, float *logits,
-                   float *pooled_out, float *hidden_out, char *err);
+static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
+                   const int *lengths, int B, int T, float *logits, float *pooled_out,
+                   float *hidden_out, char *err);
 
 typedef struct forward_lanes_job {
     const bert_config *cfg;
@@ -223,22 +234,20 @@ static int forward_lane(void *ctx, int i, int n, char *err)
                    j->hidden_out ? j->hidden_out + (size_t)lo * j->T * j->C : NULL, err);
 }
 
-static int forward_on_lanes(const bert_config *cfg, const bert_params *p,
-                            bert_workspace *ws, int lanes, const int *ids,
-                            const int *lengths, int B, int T, float *logits,
-                            float *pooled_out, float *hidden_out, char *err)
+static int forward_on_lanes(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                            int lanes, const int *ids, const int *lengths, int B, int T,
+                            float *logits, float *pooled_out, float *hidden_out, char *err)
 {
     bert_workspace **lane_ws;
     int rc = bert_workspace_lanes(ws, cfg, lanes, &lane_ws, err);
     if (rc) return rc;
-    forward_lanes_job j = {cfg, p, lane_ws, ids, lengths, B, T, ws->K, ws->C,
-                           logits, pooled_out, hidden_out};
+    forward_lanes_job j = {cfg, p,     lane_ws, ids,    lengths,    B,
+                           T,   ws->K, ws->C,   logits, pooled_out, hidden_out};
     return lanes_run(lanes, forward_lane, &j, err);
 }
 
-int bert_forward(const bert_config *cfg, const bert_params *p,
-                 bert_workspace *ws, const int *ids, const int *lengths, int B,
-                 int T, float *logits, float *pooled_out, char *err)
+int bert_forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
+                 const int *lengths, int B, int T, float *logits, float *pooled_out, char *err)
 {
     return forward(cfg, p, ws, ids, lengths, B, T, logits, pooled_out, NULL, err);
 }
@@ -252,21 +261,20 @@ int bert_forward_hidden(const bert_config *cfg, const bert_params *p, bert_works
 
 /* The pass behind both: logits (B,K), pooled_out (B,C) and hidden_out
  * (B,T,C), each written when not NULL. */
-static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
-                   const int *ids, const int *lengths, int B, int T, float *logits,
-                   float *pooled_out, float *hidden_out, char *err)
+static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
+                   const int *lengths, int B, int T, float *logits, float *pooled_out,
+                   float *hidden_out, char *err)
 {
     backend *be = ws->be;
     int C = ws->C, K = ws->K, N = B * T;
 
     if (B < 1 || T < 1 || B > ws->max_batch || T > ws->max_seq)
         return sm_error(err, SM_ERR_INVALID,
-                        "forward: batch %d x %d tokens exceeds the workspace (%d x %d)",
-                        B, T, ws->max_batch, ws->max_seq);
+                        "forward: batch %d x %d tokens exceeds the workspace (%d x %d)", B, T,
+                        ws->max_batch, ws->max_seq);
     if (T + cfg->position_offset > cfg->max_position_embeddings)
-        return sm_error(err, SM_ERR_INVALID,
-                        "forward: %d tokens exceed max_position_embeddings %d", T,
-                        cfg->max_position_embeddings);
+        return sm_error(err, SM_ERR_INVALID, "forward: %d tokens exceed max_position_embeddings %d",
+                        T, cfg->max_position_embeddings);
     if (logits && !p->cls_w)
         return sm_error(err, SM_ERR_INVALID,
                         "the model has no classification head (classifier.weight); "
@@ -279,8 +287,9 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
     if (rc) return rc;
 
     int lanes = forward_lanes(ws, B);
-    if (lanes > 1) return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits,
-                                           pooled_out, hidden_out, err);
+    if (lanes > 1)
+        return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits, pooled_out,
+                                hidden_out, err);
 
     TRY_BACKEND(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY_BACKEND(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
@@ -288,8 +297,7 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
     encoder_pass ps = {.drop = NULL, .row0 = 0};
     if ((rc = encoder_forward(be, cfg, p, &ws->acts, &ps, B, T, err))) return rc;
     /* hidden_out(B,T,C) = x, the last hidden state */
-    if (hidden_out)
-        TRY_BACKEND(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));
+    if (hidden_out) TRY_BACKEND(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));
     if (!logits && !pooled_out) {
         TRY_BACKEND(be->synchronize(be));
         return SM_OK;
@@ -299,8 +307,7 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
         return rc;
     if (pooled_out)
         TRY_BACKEND(be->download(be, pooled_out, ws->pooled, (size_t)B * C * sizeof(float)));
-    if (logits)
-        TRY_BACKEND(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
+    if (logits) TRY_BACKEND(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
     TRY_BACKEND(be->synchronize(be));
     return SM_OK;
 }

@@ -29,8 +29,7 @@ int wide_part_create(const sm_wide_config *cfg, int K, wide_part **out, char *er
     return SM_OK;
 nomem:
     wide_part_free(w);
-    return sm_error(err, SM_ERR_NOMEM, "out of memory for a wide part of %d x %d", K,
-                    cfg->buckets);
+    return sm_error(err, SM_ERR_NOMEM, "out of memory for a wide part of %d x %d", K, cfg->buckets);
 }
 
 int wide_part_clone(const wide_part *src, wide_part **out, char *err)
@@ -78,8 +77,8 @@ int wide_features(const wide_part *w, const ngram_counts *nc, double *val)
     return n;
 }
 
-int wide_add_logits(const wide_part *w, ngram_counts *nc, double *val, const char *text,
-                    size_t len, float *logits, int (*stop)(void *user), void *user, char *err)
+int wide_add_logits(const wide_part *w, ngram_counts *nc, double *val, const char *text, size_t len,
+                    float *logits, int (*stop)(void *user), void *user, char *err)
 {
     int rc, n = 0;
     if (text) {
@@ -96,8 +95,8 @@ int wide_add_logits(const wide_part *w, ngram_counts *nc, double *val, const cha
     return SM_OK;
 }
 
-int wide_add_logits_texts(const wide_part *w, const char *const *texts, const size_t *lens,
-                          int n, float *logits, int (*stop)(void *user), void *user, char *err)
+int wide_add_logits_texts(const wide_part *w, const char *const *texts, const size_t *lens, int n,
+                          float *logits, int (*stop)(void *user), void *user, char *err)
 {
     ngram_counts *nc = NULL;
     int rc = ngram_counts_create(&w->cfg, &nc, err);

@@ -32,10 +32,10 @@
 
 typedef struct wide_part {
     sm_wide_config cfg;
-    int K;          /* labels */
-    float *weight;  /* (K, buckets) */
-    float *bias;    /* (K) */
-    float *idf;     /* (buckets), NULL without idf */
+    int K;         /* labels */
+    float *weight; /* (K, buckets) */
+    float *bias;   /* (K) */
+    float *idf;    /* (buckets), NULL without idf */
 } wide_part;
 
 /* A wide part of cfg's shape for K labels: zero weights and bias, idf 1. */
@@ -54,14 +54,13 @@ int wide_features(const wide_part *w, const ngram_counts *nc, double *val);
 /* logits[0..K) += z for text[0..len). nc is a counter of w's buckets;
  * val holds at most min(buckets, len x n-gram orders) doubles, what the
  * text can have. stop as ngram_count_text. */
-int wide_add_logits(const wide_part *w, ngram_counts *nc, double *val, const char *text,
-                    size_t len, float *logits, int (*stop)(void *user), void *user, char *err);
+int wide_add_logits(const wide_part *w, ngram_counts *nc, double *val, const char *text, size_t len,
+                    float *logits, int (*stop)(void *user), void *user, char *err);
 
 /* The same for n texts: logits(n, K) += z of each (texts[i] NULL: the
  * bias). Allocates its own counters. */
-int wide_add_logits_texts(const wide_part *w, const char *const *texts, const size_t *lens,
-                          int n, float *logits, int (*stop)(void *user), void *user,
-                          char *err);
+int wide_add_logits_texts(const wide_part *w, const char *const *texts, const size_t *lens, int n,
+                          float *logits, int (*stop)(void *user), void *user, char *err);
 
 /* The wide part's side of an explanation, for label k of text[0..len):
  * logits (K) gets the wide logits z (bias included), and each n-gram

@@ -11,8 +11,8 @@ float *ws_carve(ws_carver *c, size_t n)
     return p;
 }
 
-int ws_arena_alloc(backend *be, void (*plan)(void *ctx, ws_carver *c), void *ctx,
-                   size_t n_ints, float **arena, size_t *floats, int **iarena)
+int ws_arena_alloc(backend *be, void (*plan)(void *ctx, ws_carver *c), void *ctx, size_t n_ints,
+                   float **arena, size_t *floats, int **iarena)
 {
     ws_carver c = {NULL, 0};
     plan(ctx, &c);

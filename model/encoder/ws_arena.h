@@ -27,15 +27,14 @@ float *ws_carve(ws_carver *c, size_t n);
  * allocates the int arena (n_ints). SM_ERR_NOMEM (no message) when either
  * cannot be had, the caller saying what needed it; what was allocated is
  * left for ws_arena_free. */
-int ws_arena_alloc(backend *be, void (*plan)(void *ctx, ws_carver *c), void *ctx,
-                   size_t n_ints, float **arena, size_t *floats, int **iarena);
+int ws_arena_alloc(backend *be, void (*plan)(void *ctx, ws_carver *c), void *ctx, size_t n_ints,
+                   float **arena, size_t *floats, int **iarena);
 /* Frees both arenas (either may be NULL). */
 void ws_arena_free(backend *be, float *arena, int *iarena);
 
 /* Propagates a backend failure: in a function with a backend *be and a
  * char *err, returns the call's code with a message naming the call
  * (errors.h's TRY_OR). */
-#define TRY_BACKEND(call) \
-    TRY_OR(call, sm_error(err, rc_, "%s backend: %s failed", be->name, #call))
+#define TRY_BACKEND(call) TRY_OR(call, sm_error(err, rc_, "%s backend: %s failed", be->name, #call))
 
 #endif

@@ -73,8 +73,8 @@ int sm_file_open(const char *path, uint64_t max_bytes, int *fd, uint64_t *size, 
     }
     if (!S_ISREG(sb.st_mode)) {
         close(f);
-        return sm_error(err, SM_ERR_IO, "cannot read '%s': it is %s; expected a regular file",
-                        path, file_kind(sb.st_mode));
+        return sm_error(err, SM_ERR_IO, "cannot read '%s': it is %s; expected a regular file", path,
+                        file_kind(sb.st_mode));
     }
     if ((uint64_t)sb.st_size > max_bytes) {
         close(f);

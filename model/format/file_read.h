@@ -40,13 +40,11 @@
 /* Opens path as above and checks it is a regular file of at most max_bytes.
  * On success *fd is the open descriptor (the caller closes it) and *size
  * the file's size from fstat. */
-int sm_file_open(const char *path, uint64_t max_bytes, int *fd, uint64_t *size,
-                 char *err);
+int sm_file_open(const char *path, uint64_t max_bytes, int *fd, uint64_t *size, char *err);
 
 /* Reads the whole of path (a regular file of at most max_bytes) into *buf,
  * malloc'd, NUL-terminated after its *len bytes. On failure *buf is NULL. */
-int sm_file_read(const char *path, uint64_t max_bytes, char **buf, size_t *len,
-                 char *err);
+int sm_file_read(const char *path, uint64_t max_bytes, char **buf, size_t *len, char *err);
 
 /* Formats a byte count for an error message: "512 bytes", "4 MB", "2.1 GB"
  * (binary units, one decimal where it is not whole). Returns out. */

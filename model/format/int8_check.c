@@ -23,8 +23,8 @@ static int check(const sm_int8_check *c, char *err)
         return sm_error(err, SM_ERR_FORMAT, "%s: 'rows' %d: expected 1 or more", k_key, c->rows);
     for (size_t i = 0; i < sizeof share / sizeof *share; i++)
         if (!(share[i].v >= 0.0 && share[i].v <= 1.0))
-            return sm_error(err, SM_ERR_FORMAT, "%s: '%s' %g: expected a share from 0 to 1",
-                            k_key, share[i].name, share[i].v);
+            return sm_error(err, SM_ERR_FORMAT, "%s: '%s' %g: expected a share from 0 to 1", k_key,
+                            share[i].name, share[i].v);
     return SM_OK;
 }
 
@@ -95,8 +95,9 @@ int sm_int8_check_passes(const sm_int8_check *c, char *why, size_t cap)
     else if (c->agreement < SM_INT8_CHECK_MIN_AGREEMENT) verdict = "int8 changes too many labels";
     else if (c->accuracy_int8 < c->accuracy_fp32 - SM_INT8_CHECK_MARGIN)
         verdict = "int8 loses accuracy";
-    snprintf(why, cap, "%s%sheld-out accuracy %.4f in int8, %.4f in fp32, same label on %.1f%% "
-                       "of %d rows",
+    snprintf(why, cap,
+             "%s%sheld-out accuracy %.4f in int8, %.4f in fp32, same label on %.1f%% "
+             "of %d rows",
              verdict ? verdict : "", verdict ? ": " : "", c->accuracy_int8, c->accuracy_fp32,
              100.0 * c->agreement, c->rows);
     return verdict == NULL;

@@ -33,7 +33,7 @@
 #define SM_INT8_CHECK_MARGIN 0.003 /* 0.3 accuracy points */
 
 typedef struct sm_int8_check {
-    int set;              /* 1: the config has one */
+    int set; /* 1: the config has one */
     int rows;
     double accuracy_fp32, accuracy_int8, agreement;
 } sm_int8_check;

@@ -44,8 +44,7 @@ static void skip_ws(scan *c)
 {
     while (c->pos < c->len) {
         unsigned char ch = c->s[c->pos];
-        if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r')
-            break;
+        if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r') break;
         c->pos++;
     }
 }
@@ -53,8 +52,7 @@ static void skip_ws(scan *c)
 static int hex4(scan *c, unsigned *out)
 {
     unsigned v = 0;
-    if (c->len - c->pos < 4)
-        return fail(c, "truncated \\u escape");
+    if (c->len - c->pos < 4) return fail(c, "truncated \\u escape");
     for (int i = 0; i < 4; i++) {
         unsigned ch = c->s[c->pos + i], d;
         if (ch >= '0' && ch <= '9') d = ch - '0';
@@ -77,16 +75,14 @@ static int utf8_seq(scan *c)
     if (b0 >= 0xC2 && b0 <= 0xDF) n = 1;
     else if (b0 >= 0xE0 && b0 <= 0xEF) {
         n = 2;
-        if (b0 == 0xE0) lo = 0xA0;       /* no overlong */
-        if (b0 == 0xED) hi = 0x9F;       /* no surrogates */
+        if (b0 == 0xE0) lo = 0xA0; /* no overlong */
+        if (b0 == 0xED) hi = 0x9F; /* no surrogates */
     } else if (b0 >= 0xF0 && b0 <= 0xF4) {
         n = 3;
-        if (b0 == 0xF0) lo = 0x90;       /* no overlong */
-        if (b0 == 0xF4) hi = 0x8F;       /* <= U+10FFFF */
-    } else
-        return fail(c, "invalid UTF-8 in a string");
-    if (left < n + 1)
-        return fail(c, "invalid UTF-8 in a string");
+        if (b0 == 0xF0) lo = 0x90; /* no overlong */
+        if (b0 == 0xF4) hi = 0x8F; /* <= U+10FFFF */
+    } else return fail(c, "invalid UTF-8 in a string");
+    if (left < n + 1) return fail(c, "invalid UTF-8 in a string");
     for (unsigned i = 1; i <= n; i++) {
         unsigned b = p[i];
         if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF))
@@ -100,18 +96,15 @@ static int scan_string(scan *c)
 {
     c->pos++; /* the opening quote */
     for (;;) {
-        if (c->pos >= c->len)
-            return fail(c, "unterminated string");
+        if (c->pos >= c->len) return fail(c, "unterminated string");
         unsigned ch = c->s[c->pos];
         if (ch == '"') {
             c->pos++;
             return 1;
         }
-        if (ch < 0x20)
-            return fail(c, "control character in a string (write it as an escape)");
+        if (ch < 0x20) return fail(c, "control character in a string (write it as an escape)");
         if (ch >= 0x80) {
-            if (!utf8_seq(c))
-                return 0;
+            if (!utf8_seq(c)) return 0;
             continue;
         }
         if (ch != '\\') {
@@ -119,18 +112,15 @@ static int scan_string(scan *c)
             continue;
         }
         size_t at = c->pos;
-        if (++c->pos >= c->len)
-            return fail(c, "unterminated string");
+        if (++c->pos >= c->len) return fail(c, "unterminated string");
         ch = c->s[c->pos++];
-        if (strchr("\"\\/bfnrt", (int)ch) && ch)
-            continue;
+        if (strchr("\"\\/bfnrt", (int)ch) && ch) continue;
         if (ch != 'u') {
             c->pos = at;
             return fail(c, "invalid escape in a string");
         }
         unsigned u, u2;
-        if (!hex4(c, &u))
-            return 0;
+        if (!hex4(c, &u)) return 0;
         if (u == 0) {
             c->pos = at;
             return fail(c, "\\u0000 is not allowed in a string");
@@ -140,14 +130,12 @@ static int scan_string(scan *c)
             return fail(c, "\\u escape of a lone low surrogate");
         }
         if (u >= 0xD800 && u <= 0xDBFF) {
-            if (c->len - c->pos < 6 || c->s[c->pos] != '\\' ||
-                c->s[c->pos + 1] != 'u') {
+            if (c->len - c->pos < 6 || c->s[c->pos] != '\\' || c->s[c->pos + 1] != 'u') {
                 c->pos = at;
                 return fail(c, "\\u escape of a high surrogate without its low half");
             }
             c->pos += 2;
-            if (!hex4(c, &u2))
-                return 0;
+            if (!hex4(c, &u2)) return 0;
             if (u2 < 0xDC00 || u2 > 0xDFFF) {
                 c->pos = at;
                 return fail(c, "\\u escape of a high surrogate without its low half");
@@ -169,8 +157,7 @@ static int int_literal(const unsigned char *s, size_t n, int64_t *out)
     uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
     for (size_t i = (size_t)neg; i < n; i++) {
         unsigned d = s[i] - '0';
-        if (v > (lim - d) / 10)
-            return 0;
+        if (v > (lim - d) / 10) return 0;
         v = v * 10 + d;
     }
     *out = neg ? (int64_t)(0 - v) : (int64_t)v;
@@ -215,8 +202,7 @@ static int scan_number(scan *c)
         while (p < c->len && is_digit(s[p])) p++;
     }
     c->pos = start;
-    if (p - start > 63)
-        return fail(c, "number longer than 63 characters");
+    if (p - start > 63) return fail(c, "number longer than 63 characters");
     int64_t v;
     if (is_int && !int_literal(s + start, p - start, &v))
         return fail(c, "integer out of the 64-bit range");
@@ -237,8 +223,7 @@ static int scan_value(scan *c, int depth);
 
 static int scan_container(scan *c, int depth, int is_obj)
 {
-    if (depth >= JSON_IN_MAX_DEPTH)
-        return fail(c, "nested deeper than 64 levels");
+    if (depth >= JSON_IN_MAX_DEPTH) return fail(c, "nested deeper than 64 levels");
     char close = is_obj ? '}' : ']';
     c->pos++;
     skip_ws(c);
@@ -249,21 +234,17 @@ static int scan_container(scan *c, int depth, int is_obj)
     for (;;) {
         if (is_obj) {
             if (c->pos >= c->len || c->s[c->pos] != '"')
-                return fail(c, c->pos >= c->len ? "unexpected end of input"
-                                                : "expected a string key");
-            if (!scan_string(c))
-                return 0;
+                return fail(c,
+                            c->pos >= c->len ? "unexpected end of input" : "expected a string key");
+            if (!scan_string(c)) return 0;
             skip_ws(c);
-            if (c->pos >= c->len || c->s[c->pos] != ':')
-                return fail(c, "expected ':' after a key");
+            if (c->pos >= c->len || c->s[c->pos] != ':') return fail(c, "expected ':' after a key");
             c->pos++;
             skip_ws(c);
         }
-        if (!scan_value(c, depth + 1))
-            return 0;
+        if (!scan_value(c, depth + 1)) return 0;
         skip_ws(c);
-        if (c->pos >= c->len)
-            return fail(c, "unexpected end of input");
+        if (c->pos >= c->len) return fail(c, "unexpected end of input");
         if (c->s[c->pos] == (unsigned char)close) {
             c->pos++;
             return 1;
@@ -277,8 +258,7 @@ static int scan_container(scan *c, int depth, int is_obj)
 
 static int scan_value(scan *c, int depth)
 {
-    if (c->pos >= c->len)
-        return fail(c, "unexpected end of input");
+    if (c->pos >= c->len) return fail(c, "unexpected end of input");
     switch (c->s[c->pos]) {
     case '{': return scan_container(c, depth, 1);
     case '[': return scan_container(c, depth, 0);
@@ -287,8 +267,7 @@ static int scan_value(scan *c, int depth)
     case 'f': return scan_literal(c, "false");
     case 'n': return scan_literal(c, "null");
     default:
-        if (c->s[c->pos] == '-' || is_digit(c->s[c->pos]))
-            return scan_number(c);
+        if (c->s[c->pos] == '-' || is_digit(c->s[c->pos])) return scan_number(c);
         return fail(c, "unexpected character; expected a value");
     }
 }
@@ -296,11 +275,9 @@ static int scan_value(scan *c, int depth)
 static int scan_document(scan *c)
 {
     skip_ws(c);
-    if (!scan_value(c, 0))
-        return 0;
+    if (!scan_value(c, 0)) return 0;
     skip_ws(c);
-    if (c->pos != c->len)
-        return fail(c, "unexpected content after the JSON value");
+    if (c->pos != c->len) return fail(c, "unexpected content after the JSON value");
     return 1;
 }
 
@@ -308,12 +285,9 @@ int json_in_utf8_valid(const char *s, size_t n)
 {
     scan c = {(const unsigned char *)s, n, 0, NULL};
     while (c.pos < n) {
-        if (c.s[c.pos] == 0)
-            return 0;
-        if (c.s[c.pos] < 0x80)
-            c.pos++;
-        else if (!utf8_seq(&c))
-            return 0;
+        if (c.s[c.pos] == 0) return 0;
+        if (c.s[c.pos] < 0x80) c.pos++;
+        else if (!utf8_seq(&c)) return 0;
     }
     return 1;
 }
@@ -321,10 +295,10 @@ int json_in_utf8_valid(const char *s, size_t n)
 /* ---- the copy out of cJSON ----------------------------------------------- */
 
 typedef struct copy {
-    char *structs;          /* bump pointer: values, members, key index */
-    char *strings;          /* bump pointer: keys and strings */
+    char *structs; /* bump pointer: values, members, key index */
+    char *strings; /* bump pointer: keys and strings */
     const unsigned char *text;
-    size_t len, pos;        /* number cursor: numbers meet in document order */
+    size_t len, pos; /* number cursor: numbers meet in document order */
 } copy;
 
 /* Bytes the copy needs for the values and strings under v. */
@@ -334,15 +308,12 @@ static void measure(const cJSON *v, size_t *structs, size_t *strings)
     if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
         for (const cJSON *k = v->child; k; k = k->next) {
             n++;
-            if (cJSON_IsObject(v))
-                *strings += strlen(k->string) + 1;
+            if (cJSON_IsObject(v)) *strings += strlen(k->string) + 1;
             measure(k, structs, strings);
         }
-        *structs += cJSON_IsArray(v)
-                        ? n * sizeof(json_in_value)
-                        : n * (sizeof(json_in_member) + sizeof(json_in_member *));
-    } else if (cJSON_IsString(v))
-        *strings += strlen(v->valuestring) + 1;
+        *structs += cJSON_IsArray(v) ? n * sizeof(json_in_value)
+                                     : n * (sizeof(json_in_member) + sizeof(json_in_member *));
+    } else if (cJSON_IsString(v)) *strings += strlen(v->valuestring) + 1;
 }
 
 static const char *copy_str(copy *c, const char *s)
@@ -365,14 +336,11 @@ static void next_number(copy *c, const unsigned char **start, size_t *n)
             for (p++; c->text[p] != '"'; p++)
                 if (c->text[p] == '\\') p++;
             p++;
-        } else if (ch == '-' || is_digit(ch))
-            break;
-        else
-            p++;
+        } else if (ch == '-' || is_digit(ch)) break;
+        else p++;
     }
     size_t q = p;
-    while (q < c->len && strchr("0123456789+-.eE", c->text[q]) && c->text[q])
-        q++;
+    while (q < c->len && strchr("0123456789+-.eE", c->text[q]) && c->text[q]) q++;
     *start = c->text + p;
     *n = q - p;
     c->pos = q;
@@ -380,13 +348,11 @@ static void next_number(copy *c, const unsigned char **start, size_t *n)
 
 static int cmp_member(const void *a, const void *b)
 {
-    return strcmp((*(json_in_member *const *)a)->key,
-                  (*(json_in_member *const *)b)->key);
+    return strcmp((*(json_in_member *const *)a)->key, (*(json_in_member *const *)b)->key);
 }
 
 /* Copies v into out; SM_OK or SM_ERR_FORMAT with e->reason. */
-static int copy_value(copy *c, const cJSON *v, json_in_value *out,
-                      json_in_error *e)
+static int copy_value(copy *c, const cJSON *v, json_in_value *out, json_in_error *e)
 {
     memset(out, 0, sizeof *out);
     if (cJSON_IsNull(v)) {
@@ -406,8 +372,7 @@ static int copy_value(copy *c, const cJSON *v, json_in_value *out,
         } else {
             out->d = v->valuedouble;
             if (!isfinite(out->d)) {
-                snprintf(e->reason, sizeof e->reason,
-                         "number out of the range of a double");
+                snprintf(e->reason, sizeof e->reason, "number out of the range of a double");
                 return SM_ERR_FORMAT;
             }
         }
@@ -454,8 +419,10 @@ static int copy_value(copy *c, const cJSON *v, json_in_value *out,
                 if (j == kl && kl <= 60)
                     snprintf(e->reason, sizeof e->reason, "duplicate key '%s'", key);
                 else
-                    snprintf(e->reason, sizeof e->reason, "duplicate key (not shown: %zu "
-                             "bytes, not all printable ASCII or too long)", kl);
+                    snprintf(e->reason, sizeof e->reason,
+                             "duplicate key (not shown: %zu "
+                             "bytes, not all printable ASCII or too long)",
+                             kl);
                 return SM_ERR_FORMAT;
             }
     } else {
@@ -481,8 +448,7 @@ static void line_column(const unsigned char *s, size_t pos, json_in_error *e)
     }
 }
 
-int json_in_parse(const char *text, size_t len, json_in_doc **out,
-                  json_in_error *e)
+int json_in_parse(const char *text, size_t len, json_in_doc **out, json_in_error *e)
 {
     json_in_doc *doc = NULL;
     cJSON *tree = NULL;
@@ -516,8 +482,7 @@ int json_in_parse(const char *text, size_t len, json_in_doc **out,
         snprintf(e->reason, sizeof e->reason, "out of memory");
         return e->code;
     }
-    copy c = {(char *)(doc + 1), (char *)(doc + 1) + structs,
-              (const unsigned char *)text, len, 0};
+    copy c = {(char *)(doc + 1), (char *)(doc + 1) + structs, (const unsigned char *)text, len, 0};
     int rc = copy_value(&c, tree, &doc->root, e);
     cJSON_Delete(tree);
     if (rc) {
@@ -542,8 +507,7 @@ void json_in_free(json_in_doc *doc)
 
 const json_in_value *json_in_get(const json_in_value *obj, const char *key)
 {
-    if (!json_in_is(obj, JSON_IN_OBJECT) || !key)
-        return NULL;
+    if (!json_in_is(obj, JSON_IN_OBJECT) || !key) return NULL;
     size_t lo = 0, hi = obj->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -561,20 +525,17 @@ static void render_double(double d, char *buf, size_t cap)
 {
     for (int p = 1; p <= 17; p++) {
         snprintf(buf, cap, "%.*g", p, d);
-        if (strtod(buf, NULL) == d)
-            break;
+        if (strtod(buf, NULL) == d) break;
     }
     /* the host's locale may write a decimal comma */
     for (char *q = buf; *q; q++)
         if (*q == ',') *q = '.';
-    if (!strpbrk(buf, ".eEn") && strlen(buf) + 3 <= cap)
-        strcat(buf, ".0");
+    if (!strpbrk(buf, ".eEn") && strlen(buf) + 3 <= cap) strcat(buf, ".0");
 }
 
 const char *json_in_describe(const json_in_value *v, char *buf, size_t cap)
 {
-    if (!v || !cap)
-        return "nothing";
+    if (!v || !cap) return "nothing";
     switch (v->type) {
     case JSON_IN_NULL: return "null";
     case JSON_IN_FALSE: return "false";
@@ -582,14 +543,11 @@ const char *json_in_describe(const json_in_value *v, char *buf, size_t cap)
     case JSON_IN_ARRAY: return "an array";
     case JSON_IN_OBJECT: return "an object";
     case JSON_IN_NUMBER:
-        if (v->is_int)
-            snprintf(buf, cap, "%lld", (long long)v->i);
-        else
-            render_double(v->d, buf, cap);
+        if (v->is_int) snprintf(buf, cap, "%lld", (long long)v->i);
+        else render_double(v->d, buf, cap);
         return buf;
     case JSON_IN_STRING:
-        if (v->n + 3 <= cap || cap < 8)
-            snprintf(buf, cap, "\"%s\"", v->str);
+        if (v->n + 3 <= cap || cap < 8) snprintf(buf, cap, "\"%s\"", v->str);
         else {
             size_t k = cap - 6; /* cut on a character boundary */
             while (k > 0 && ((unsigned char)v->str[k] & 0xC0) == 0x80) k--;

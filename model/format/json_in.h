@@ -72,18 +72,18 @@ typedef struct json_in_member json_in_member;
 
 struct json_in_value {
     json_in_type type;
-    int is_int;                /* NUMBER written as an integer: exactly i */
+    int is_int; /* NUMBER written as an integer: exactly i */
     int64_t i;
-    double d;                  /* NUMBER: the value (i converted when is_int) */
-    size_t n;                  /* STRING: bytes; ARRAY: items; OBJECT: members */
-    const char *str;           /* STRING: NUL-terminated UTF-8, no NUL inside */
-    json_in_value *items;      /* ARRAY: n items */
-    json_in_member *members;   /* OBJECT: n members, in document order */
-    json_in_member **by_key;   /* OBJECT: the same members sorted by key */
+    double d;                /* NUMBER: the value (i converted when is_int) */
+    size_t n;                /* STRING: bytes; ARRAY: items; OBJECT: members */
+    const char *str;         /* STRING: NUL-terminated UTF-8, no NUL inside */
+    json_in_value *items;    /* ARRAY: n items */
+    json_in_member *members; /* OBJECT: n members, in document order */
+    json_in_member **by_key; /* OBJECT: the same members sorted by key */
 };
 
 struct json_in_member {
-    const char *key;           /* NUL-terminated UTF-8, unique in its object */
+    const char *key; /* NUL-terminated UTF-8, unique in its object */
     json_in_value value;
 };
 
@@ -100,8 +100,7 @@ typedef struct json_in_error {
 
 /* Parses len bytes (need not be NUL-terminated). SM_OK and *out, or an error
  * code with *out NULL and e filled. */
-int json_in_parse(const char *text, size_t len, json_in_doc **out,
-                  json_in_error *e);
+int json_in_parse(const char *text, size_t len, json_in_doc **out, json_in_error *e);
 const json_in_value *json_in_root(const json_in_doc *doc);
 void json_in_free(json_in_doc *doc);
 

@@ -33,8 +33,8 @@ int model_dir_open(const char *dir, model_dir *d, char *err)
     return model_dir_open_stoppable(dir, NULL, NULL, d, err);
 }
 
-#define STOP_POINT()                                                          \
-    do {                                                                      \
+#define STOP_POINT()                                                                     \
+    do {                                                                                 \
         if (stop && stop(user)) return sm_error(err, SM_ERR_INTERRUPTED, "interrupted"); \
     } while (0)
 
@@ -64,8 +64,10 @@ static int read_tokenizer(const char *dir, int json_allowed, model_dir *d, char 
                             "AutoTokenizer.from_pretrained('%s').save_pretrained('%s')\"",
                             dir, dir, dir);
         if (json_allowed)
-            return sm_error(err, SM_ERR_IO, "%s has no tokenizer: expected tokenizer.json or "
-                            "vocab.txt", dir);
+            return sm_error(err, SM_ERR_IO,
+                            "%s has no tokenizer: expected tokenizer.json or "
+                            "vocab.txt",
+                            dir);
     }
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
     return sm_file_read(path, SM_FILE_MAX_VOCAB, &d->vocab, &d->vocab_len, err);
@@ -101,8 +103,8 @@ static int open_dir(const char *dir, int json_allowed, int (*stop)(void *user), 
     return open_weights(dir, d, err);
 }
 
-int model_dir_open_stoppable(const char *dir, int (*stop)(void *user), void *user,
-                             model_dir *d, char *err)
+int model_dir_open_stoppable(const char *dir, int (*stop)(void *user), void *user, model_dir *d,
+                             char *err)
 {
     return open_dir(dir, 1, stop, user, d, err);
 }

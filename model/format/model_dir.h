@@ -11,15 +11,15 @@
 #include "format/safetensors.h"
 
 typedef struct model_dir {
-    char *config;            /* config.json (config_len bytes), malloc'd */
+    char *config; /* config.json (config_len bytes), malloc'd */
     size_t config_len;
-    char *tokenizer_json;    /* tokenizer.json (tokenizer_json_len bytes),
+    char *tokenizer_json; /* tokenizer.json (tokenizer_json_len bytes),
                                 malloc'd, or NULL when the directory has none */
     size_t tokenizer_json_len;
-    char *vocab;             /* vocab.txt (vocab_len bytes), malloc'd; NULL
+    char *vocab; /* vocab.txt (vocab_len bytes), malloc'd; NULL
                                 when tokenizer.json was read instead */
     size_t vocab_len;
-    safetensors st;          /* model.safetensors, opened */
+    safetensors st; /* model.safetensors, opened */
 } model_dir;
 
 /* Reads dir's files. On failure the error names the file (and, for a
@@ -28,8 +28,8 @@ typedef struct model_dir {
 int model_dir_open(const char *dir, model_dir *d, char *err);
 /* The same, asking stop(user) (when not NULL) before each file: a non-zero
  * answer returns SM_ERR_INTERRUPTED with err "interrupted". */
-int model_dir_open_stoppable(const char *dir, int (*stop)(void *user), void *user,
-                             model_dir *d, char *err);
+int model_dir_open_stoppable(const char *dir, int (*stop)(void *user), void *user, model_dir *d,
+                             char *err);
 /* The same with only vocab.txt as the tokenizer (tokenizer.json is not
  * looked at): for the masked-language-model loader, whose models are
  * WordPiece and stored as vocab.txt. */

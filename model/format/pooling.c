@@ -33,8 +33,7 @@ const char *sm_pool_mode_name(sm_pool_mode mode)
 }
 
 /* Parses text as JSON for file; the error says where and why. */
-static int parse_json(const char *file, const char *text, size_t len, json_in_doc **doc,
-                      char *err)
+static int parse_json(const char *file, const char *text, size_t len, json_in_doc **doc, char *err)
 {
     json_in_error je;
     int rc = json_in_parse(text, len, doc, &je);
@@ -84,15 +83,15 @@ int sm_pooling_parse_modules(const char *json, size_t len, char *pool_path, size
         goto end;
     }
     if (root->n > SM_POOLING_MAX_MODULES) {
-        rc = sm_error(err, SM_ERR_FORMAT, "%s: %zu modules; at most %d are read", file,
-                      root->n, SM_POOLING_MAX_MODULES);
+        rc = sm_error(err, SM_ERR_FORMAT, "%s: %zu modules; at most %d are read", file, root->n,
+                      SM_POOLING_MAX_MODULES);
         goto end;
     }
     for (size_t i = 0; i < root->n; i++) {
         const json_in_value *m = &root->items[i];
         if (!json_in_is(m, JSON_IN_OBJECT)) {
-            rc = sm_error(err, SM_ERR_FORMAT, "%s: module %zu must be an object, got %s", file,
-                          i, describe(m, buf, sizeof buf));
+            rc = sm_error(err, SM_ERR_FORMAT, "%s: module %zu must be an object, got %s", file, i,
+                          describe(m, buf, sizeof buf));
             goto end;
         }
         const json_in_value *type = json_in_get(m, "type"), *path = json_in_get(m, "path");
@@ -111,13 +110,15 @@ int sm_pooling_parse_modules(const char *json, size_t len, char *pool_path, size
             if (i != 0) {
                 rc = sm_error(err, SM_ERR_UNSUPPORTED,
                               "%s: module %zu is a Transformer; only the first module may be "
-                              "one", file, i);
+                              "one",
+                              file, i);
                 goto end;
             }
             if (*p && strcmp(p, ".")) {
                 rc = sm_error(err, SM_ERR_UNSUPPORTED,
                               "%s: the Transformer module's files are in '%.64s', not in the "
-                              "model directory itself; not supported", file, p);
+                              "model directory itself; not supported",
+                              file, p);
                 goto end;
             }
             have_transformer = 1;
@@ -125,14 +126,15 @@ int sm_pooling_parse_modules(const char *json, size_t len, char *pool_path, size
             if (!have_transformer || have_pooling) {
                 rc = sm_error(err, SM_ERR_UNSUPPORTED,
                               "%s: module %zu: expected one Pooling module right after the "
-                              "Transformer", file, i);
+                              "Transformer",
+                              file, i);
                 goto end;
             }
             if (!safe_module_path(p)) {
                 rc = sm_error(err, SM_ERR_FORMAT,
                               "%s: module %zu: the Pooling module's 'path' must be one "
-                              "directory name inside the model directory (such as '"
-                              SM_POOLING_DIR "'), got %s",
+                              "directory name inside the model directory (such as '" SM_POOLING_DIR
+                              "'), got %s",
                               file, i, path ? describe(path, buf, sizeof buf) : "none");
                 goto end;
             }
@@ -146,7 +148,8 @@ int sm_pooling_parse_modules(const char *json, size_t len, char *pool_path, size
             if (!have_pooling || *normalize || i + 1 != root->n) {
                 rc = sm_error(err, SM_ERR_UNSUPPORTED,
                               "%s: module %zu: a Normalize module is supported only last, "
-                              "right after the Pooling module", file, i);
+                              "right after the Pooling module",
+                              file, i);
                 goto end;
             }
             *normalize = 1;
@@ -217,7 +220,8 @@ int sm_pooling_parse_config(const char *json, size_t len, const char *file, sm_p
         if (json_in_is(v, JSON_IN_FALSE)) {
             rc = sm_error(err, SM_ERR_UNSUPPORTED,
                           "%s: 'include_prompt' false (pooling without the prompt's tokens) is "
-                          "not supported", file);
+                          "not supported",
+                          file);
             goto end;
         }
     }
@@ -226,7 +230,8 @@ int sm_pooling_parse_config(const char *json, size_t len, const char *file, sm_p
         if (!json_in_is(v, JSON_IN_NUMBER) || !v->is_int || v->i < 1 || v->i > 65536) {
             rc = sm_error(err, SM_ERR_FORMAT,
                           "%s: 'word_embedding_dimension' must be an integer from 1 to 65536, "
-                          "got %s", file, describe(v, buf, sizeof buf));
+                          "got %s",
+                          file, describe(v, buf, sizeof buf));
             goto end;
         }
         out->dim = (int)v->i;
@@ -234,7 +239,8 @@ int sm_pooling_parse_config(const char *json, size_t len, const char *file, sm_p
     if (n_true == 0) {
         rc = sm_error(err, SM_ERR_FORMAT,
                       "%s: no pooling mode is true; expected pooling_mode_cls_token or "
-                      "pooling_mode_mean_tokens", file);
+                      "pooling_mode_mean_tokens",
+                      file);
         goto end;
     }
     if (n_true > 1) {
@@ -243,8 +249,8 @@ int sm_pooling_parse_config(const char *json, size_t len, const char *file, sm_p
         for (size_t i = 0, k = 0; err && i < N_MODES; i++) {
             const json_in_value *m = json_in_get(root, k_modes[i].key);
             if (!json_in_is(m, JSON_IN_TRUE)) continue;
-            used += (size_t)snprintf(err + used, used < SM_ERR_MAX ? SM_ERR_MAX - used : 0,
-                                     "%s%s", k++ ? ", " : "", k_modes[i].key);
+            used += (size_t)snprintf(err + used, used < SM_ERR_MAX ? SM_ERR_MAX - used : 0, "%s%s",
+                                     k++ ? ", " : "", k_modes[i].key);
             if (used >= SM_ERR_MAX) used = SM_ERR_MAX - 1;
         }
         if (err)
@@ -333,11 +339,12 @@ int sm_pooling_from_json(const json_in_value *v, sm_pooling *out, char *err)
     if (!json_in_is(v, JSON_IN_OBJECT))
         return sm_error(err, SM_ERR_FORMAT,
                         "%s must be an object such as {\"mode\": \"mean\", \"normalize\": "
-                        "true}, got %s", key, describe(v, buf, sizeof buf));
+                        "true}, got %s",
+                        key, describe(v, buf, sizeof buf));
     const json_in_value *mode = json_in_get(v, "mode"), *norm = json_in_get(v, "normalize");
     if (!json_in_is(mode, JSON_IN_STRING))
-        return sm_error(err, SM_ERR_FORMAT, "%s: 'mode' must be \"mean\" or \"cls\", got %s",
-                        key, mode ? describe(mode, buf, sizeof buf) : "nothing");
+        return sm_error(err, SM_ERR_FORMAT, "%s: 'mode' must be \"mean\" or \"cls\", got %s", key,
+                        mode ? describe(mode, buf, sizeof buf) : "nothing");
     if (!strcmp(mode->str, "mean")) p.mode = SM_POOL_MEAN;
     else if (!strcmp(mode->str, "cls")) p.mode = SM_POOL_CLS;
     else
@@ -368,20 +375,20 @@ int sm_pooling_files(const sm_pooling *p, int hidden, char **modules_json, char 
     static const char normalize_entry[] =
         ",\n  {\n    \"idx\": 2,\n    \"name\": \"2\",\n    \"path\": \"" SM_NORMALIZE_DIR "\",\n"
         "    \"type\": \"sentence_transformers.models.Normalize\"\n  }";
-    static const char pooling_fmt[] =
-        "{\n"
-        "  \"word_embedding_dimension\": %d,\n"
-        "  \"pooling_mode_cls_token\": %s,\n"
-        "  \"pooling_mode_mean_tokens\": %s,\n"
-        "  \"pooling_mode_max_tokens\": false,\n"
-        "  \"pooling_mode_mean_sqrt_len_tokens\": false,\n"
-        "  \"pooling_mode_weightedmean_tokens\": false,\n"
-        "  \"pooling_mode_lasttoken\": false,\n"
-        "  \"include_prompt\": true\n"
-        "}\n";
+    static const char pooling_fmt[] = "{\n"
+                                      "  \"word_embedding_dimension\": %d,\n"
+                                      "  \"pooling_mode_cls_token\": %s,\n"
+                                      "  \"pooling_mode_mean_tokens\": %s,\n"
+                                      "  \"pooling_mode_max_tokens\": false,\n"
+                                      "  \"pooling_mode_mean_sqrt_len_tokens\": false,\n"
+                                      "  \"pooling_mode_weightedmean_tokens\": false,\n"
+                                      "  \"pooling_mode_lasttoken\": false,\n"
+                                      "  \"include_prompt\": true\n"
+                                      "}\n";
     *modules_json = *pooling_json = NULL;
     size_t ml = sizeof modules_fmt + sizeof k_transformer + sizeof k_pooling +
-                sizeof normalize_entry, pl = sizeof pooling_fmt + 32;
+                sizeof normalize_entry,
+           pl = sizeof pooling_fmt + 32;
     char *m = malloc(ml), *q = malloc(pl);
     if (!m || !q) {
         free(m);

@@ -52,10 +52,10 @@ typedef enum sm_pool_mode {
 } sm_pool_mode;
 
 typedef struct sm_pooling {
-    int set;          /* 1: given by modules.json or a stored config, written back */
+    int set; /* 1: given by modules.json or a stored config, written back */
     sm_pool_mode mode;
-    int normalize;    /* L2-normalise after pooling (a Normalize module) */
-    int dim;          /* 1_Pooling's word_embedding_dimension (0: not given) */
+    int normalize; /* L2-normalise after pooling (a Normalize module) */
+    int dim;       /* 1_Pooling's word_embedding_dimension (0: not given) */
 } sm_pooling;
 
 /* The directory names sentence-transformers gives the two modules. */
@@ -96,8 +96,8 @@ int sm_pooling_from_json(const json_in_value *v, sm_pooling *out, char *err);
 
 /* modules.json and 1_Pooling/config.json text (malloc'd, NUL-terminated)
  * for p on a hidden-size encoder, as sentence-transformers writes them. */
-int sm_pooling_files(const sm_pooling *p, int hidden, char **modules_json,
-                     char **pooling_json, char *err);
+int sm_pooling_files(const sm_pooling *p, int hidden, char **modules_json, char **pooling_json,
+                     char *err);
 
 /* One sequence's embedding: hidden(T, C) row-major, the first `length`
  * rows real tokens (length >= 1), out(C). */

@@ -15,30 +15,39 @@
 
 #define ST_MAX_DIMS 8
 
-typedef enum { ST_F32 = 0, ST_F16, ST_BF16, ST_F64, ST_I64, ST_I32, ST_I8, ST_U8, ST_BOOL } st_dtype;
+typedef enum {
+    ST_F32 = 0,
+    ST_F16,
+    ST_BF16,
+    ST_F64,
+    ST_I64,
+    ST_I32,
+    ST_I8,
+    ST_U8,
+    ST_BOOL
+} st_dtype;
 
 typedef struct st_tensor {
-    char *name;                 /* owned by the safetensors struct */
+    char *name; /* owned by the safetensors struct */
     st_dtype dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     int64_t numel;
-    const uint8_t *data;        /* points into the file/buffer */
+    const uint8_t *data; /* points into the file/buffer */
     size_t nbytes;
 } st_tensor;
 
 typedef struct safetensors {
-    st_tensor *tensors;         /* sorted by name */
+    st_tensor *tensors; /* sorted by name */
     int n_tensors;
-    const uint8_t *base;        /* whole file/buffer */
+    const uint8_t *base; /* whole file/buffer */
     size_t size;
-    void *mapping;              /* non-NULL when we mmap'd a file */
+    void *mapping; /* non-NULL when we mmap'd a file */
 } safetensors;
 
 int safetensors_open_file(const char *path, safetensors *st, char *err);
 /* Borrows buf: it must outlive st. */
-int safetensors_open_buffer(const void *buf, size_t len, safetensors *st,
-                            char *err);
+int safetensors_open_buffer(const void *buf, size_t len, safetensors *st, char *err);
 void safetensors_close(safetensors *st);
 
 const st_tensor *safetensors_find(const safetensors *st, const char *name);
@@ -58,10 +67,10 @@ typedef struct st_write_entry {
     int64_t shape[ST_MAX_DIMS];
 } st_write_entry;
 
-int safetensors_serialize(const st_write_entry *entries, int n, st_dtype dtype,
-                          uint8_t **out, size_t *out_len, char *err);
-int safetensors_write_file(const char *path, const st_write_entry *entries,
-                           int n, st_dtype dtype, char *err);
+int safetensors_serialize(const st_write_entry *entries, int n, st_dtype dtype, uint8_t **out,
+                          size_t *out_len, char *err);
+int safetensors_write_file(const char *path, const st_write_entry *entries, int n, st_dtype dtype,
+                           char *err);
 
 /* Half-precision conversions, exposed for tests and backends. */
 float st_f16_to_f32(uint16_t h);

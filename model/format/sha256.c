@@ -42,7 +42,8 @@ static void blocks_portable(uint32_t h[8], const uint8_t *p, size_t nblocks)
         }
         uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
         for (int t = 0; t < 64; t++) {
-            uint32_t t1 = hh + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[t] + w[t];
+            uint32_t t1 = hh + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[t] +
+                          w[t];
             uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
             hh = g;
             g = f;
@@ -66,17 +67,16 @@ static void blocks_portable(uint32_t h[8], const uint8_t *p, size_t nblocks)
 
 #ifdef SHA256_HAVE_SHANI
 /* The state is kept as ABEF / CDGH, the layout sha256rnds2 works on. */
-__attribute__((target("sha,sse4.1,ssse3"))) static void blocks_shani(uint32_t h[8],
-                                                                     const uint8_t *p,
-                                                                     size_t nblocks)
+__attribute__((target("sha,sse4.1,ssse3"))) static void
+blocks_shani(uint32_t h[8], const uint8_t *p, size_t nblocks)
 {
     const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
     __m128i tmp = _mm_loadu_si128((const __m128i *)&h[0]);
     __m128i s1 = _mm_loadu_si128((const __m128i *)&h[4]);
-    tmp = _mm_shuffle_epi32(tmp, 0xB1);          /* CDAB */
-    s1 = _mm_shuffle_epi32(s1, 0x1B);            /* EFGH */
-    __m128i s0 = _mm_alignr_epi8(tmp, s1, 8);    /* ABEF */
-    s1 = _mm_blend_epi16(s1, tmp, 0xF0);         /* CDGH */
+    tmp = _mm_shuffle_epi32(tmp, 0xB1);       /* CDAB */
+    s1 = _mm_shuffle_epi32(s1, 0x1B);         /* EFGH */
+    __m128i s0 = _mm_alignr_epi8(tmp, s1, 8); /* ABEF */
+    s1 = _mm_blend_epi16(s1, tmp, 0xF0);      /* CDGH */
 
     for (; nblocks; nblocks--, p += 64) {
         __m128i abef = s0, cdgh = s1, w;
@@ -85,16 +85,15 @@ __attribute__((target("sha,sse4.1,ssse3"))) static void blocks_shani(uint32_t h[
         __m128i m2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 32)), bswap);
         __m128i m3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 48)), bswap);
 /* four rounds on the words of m, group g (rounds 4g .. 4g+3) */
-#define ROUNDS(m, g)                                                          \
-    w = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)&K[4 * (g)]));      \
-    s1 = _mm_sha256rnds2_epu32(s1, s0, w);                                    \
-    w = _mm_shuffle_epi32(w, 0x0E);                                           \
+#define ROUNDS(m, g)                                                     \
+    w = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)&K[4 * (g)])); \
+    s1 = _mm_sha256rnds2_epu32(s1, s0, w);                               \
+    w = _mm_shuffle_epi32(w, 0x0E);                                      \
     s0 = _mm_sha256rnds2_epu32(s0, s1, w)
 /* the next four schedule words into a: a = W[t-16..], b = W[t-12..],
  * c = W[t-8..], d = W[t-4..] */
-#define SCHED(a, b, c, d)                                                     \
-    a = _mm_sha256msg2_epu32(                                                 \
-        _mm_add_epi32(_mm_sha256msg1_epu32(a, b), _mm_alignr_epi8(d, c, 4)), d)
+#define SCHED(a, b, c, d) \
+    a = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(a, b), _mm_alignr_epi8(d, c, 4)), d)
         ROUNDS(m0, 0);
         ROUNDS(m1, 1);
         ROUNDS(m2, 2);
@@ -114,10 +113,10 @@ __attribute__((target("sha,sse4.1,ssse3"))) static void blocks_shani(uint32_t h[
         s0 = _mm_add_epi32(s0, abef);
         s1 = _mm_add_epi32(s1, cdgh);
     }
-    tmp = _mm_shuffle_epi32(s0, 0x1B);           /* FEBA */
-    s1 = _mm_shuffle_epi32(s1, 0xB1);            /* DCHG */
-    s0 = _mm_blend_epi16(tmp, s1, 0xF0);         /* DCBA */
-    s1 = _mm_alignr_epi8(s1, tmp, 8);            /* HGFE */
+    tmp = _mm_shuffle_epi32(s0, 0x1B);   /* FEBA */
+    s1 = _mm_shuffle_epi32(s1, 0xB1);    /* DCHG */
+    s0 = _mm_blend_epi16(tmp, s1, 0xF0); /* DCBA */
+    s1 = _mm_alignr_epi8(s1, tmp, 8);    /* HGFE */
     _mm_storeu_si128((__m128i *)&h[0], s0);
     _mm_storeu_si128((__m128i *)&h[4], s1);
 }

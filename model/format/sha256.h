@@ -15,9 +15,9 @@
 
 typedef struct sha256_ctx {
     uint32_t h[8];
-    uint64_t bytes;     /* message length so far */
-    uint8_t buf[64];    /* a partial block */
-    size_t n;           /* bytes in buf */
+    uint64_t bytes;  /* message length so far */
+    uint8_t buf[64]; /* a partial block */
+    size_t n;        /* bytes in buf */
 } sha256_ctx;
 
 void sha256_init(sha256_ctx *c);

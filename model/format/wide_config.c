@@ -32,8 +32,8 @@ int sm_wide_config_check(const sm_wide_config *c, char *err)
 {
     if (c->ngram_min < 1 || c->ngram_max < c->ngram_min || c->ngram_max > SM_WIDE_MAX_NGRAM)
         return sm_error(err, SM_ERR_INVALID,
-                        "wide: ngram_range [%d, %d]: expected 1 <= min <= max <= %d",
-                        c->ngram_min, c->ngram_max, SM_WIDE_MAX_NGRAM);
+                        "wide: ngram_range [%d, %d]: expected 1 <= min <= max <= %d", c->ngram_min,
+                        c->ngram_max, SM_WIDE_MAX_NGRAM);
     if (c->buckets < 1 || c->buckets > SM_WIDE_MAX_BUCKETS)
         return sm_error(err, SM_ERR_INVALID, "wide: buckets %d: expected 1..%d", c->buckets,
                         SM_WIDE_MAX_BUCKETS);
@@ -42,8 +42,8 @@ int sm_wide_config_check(const sm_wide_config *c, char *err)
 
 /* A string member that must be one of two names: *out = 1 for yes, 0 for
  * no. Absent: *out = dflt when dflt >= 0, else an error. */
-static int get_choice(const json_in_value *obj, const char *key, const char *yes,
-                      const char *no, int dflt, int *out, char *err)
+static int get_choice(const json_in_value *obj, const char *key, const char *yes, const char *no,
+                      int dflt, int *out, char *err)
 {
     char buf[80];
     const json_in_value *v = json_in_get(obj, key);
@@ -52,14 +52,14 @@ static int get_choice(const json_in_value *obj, const char *key, const char *yes
             *out = dflt;
             return SM_OK;
         }
-        return sm_error(err, SM_ERR_FORMAT, "%s: '%s' is missing; expected \"%s\" or \"%s\"",
-                        k_key, key, yes, no);
+        return sm_error(err, SM_ERR_FORMAT, "%s: '%s' is missing; expected \"%s\" or \"%s\"", k_key,
+                        key, yes, no);
     }
     if (json_in_is(v, JSON_IN_STRING) && !strcmp(v->str, yes)) *out = 1;
     else if (json_in_is(v, JSON_IN_STRING) && !strcmp(v->str, no)) *out = 0;
     else
-        return sm_error(err, SM_ERR_FORMAT, "%s: '%s' must be \"%s\" or \"%s\", got %s", k_key,
-                        key, yes, no, json_in_describe(v, buf, 64));
+        return sm_error(err, SM_ERR_FORMAT, "%s: '%s' must be \"%s\" or \"%s\", got %s", k_key, key,
+                        yes, no, json_in_describe(v, buf, 64));
     return SM_OK;
 }
 
@@ -102,8 +102,8 @@ int sm_wide_config_from_json(const json_in_value *v, sm_wide_config *out, char *
     const json_in_value *r = json_in_get(v, "ngram_range");
     if (!json_in_is(r, JSON_IN_ARRAY) || r->n != 2 || get_int_item(&r->items[0], &c.ngram_min) ||
         get_int_item(&r->items[1], &c.ngram_max))
-        return sm_error(err, SM_ERR_FORMAT, "%s: 'ngram_range' must be [min, max], got %s",
-                        k_key, r ? json_in_describe(r, buf, 64) : "nothing");
+        return sm_error(err, SM_ERR_FORMAT, "%s: 'ngram_range' must be [min, max], got %s", k_key,
+                        r ? json_in_describe(r, buf, 64) : "nothing");
     const json_in_value *b = json_in_get(v, "buckets");
     if (!json_in_is(b, JSON_IN_NUMBER) || !b->is_int)
         return sm_error(err, SM_ERR_FORMAT, "%s: 'buckets' must be an integer, got %s", k_key,
@@ -122,8 +122,7 @@ int sm_wide_config_from_json(const json_in_value *v, sm_wide_config *out, char *
                         idf ? json_in_describe(idf, buf, 64) : "nothing");
     c.idf = json_in_is(idf, JSON_IN_TRUE);
     char sub[SM_ERR_MAX];
-    if (sm_wide_config_check(&c, sub))
-        return sm_error(err, SM_ERR_FORMAT, "config.json: %s", sub);
+    if (sm_wide_config_check(&c, sub)) return sm_error(err, SM_ERR_FORMAT, "config.json: %s", sub);
     c.set = 1;
     *out = c;
     return SM_OK;

@@ -38,14 +38,14 @@
 #define SM_WIDE_MAX_NGRAM 8
 
 typedef struct sm_wide_config {
-    int set;            /* 1: the model has a wide part */
-    int ngram_min;      /* 1 <= ngram_min <= ngram_max <= SM_WIDE_MAX_NGRAM */
+    int set;       /* 1: the model has a wide part */
+    int ngram_min; /* 1 <= ngram_min <= ngram_max <= SM_WIDE_MAX_NGRAM */
     int ngram_max;
-    int buckets;        /* 1 .. SM_WIDE_MAX_BUCKETS */
-    int lowercase;      /* 1: ASCII A-Z folded to a-z */
-    int sublinear_tf;   /* 1: 1 + ln(count) */
-    int idf;            /* 1: weighted by the wide.idf tensor */
-    int l2_norm;        /* 1: unit Euclidean norm */
+    int buckets;      /* 1 .. SM_WIDE_MAX_BUCKETS */
+    int lowercase;    /* 1: ASCII A-Z folded to a-z */
+    int sublinear_tf; /* 1: 1 + ln(count) */
+    int idf;          /* 1: weighted by the wide.idf tensor */
+    int l2_norm;      /* 1: unit Euclidean norm */
 } sm_wide_config;
 
 /* No wide part (set 0). */

@@ -256,8 +256,8 @@ int ngram_count_text(const sm_wide_config *cfg, const char *text, size_t len, ng
 {
     clear(nc);
     if (nc->buckets != cfg->buckets)
-        return sm_error(err, SM_ERR_INVALID, "n-gram counters for %d buckets, not %d",
-                        nc->buckets, cfg->buckets);
+        return sm_error(err, SM_ERR_INVALID, "n-gram counters for %d buckets, not %d", nc->buckets,
+                        cfg->buckets);
     int rc = ngram_walk(cfg, text, len, count_each, nc, stop, user, err);
     if (rc) clear(nc);
     return rc;

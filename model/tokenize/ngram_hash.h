@@ -33,12 +33,12 @@ int ngram_bucket(int32_t h, int n);
 
 typedef struct ngram_counts {
     int buckets;
-    int *touched;       /* (n_touched) the buckets with a count, first-seen order */
-    uint32_t *count;    /* (n_touched) their counts */
+    int *touched;    /* (n_touched) the buckets with a count, first-seen order */
+    uint32_t *count; /* (n_touched) their counts */
     int n_touched;
     /* private: an open-addressing map bucket -> index into touched, sized
      * by the text (at most twice its distinct buckets), not by buckets */
-    int *slot;          /* (cap) index + 1, 0 empty */
+    int *slot; /* (cap) index + 1, 0 empty */
     size_t cap, list_cap;
 } ngram_counts;
 

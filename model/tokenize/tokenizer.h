@@ -19,10 +19,9 @@ typedef struct tokenizer tokenizer;
 /* Loads vocab.txt content (one token per line, id = line number, "\n" or
  * "\r\n"). The buffer is copied. Fails when [CLS], [SEP], [PAD] or [UNK] is
  * missing. */
-int tokenizer_load_buffer(const char *vocab, size_t len, int do_lower_case,
-                          tokenizer **out, char *err);
-int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
-                        char *err);
+int tokenizer_load_buffer(const char *vocab, size_t len, int do_lower_case, tokenizer **out,
+                          char *err);
+int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out, char *err);
 /* Loads a Hugging Face tokenizer.json (len bytes; copied as needed) into the
  * same tokenizer type, so tokenizer_tokenize / tokenizer_encode and the id
  * and token look-ups work unchanged; see tokenizer_json.c for what is
@@ -35,8 +34,7 @@ int tokenizer_load_file(const char *path, int do_lower_case, tokenizer **out,
  * tokenizer_unk_id is the model's unknown id, tokenizer_pad_id and
  * tokenizer_mask_id are "<pad>"/"[PAD]" and "<mask>"/"[MASK]" when present
  * (else -1), and tokenizer_do_lower_case is 0. */
-int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out,
-                               char *err);
+int tokenizer_load_json_buffer(const char *json, size_t len, tokenizer **out, char *err);
 int tokenizer_load_json_file(const char *path, tokenizer **out, char *err);
 /* The same with flags. TOKENIZER_JSON_RUST_SCORES: read Unigram scores as
  * the Rust tokenizers library does when it parses the file (serde_json's
@@ -46,10 +44,9 @@ int tokenizer_load_json_file(const char *path, tokenizer **out, char *err);
  * segmentations tie exactly (a run of one repeated character, say): 7 of
  * the 1,337 golden strings. */
 #define TOKENIZER_JSON_RUST_SCORES 1
-int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags,
-                                     tokenizer **out, char *err);
-int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out,
-                                   char *err);
+int tokenizer_load_json_buffer_flags(const char *json, size_t len, int flags, tokenizer **out,
+                                     char *err);
+int tokenizer_load_json_file_flags(const char *path, int flags, tokenizer **out, char *err);
 void tokenizer_free(tokenizer *tok);
 /* A copy of src (WordPiece or tokenizer.json) that shares no memory with
  * it and tokenizes exactly as it does. */
@@ -72,8 +69,8 @@ int tokenizer_mask_id(const tokenizer *tok); /* -1 if the vocab has none */
  * Writes at most `cap` ids to `ids` (ids may be NULL when cap is 0) and sets
  * *n_total to the full count, so a caller can size a buffer or detect
  * truncation. */
-int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
-                       int *ids, int cap, int *n_total, char *err);
+int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len, int *ids, int cap,
+                       int *n_total, char *err);
 
 /* tokenizer_tokenize and tokenizer_encode (below) for long texts: stop
  * (may be NULL) is called with user after about every TOKENIZER_POLL_BYTES
@@ -85,12 +82,12 @@ int tokenizer_tokenize(const tokenizer *tok, const char *text, size_t len,
  * 1024 bytes, longer ones are refused at load; a vocab.txt word is at most
  * 100 code points). */
 #define TOKENIZER_POLL_BYTES 4096
-int tokenizer_tokenize_stoppable(const tokenizer *tok, const char *text, size_t len,
-                                 int *ids, int cap, int *n_total, int (*stop)(void *user),
-                                 void *user, char *err);
-int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len,
-                               int max_length, int *ids, int *n, int *truncated,
-                               int (*stop)(void *user), void *user, char *err);
+int tokenizer_tokenize_stoppable(const tokenizer *tok, const char *text, size_t len, int *ids,
+                                 int cap, int *n_total, int (*stop)(void *user), void *user,
+                                 char *err);
+int tokenizer_encode_stoppable(const tokenizer *tok, const char *text, size_t len, int max_length,
+                               int *ids, int *n, int *truncated, int (*stop)(void *user),
+                               void *user, char *err);
 
 /* 1 when text (len bytes, any bytes) tokenizes to nothing with any
  * vocabulary: every code point is one the clean step drops (NUL and other
@@ -106,9 +103,8 @@ int tokenizer_text_blank(const char *text, size_t len);
  * to max_length - 2 (HF truncation=True, "longest_first" on one sequence).
  * `ids` must hold max_length ints (max_length >= 2). Sets *n to the number of
  * ids written and *truncated to 1 when tokens were dropped. */
-int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
-                     int max_length, int *ids, int *n, int *truncated,
-                     char *err);
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int max_length, int *ids,
+                     int *n, int *truncated, char *err);
 
 /* tokenizer_encode_stoppable (the same ids, truncation, framing and stop)
  * that also writes, aligned with ids (max_length entries each), each
@@ -135,9 +131,8 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
  * offsets count it as one character. starts or ends NULL: the same as
  * tokenizer_encode_stoppable. Keeping the offsets costs a little more
  * than encoding: an offset per code point through the steps. */
-int tokenizer_encode_offsets(const tokenizer *tok, const char *text, size_t len,
-                             int max_length, int *ids, int *starts, int *ends, int *n,
-                             int *truncated, int (*stop)(void *user), void *user,
-                             char *err);
+int tokenizer_encode_offsets(const tokenizer *tok, const char *text, size_t len, int max_length,
+                             int *ids, int *starts, int *ends, int *n, int *truncated,
+                             int (*stop)(void *user), void *user, char *err);
 
 #endif

@@ -44,19 +44,17 @@ int tj_clone(const tj_pipeline *src, int n_pieces, tj_pipeline **out, char *err)
 /* The ids of text (len bytes, any bytes) without special tokens, as
  * tokenizer_tokenize_stoppable (stop may be NULL); v is the vocabulary
  * tj_load made with tj. */
-int tj_tokenize(const tj_pipeline *tj, const vocab *v, const char *text,
-                size_t len, int *ids, int cap, int *n_total, int (*stop)(void *),
-                void *user, char *err);
+int tj_tokenize(const tj_pipeline *tj, const vocab *v, const char *text, size_t len, int *ids,
+                int cap, int *n_total, int (*stop)(void *), void *user, char *err);
 /* The model input for one sequence, as tokenizer_encode_stoppable: the
  * post-processor's ids around the text's, cut to max_length. */
-int tj_encode(const tj_pipeline *tj, const vocab *v, const char *text,
-              size_t len, int max_length, int *ids, int *n, int *truncated,
-              int (*stop)(void *), void *user, char *err);
+int tj_encode(const tj_pipeline *tj, const vocab *v, const char *text, size_t len, int max_length,
+              int *ids, int *n, int *truncated, int (*stop)(void *), void *user, char *err);
 /* tj_encode that also writes, aligned with ids, each token's span in text
  * in characters (tokenizer_encode_offsets), 0, 0 for the ids the
  * post-processor adds. starts or ends NULL: tj_encode. */
-int tj_encode_offsets(const tj_pipeline *tj, const vocab *voc, const char *text,
-                      size_t len, int max_length, int *ids, int *starts, int *ends, int *n,
-                      int *truncated, int (*stop)(void *), void *user, char *err);
+int tj_encode_offsets(const tj_pipeline *tj, const vocab *voc, const char *text, size_t len,
+                      int max_length, int *ids, int *starts, int *ends, int *n, int *truncated,
+                      int (*stop)(void *), void *user, char *err);
 
 #endif

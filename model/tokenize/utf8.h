@@ -85,10 +85,8 @@ static inline void utf8_offsets_to_chars(const unsigned char *s, size_t len, int
         for (;;) {
             size_t q = p + 1;
             if (s[p] >= 0xC0)
-                while (q < len && (s[q] & 0xC0) == 0x80)
-                    q++;
-            if (q > b || q >= len)
-                break;
+                while (q < len && (s[q] & 0xC0) == 0x80) q++;
+            if (q > b || q >= len) break;
             p = q;
             idx++;
         }

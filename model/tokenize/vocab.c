@@ -30,62 +30,55 @@
 #define SLOT_KEY 8
 typedef struct {
     uint32_t hash;
-    int32_t id;   /* -1: empty slot */
-    uint32_t len; /* token bytes */
+    int32_t id;         /* -1: empty slot */
+    uint32_t len;       /* token bytes */
     char key[SLOT_KEY]; /* the first SLOT_KEY bytes of the token */
 } slot;
 
 struct vocab {
-    char *text;        /* token bytes, each token NUL-terminated; owned */
-    uint32_t *off;     /* id -> offset of its token in text */
-    uint32_t *len;     /* id -> byte length of its token */
-    int n;             /* number of ids */
-    slot *table;       /* token bytes -> id; power-of-two size */
-    uint32_t mask;     /* table size - 1 */
-    size_t max_bytes;  /* longest token in bytes */
-    uint32_t n_nodes;  /* trie nodes, the root included */
-    uint32_t *first;   /* node -> its first child; n_nodes + 1 entries */
-    int32_t *node_id;  /* node -> id of the token ending there, or -1 */
+    char *text;          /* token bytes, each token NUL-terminated; owned */
+    uint32_t *off;       /* id -> offset of its token in text */
+    uint32_t *len;       /* id -> byte length of its token */
+    int n;               /* number of ids */
+    slot *table;         /* token bytes -> id; power-of-two size */
+    uint32_t mask;       /* table size - 1 */
+    size_t max_bytes;    /* longest token in bytes */
+    uint32_t n_nodes;    /* trie nodes, the root included */
+    uint32_t *first;     /* node -> its first child; n_nodes + 1 entries */
+    int32_t *node_id;    /* node -> id of the token ending there, or -1 */
     unsigned char *edge; /* node -> the byte on the edge into it */
     uint32_t root[256];  /* the root's child per byte, 0 for none */
 };
 
 static uint32_t fnv_step(uint32_t h, const unsigned char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 16777619u;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 16777619u;
     return h;
 }
 #define FNV_SEED 2166136261u
 
 /* Does the token in slot sl equal pre+s? */
-static int slot_equals(const vocab *v, const slot *sl, const char *pre,
-                       size_t plen, const char *s, size_t n)
+static int slot_equals(const vocab *v, const slot *sl, const char *pre, size_t plen, const char *s,
+                       size_t n)
 {
     const char *t = sl->len <= SLOT_KEY ? sl->key : v->text + v->off[sl->id];
     size_t i;
-    if (sl->len != plen + n)
-        return 0;
+    if (sl->len != plen + n) return 0;
     for (i = 0; i < plen; i++)
-        if (t[i] != pre[i])
-            return 0;
+        if (t[i] != pre[i]) return 0;
     for (i = 0; i < n; i++)
-        if (t[plen + i] != s[i])
-            return 0;
+        if (t[plen + i] != s[i]) return 0;
     return 1;
 }
 
-int vocab_lookup_prefixed(const vocab *v, const char *pre, size_t plen,
-                          const char *s, size_t n)
+int vocab_lookup_prefixed(const vocab *v, const char *pre, size_t plen, const char *s, size_t n)
 {
     uint32_t h = fnv_step(fnv_step(FNV_SEED, (const unsigned char *)pre, plen),
                           (const unsigned char *)s, n);
     for (uint32_t i = h & v->mask;; i = (i + 1) & v->mask) {
         const slot *sl = &v->table[i];
-        if (sl->id < 0)
-            return -1;
-        if (sl->hash == h && slot_equals(v, sl, pre, plen, s, n))
-            return sl->id;
+        if (sl->id < 0) return -1;
+        if (sl->hash == h && slot_equals(v, sl, pre, plen, s, n)) return sl->id;
     }
 }
 
@@ -121,13 +114,10 @@ static void table_insert(vocab *v, int id)
 static int table_alloc(vocab *v, int n)
 {
     size_t cap = 16;
-    while (cap < (size_t)n * 2)
-        cap *= 2;
+    while (cap < (size_t)n * 2) cap *= 2;
     v->table = malloc(cap * sizeof *v->table);
-    if (!v->table)
-        return SM_ERR_NOMEM;
-    for (size_t i = 0; i < cap; i++)
-        v->table[i].id = -1;
+    if (!v->table) return SM_ERR_NOMEM;
+    for (size_t i = 0; i < cap; i++) v->table[i].id = -1;
     v->mask = (uint32_t)(cap - 1);
     return SM_OK;
 }
@@ -138,8 +128,7 @@ static int valid_utf8(const unsigned char *s, size_t n)
     while (i < n) {
         int32_t c;
         size_t k = utf8_next(s + i, n - i, &c);
-        if (c == 0xFFFD && !(k == 3 && s[i] == 0xEF && s[i + 1] == 0xBF &&
-                             s[i + 2] == 0xBD))
+        if (c == 0xFFFD && !(k == 3 && s[i] == 0xEF && s[i + 1] == 0xBF && s[i + 2] == 0xBD))
             return 0;
         i += k;
     }
@@ -153,13 +142,10 @@ static int split_lines(vocab *v, size_t len, char *err)
     char *t = v->text;
 
     for (i = 0; i < len; i++)
-        if (t[i] == '\n' || (t[i] == '\r' && (i + 1 == len || t[i + 1] != '\n')))
-            n++;
-    if (len > 0 && t[len - 1] != '\n' && t[len - 1] != '\r')
-        n++;
+        if (t[i] == '\n' || (t[i] == '\r' && (i + 1 == len || t[i + 1] != '\n'))) n++;
+    if (len > 0 && t[len - 1] != '\n' && t[len - 1] != '\r') n++;
     if (n > (size_t)INT_MAX / 4 || len > UINT32_MAX - 1)
-        return sm_error(err, SM_ERR_FORMAT,
-                        "vocab: %zu lines / %zu bytes is too large", n, len);
+        return sm_error(err, SM_ERR_FORMAT, "vocab: %zu lines / %zu bytes is too large", n, len);
     v->off = malloc((n ? n : 1) * sizeof *v->off);
     v->len = malloc((n ? n : 1) * sizeof *v->len);
     if (!v->off || !v->len)
@@ -168,20 +154,15 @@ static int split_lines(vocab *v, size_t len, char *err)
     v->n = 0;
     for (i = 0, start = 0; i <= len && (size_t)v->n < n; i++) {
         int eol = i == len || t[i] == '\n' || t[i] == '\r';
-        if (!eol)
-            continue;
+        if (!eol) continue;
         if (!valid_utf8((const unsigned char *)t + start, i - start))
-            return sm_error(err, SM_ERR_FORMAT,
-                            "vocab: line %d is not valid UTF-8", v->n + 1);
+            return sm_error(err, SM_ERR_FORMAT, "vocab: line %d is not valid UTF-8", v->n + 1);
         v->off[v->n] = (uint32_t)start;
         v->len[v->n] = (uint32_t)(i - start);
-        if (i - start > v->max_bytes)
-            v->max_bytes = i - start;
+        if (i - start > v->max_bytes) v->max_bytes = i - start;
         v->n++;
-        if (i < len && t[i] == '\r' && i + 1 < len && t[i + 1] == '\n')
-            t[i++] = '\0';
-        if (i < len)
-            t[i] = '\0';
+        if (i < len && t[i] == '\r' && i + 1 < len && t[i + 1] == '\n') t[i++] = '\0';
+        if (i < len) t[i] = '\0';
         start = i + 1;
     }
     return SM_OK;
@@ -200,10 +181,8 @@ static int tok_ref_cmp(const void *a, const void *b)
     const tok_ref *x = a, *y = b;
     size_t m = x->len < y->len ? x->len : y->len;
     int c = memcmp(x->s, y->s, m);
-    if (c)
-        return c;
-    if (x->len != y->len)
-        return x->len < y->len ? -1 : 1;
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
@@ -225,8 +204,7 @@ static int trie_build(vocab *v, char *err)
     uint32_t nt = 1;
     int rc = SM_OK;
 
-    for (size_t i = 0; i < n; i++)
-        total += v->len[i];
+    for (size_t i = 0; i < n; i++) total += v->len[i];
     if (total > UINT32_MAX - 1) {
         rc = sm_error(err, SM_ERR_FORMAT, "vocab: more than 4 GB of tokens");
         goto end;
@@ -254,17 +232,14 @@ static int trie_build(vocab *v, char *err)
         if (i > 0) {
             const tok_ref *p = &refs[i - 1];
             size_t m = p->len < r->len ? p->len : r->len;
-            while (lcp < m && p->s[lcp] == r->s[lcp])
-                lcp++;
+            while (lcp < m && p->s[lcp] == r->s[lcp]) lcp++;
             for (size_t d = lcp; d < r->len; d++) {
                 uint32_t k = nt++;
                 t[k].child = t[k].sibling = 0;
                 t[k].id = -1;
                 t[k].byte = (unsigned char)r->s[d];
-                if (d == lcp && p->len > lcp)
-                    t[path[d + 1]].sibling = k;
-                else
-                    t[path[d]].child = k;
+                if (d == lcp && p->len > lcp) t[path[d + 1]].sibling = k;
+                else t[path[d]].child = k;
                 path[d + 1] = k;
             }
         } else {
@@ -296,8 +271,7 @@ static int trie_build(vocab *v, char *err)
         v->node_id[k] = x->id;
         v->edge[k] = x->byte;
         for (uint32_t c = x->child; c; c = t[c].sibling) {
-            if (k == 0)
-                v->root[t[c].byte] = tail;
+            if (k == 0) v->root[t[c].byte] = tail;
             order[tail++] = c;
         }
     }
@@ -314,16 +288,13 @@ end:
 uint32_t vocab_trie_next(const vocab *v, uint32_t node, unsigned char b)
 {
     uint32_t lo, hi;
-    if (node == 0)
-        return v->root[b];
+    if (node == 0) return v->root[b];
     lo = v->first[node];
     hi = v->first[node + 1];
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (v->edge[mid] < b)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (v->edge[mid] < b) lo = mid + 1;
+        else hi = mid;
     }
     return lo < v->first[node + 1] && v->edge[lo] == b ? lo : 0;
 }
@@ -340,15 +311,13 @@ int vocab_from_lines(const char *text, size_t len, vocab **out, char *err)
 
     *out = NULL;
     v = calloc(1, sizeof *v);
-    if (!v)
-        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
+    if (!v) return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
     v->text = malloc(len + 1);
     if (!v->text) {
         rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %zu bytes", len);
         goto fail;
     }
-    if (len)
-        memcpy(v->text, text, len);
+    if (len) memcpy(v->text, text, len);
     v->text[len] = '\0';
     /* A token holding a NUL could never be matched (text is cleaned of
      * control characters) nor shown whole: a damaged file, refused. */
@@ -356,23 +325,19 @@ int vocab_from_lines(const char *text, size_t len, vocab **out, char *err)
         const char *nul = len ? memchr(v->text, '\0', len) : NULL;
         if (nul) {
             size_t line = 1;
-            for (const char *p = v->text; p < nul; p++)
-                line += *p == '\n';
+            for (const char *p = v->text; p < nul; p++) line += *p == '\n';
             rc = sm_error(err, SM_ERR_FORMAT, "vocab: line %zu holds a NUL byte", line);
             goto fail;
         }
     }
     rc = split_lines(v, len, err);
-    if (rc)
-        goto fail;
+    if (rc) goto fail;
     if (table_alloc(v, v->n)) {
         rc = sm_error(err, SM_ERR_NOMEM, "vocab: out of memory for %d tokens", v->n);
         goto fail;
     }
-    for (int id = 0; id < v->n; id++)
-        table_insert(v, id);
-    if ((rc = trie_build(v, err)))
-        goto fail;
+    for (int id = 0; id < v->n; id++) table_insert(v, id);
+    if ((rc = trie_build(v, err))) goto fail;
     *out = v;
     return SM_OK;
 fail:
@@ -395,8 +360,7 @@ int vocab_from_pieces(const char *const *pieces, int n, vocab **out, char *err)
             return sm_error(err, SM_ERR_FORMAT, "vocab: more than 4 GB of tokens");
     }
     v = calloc(1, sizeof *v);
-    if (!v)
-        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
+    if (!v) return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory");
     v->text = malloc(total + 1);
     v->off = malloc((n ? (size_t)n : 1) * sizeof *v->off);
     v->len = malloc((n ? (size_t)n : 1) * sizeof *v->len);
@@ -410,12 +374,13 @@ int vocab_from_pieces(const char *const *pieces, int n, vocab **out, char *err)
         memcpy(v->text + at, pieces[id], l + 1);
         v->off[id] = (uint32_t)at;
         v->len[id] = (uint32_t)l;
-        if (l > v->max_bytes)
-            v->max_bytes = l;
+        if (l > v->max_bytes) v->max_bytes = l;
         at += l + 1;
         if ((seen = vocab_lookup(v, pieces[id], l)) >= 0) {
-            rc = sm_error(err, SM_ERR_FORMAT, "vocab: token %d is a duplicate of "
-                          "token %d", id, seen);
+            rc = sm_error(err, SM_ERR_FORMAT,
+                          "vocab: token %d is a duplicate of "
+                          "token %d",
+                          id, seen);
             goto fail;
         }
         table_insert(v, id);
@@ -423,8 +388,7 @@ int vocab_from_pieces(const char *const *pieces, int n, vocab **out, char *err)
     }
     v->text[at] = '\0';
     v->n = n;
-    if ((rc = trie_build(v, err)))
-        goto fail;
+    if ((rc = trie_build(v, err))) goto fail;
     *out = v;
     return SM_OK;
 fail:
@@ -444,11 +408,9 @@ int vocab_clone(const vocab *src, vocab **out, char *err)
     for (int id = 0; id < src->n; id++)
         if ((size_t)src->off[id] + src->len[id] + 1 > text_len)
             text_len = (size_t)src->off[id] + src->len[id] + 1;
-    if (!text_len)
-        text_len = 1;
+    if (!text_len) text_len = 1;
     v = malloc(sizeof *v);
-    if (!v)
-        return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory copying a tokenizer");
+    if (!v) return sm_error(err, SM_ERR_NOMEM, "vocab: out of memory copying a tokenizer");
     *v = *src; /* the plain values; every pointer is replaced below */
     v->text = malloc(text_len);
     v->off = malloc(ids * sizeof *v->off);
@@ -477,8 +439,7 @@ fail:
 
 void vocab_free(vocab *v)
 {
-    if (!v)
-        return;
+    if (!v) return;
     free(v->text);
     free(v->off);
     free(v->len);
@@ -489,12 +450,17 @@ void vocab_free(vocab *v)
     free(v);
 }
 
-int vocab_size(const vocab *v) { return v->n; }
-size_t vocab_max_token_bytes(const vocab *v) { return v->max_bytes; }
+int vocab_size(const vocab *v)
+{
+    return v->n;
+}
+size_t vocab_max_token_bytes(const vocab *v)
+{
+    return v->max_bytes;
+}
 
 const char *vocab_token(const vocab *v, int id)
 {
-    if (id < 0 || id >= v->n)
-        return NULL;
+    if (id < 0 || id >= v->n) return NULL;
     return v->text + v->off[id];
 }

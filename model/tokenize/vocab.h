@@ -37,8 +37,7 @@ const char *vocab_token(const vocab *v, int id);
 int vocab_lookup(const vocab *v, const char *s, size_t n);
 /* The id of the token prefix[0..plen) followed by s[0..n) ("##" and a
  * word's rest, say) without joining them first, or -1. */
-int vocab_lookup_prefixed(const vocab *v, const char *prefix, size_t plen, const char *s,
-                          size_t n);
+int vocab_lookup_prefixed(const vocab *v, const char *prefix, size_t plen, const char *s, size_t n);
 /* The trie of the tokens' bytes, for walks that find every token starting
  * at a place in a text in one pass (Unigram) or the longest (WordPiece),
  * at a cost of one step per byte walked, however long the tokens are.

@@ -14,10 +14,10 @@
 #include "core/errors.h"
 
 typedef struct entry {
-    char *key;          /* NUL-terminated UTF-8; NULL = empty slot */
+    char *key; /* NUL-terminated UTF-8; NULL = empty slot */
     size_t len;
-    long count;         /* as a word (or, for chars, as any character) */
-    long inner;         /* chars only: times seen after the first position of a word */
+    long count; /* as a word (or, for chars, as any character) */
+    long inner; /* chars only: times seen after the first position of a word */
     int n_chars;
 } entry;
 
@@ -29,7 +29,7 @@ typedef struct table {
 struct vocab_builder {
     int lower;
     table words, chars;
-    char *word;          /* the word being assembled */
+    char *word; /* the word being assembled */
     size_t word_len, word_cap;
     int word_chars;
 };
@@ -247,7 +247,8 @@ int vocab_builder_build(const vocab_builder *vb, int min_count, int max_size, ch
     *vocab = NULL;
     *len = 0;
     *n_tokens = 0;
-    if (min_count < 1) return sm_error(err, SM_ERR_INVALID, "min_count %d: expected >= 1", min_count);
+    if (min_count < 1)
+        return sm_error(err, SM_ERR_INVALID, "min_count %d: expected >= 1", min_count);
     if (max_size != 0 && max_size < 5)
         return sm_error(err, SM_ERR_INVALID, "vocabulary size %d: expected >= 5", max_size);
     size_t limit = max_size ? (size_t)max_size : SIZE_MAX;
@@ -281,15 +282,15 @@ int vocab_builder_build(const vocab_builder *vb, int min_count, int max_size, ch
     for (size_t i = 0; i < nw; i++) cap += words[i].len + 1;
     char *out = malloc(cap);
     if (!out) goto nomem;
-#define EMIT(pre, s, n)                                  \
-    do {                                                 \
-        if (count >= limit) break;                       \
-        memcpy(out + used, pre, strlen(pre));            \
-        used += strlen(pre);                             \
-        memcpy(out + used, s, n);                        \
-        used += n;                                       \
-        out[used++] = '\n';                              \
-        count++;                                         \
+#define EMIT(pre, s, n)                       \
+    do {                                      \
+        if (count >= limit) break;            \
+        memcpy(out + used, pre, strlen(pre)); \
+        used += strlen(pre);                  \
+        memcpy(out + used, s, n);             \
+        used += (n);                          \
+        out[used++] = '\n';                   \
+        count++;                              \
     } while (0)
     for (size_t i = 0; i < 5; i++) EMIT("", specials[i], strlen(specials[i]));
     for (size_t i = 0; i < nc; i++) EMIT("", chars[i].s, chars[i].len);

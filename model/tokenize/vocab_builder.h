@@ -25,7 +25,7 @@ void vocab_builder_free(vocab_builder *vb);
 int vocab_builder_add(vocab_builder *vb, const char *text, size_t len, char *err);
 /* Writes vocab.txt text (one token per line, malloc'd, NUL-terminated) and
  * the token count. min_count >= 1; max_size >= 5 (0: no limit). */
-int vocab_builder_build(const vocab_builder *vb, int min_count, int max_size,
-                        char **vocab, size_t *len, int *n_tokens, char *err);
+int vocab_builder_build(const vocab_builder *vb, int min_count, int max_size, char **vocab,
+                        size_t *len, int *n_tokens, char *err);
 
 #endif

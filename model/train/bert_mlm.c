@@ -208,8 +208,7 @@ int mlm_masking_init(const tokenizer *tok, mlm_masking *mk, char *err)
 /* Draw streams of one position: which positions, then how each is replaced. */
 #define MLM_STREAM_REPLACE 0x6D6C6D5245504Cull
 
-int mlm_mask(const mlm_masking *mk, uint64_t key, const int *ids, int n, int *inputs,
-             int *labels)
+int mlm_mask(const mlm_masking *mk, uint64_t key, const int *ids, int n, int *inputs, int *labels)
 {
     uint32_t select = dropout_threshold(mk->prob);
     uint32_t to_mask = dropout_threshold(mk->mask_frac);
@@ -249,19 +248,19 @@ struct bert_mlm_ws {
     size_t arena_floats;
     int *iarena;
     /* saved activations, M = predicted rows of the last forward */
-    float *hm;            /* (M,C) gathered encoder output */
-    float *t;             /* (M,C) transform.dense output */
-    float *u;             /* (M,C) GELU(t) */
-    float *mean, *rstd;   /* (M) transform.LayerNorm statistics */
-    float *y;             /* (M,C) LayerNorm(u): the decoder's input */
-    float *logits;        /* (M,V); the backward writes dlogits here */
-    float *probs;         /* (M,V) */
-    float *losses;        /* (M) */
+    float *hm;          /* (M,C) gathered encoder output */
+    float *t;           /* (M,C) transform.dense output */
+    float *u;           /* (M,C) GELU(t) */
+    float *mean, *rstd; /* (M) transform.LayerNorm statistics */
+    float *y;           /* (M,C) LayerNorm(u): the decoder's input */
+    float *logits;      /* (M,V); the backward writes dlogits here */
+    float *probs;       /* (M,V) */
+    float *losses;      /* (M) */
     /* scratch */
-    float *dy;            /* (M,C) dL/dy, then dL/du, then dL/dt (in place) */
-    float *dhm;           /* (M,C) */
-    int *rows;            /* (M) row b*T + t of each predicted position */
-    int *labels;          /* (M) */
+    float *dy;   /* (M,C) dL/dy, then dL/du, then dL/dt (in place) */
+    float *dhm;  /* (M,C) */
+    int *rows;   /* (M) row b*T + t of each predicted position */
+    int *labels; /* (M) */
     int *host_rows, *host_labels;
     float *host_losses;
     int B, T, M, ready;
@@ -346,9 +345,8 @@ nomem:;
 }
 
 int bert_mlm_forward(const bert_config *cfg, const bert_params *p, const bert_mlm_params *h,
-                     bert_mlm_ws *ws, const int *ids, const int *lengths, const int *labels,
-                     int B, int T, const bert_dropout *drop, double *loss_sum, int *n_predicted,
-                     char *err)
+                     bert_mlm_ws *ws, const int *ids, const int *lengths, const int *labels, int B,
+                     int T, const bert_dropout *drop, double *loss_sum, int *n_predicted, char *err)
 {
     backend *be = ws->be;
     int C = ws->C, V = ws->V, M = 0;

@@ -23,8 +23,8 @@
 #include "encoder/forward_pass.h"
 #include "encoder/ws_arena.h"
 
-void bert_dropout_from_config(const bert_config *cfg, float override,
-                              uint64_t seed, bert_dropout *d)
+void bert_dropout_from_config(const bert_config *cfg, float override, uint64_t seed,
+                              bert_dropout *d)
 {
     memset(d, 0, sizeof *d);
     d->hidden = cfg->hidden_dropout_prob;
@@ -47,10 +47,10 @@ void bert_train_ws_release(bert_train_ws *ws)
 
 size_t bert_train_ws_own_bytes(const bert_train_ws *ws)
 {
-    return ws->arena ? ws->arena_floats * sizeof(float) +
-                           ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) *
-                               sizeof(int)
-                     : 0;
+    return ws->arena
+               ? ws->arena_floats * sizeof(float) +
+                     ((size_t)ws->max_batch * ws->max_seq + 2 * (size_t)ws->max_batch) * sizeof(int)
+               : 0;
 }
 
 /* Every float buffer of the workspace, in arena order. */
@@ -106,8 +106,8 @@ int bert_train_ws_create_one(backend *be, const bert_config *cfg, int max_batch,
     *out = NULL;
     if (max_batch < 1 || max_seq < 2 || max_batch > (1 << 16) || max_seq > 8192)
         return sm_error(err, SM_ERR_INVALID,
-                        "training workspace: batch %d x sequence %d is out of range",
-                        max_batch, max_seq);
+                        "training workspace: batch %d x sequence %d is out of range", max_batch,
+                        max_seq);
     if (!be->linear_backward)
         return sm_error(err, SM_ERR_UNSUPPORTED, "the %s backend cannot train", be->name);
     bert_train_ws *ws = calloc(1, sizeof *ws);
@@ -156,11 +156,20 @@ int bert_train_ws_arena(bert_train_ws *ws, char *err)
     ws->ids = ws->iarena;
     ws->lengths = ws->iarena + N;
     ws->labels = ws->iarena + N + B;
-    ws->acts = (encoder_acts){.ids = ws->ids, .lengths = ws->lengths, .r0 = ws->r0,
-                              .mean0 = ws->mean0, .rstd0 = ws->rstd0, .layers = ws->layers,
-                              .per_layer = 1, .x_out = ws->x_out, .att_drop = ws->att_drop,
-                              .cls = ws->cls, .cls_drop = ws->cls_drop, .pooled = ws->pooled,
-                              .pooled_drop = ws->pooled_drop, .logits = ws->logits};
+    ws->acts = (encoder_acts){.ids = ws->ids,
+                              .lengths = ws->lengths,
+                              .r0 = ws->r0,
+                              .mean0 = ws->mean0,
+                              .rstd0 = ws->rstd0,
+                              .layers = ws->layers,
+                              .per_layer = 1,
+                              .x_out = ws->x_out,
+                              .att_drop = ws->att_drop,
+                              .cls = ws->cls,
+                              .cls_drop = ws->cls_drop,
+                              .pooled = ws->pooled,
+                              .pooled_drop = ws->pooled_drop,
+                              .logits = ws->logits};
     return SM_OK;
 }
 
@@ -181,8 +190,8 @@ static uint64_t key_of(const bert_train_ws *ws, unsigned site, size_t per_row)
  * forward is forward_pass.c's. */
 
 static int layer_backward(const bert_config *cfg, const bert_layer_params *lp,
-                          const bert_layer_params *lg, bert_train_ws *ws,
-                          layer_acts *a, int l, char *err)
+                          const bert_layer_params *lg, bert_train_ws *ws, layer_acts *a, int l,
+                          char *err)
 {
     (void)cfg;
     backend *be = ws->be;
@@ -245,9 +254,9 @@ static int check_inputs(const bert_config *cfg, const bert_train_ws *ws, const i
 
 /* Embeddings and layers: ids (host, checked) -> ws->x_out(N,C), each
  * layer's activations saved (forward_pass.c). */
-static int encoder_forward_saved(const bert_config *cfg, const bert_params *p,
-                                 bert_train_ws *ws, const int *ids, const int *lengths, int B,
-                                 int T, const bert_dropout *drop, char *err)
+static int encoder_forward_saved(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
+                                 const int *ids, const int *lengths, int B, int T,
+                                 const bert_dropout *drop, char *err)
 {
     backend *be = ws->be;
     ws->B = B;
@@ -278,8 +287,8 @@ int bert_targets_check_row(const float *p, int K, const char *what, char *err)
     double sum = 0.0;
     for (int k = 0; k < K; k++) {
         if (!(p[k] >= 0 && p[k] <= 1))
-            return sm_error(err, SM_ERR_INVALID, "%s: soft target %g of label %d is not a probability",
-                            what, p[k], k);
+            return sm_error(err, SM_ERR_INVALID,
+                            "%s: soft target %g of label %d is not a probability", what, p[k], k);
         sum += p[k];
     }
     if (fabs(sum - 1.0) > 1e-3)
@@ -293,12 +302,13 @@ static int check_targets(const bert_targets *tg, int B, int K, char *err)
     if (soft && (!(tg->alpha >= 0 && tg->alpha <= 1) || !(tg->temperature > 0)))
         return sm_error(err, SM_ERR_INVALID,
                         "training: distillation weight %g (0..1) or temperature %g (> 0) is out "
-                        "of range", tg->alpha, tg->temperature);
+                        "of range",
+                        tg->alpha, tg->temperature);
     for (int b = 0; b < B; b++) {
         int y = tg->labels[b];
         if (y >= K || y < (soft ? -1 : 0))
-            return sm_error(err, SM_ERR_INVALID, "training: label %d of example %d is not in [0, %d)",
-                            y, b, K);
+            return sm_error(err, SM_ERR_INVALID,
+                            "training: label %d of example %d is not in [0, %d)", y, b, K);
         char what[48];
         snprintf(what, sizeof what, "training: example %d", b);
         int rc = soft ? bert_targets_check_row(tg->soft + (size_t)b * K, K, what, err) : SM_OK;
@@ -307,9 +317,9 @@ static int check_targets(const bert_targets *tg, int B, int K, char *err)
     return SM_OK;
 }
 
-int bert_train_check_batch(const bert_config *cfg, const bert_params *p,
-                           const bert_train_ws *ws, const int *ids, const int *lengths,
-                           const bert_targets *tg, int B, int T, char *err)
+int bert_train_check_batch(const bert_config *cfg, const bert_params *p, const bert_train_ws *ws,
+                           const int *ids, const int *lengths, const bert_targets *tg, int B, int T,
+                           char *err)
 {
     int rc = check_inputs(cfg, ws, ids, lengths, B, T, err);
     if (rc) return rc;
@@ -319,9 +329,8 @@ int bert_train_check_batch(const bert_config *cfg, const bert_params *p,
 }
 
 int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                           const int *ids, const int *lengths, const bert_targets *tg, int B,
-                           int T, const bert_dropout *drop, double *loss_sum, float *logits,
-                           char *err)
+                           const int *ids, const int *lengths, const bert_targets *tg, int B, int T,
+                           const bert_dropout *drop, double *loss_sum, float *logits, char *err)
 {
     backend *be = ws->be;
     int K = ws->K, rc;
@@ -345,11 +354,9 @@ int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_tr
     if (ws->distill)
         TRY_BACKEND(be->distill_loss(be, ws->losses, ws->probs, ws->probs_t, ws->logits, ws->labels,
                                      ws->q, B, K, ws->temperature, ws->alpha));
-    else
-        TRY_BACKEND(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
+    else TRY_BACKEND(be->cross_entropy(be, ws->losses, ws->probs, ws->logits, ws->labels, B, K));
     TRY_BACKEND(be->download(be, ws->host_losses, ws->losses, (size_t)B * sizeof(float)));
-    if (logits)
-        TRY_BACKEND(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
+    if (logits) TRY_BACKEND(be->download(be, logits, ws->logits, (size_t)B * K * sizeof(float)));
     TRY_BACKEND(be->synchronize(be));
     double sum = 0.0;
     for (int b = 0; b < B; b++) sum += ws->host_losses[b];
@@ -359,8 +366,8 @@ int bert_train_forward_one(const bert_config *cfg, const bert_params *p, bert_tr
 }
 
 int bert_train_encode(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                      const int *ids, const int *lengths, int B, int T,
-                      const bert_dropout *drop, const float **x_out, char *err)
+                      const int *ids, const int *lengths, int B, int T, const bert_dropout *drop,
+                      const float **x_out, char *err)
 {
     ws->ready = 0;
     int rc = check_inputs(cfg, ws, ids, lengths, B, T, err);
@@ -458,9 +465,8 @@ static int head_backward(const bert_config *cfg, const bert_params *p, const ber
     return encoder_backward(cfg, p, g, ws, err);
 }
 
-int bert_train_backward_dlogits(const bert_config *cfg, const bert_params *p,
-                                const bert_params *g, bert_train_ws *ws, const float *dlogits,
-                                char *err)
+int bert_train_backward_dlogits(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                                bert_train_ws *ws, const float *dlogits, char *err)
 {
     backend *be = ws->be;
     if (ws->ready != 1)
@@ -470,15 +476,14 @@ int bert_train_backward_dlogits(const bert_config *cfg, const bert_params *p,
     return head_backward(cfg, p, g, ws, err);
 }
 
-int bert_train_backward_lane(const bert_config *cfg, const bert_params *p,
-                             const bert_params *g, bert_train_ws *ws, float loss_scale,
-                             char *err)
+int bert_train_backward_lane(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                             bert_train_ws *ws, float loss_scale, char *err)
 {
     return head_and_encoder_backward(cfg, p, g, ws, loss_scale, err);
 }
 
-int bert_train_backward_one(const bert_config *cfg, const bert_params *p,
-                            const bert_params *g, bert_train_ws *ws, float loss_scale, char *err)
+int bert_train_backward_one(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                            bert_train_ws *ws, float loss_scale, char *err)
 {
     backend *be = ws->be;
     int rc = head_and_encoder_backward(cfg, p, g, ws, loss_scale, err);
@@ -487,11 +492,12 @@ int bert_train_backward_one(const bert_config *cfg, const bert_params *p,
     return rc;
 }
 
-int bert_train_encode_backward(const bert_config *cfg, const bert_params *p,
-                               const bert_params *g, bert_train_ws *ws, char *err)
+int bert_train_encode_backward(const bert_config *cfg, const bert_params *p, const bert_params *g,
+                               bert_train_ws *ws, char *err)
 {
     if (ws->ready != 2)
-        return sm_error(err, SM_ERR_INVALID, "training: encoder backward without bert_train_encode");
+        return sm_error(err, SM_ERR_INVALID,
+                        "training: encoder backward without bert_train_encode");
     ws->ready = 0;
     int rc = encoder_backward(cfg, p, g, ws, err);
     if (!rc) rc = bert_train_scatter_embeddings(ws->be, cfg, p, g, ws, err);

@@ -41,7 +41,8 @@ static int lanes_create(bert_train_ws *ws, const bert_config *cfg, char *err)
     int n_specs, rc = bert_param_table(cfg, 1, &specs, &n_specs, &ws->grad_floats, err);
     if (rc) return rc;
     for (int i = 0; i < n_specs; i++)
-        if (!strcmp(specs[i].name, "embeddings.LayerNorm.weight")) ws->reduce_from = specs[i].offset;
+        if (!strcmp(specs[i].name, "embeddings.LayerNorm.weight"))
+            ws->reduce_from = specs[i].offset;
     free(specs);
     ws->lane_ws = calloc((size_t)n, sizeof *ws->lane_ws);
     ws->lane_grad = calloc((size_t)n, sizeof *ws->lane_grad);
@@ -155,7 +156,8 @@ static int reduce_lanes(bert_train_ws *ws, const bert_params *g, int n, char *er
         float *src = ws->lane_g[i].emb_ln_w;
         int rc = be->add(be, g->emb_ln_w, g->emb_ln_w, src, len);
         if (!rc) rc = be->zero(be, src, len * sizeof *src);
-        if (rc) return sm_error(err, rc, "%s backend: adding the lanes' gradients failed", be->name);
+        if (rc)
+            return sm_error(err, rc, "%s backend: adding the lanes' gradients failed", be->name);
     }
     return SM_OK;
 }
@@ -206,8 +208,8 @@ int bert_train_ws_create(backend *be, const bert_config *cfg, int max_batch, int
     return SM_OK;
 }
 
-int bert_train_ws_create_encoder(backend *be, const bert_config *cfg, int max_batch,
-                                 int max_seq, bert_train_ws **out, char *err)
+int bert_train_ws_create_encoder(backend *be, const bert_config *cfg, int max_batch, int max_seq,
+                                 bert_train_ws **out, char *err)
 {
     return bert_train_ws_create_one(be, cfg, max_batch, max_seq, 1, out, err);
 }
@@ -234,9 +236,9 @@ int bert_train_forward(const bert_config *cfg, const bert_params *p, bert_train_
 }
 
 int bert_train_forward_targets(const bert_config *cfg, const bert_params *p, bert_train_ws *ws,
-                               const int *ids, const int *lengths, const bert_targets *tg,
-                               int B, int T, const bert_dropout *drop, double *loss_sum,
-                               float *logits, char *err)
+                               const int *ids, const int *lengths, const bert_targets *tg, int B,
+                               int T, const bert_dropout *drop, double *loss_sum, float *logits,
+                               char *err)
 {
     ws->ready = 0;
     int rc = bert_train_check_batch(cfg, p, ws, ids, lengths, tg, B, T, err);

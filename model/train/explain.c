@@ -31,23 +31,23 @@ struct bert_explainer {
     const bert_model *m;
     int max_batch, max_seq, C, K;
     bert_params p, g;
-    float *dev_params;   /* NULL on a host-memory backend: p views m's arena */
+    float *dev_params; /* NULL on a host-memory backend: p views m's arena */
     float *dev_grads;
-    float *dev_delta;    /* (max_batch, max_seq, C) */
+    float *dev_delta; /* (max_batch, max_seq, C) */
     bert_train_ws *ws;
     /* host */
-    int *ids_base;       /* (max_seq) the baseline's ids */
-    int *ids;            /* (max_batch, max_seq) one pass's ids */
-    int *lengths;        /* (max_batch) */
-    int *labels;         /* (max_batch) */
-    float *diff;         /* (max_seq, C) x_t - b_t */
-    float *delta;        /* (max_batch, max_seq, C) */
-    float *dx;           /* (max_batch, max_seq, C) */
-    double *grad;        /* (max_seq, C) Σ over steps of w_r ∂z/∂e_t */
-    float *logits;       /* (max_batch, K) */
-    float *dlogits;      /* (max_batch, K) */
-    float *probs;        /* (K) */
-    float *attr;         /* (max_seq) */
+    int *ids_base;  /* (max_seq) the baseline's ids */
+    int *ids;       /* (max_batch, max_seq) one pass's ids */
+    int *lengths;   /* (max_batch) */
+    int *labels;    /* (max_batch) */
+    float *diff;    /* (max_seq, C) x_t - b_t */
+    float *delta;   /* (max_batch, max_seq, C) */
+    float *dx;      /* (max_batch, max_seq, C) */
+    double *grad;   /* (max_seq, C) Σ over steps of w_r ∂z/∂e_t */
+    float *logits;  /* (max_batch, K) */
+    float *dlogits; /* (max_batch, K) */
+    float *probs;   /* (K) */
+    float *attr;    /* (max_seq) */
 };
 
 void bert_explainer_free(bert_explainer *x)
@@ -140,8 +140,8 @@ int bert_explainer_create(backend *be, const bert_model *m, int max_batch, int m
     x->dlogits = malloc((size_t)max_batch * x->K * sizeof *x->dlogits);
     x->probs = malloc((size_t)x->K * sizeof *x->probs);
     x->attr = malloc((size_t)max_seq * sizeof *x->attr);
-    if (!x->ids_base || !x->ids || !x->lengths || !x->labels || !x->diff || !x->delta ||
-        !x->dx || !x->grad || !x->logits || !x->dlogits || !x->probs || !x->attr)
+    if (!x->ids_base || !x->ids || !x->lengths || !x->labels || !x->diff || !x->delta || !x->dx ||
+        !x->grad || !x->logits || !x->dlogits || !x->probs || !x->attr)
         goto oom;
     *out = x;
     return SM_OK;
@@ -155,8 +155,8 @@ fail:
 /* One pass over R inputs: rows' ids in x->ids, their offsets (when
  * with_delta) in x->delta, logits into x->logits; with backward, the
  * gradient of Σ_r w[r] z_target(input r) per token summed into x->grad. */
-static int run_pass(bert_explainer *x, int R, int T, int target, int with_delta,
-                    const float *w, int backward, char *err)
+static int run_pass(bert_explainer *x, int R, int T, int target, int with_delta, const float *w,
+                    int backward, char *err)
 {
     backend *be = x->be;
     const bert_config *cfg = &x->m->cfg;
@@ -186,15 +186,15 @@ static int run_pass(bert_explainer *x, int R, int T, int target, int with_delta,
         if (!rc) rc = be->synchronize(be);
         if (!rc)
             for (int r = 0; r < R; r++)
-                for (size_t i = 0; i < (size_t)T * C; i++) x->grad[i] += x->dx[(size_t)r * T * C + i];
+                for (size_t i = 0; i < (size_t)T * C; i++)
+                    x->grad[i] += x->dx[(size_t)r * T * C + i];
     }
     x->ws->r0_delta = NULL;
     return rc;
 }
 
 int bert_explain(bert_explainer *x, const int *ids, int T, int target, explain_method method,
-                 int steps, int (*stop)(void *user), void *user, bert_explanation *out,
-                 char *err)
+                 int steps, int (*stop)(void *user), void *user, bert_explanation *out, char *err)
 {
     const bert_model *m = x->m;
     const bert_config *cfg = &m->cfg;
@@ -269,7 +269,8 @@ int bert_explain(bert_explainer *x, const int *ids, int T, int target, explain_m
     double total = 0;
     for (int t = 0; t < T; t++) {
         double a = 0;
-        for (int c = 0; c < C; c++) a += (double)x->diff[(size_t)t * C + c] * x->grad[(size_t)t * C + c];
+        for (int c = 0; c < C; c++)
+            a += (double)x->diff[(size_t)t * C + c] * x->grad[(size_t)t * C + c];
         x->attr[t] = (float)a;
         total += a;
     }

@@ -29,12 +29,12 @@ typedef enum { EXPLAIN_INTEGRATED_GRADIENTS, EXPLAIN_GRADIENT_X_INPUT } explain_
 
 /* What explaining one text found. attr has T entries (the explainer's). */
 typedef struct bert_explanation {
-    int target;            /* the label explained */
-    float *probs;          /* (K) the text's probabilities (softmax of its logits) */
-    float logit;           /* z(x), the target's logit for the text */
-    float baseline_logit;  /* z(b) */
-    float *attr;           /* (T) per token, [CLS] first */
-    double attr_sum;       /* Σ_t attr[t], in double */
+    int target;           /* the label explained */
+    float *probs;         /* (K) the text's probabilities (softmax of its logits) */
+    float logit;          /* z(x), the target's logit for the text */
+    float baseline_logit; /* z(b) */
+    float *attr;          /* (T) per token, [CLS] first */
+    double attr_sum;      /* Σ_t attr[t], in double */
 } bert_explanation;
 
 typedef struct bert_explainer bert_explainer;
@@ -52,7 +52,6 @@ void bert_explainer_free(bert_explainer *x);
  * passes: non-zero ends with SM_ERR_INTERRUPTED. The result's arrays belong
  * to the explainer and stay valid until its next call. */
 int bert_explain(bert_explainer *x, const int *ids, int T, int target, explain_method method,
-                 int steps, int (*stop)(void *user), void *user, bert_explanation *out,
-                 char *err);
+                 int steps, int (*stop)(void *user), void *user, bert_explanation *out, char *err);
 
 #endif

@@ -18,17 +18,17 @@
 typedef int (*lbfgs_fn)(void *ctx, const double *x, double *f, double *g, char *err);
 
 typedef struct lbfgs_options {
-    int max_iter;  /* 200 */
-    int history;   /* 8 */
-    double gtol;   /* 1e-6 */
-    double ftol;   /* 1e-9 */
+    int max_iter; /* 200 */
+    int history;  /* 8 */
+    double gtol;  /* 1e-6 */
+    double ftol;  /* 1e-9 */
 } lbfgs_options;
 
 typedef struct lbfgs_result {
     int iterations;
     int evaluations;
-    double f;      /* at the returned x */
-    double gmax;   /* max |g| there */
+    double f;    /* at the returned x */
+    double gmax; /* max |g| there */
 } lbfgs_result;
 
 void lbfgs_options_default(lbfgs_options *o);

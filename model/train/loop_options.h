@@ -33,7 +33,7 @@ typedef struct loop_options {
     /* Polled before every micro-batch; nonzero stops promptly
      * (SM_ERR_INTERRUPTED). May be NULL. */
     int (*interrupt)(void *user);
-    void *user;              /* for interrupt and the progress callbacks */
+    void *user; /* for interrupt and the progress callbacks */
 } loop_options;
 
 /* Zeroes o and sets the defaults both share: 32 rows per step in one
@@ -46,16 +46,16 @@ void loop_options_default(loop_options *o);
  * end of every epoch; trainer_progress and pretrain_progress add their own
  * fields beside it. */
 typedef struct loop_report {
-    int epoch, epochs;        /* 1-based */
-    long step, total_steps;   /* optimizer steps done, 1-based */
-    double loss;              /* the step's mean loss (at an epoch's end, the epoch's) */
-    long denom;               /* its divisor: examples, or predicted positions */
-    double lr;                /* the step's learning rate */
-    float grad_norm;          /* before clipping; 0 at an epoch's end */
-    double examples_per_sec;  /* training examples so far / training time */
+    int epoch, epochs;       /* 1-based */
+    long step, total_steps;  /* optimizer steps done, 1-based */
+    double loss;             /* the step's mean loss (at an epoch's end, the epoch's) */
+    long denom;              /* its divisor: examples, or predicted positions */
+    double lr;               /* the step's learning rate */
+    float grad_norm;         /* before clipping; 0 at an epoch's end */
+    double examples_per_sec; /* training examples so far / training time */
     double elapsed_sec, eta_sec;
-    int epoch_done;           /* 1 at an epoch's end: */
-    double epoch_loss;        /*   its mean training loss */
+    int epoch_done;    /* 1 at an epoch's end: */
+    double epoch_loss; /*   its mean training loss */
 } loop_report;
 
 #endif

@@ -13,8 +13,8 @@
 #include "core/rng.h"
 #include "tokenize/tokenizer.h"
 
-int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64_t seed,
-                         int *kept, char *err)
+int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64_t seed, int *kept,
+                         char *err)
 {
     *kept = 0;
     if (n < 2 || n > BERT_MAX_LABELS)

@@ -19,23 +19,22 @@
  * a RoBERTa / XLM-RoBERTa encoder without a head also classifier.dense,
  * as transformers builds RobertaForSequenceClassification on an encoder.
  * A fresh head drops m's wide part (its rows are the old labels'). */
-int trainer_prepare_head(bert_model *m, int n, const char *const *labels,
-                         uint64_t seed, int *kept, char *err);
+int trainer_prepare_head(bert_model *m, int n, const char *const *labels, uint64_t seed, int *kept,
+                         char *err);
 
 typedef struct bert_shape {
-    int layers;        /* e.g. 4 */
-    int hidden;        /* e.g. 256; a multiple of heads */
-    int heads;         /* e.g. 4 */
-    int intermediate;  /* e.g. 1024 */
-    int max_length;    /* positions, e.g. 128 */
+    int layers;       /* e.g. 4 */
+    int hidden;       /* e.g. 256; a multiple of heads */
+    int heads;        /* e.g. 4 */
+    int intermediate; /* e.g. 1024 */
+    int max_length;   /* positions, e.g. 128 */
 } bert_shape;
 
 /* A randomly initialised BERT (as transformers initialises one: normal(0,
  * 0.02) weights and embeddings, zero biases, LayerNorm (1, 0)) with the given
  * shape, vocabulary (vocab.txt text; see vocab_builder.h) and labels. */
-int bert_model_create_scratch(const bert_shape *shape, const char *vocab,
-                              size_t vocab_len, int do_lower_case, int n_labels,
-                              const char *const *labels, uint64_t seed,
-                              bert_model **out, char *err);
+int bert_model_create_scratch(const bert_shape *shape, const char *vocab, size_t vocab_len,
+                              int do_lower_case, int n_labels, const char *const *labels,
+                              uint64_t seed, bert_model **out, char *err);
 
 #endif

@@ -19,12 +19,12 @@ typedef backend_adamw_run decay_run;
 
 struct adamw {
     backend *be;
-    size_t n;          /* floats per arena */
-    float *m, *v;      /* (n) moments, backend memory */
-    float *scratch;    /* (1) backend memory */
+    size_t n;       /* floats per arena */
+    float *m, *v;   /* (n) moments, backend memory */
+    float *scratch; /* (1) backend memory */
     decay_run *runs;
     int n_runs;
-    int t;             /* steps taken */
+    int t; /* steps taken */
 };
 
 void adamw_hparams_default(adamw_hparams *h)
@@ -79,8 +79,8 @@ int adamw_reset(adamw *o, char *err)
     return SM_OK;
 }
 
-int adamw_create_table(backend *be, const bert_param_spec *specs, int n_specs,
-                       size_t total, adamw **out, char *err)
+int adamw_create_table(backend *be, const bert_param_spec *specs, int n_specs, size_t total,
+                       adamw **out, char *err)
 {
     *out = NULL;
     if (!be->adamw_step)
@@ -118,8 +118,7 @@ nomem:
                     total);
 }
 
-int adamw_create(backend *be, const bert_config *cfg, int with_head,
-                 adamw **out, char *err)
+int adamw_create(backend *be, const bert_config *cfg, int with_head, adamw **out, char *err)
 {
     bert_param_spec *specs = NULL;
     int n_specs, rc;
@@ -145,8 +144,8 @@ int grad_global_norm(adamw *o, const float *grads, float *norm, char *err)
     return SM_OK;
 }
 
-int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
-               float lr, float *norm_out, char *err)
+int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h, float lr,
+               float *norm_out, char *err)
 {
     backend *be = o->be;
     float norm;
@@ -156,7 +155,8 @@ int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
     if (!isfinite(norm))
         return sm_error(err, SM_ERR_INVALID,
                         "the gradient norm is not finite (%g): training diverged; "
-                        "try a lower learning rate", (double)norm);
+                        "try a lower learning rate",
+                        (double)norm);
     float coef = 1.0f;
     if (h->grad_clip > 0) {
         float c = h->grad_clip / (norm + 1e-6f);
@@ -168,8 +168,8 @@ int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
     if (h->head_lr > 0 && h->lr > 0 && h->head_lr != h->lr)
         head_lr = (float)((double)lr * ((double)h->head_lr / (double)h->lr));
     o->t++;
-    rc = be->adamw_step(be, params, grads, o->m, o->v, o->runs, o->n_runs, o->n, coef, lr,
-                        head_lr, h->beta1, h->beta2, h->eps, h->weight_decay, o->t);
+    rc = be->adamw_step(be, params, grads, o->m, o->v, o->runs, o->n_runs, o->n, coef, lr, head_lr,
+                        h->beta1, h->beta2, h->eps, h->weight_decay, o->t);
     if (rc) return sm_error(err, rc, "%s backend: AdamW failed", be->name);
     return SM_OK;
 }

@@ -18,12 +18,12 @@
 #include "format/config.h"
 
 typedef struct adamw_hparams {
-    float lr;            /* peak learning rate */
-    float beta1, beta2;  /* 0.9, 0.999 */
-    float eps;           /* 1e-8 */
-    float weight_decay;  /* e.g. 0.01; 0 disables */
-    float grad_clip;     /* max global L2 norm; <= 0 disables */
-    float head_lr;       /* peak learning rate of the classification head
+    float lr;           /* peak learning rate */
+    float beta1, beta2; /* 0.9, 0.999 */
+    float eps;          /* 1e-8 */
+    float weight_decay; /* e.g. 0.01; 0 disables */
+    float grad_clip;    /* max global L2 norm; <= 0 disables */
+    float head_lr;      /* peak learning rate of the classification head
                             (tensors named classifier.*); 0: lr. The head
                             follows the same schedule, scaled by head_lr / lr */
 } adamw_hparams;
@@ -36,15 +36,14 @@ typedef struct adamw adamw;
 
 /* Optimizer state for the parameter table of cfg (with_head: the classifier
  * rows are included) on backend be; moments start at zero. */
-int adamw_create(backend *be, const bert_config *cfg, int with_head,
-                 adamw **out, char *err);
+int adamw_create(backend *be, const bert_config *cfg, int with_head, adamw **out, char *err);
 /* The same for an arena of `total` floats laid out by any size table (e.g.
  * the encoder plus the masked-language-model head): only the tensors listed
  * in specs are updated; floats between them (a tensor left out) keep their
  * values, though they count in the gradient norm. */
 struct bert_param_spec;
-int adamw_create_table(backend *be, const struct bert_param_spec *specs,
-                       int n_specs, size_t total, adamw **out, char *err);
+int adamw_create_table(backend *be, const struct bert_param_spec *specs, int n_specs, size_t total,
+                       adamw **out, char *err);
 void adamw_free(adamw *o);
 /* Floats in each arena (parameters, gradients, m, v). */
 size_t adamw_numel(const adamw *o);
@@ -63,8 +62,8 @@ int grad_global_norm(adamw *o, const float *grads, float *norm, char *err);
  * clip / (norm + 1e-6) when that is below 1), then AdamW. *norm_out (may be
  * NULL) gets the norm before clipping. A non-finite norm is an error and
  * leaves the parameters untouched. */
-int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h,
-               float lr, float *norm_out, char *err);
+int adamw_step(adamw *o, float *params, float *grads, const adamw_hparams *h, float lr,
+               float *norm_out, char *err);
 
 /* Linear warm-up from 0 over `warmup` steps, then linear decay to 0 at
  * `total` (transformers.get_linear_schedule_with_warmup): the rate for

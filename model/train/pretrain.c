@@ -135,7 +135,7 @@ void pretrain_result_free(pretrain_result *r)
 static uint64_t mask_key(uint64_t seed, int epoch, int row)
 {
     return rng_mix64(rng_mix64(seed ^ 0x4D4C4D4D41534Bull) ^
-                         rng_mix64(((uint64_t)(unsigned)epoch << 32) | (unsigned)row));
+                     rng_mix64(((uint64_t)(unsigned)epoch << 32) | (unsigned)row));
 }
 
 /* What pretrain_run holds besides the loop; freed in one place. */
@@ -145,20 +145,20 @@ typedef struct run_state {
     const pretrain_dataset *ds;
     const pretrain_options *o;
     pretrain_result *res;
-    bert_params p, g;        /* views of the loop's arenas: the encoder */
-    bert_mlm_params hp, hg;  /* and the head */
+    bert_params p, g;       /* views of the loop's arenas: the encoder */
+    bert_mlm_params hp, hg; /* and the head */
     bert_mlm_ws *ws;
-    int *raw;                /* (max_len) */
-    int *ids, *labels;       /* (batch_size, max_len) the step's masked rows */
-    int *lengths;            /* (batch_size) */
-    int *T;                  /* (accumulation) padded length of each micro-batch */
-    int *count;              /* (accumulation) predicted positions of each */
-    float *host;             /* (total) host copy read back at the end */
+    int *raw;          /* (max_len) */
+    int *ids, *labels; /* (batch_size, max_len) the step's masked rows */
+    int *lengths;      /* (batch_size) */
+    int *T;            /* (accumulation) padded length of each micro-batch */
+    int *count;        /* (accumulation) predicted positions of each */
+    float *host;       /* (total) host copy read back at the end */
     mlm_masking mk;
     int max_pred;
-    int got;                 /* the last micro-batch's predicted positions */
+    int got; /* the last micro-batch's predicted positions */
     size_t head_offset, enc_floats;
-    double vloss;            /* the last epoch's held-out loss, NAN with no split */
+    double vloss; /* the last epoch's held-out loss, NAN with no split */
 } run_state;
 
 static void run_state_free(run_state *st)
@@ -323,12 +323,12 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
         return sm_error(err, SM_ERR_INVALID, "max_predictions %d: expected >= 0",
                         o->max_predictions);
     if ((rc = loop_check_optimizer(lo, err))) return rc;
-    if (!m->tok)
-        return sm_error(err, SM_ERR_INVALID, "pretraining: the model has no vocabulary");
+    if (!m->tok) return sm_error(err, SM_ERR_INVALID, "pretraining: the model has no vocabulary");
     if (ds->t.vocab_size > m->cfg.vocab_size)
-        return sm_error(err, SM_ERR_INVALID,
-                        "pretraining: the dataset's vocabulary (%d) is larger than the model's (%d)",
-                        ds->t.vocab_size, m->cfg.vocab_size);
+        return sm_error(
+            err, SM_ERR_INVALID,
+            "pretraining: the dataset's vocabulary (%d) is larger than the model's (%d)",
+            ds->t.vocab_size, m->cfg.vocab_size);
     if ((rc = mlm_masking_init(m->tok, &st.mk, err))) return rc;
     st.mk.prob = o->mask_prob;
     st.mk.mask_frac = o->mask_token_frac;
@@ -358,8 +358,8 @@ int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain
     st.count = malloc((size_t)slots * sizeof *st.count);
     res->train_loss = malloc((size_t)o->loop.epochs * sizeof *res->train_loss);
     res->valid_loss = malloc((size_t)o->loop.epochs * sizeof *res->valid_loss);
-    if (!st.raw || !st.ids || !st.labels || !st.lengths || !st.T || !st.count ||
-        !res->train_loss || !res->valid_loss) {
+    if (!st.raw || !st.ids || !st.labels || !st.lengths || !st.T || !st.count || !res->train_loss ||
+        !res->valid_loss) {
         rc = sm_error(err, SM_ERR_NOMEM, "out of memory setting up pretraining");
         goto end;
     }
@@ -419,12 +419,12 @@ end:
 
 /* ---- saving ---------------------------------------------------------------------- */
 
-int pretrain_save_safetensors(const bert_model *m, const bert_mlm_head *head, int dtype,
-                              void **out, size_t *out_len, char *err)
+int pretrain_save_safetensors(const bert_model *m, const bert_mlm_head *head, int dtype, void **out,
+                              size_t *out_len, char *err)
 {
     bert_param_spec *specs = NULL, *hspecs = NULL;
     st_write_entry *entries = NULL;
-    char (*names)[160] = NULL;
+    char(*names)[160] = NULL;
     int n = 0, nh = 0, rc;
     size_t total, htotal;
     *out = NULL;
@@ -439,10 +439,8 @@ int pretrain_save_safetensors(const bert_model *m, const bert_mlm_head *head, in
     }
     for (int i = 0; i < n + nh; i++) {
         const bert_param_spec *s = i < n ? &specs[i] : &hspecs[i - n];
-        if (i >= n)
-            snprintf(names[i], sizeof names[i], "%s", s->name);
-        else
-            bert_checkpoint_name(&m->cfg, s->name, names[i], sizeof names[i]);
+        if (i >= n) snprintf(names[i], sizeof names[i], "%s", s->name);
+        else bert_checkpoint_name(&m->cfg, s->name, names[i], sizeof names[i]);
         entries[i].name = names[i];
         entries[i].data = (i < n ? m->arena : head->arena) + s->offset;
         entries[i].ndim = s->ndim;

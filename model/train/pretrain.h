@@ -40,19 +40,18 @@ void pretrain_dataset_free(pretrain_dataset *ds);
 int pretrain_dataset_add(pretrain_dataset *ds, const int *ids, int n, char *err);
 /* Tokenizes text (cut to max_length tokens) and appends it; empty texts
  * ([CLS] [SEP] only) are skipped. */
-int pretrain_dataset_add_text(pretrain_dataset *ds, const tokenizer *tok,
-                              const char *text, size_t len, int max_length,
-                              char *err);
+int pretrain_dataset_add_text(pretrain_dataset *ds, const tokenizer *tok, const char *text,
+                              size_t len, int max_length, char *err);
 int pretrain_dataset_rows(const pretrain_dataset *ds);
 size_t pretrain_dataset_tokens(const pretrain_dataset *ds);
 
 /* ---- the loop ----------------------------------------------------------------- */
 
 typedef struct pretrain_progress {
-    loop_report loop;           /* step, rate, timing (loop_options.h); its
+    loop_report loop;  /* step, rate, timing (loop_options.h); its
                                    loss is per predicted token and denom
                                    the step's predicted positions */
-    double valid_loss;          /* at an epoch's end: held-out MLM loss,
+    double valid_loss; /* at an epoch's end: held-out MLM loss,
                                    NAN with no split */
 } pretrain_progress;
 
@@ -76,16 +75,16 @@ typedef struct pretrain_options {
 void pretrain_options_default(pretrain_options *o);
 
 typedef struct pretrain_result {
-    int epochs;             /* epochs run (the last may be partial with max_steps) */
-    double *train_loss;     /* (epochs) mean loss per predicted token, malloc'd */
-    double *valid_loss;     /* (epochs) NAN where there is no split */
+    int epochs;         /* epochs run (the last may be partial with max_steps) */
+    double *train_loss; /* (epochs) mean loss per predicted token, malloc'd */
+    double *valid_loss; /* (epochs) NAN where there is no split */
     long steps;
-    long predicted;         /* predicted positions trained on */
-    long skipped_steps;     /* steps with no predicted position (no update) */
+    long predicted;     /* predicted positions trained on */
+    long skipped_steps; /* steps with no predicted position (no update) */
     int n_train, n_valid;
     double seconds;
     double examples_per_sec;
-    size_t device_bytes;    /* held on the backend while training */
+    size_t device_bytes; /* held on the backend while training */
 } pretrain_result;
 
 void pretrain_result_free(pretrain_result *r);
@@ -94,24 +93,21 @@ void pretrain_result_free(pretrain_result *r);
  * but the pooler and any classifier) and head hold the trained parameters;
  * on any error, interrupt included, both are left as they were. A
  * non-finite loss stops with SM_ERR_INVALID naming the step. */
-int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be,
-                 const pretrain_dataset *ds, const pretrain_options *o,
-                 pretrain_result *res, char *err);
+int pretrain_run(bert_model *m, bert_mlm_head *head, backend *be, const pretrain_dataset *ds,
+                 const pretrain_options *o, pretrain_result *res, char *err);
 
 /* The pretraining arena: the encoder's rows of bert_param_table (no
  * classifier), then the head's (bert_mlm_param_table) from *head_offset.
  * specs lists what the optimizer updates: every row but the pooler's. */
-int pretrain_param_table(const bert_config *cfg, bert_param_spec **specs,
-                         int *n_specs, size_t *total, size_t *head_offset,
-                         char *err);
+int pretrain_param_table(const bert_config *cfg, bert_param_spec **specs, int *n_specs,
+                         size_t *total, size_t *head_offset, char *err);
 
 /* Serialises m (the names bert_model_save_safetensors writes, classifier
  * included when m has one) and, when head is non-NULL, the MLM head under
  * transformers' names (cls.predictions.*; the tied decoder weight is not
  * stored twice). bert_model_load_buffers reads it as a base for
  * fine-tuning (ignoring the head); bert_mlm_load_buffers reads both back. */
-int pretrain_save_safetensors(const bert_model *m, const bert_mlm_head *head,
-                              int dtype, void **out, size_t *out_len,
-                              char *err);
+int pretrain_save_safetensors(const bert_model *m, const bert_mlm_head *head, int dtype, void **out,
+                              size_t *out_len, char *err);
 
 #endif

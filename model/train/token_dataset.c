@@ -95,7 +95,8 @@ int token_dataset_row_ids(const token_dataset *ds, int i, int *out, int max_len)
         out[k] = ds->wide ? ((const int32_t *)ds->ids)[s + k] : ((const uint16_t *)ds->ids)[s + k];
     if (n > max_len) {
         size_t last = s + (size_t)n - 1;
-        out[keep++] = ds->wide ? ((const int32_t *)ds->ids)[last] : ((const uint16_t *)ds->ids)[last];
+        out[keep++] = ds->wide ? ((const int32_t *)ds->ids)[last]
+                               : ((const uint16_t *)ds->ids)[last];
     }
     return keep;
 }

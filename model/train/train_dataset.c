@@ -14,10 +14,10 @@
 struct train_dataset {
     token_dataset t; /* labelled; a row without a label holds its soft argmax */
     /* soft targets (train_dataset_add_soft): all rows have them or none */
-    int soft_k;      /* labels per row, 0 = no soft targets */
-    float *soft;     /* (rows, soft_k) */
-    uint8_t *hard;   /* (rows) 1: the row has a hard label too */
-    int soft_cap;    /* rows allocated in soft and hard */
+    int soft_k;    /* labels per row, 0 = no soft targets */
+    float *soft;   /* (rows, soft_k) */
+    uint8_t *hard; /* (rows) 1: the row has a hard label too */
+    int soft_cap;  /* rows allocated in soft and hard */
 };
 
 int train_dataset_create(int vocab_size, train_dataset **out, char *err)
@@ -45,8 +45,8 @@ int train_dataset_add(train_dataset *ds, const int *ids, int n, int label, char 
     return token_dataset_add(&ds->t, ids, n, label, err);
 }
 
-int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label,
-                           const float *probs, int k, char *err)
+int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label, const float *probs,
+                           int k, char *err)
 {
     if (ds->t.rows && !ds->soft_k)
         return sm_error(err, SM_ERR_INVALID,

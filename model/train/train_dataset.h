@@ -18,21 +18,19 @@ int train_dataset_create(int vocab_size, train_dataset **out, char *err);
 void train_dataset_free(train_dataset *ds);
 /* Appends one example: ids[0..n) as the model sees them ([CLS] ... [SEP],
  * n >= 2, each in [0, vocab_size)) and label index >= 0. */
-int train_dataset_add(train_dataset *ds, const int *ids, int n, int label,
-                      char *err);
+int train_dataset_add(train_dataset *ds, const int *ids, int n, int label, char *err);
 /* Appends one example with soft targets probs[0..k) (a distribution over
  * the k labels, e.g. a teacher's probabilities) for knowledge distillation,
  * and label index in [0, k) or -1 (none: the row has the soft loss only).
  * A dataset's rows all have soft targets or none. */
-int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label,
-                           const float *probs, int k, char *err);
+int train_dataset_add_soft(train_dataset *ds, const int *ids, int n, int label, const float *probs,
+                           int k, char *err);
 int train_dataset_rows(const train_dataset *ds);
 /* Memory the dataset holds, and the average per row (bytes). */
 size_t train_dataset_bytes(const train_dataset *ds);
 double train_dataset_bytes_per_row(const train_dataset *ds);
 /* Row i: pointer-free read access (ids copied into out, up to cap). */
-int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap,
-                      int *n, int *label);
+int train_dataset_row(const train_dataset *ds, int i, int *ids, int cap, int *n, int *label);
 
 /* ---- for trainer_run (internal to model/) ---- */
 

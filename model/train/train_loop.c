@@ -297,8 +297,7 @@ int loop_step_begin(train_loop *L, loop_step *s, long divisor, char *err)
     return SM_OK;
 }
 
-void loop_micro_rows(const train_loop *L, const loop_step *s, int k, const int **idx,
-                     int *rows)
+void loop_micro_rows(const train_loop *L, const loop_step *s, int k, const int **idx, int *rows)
 {
     int first = k * L->micro;
     *idx = s->idx + first;
@@ -309,8 +308,8 @@ int loop_micro_batch(train_loop *L, const loop_step *s, int k, loop_micro *mb, c
 {
     const loop_options *o = &L->o;
     if (o->interrupt && o->interrupt(o->user))
-        return sm_error(err, SM_ERR_INTERRUPTED, "%s interrupted at epoch %d, step %ld",
-                        L->what, s->epoch, L->step + 1);
+        return sm_error(err, SM_ERR_INTERRUPTED, "%s interrupted at epoch %d, step %ld", L->what,
+                        s->epoch, L->step + 1);
     loop_micro_rows(L, s, k, &mb->idx, &mb->rows);
     L->drop.step = L->micro_step++;
     mb->drop = &L->drop;
@@ -367,10 +366,9 @@ void loop_epoch_report(const train_loop *L, loop_report *r)
 int loop_stopped(const train_loop *L, const loop_report *r, char *err)
 {
     if (r->epoch_done)
-        return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped after epoch %d", L->what,
-                        r->epoch);
-    return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped at epoch %d, step %ld", L->what,
-                    r->epoch, r->step);
+        return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped after epoch %d", L->what, r->epoch);
+    return sm_error(err, SM_ERR_INTERRUPTED, "%s stopped at epoch %d, step %ld", L->what, r->epoch,
+                    r->step);
 }
 
 /* ---- the run ----------------------------------------------------------------------- */

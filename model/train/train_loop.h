@@ -35,32 +35,32 @@ int loop_check_optimizer(const loop_options *o, char *err);
 
 /* The loop's state, laid out by loop_init; freed by loop_free. */
 typedef struct train_loop {
-    const char *what;         /* "training" or "pretraining": starts messages */
+    const char *what; /* "training" or "pretraining": starts messages */
     loop_options o;
     backend *be;
     const token_dataset *ds;
-    int max_len;              /* tokens per row: o.max_length capped by the model */
-    int pad;                  /* the padding id */
-    int micro;                /* rows per micro-batch */
+    int max_len; /* tokens per row: o.max_length capped by the model */
+    int pad;     /* the padding id */
+    int micro;   /* rows per micro-batch */
     int n_train, n_valid;
     long steps_per_epoch, total_steps, warmup;
-    int *perm;                /* (rows) the seeded permutation */
+    int *perm;                  /* (rows) the seeded permutation */
     int *train_idx, *valid_idx; /* (n_train), (n_valid) rows, by length */
-    int *batches;             /* (steps_per_epoch) this epoch's batch order */
-    float *params, *grads;    /* (total) device arenas */
+    int *batches;               /* (steps_per_epoch) this epoch's batch order */
+    float *params, *grads;      /* (total) device arenas */
     size_t total;
-    adamw *opt;               /* created by the caller for its table */
-    adamw_hparams hp;         /* from o */
-    bert_dropout drop;        /* its step is the micro-batch's (loop_micro_batch) */
-    int epoch;                /* the epoch under way (loop_epoch_begin) */
-    long epoch_step;          /* its steps begun */
-    double epoch_loss;        /* its steps' loss sums ... */
-    long epoch_denom;         /* ... and divisors */
-    long step;                /* optimizer steps taken */
-    long skipped_steps;       /* steps with a zero divisor: no update */
+    adamw *opt;         /* created by the caller for its table */
+    adamw_hparams hp;   /* from o */
+    bert_dropout drop;  /* its step is the micro-batch's (loop_micro_batch) */
+    int epoch;          /* the epoch under way (loop_epoch_begin) */
+    long epoch_step;    /* its steps begun */
+    double epoch_loss;  /* its steps' loss sums ... */
+    long epoch_denom;   /* ... and divisors */
+    long step;          /* optimizer steps taken */
+    long skipped_steps; /* steps with a zero divisor: no update */
     long examples_done, denom_done;
     uint64_t micro_step;
-    double t0, train_time;    /* start; seconds spent in steps */
+    double t0, train_time; /* start; seconds spent in steps */
 } train_loop;
 
 /* Plans a run of ds on m (nothing is allocated): the split sizes, the
@@ -111,19 +111,19 @@ void loop_free(train_loop *L);
 
 /* One optimizer step, from loop_next_step to loop_step_end. */
 typedef struct loop_step {
-    int epoch;                /* 1-based */
-    const int *idx;           /* (count) the step's rows, into L->train_idx */
+    int epoch;      /* 1-based */
+    const int *idx; /* (count) the step's rows, into L->train_idx */
     int count;
-    int n_micro;              /* its micro-batches: ceil(count / L->micro) */
-    long divisor;             /* what its loss sum is divided by (loop_step_begin) */
-    float scale;              /* 1 / divisor, 0 when divisor is 0: the backward's */
-    double loss_sum;          /* the micro-batches' so far (loop_add_loss) */
-    double t0;                /* when it began: step time */
+    int n_micro;     /* its micro-batches: ceil(count / L->micro) */
+    long divisor;    /* what its loss sum is divided by (loop_step_begin) */
+    float scale;     /* 1 / divisor, 0 when divisor is 0: the backward's */
+    double loss_sum; /* the micro-batches' so far (loop_add_loss) */
+    double t0;       /* when it began: step time */
 } loop_step;
 
 /* One micro-batch of a step. */
 typedef struct loop_micro {
-    const int *idx;           /* (rows) its rows, a slice of the step's */
+    const int *idx; /* (rows) its rows, a slice of the step's */
     int rows;
     const bert_dropout *drop; /* its dropout key */
 } loop_micro;
@@ -141,8 +141,7 @@ int loop_next_step(train_loop *L, loop_step *s);
 int loop_step_begin(train_loop *L, loop_step *s, long divisor, char *err);
 /* Micro-batch k (0 <= k < s->n_micro) of step s: its rows only, for work
  * done before its forward pass (masking, say). */
-void loop_micro_rows(const train_loop *L, const loop_step *s, int k, const int **idx,
-                     int *rows);
+void loop_micro_rows(const train_loop *L, const loop_step *s, int k, const int **idx, int *rows);
 /* Starts micro-batch k of step s: polls o.interrupt (SM_ERR_INTERRUPTED
  * when it says stop), then fills mb with its rows and dropout key. */
 int loop_micro_batch(train_loop *L, const loop_step *s, int k, loop_micro *mb, char *err);

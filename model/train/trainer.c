@@ -46,20 +46,20 @@ void trainer_result_free(trainer_result *r)
 typedef struct run_state {
     train_loop *L;
     bert_model *m;
-    const token_dataset *rows;   /* the dataset's rows and labels */
-    const float *targets;        /* (rows, K) the dataset's soft targets, or NULL */
-    const uint8_t *hard;         /* (rows) with targets: 1 where a row has a label */
+    const token_dataset *rows; /* the dataset's rows and labels */
+    const float *targets;      /* (rows, K) the dataset's soft targets, or NULL */
+    const uint8_t *hard;       /* (rows) with targets: 1 where a row has a label */
     const trainer_options *o;
     trainer_result *res;
-    float *best;             /* host copy of the best parameters */
-    bert_params p, g;        /* views of the loop's device arenas */
+    float *best;      /* host copy of the best parameters */
+    bert_params p, g; /* views of the loop's device arenas */
     bert_train_ws *ws;
     int *ids, *lengths, *labels; /* (micro, max_len), (micro), (micro) */
-    float *soft;             /* (micro, K) soft targets of the batch, or NULL */
-    float *logits;           /* (micro, K) */
+    float *soft;                 /* (micro, K) soft targets of the batch, or NULL */
+    float *logits;               /* (micro, K) */
     int K;
-    double best_acc;         /* -1 before the first epoch */
-    double acc;              /* the last epoch's, NAN with no split */
+    double best_acc; /* -1 before the first epoch */
+    double acc;      /* the last epoch's, NAN with no split */
 } run_state;
 
 static void run_state_free(run_state *st)
@@ -100,8 +100,8 @@ static int batch_forward(run_state *st, int B, int T, const bert_dropout *drop, 
                          float *logits, char *err)
 {
     bert_targets tg = {st->labels, st->soft, st->o->distill_alpha, st->o->distill_temperature};
-    return bert_train_forward_targets(&st->m->cfg, &st->p, st->ws, st->ids, st->lengths, &tg, B,
-                                      T, drop, loss, logits, err);
+    return bert_train_forward_targets(&st->m->cfg, &st->p, st->ws, st->ids, st->lengths, &tg, B, T,
+                                      drop, loss, logits, err);
 }
 
 static int evaluate(run_state *st, double *accuracy, char *err)
@@ -196,8 +196,8 @@ static const loop_hooks k_hooks = {.divisor = step_divisor,
 /* What trainer_run refuses, after the loop's options, before anything is
  * allocated: a model without a head, rows that do not fit the model, a
  * distillation setting out of range. */
-static int check_model_rows(const bert_model *m, const train_dataset *ds,
-                            const trainer_options *o, char *err)
+static int check_model_rows(const bert_model *m, const train_dataset *ds, const trainer_options *o,
+                            char *err)
 {
     const token_dataset *rows = train_dataset_tokens(ds);
     const uint8_t *hard;
@@ -209,11 +209,12 @@ static int check_model_rows(const bert_model *m, const train_dataset *ds,
         return sm_error(err, SM_ERR_INVALID,
                         "training: the rows have %d soft targets but the model has %d labels",
                         soft_k, K);
-    if (soft_k && (!(o->distill_alpha >= 0 && o->distill_alpha <= 1) ||
-                   !(o->distill_temperature > 0)))
+    if (soft_k &&
+        (!(o->distill_alpha >= 0 && o->distill_alpha <= 1) || !(o->distill_temperature > 0)))
         return sm_error(err, SM_ERR_INVALID,
                         "training: distillation weight %g (0..1) or temperature %g (> 0) is out "
-                        "of range", o->distill_alpha, o->distill_temperature);
+                        "of range",
+                        o->distill_alpha, o->distill_temperature);
     for (int i = 0; i < rows->rows; i++)
         if (rows->label[i] >= K)
             return sm_error(err, SM_ERR_INVALID,
@@ -242,8 +243,8 @@ static int alloc_host(run_state *st, char *err)
     st->best = malloc(st->m->n_floats * sizeof *st->best);
     res->train_loss = malloc((size_t)epochs * sizeof *res->train_loss);
     res->valid_accuracy = malloc((size_t)epochs * sizeof *res->valid_accuracy);
-    if (!st->ids || !st->lengths || !st->labels || !st->logits || !st->best ||
-        !res->train_loss || !res->valid_accuracy)
+    if (!st->ids || !st->lengths || !st->labels || !st->logits || !st->best || !res->train_loss ||
+        !res->valid_accuracy)
         return sm_error(err, SM_ERR_NOMEM, "out of memory setting up training");
     return SM_OK;
 }
@@ -290,8 +291,7 @@ int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const train
                         "validation; need at least 2",
                         st.rows->rows, L.n_train, L.n_valid);
 
-    if ((rc = loop_split(&L, err)) || (rc = alloc_host(&st, err)) ||
-        (rc = arm_device(&st, err)))
+    if ((rc = loop_split(&L, err)) || (rc = alloc_host(&st, err)) || (rc = arm_device(&st, err)))
         goto end;
     res->n_train = L.n_train;
     res->n_valid = L.n_valid;

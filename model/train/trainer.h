@@ -27,8 +27,8 @@
 /* ---- training ------------------------------------------------------------ */
 
 typedef struct trainer_progress {
-    loop_report loop;          /* step, loss, rate, timing (loop_options.h) */
-    double valid_accuracy;     /* at an epoch's end: validation accuracy,
+    loop_report loop;      /* step, loss, rate, timing (loop_options.h) */
+    double valid_accuracy; /* at an epoch's end: validation accuracy,
                                   NAN with no split */
 } trainer_progress;
 
@@ -50,16 +50,16 @@ typedef struct trainer_options {
 void trainer_options_default(trainer_options *o);
 
 typedef struct trainer_result {
-    int epochs;               /* epochs completed */
-    double *train_loss;       /* (epochs) mean training loss, malloc'd */
-    double *valid_accuracy;   /* (epochs) NAN where there is no split */
-    int best_epoch;           /* 1-based: the parameters the model now has */
-    double best_accuracy;     /* NAN with no split */
+    int epochs;             /* epochs completed */
+    double *train_loss;     /* (epochs) mean training loss, malloc'd */
+    double *valid_accuracy; /* (epochs) NAN where there is no split */
+    int best_epoch;         /* 1-based: the parameters the model now has */
+    double best_accuracy;   /* NAN with no split */
     int n_train, n_valid;
     long steps;
-    double seconds;           /* whole run, validation included */
-    double examples_per_sec;  /* training examples / training time */
-    size_t device_bytes;      /* memory held on the backend while training */
+    double seconds;          /* whole run, validation included */
+    double examples_per_sec; /* training examples / training time */
+    size_t device_bytes;     /* memory held on the backend while training */
 } trainer_result;
 
 void trainer_result_free(trainer_result *r);
@@ -69,8 +69,8 @@ void trainer_result_free(trainer_result *r);
  * error, interrupt included, m is left as it was. Labels outside
  * [0, num_labels) and datasets with fewer than 2 training rows are errors.
  * A non-finite loss stops training with SM_ERR_INVALID naming the step. */
-int trainer_run(bert_model *m, backend *be, const train_dataset *ds,
-                const trainer_options *opt, trainer_result *res, char *err);
+int trainer_run(bert_model *m, backend *be, const train_dataset *ds, const trainer_options *opt,
+                trainer_result *res, char *err);
 /* The rows trainer_run holds out for validation from n rows under opt:
  * is_valid (n bytes) 1 for those. */
 int trainer_valid_rows(int n, const trainer_options *opt, unsigned char *is_valid, char *err);

@@ -46,8 +46,8 @@ void wide_rows_free(wide_rows *r)
 }
 
 int wide_rows_make(const wide_part *w, const char *const *texts, const size_t *lens,
-                   const int *labels, int n, int (*stop)(void *user), void *user,
-                   wide_rows **out, char *err)
+                   const int *labels, int n, int (*stop)(void *user), void *user, wide_rows **out,
+                   char *err)
 {
     int rc = SM_OK;
     ngram_counts *nc = NULL;
@@ -77,8 +77,7 @@ int wide_rows_make(const wide_part *w, const char *const *texts, const size_t *l
         }
         int m = 0;
         if (texts[i]) {
-            if ((rc = ngram_count_text(&w->cfg, texts[i], lens[i], nc, stop, user, err)))
-                goto end;
+            if ((rc = ngram_count_text(&w->cfg, texts[i], lens[i], nc, stop, user, err))) goto end;
             m = wide_features(w, nc, val);
         }
         size_t used = r->start[i];
@@ -116,6 +115,7 @@ static double softmax_d(const double *z, int K, double *p)
     for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
     for (int k = 0; k < K; k++) sum += (p[k] = exp(z[k] - mx));
     for (int k = 0; k < K; k++) p[k] /= sum;
+    /* cppcheck-suppress invalidFunctionArg ; K >= 1: the largest term is exp(0) = 1 */
     return mx + log(sum);
 }
 
@@ -199,8 +199,8 @@ int wide_fit(wide_part *w, const wide_rows *r, const float *offset, const wide_f
              lbfgs_result *res, char *err)
 {
     if (r->K != w->K)
-        return sm_error(err, SM_ERR_INVALID, "wide: rows of %d labels for a wide part of %d",
-                        r->K, w->K);
+        return sm_error(err, SM_ERR_INVALID, "wide: rows of %d labels for a wide part of %d", r->K,
+                        w->K);
     if (!(o->l2 >= 0) || !isfinite(o->l2))
         return sm_error(err, SM_ERR_INVALID, "wide: l2 %g: expected a number >= 0", o->l2);
     size_t nW = (size_t)w->K * w->cfg.buckets, n = nW + (size_t)w->K;
@@ -230,6 +230,7 @@ void wide_score(const float *logits, const int *labels, int n, int K, double *lo
         for (int k = 1; k < K; k++)
             if (z[k] > mx) mx = z[top = k];
         for (int k = 0; k < K; k++) s += exp((double)z[k] - mx);
+        /* cppcheck-suppress invalidFunctionArg ; K >= 1: the largest term is exp(0) = 1 */
         sum += mx + log(s) - z[labels[i]];
         right += top == labels[i];
     }
@@ -276,14 +277,14 @@ static int mix_fn(void *ctx, const double *x, double *f, double *g, char *err)
     return SM_OK;
 }
 
-int wide_fit_mix(const float *enc, const float *wide, const int *labels, int n, int K,
-                 double *a, double *c, double *d, char *err)
+int wide_fit_mix(const float *enc, const float *wide, const int *labels, int n, int K, double *a,
+                 double *c, double *d, char *err)
 {
     if (n < 1 || K < 1) return sm_error(err, SM_ERR_INVALID, "wide: no rows to fit the mix on");
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= K)
-            return sm_error(err, SM_ERR_INVALID, "wide: row %d has label %d; expected 0..%d",
-                            i + 1, labels[i], K - 1);
+            return sm_error(err, SM_ERR_INVALID, "wide: row %d has label %d; expected 0..%d", i + 1,
+                            labels[i], K - 1);
     double *x = calloc(2 + (size_t)K, sizeof *x);
     if (!x) return sm_error(err, SM_ERR_NOMEM, "out of memory");
     x[0] = x[1] = 1.0;
@@ -314,7 +315,8 @@ int bert_model_apply_mix(bert_model *m, double a, double c, const double *d, cha
     for (size_t j = 0; j < (size_t)K * C; j++) m->p.cls_w[j] = (float)(a * m->p.cls_w[j]);
     for (int k = 0; k < K; k++) m->p.cls_b[k] = (float)(a * m->p.cls_b[k] + (d ? d[k] : 0.0));
     wide_part *w = m->wide;
-    for (size_t j = 0; j < (size_t)K * w->cfg.buckets; j++) w->weight[j] = (float)(c * w->weight[j]);
+    for (size_t j = 0; j < (size_t)K * w->cfg.buckets; j++)
+        w->weight[j] = (float)(c * w->weight[j]);
     for (int k = 0; k < K; k++) w->bias[k] = (float)(c * w->bias[k]);
     return SM_OK;
 }

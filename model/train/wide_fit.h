@@ -34,10 +34,10 @@
 /* The texts' feature vectors under a wide part, with their labels. */
 typedef struct wide_rows {
     int n, K;
-    size_t *start;  /* (n + 1): row i is idx/val[start[i] .. start[i + 1]) */
-    int *idx;       /* buckets */
-    float *val;     /* x values */
-    int *label;     /* (n) in [0, K) */
+    size_t *start; /* (n + 1): row i is idx/val[start[i] .. start[i + 1]) */
+    int *idx;      /* buckets */
+    float *val;    /* x values */
+    int *label;    /* (n) in [0, K) */
 } wide_rows;
 
 /* Sets w's idf from texts[0..n) (NULL texts count as empty); w must have
@@ -48,8 +48,8 @@ int wide_fit_idf(wide_part *w, const char *const *texts, const size_t *lens, int
                  int (*stop)(void *user), void *user, char *err);
 /* The rows of texts[0..n) (labels in [0, w->K)) under w's features. */
 int wide_rows_make(const wide_part *w, const char *const *texts, const size_t *lens,
-                   const int *labels, int n, int (*stop)(void *user), void *user,
-                   wide_rows **out, char *err);
+                   const int *labels, int n, int (*stop)(void *user), void *user, wide_rows **out,
+                   char *err);
 void wide_rows_free(wide_rows *r);
 
 /* L and its gradient at w's weights: gW (K, buckets) and gb (K) are
@@ -58,8 +58,8 @@ int wide_loss_grad(const wide_part *w, const wide_rows *r, const float *offset, 
                    double *loss, double *gW, double *gb, char *err);
 
 typedef struct wide_fit_options {
-    double l2;           /* the penalty (1e-5) */
-    lbfgs_options lbfgs; /* lbfgs_options_default, max_iter 300 */
+    double l2;               /* the penalty (1e-5) */
+    lbfgs_options lbfgs;     /* lbfgs_options_default, max_iter 300 */
     int (*stop)(void *user); /* asked at every evaluation; may be NULL */
     void *user;
 } wide_fit_options;
@@ -77,8 +77,8 @@ void wide_score(const float *logits, const int *labels, int n, int K, double *lo
 
 /* The mix (a, c, d[K]) for encoder logits enc (n, K) and wide logits wide
  * (n, K) on labels. */
-int wide_fit_mix(const float *enc, const float *wide, const int *labels, int n, int K,
-                 double *a, double *c, double *d, char *err);
+int wide_fit_mix(const float *enc, const float *wide, const int *labels, int n, int K, double *a,
+                 double *c, double *d, char *err);
 /* Folds a mix into m: the classifier's weight and bias times a, plus d;
  * the wide part's weight and bias times c. m must have a head and a wide
  * part. */

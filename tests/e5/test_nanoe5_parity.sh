@@ -6,7 +6,7 @@
 # the script itself skips when the package, the converted model (make
 # e5-model) or sentiment_embed() is missing.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 so="${BUILD:-build}/sentiment.so"
 py=""
 for p in /usr/bin/python3 python3; do

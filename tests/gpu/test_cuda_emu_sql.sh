@@ -8,14 +8,14 @@
 # device in its report, and the trained model classifies. Part of make test
 # (TEST_SCRIPTS); a few seconds.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 PLUGIN=$BUILD/tests/sentiment_cuda_emu.so
 if [ ! -f "$BUILD/sentiment.so" ] || [ ! -f "$PLUGIN" ] || ! command -v sqlite3 >/dev/null 2>&1; then
     echo "test_cuda_emu_sql: FAILED: needs $BUILD/sentiment.so, $PLUGIN and sqlite3"
     exit 1
 fi
-export SENTIMENT_CUDA_PLUGIN=$PLUGIN
+export SENTIMENT_CUDA_PLUGIN="$PLUGIN"
 # A sanitizer build (make asan) needs its runtime loaded first in the
 # uninstrumented sqlite3 shell, as scripts/run-sql-tests.sh does.
 preload=$(ldd "$BUILD/sentiment.so" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {printf "%s ", $3}')

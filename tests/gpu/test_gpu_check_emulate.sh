@@ -6,7 +6,7 @@
 # stops after the versions step; when the tests fail the benchmark does not
 # run. Part of make test (TEST_SCRIPTS); about 30 s.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 export BUILD
 out=$(mktemp -d)

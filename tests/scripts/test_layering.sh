@@ -5,7 +5,7 @@
 # wrong-way include must fail to build, and the control cases (includes the
 # room may use) must build. Part of make test; a few seconds.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 CC=${CC:-cc}
 tmp=$(mktemp -d)
