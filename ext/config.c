@@ -295,23 +295,12 @@ end:
     sqlite3_free(errmsg);
 }
 
-static const struct {
-    const char *name;
-    int nArg;
-    int flags;
-    void (*xFunc)(sqlite3_context *, int, sqlite3_value **);
-} aFunc[] = {
+static const sx_func aFunc[] = {
     {"sentiment_config", 1, SQLITE_UTF8 | SQLITE_INNOCUOUS, fn_config},
     {"sentiment_config", 2, SQLITE_UTF8 | SQLITE_DIRECTONLY, fn_config},
 };
 
 int sx_register_config(sqlite3 *db, sx_conn *c)
 {
-    int rc = SQLITE_OK;
-    for (size_t i = 0; i < sizeof aFunc / sizeof aFunc[0] && rc == SQLITE_OK; i++) {
-        sx_conn_ref(c);
-        rc = sqlite3_create_function_v2(db, aFunc[i].name, aFunc[i].nArg, aFunc[i].flags, c,
-                                        aFunc[i].xFunc, NULL, NULL, sx_conn_unref);
-    }
-    return rc;
+    return sx_register_funcs(db, c, aFunc, sizeof aFunc / sizeof *aFunc);
 }

@@ -484,12 +484,7 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 #define SX_SAFE_JSON (SX_SAFE | SX_JSON_FLAGS)
 #define SX_DIRECT (SQLITE_UTF8 | SQLITE_DIRECTONLY)
 
-static const struct {
-    const char *name;
-    int nArg;
-    int flags;
-    void (*xFunc)(sqlite3_context *, int, sqlite3_value **);
-} aFunc[] = {
+static const sx_func aFunc[] = {
     {"sentiment", 1, SX_SAFE, fn_sentiment},
     {"sentiment", 2, SX_SAFE, fn_sentiment},
     {"sentiment_score", 1, SX_SAFE, fn_score},
@@ -508,11 +503,5 @@ static const struct {
 
 int sx_register_functions(sqlite3 *db, sx_conn *c)
 {
-    int rc = SQLITE_OK;
-    for (size_t i = 0; i < sizeof aFunc / sizeof aFunc[0] && rc == SQLITE_OK; i++) {
-        sx_conn_ref(c);
-        rc = sqlite3_create_function_v2(db, aFunc[i].name, aFunc[i].nArg, aFunc[i].flags, c,
-                                        aFunc[i].xFunc, NULL, NULL, sx_conn_unref);
-    }
-    return rc;
+    return sx_register_funcs(db, c, aFunc, sizeof aFunc / sizeof *aFunc);
 }

@@ -56,6 +56,17 @@ void sx_conn_unref(void *p)
     sqlite3_free(c);
 }
 
+int sx_register_funcs(sqlite3 *db, sx_conn *c, const sx_func *f, size_t n)
+{
+    int rc = SQLITE_OK;
+    for (size_t i = 0; i < n && rc == SQLITE_OK; i++) {
+        sx_conn_ref(c);
+        rc = sqlite3_create_function_v2(db, f[i].name, f[i].nArg, f[i].flags, c, f[i].xFunc, NULL,
+                                        NULL, sx_conn_unref);
+    }
+    return rc;
+}
+
 static sx_conn *conn_new(sqlite3 *db)
 {
     sx_conn *c = sqlite3_malloc(sizeof *c);

@@ -273,6 +273,17 @@ typedef struct sx_conn {
 void sx_conn_ref(sx_conn *c);
 void sx_conn_unref(void *c); /* the one destructor */
 
+/* One scalar SQL function of a file's registration table. */
+typedef struct sx_func {
+    const char *name;
+    int nArg;
+    int flags; /* SQLITE_UTF8 | ...: SQLITE_DIRECTONLY, SQLITE_INNOCUOUS, ... */
+    void (*xFunc)(sqlite3_context *, int, sqlite3_value **);
+} sx_func;
+/* Registers the n functions of f on db, each holding a reference to c
+ * (sx_conn_unref drops it); stops at the first failure. */
+int sx_register_funcs(sqlite3 *db, sx_conn *c, const sx_func *f, size_t n);
+
 /* Drops backend and workspaces (after a device or threads change). */
 void sx_engine_reset(sx_conn *c);
 /* Makes sure c->be exists (SQLITE_OK, or an error naming fn). */

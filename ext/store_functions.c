@@ -433,24 +433,14 @@ end:
 
 #define SX_DIRECT (SQLITE_UTF8 | SQLITE_DIRECTONLY)
 
-static const struct {
-    const char *name;
-    int nArg;
-    void (*xFunc)(sqlite3_context *, int, sqlite3_value **);
-} aFunc[] = {
-    {"sentiment_drop", 1, fn_drop},
-    {"sentiment_drop", 2, fn_drop},
-    {"sentiment_export", 2, fn_export},
-    {"sentiment_use", 2, fn_use},
+static const sx_func aFunc[] = {
+    {"sentiment_drop", 1, SX_DIRECT, fn_drop},
+    {"sentiment_drop", 2, SX_DIRECT, fn_drop},
+    {"sentiment_export", 2, SX_DIRECT, fn_export},
+    {"sentiment_use", 2, SX_DIRECT, fn_use},
 };
 
 int sx_register_store_functions(sqlite3 *db, sx_conn *c)
 {
-    int rc = SQLITE_OK;
-    for (size_t i = 0; i < sizeof aFunc / sizeof aFunc[0] && rc == SQLITE_OK; i++) {
-        sx_conn_ref(c);
-        rc = sqlite3_create_function_v2(db, aFunc[i].name, aFunc[i].nArg, SX_DIRECT, c,
-                                        aFunc[i].xFunc, NULL, NULL, sx_conn_unref);
-    }
-    return rc;
+    return sx_register_funcs(db, c, aFunc, sizeof aFunc / sizeof *aFunc);
 }
