@@ -39,7 +39,7 @@ SAN      ?=
 
 MODEL_SRC := $(sort $(foreach r,$(MODEL_ROOMS),$(wildcard $(r)/*.c)))
 CPU_SRC   := $(sort $(wildcard cpu/*.c))
-EXT_SRC   := $(sort $(wildcard ext/*.c))
+EXT_SRC   := $(sort $(wildcard ext/*.c) $(wildcard runtime/*.c))
 TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
@@ -81,6 +81,7 @@ VIEW_model/encoder  := encoder
 VIEW_model/train    := train
 VIEW_cpu            := cpu
 VIEW_gpu            := gpu
+VIEW_runtime        := runtime
 VIEW_ext            := ext
 VIEW_recipe         := recipe
 view_of = -I$(BUILD)/rooms/$(or $(VIEW_$(patsubst %/,%,$(dir $(1)))),all)

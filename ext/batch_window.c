@@ -58,7 +58,7 @@ typedef struct window_row {
 
 /* The aggregate context (zeroed by SQLite on first use). */
 typedef struct window_ctx {
-    sx_model *m;
+    rt_model *m;
     window_row *q; /* ring buffer of the frame's rows */
     int head, count, cap;
     sqlite3_int64 steps, values, inverses_since_value;
@@ -273,7 +273,7 @@ static void windowFinal(sqlite3_context *ctx)
     p->count = 0;
     if (p->polling) sx_poll_end(&p->poll);
     p->polling = 0;
-    sx_registry_release(p->m);
+    rt_registry_release(p->m);
     p->m = NULL;
 }
 

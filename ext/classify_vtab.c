@@ -161,7 +161,7 @@ typedef struct classify_vtab {
 typedef struct classify_cursor {
     sqlite3_vtab_cursor base;
     sqlite3_stmt *src; /* the source query */
-    sx_model *m;
+    rt_model *m;
     int batch_size;
     int long_text;               /* -1: the connection's setting; else windows (0: truncate) */
     int is_query;                /* source is a SELECT (filter ids in C) */
@@ -320,7 +320,7 @@ static void cursor_reset(classify_cursor *cur)
     cur->cap = 0;
     sqlite3_finalize(cur->src);
     cur->src = NULL;
-    sx_registry_release(cur->m);
+    rt_registry_release(cur->m);
     cur->m = NULL;
     sqlite3_value_free(cur->want_id);
     cur->want_id = NULL;

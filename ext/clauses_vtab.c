@@ -58,7 +58,7 @@ typedef struct clauses_cursor {
     char *text; /* a copy (sqlite3_malloc'd) */
     clauses_clause *clauses;
     float *probs; /* n x K */
-    sx_model *m;
+    rt_model *m;
     int n, K, pos;
 } clauses_cursor;
 
@@ -190,7 +190,7 @@ static void cursor_reset(clauses_cursor *cur)
     sqlite3_free(cur->text);
     sqlite3_free(cur->clauses);
     sqlite3_free(cur->probs);
-    sx_registry_release(cur->m);
+    rt_registry_release(cur->m);
     cur->text = NULL;
     cur->clauses = NULL;
     cur->probs = NULL;

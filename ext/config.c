@@ -84,7 +84,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/errors.h"
 #include "ext/sentiment_ext.h"
+#include "runtime/device.h"
 
 static const char *const k_progress[] = {"auto", "off", "on"};
 
@@ -137,34 +139,35 @@ static void result_setting(sqlite3_context *ctx, sx_conn *c, const char *key)
 static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const char *shown,
                          char **errmsg)
 {
-    char desc[sizeof c->be_desc];
+    char desc[sizeof c->engine.desc], err[SM_ERR_MAX];
     int rc;
     if (sqlite3_value_type(v) != SQLITE_TEXT || strlen(shown) >= sizeof c->precision)
         return sx_fail(errmsg, SQLITE_ERROR, fn,
                        "precision must be auto, fp32, tf32, bf16, bf16-fast or int8, got '%s'",
                        shown);
-    if ((rc = sx_device_precision_check(fn, shown, errmsg)) != SQLITE_OK) return rc;
+    if ((rc = sx_from_sm(rt_device_precision_check(shown, err), fn, err, errmsg)) != SQLITE_OK)
+        return rc;
     /* a CPU-only precision with device auto: make the backend to know
      * whether it is a GPU (which refuses it below) */
-    if (!c->be && (!sx_device_precision_cpu_ok(shown) ||
-                   (sx_device_precision_cpu_only(shown) && strcmp(c->device, "cpu")))) {
+    if (!c->engine.be && (!rt_device_precision_cpu_ok(shown) ||
+                   (rt_device_precision_cpu_only(shown) && strcmp(c->device, "cpu")))) {
         if (!strcmp(c->device, "cpu"))
             return sx_fail(errmsg, SQLITE_ERROR, fn,
                            "precision '%s' %s; this connection runs on the CPU (device 'cpu')",
-                           shown, sx_device_precision_cpu_why(shown));
+                           shown, rt_device_precision_cpu_why(shown));
         if ((rc = sx_engine_backend(c, fn, errmsg)) != SQLITE_OK) return rc;
     }
-    if (c->be) {
+    if (c->engine.be) {
         /* Which weights the linear layers run may change (and differs per
          * model on the CPU: int8 only for checked models), so compare the
          * backend's choice before and after for both kinds of model. */
-        backend *be = c->be;
+        backend *be = c->engine.be;
         int before[2] = {be->linear_pack_kind ? be->linear_pack_kind(be, 0) : 0,
                          be->linear_pack_kind ? be->linear_pack_kind(be, 1) : 0};
-        snprintf(desc, sizeof desc, "%s", c->be_desc);
-        rc = sx_device_set_precision(fn, c->be, shown, desc, sizeof desc, errmsg);
-        if (rc != SQLITE_OK) return rc;
-        snprintf(c->be_desc, sizeof c->be_desc, "%s", desc);
+        snprintf(desc, sizeof desc, "%s", c->engine.desc);
+        rc = rt_device_set_precision(be, shown, desc, sizeof desc, err);
+        if ((rc = sx_from_sm(rc, fn, err, errmsg)) != SQLITE_OK) return rc;
+        snprintf(c->engine.desc, sizeof c->engine.desc, "%s", desc);
         /* the workspaces hold the other precision's parameters */
         if (be->linear_pack_kind &&
             (be->linear_pack_kind(be, 0) != before[0] || be->linear_pack_kind(be, 1) != before[1]))
@@ -212,15 +215,16 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv)
                          "device must be auto, cpu, cuda or cuda:N, got '%s'", shown);
             goto end;
         }
-        if ((rc = sx_device_check(fn, shown, &errmsg)) != SQLITE_OK) goto end;
-        if (!strcmp(shown, "cpu") && !sx_device_precision_cpu_ok(c->precision)) {
+        char err[SM_ERR_MAX];
+        if ((rc = sx_from_sm(rt_device_check(shown, err), fn, err, &errmsg)) != SQLITE_OK) goto end;
+        if (!strcmp(shown, "cpu") && !rt_device_precision_cpu_ok(c->precision)) {
             rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
                          "device 'cpu': precision '%s' %s; set "
                          "sentiment_config('precision', 'auto') first",
-                         c->precision, sx_device_precision_cpu_why(c->precision));
+                         c->precision, rt_device_precision_cpu_why(c->precision));
             goto end;
         }
-        if (strncmp(shown, "cuda", 4) == 0 && sx_device_precision_cpu_only(c->precision)) {
+        if (strncmp(shown, "cuda", 4) == 0 && rt_device_precision_cpu_only(c->precision)) {
             rc = sx_fail(&errmsg, SQLITE_ERROR, fn,
                          "device '%s': precision '%s' runs on the CPU only; set "
                          "sentiment_config('precision', 'auto') first",

@@ -91,7 +91,7 @@ static void fn_embed(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sx_conn *c = sqlite3_user_data(ctx);
     char *errmsg = NULL, *joined = NULL;
     float *emb = NULL;
-    sx_model *m = NULL;
+    rt_model *m = NULL;
     const char *text, *prompt = NULL;
     size_t len = 0, plen = 0;
     int cached = 0;

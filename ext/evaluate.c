@@ -62,7 +62,7 @@
 
 typedef struct ev_state {
     sx_conn *c;
-    sx_model *m; /* referenced */
+    rt_model *m; /* referenced */
     char *model_name;
     int K;        /* the model's labels */
     char **extra; /* labels the model does not know */
@@ -86,7 +86,7 @@ typedef struct ev_state {
 static void state_free(ev_state *s)
 {
     if (!s) return;
-    sx_registry_release(s->m);
+    rt_registry_release(s->m);
     sqlite3_free(s->model_name);
     for (int i = 0; i < s->n_extra; i++) sqlite3_free(s->extra[i]);
     for (int i = 0; i < s->n_map; i++) {

@@ -289,7 +289,7 @@ static char *result_json(const bert_config *cfg, const tokenizer *tok, const exp
     return sqlite3_str_finish(s);
 }
 
-int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, size_t len,
+int sx_explain_json(sx_conn *c, const char *fn, rt_model *m, const char *text, size_t len,
                     const char *options, char **json, char **errmsg)
 {
     char err[SM_ERR_MAX];
@@ -329,7 +329,7 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
     int batch = o.method == EXPLAIN_GRADIENT_X_INPUT ? 2
                 : o.steps < EXPLAIN_MAX_BATCH        ? o.steps
                                                      : EXPLAIN_MAX_BATCH;
-    if (rc == SM_OK) rc = bert_explainer_create(c->be, bm, batch, n, &x, err);
+    if (rc == SM_OK) rc = bert_explainer_create(c->engine.be, bm, batch, n, &x, err);
     bert_explanation e;
     if (rc == SM_OK)
         rc = bert_explain(x, ids, n, o.label, o.method, o.steps, sx_poll_stop, &poll, &e, err);
@@ -366,8 +366,8 @@ int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, s
         rc = sx_from_sm(rc, fn, err, errmsg);
         goto end;
     }
-    c->rows++;
-    c->truncated += truncated != 0;
+    c->engine.rows++;
+    c->engine.truncated += truncated != 0;
     *json = result_json(cfg, bm->tok, &o, &e, text, len, ids, starts, ends, n - 2, truncated,
                         &side);
     if (!*json) rc = sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
@@ -401,7 +401,7 @@ static void fn_explain(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         sqlite3_result_error(ctx, EXPLAIN_FN ": options must be a JSON object (TEXT)", -1);
         return;
     }
-    sx_model *m = sx_model_arg(ctx, c, EXPLAIN_FN, argc, argv, 1, &cached);
+    rt_model *m = sx_model_arg(ctx, c, EXPLAIN_FN, argc, argv, 1, &cached);
     if (!m) return;
     int rc = sx_explain_json(c, EXPLAIN_FN, m, text, len,
                              argc > 2 ? (const char *)sqlite3_value_text(argv[2]) : NULL, &json,

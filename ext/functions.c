@@ -62,7 +62,7 @@
  * Text longer than the model's maximum length (sentiment_config
  * 'max_length') is truncated and counted in sentiment_debug()'s
  * connection.truncated. Text whose letters are mostly not Han characters
- * (English, Russian, kana: sx_text_not_chinese) is classified like any
+ * (English, Russian, kana: rt_text_not_chinese) is classified like any
  * other, with no warning in the result, and counted in
  * connection.not_chinese: a Chinese model's label for it means little.
  *
@@ -88,6 +88,7 @@
 #include "core/errors.h"
 #include "ext/sentiment_ext.h"
 #include "format/safetensors.h"
+#include "runtime/device.h"
 
 #ifndef SENTIMENT_COMMIT
 #define SENTIMENT_COMMIT "unknown"
@@ -100,16 +101,16 @@ static const char *const k_fn_names[] = {"sentiment()", "sentiment_score()", "se
 
 static void release_model(void *p)
 {
-    sx_registry_release(p);
+    rt_registry_release(p);
 }
 
 /* The model named by argv[i] (or default when i >= argc), referenced.
  * *cached says whether it came from (and is owned by) the auxdata. */
-static sx_model *model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
+static rt_model *model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
                            sqlite3_value **argv, int i, int *cached)
 {
     char *errmsg = NULL;
-    sx_model *m = NULL;
+    rt_model *m = NULL;
     const char *name = NULL;
 
     *cached = 0;
@@ -138,26 +139,26 @@ end:
 }
 
 /* Hands a resolved model to the statement's auxdata (for the next rows). */
-static void model_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int cached)
+static void model_done(sqlite3_context *ctx, rt_model *m, int argc, int i, int cached)
 {
     if (cached || !m) return;
     if (i < argc) sqlite3_set_auxdata(ctx, i, m, release_model);
-    else sx_registry_release(m);
+    else rt_registry_release(m);
 }
 
-sx_model *sx_model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
+rt_model *sx_model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
                        sqlite3_value **argv, int i, int *cached)
 {
     return model_arg(ctx, c, fn, argc, argv, i, cached);
 }
 
-void sx_model_arg_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int cached)
+void sx_model_arg_done(sqlite3_context *ctx, rt_model *m, int argc, int i, int cached)
 {
     if (i < argc) model_done(ctx, m, argc, i, cached);
-    else sx_registry_release(m);
+    else rt_registry_release(m);
 }
 
-static void tokens_result(sqlite3_context *ctx, const char *fn, sx_model *m, const char *text,
+static void tokens_result(sqlite3_context *ctx, const char *fn, rt_model *m, const char *text,
                           size_t len)
 {
     char err[SM_ERR_MAX];
@@ -212,7 +213,7 @@ static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv, i
     const char *fn = k_fn_names[out];
     char *errmsg = NULL;
     float stack_probs[16], *probs = stack_probs;
-    sx_model *m = NULL;
+    rt_model *m = NULL;
     int cached = 0, k, top;
     size_t len = 0;
     const char *text;
@@ -254,7 +255,7 @@ static void classify_one(sqlite3_context *ctx, int argc, sqlite3_value **argv, i
 end:
     sqlite3_free(errmsg);
     if (probs != stack_probs) sqlite3_free(probs);
-    if (argc == 1) sx_registry_release(m);
+    if (argc == 1) rt_registry_release(m);
     else model_done(ctx, m, argc, 1, cached);
 }
 
@@ -345,7 +346,7 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     const char *tok_name = NULL;
     void *weights = NULL;
     size_t weights_len = 0, tok_len = 0;
-    sx_model *m = NULL;
+    rt_model *m = NULL;
     int cached = 0, rc;
     int64_t version = 0;
     const char *name;
@@ -428,7 +429,7 @@ static void fn_device(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         sqlite3_free(errmsg);
         return;
     }
-    sqlite3_result_text(ctx, c->be_desc, -1, SQLITE_TRANSIENT);
+    sqlite3_result_text(ctx, c->engine.desc, -1, SQLITE_TRANSIENT);
 }
 
 static void fn_version(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -441,27 +442,27 @@ static void fn_version(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     sx_conn *c = sqlite3_user_data(ctx);
-    sx_registry_stats st;
+    rt_registry_stats st;
     sx_builtin b;
     sqlite3_str *s = sqlite3_str_new(NULL);
     int nfiles = 0;
     (void)argc;
     (void)argv;
 
-    sx_registry_stats_get(&st);
+    rt_registry_stats_get(&st);
     for (sx_file_reg *r = c->files; r; r = r->next) nfiles++;
     sqlite3_str_appendf(s,
                         "{\"version\":\"%s\",\"commit\":\"%s\",\"compiler\":\"gcc %s\","
                         "\"sqlite\":\"%s\",\"blas\":",
                         SX_VERSION, SENTIMENT_COMMIT, __VERSION__, sqlite3_libversion());
-    sx_json_string(s, sx_device_blas());
+    sx_json_string(s, rt_device_blas());
     sqlite3_str_appendf(s,
                         ",\"builtin_model\":%s,\"device\":", sx_builtin_get(&b) ? "true" : "false");
     sx_json_string(s, c->device);
     sqlite3_str_appendall(s, ",\"precision\":");
     sx_json_string(s, c->precision[0] ? c->precision : "auto");
     sqlite3_str_appendall(s, ",\"backend\":");
-    if (c->be) sx_json_string(s, c->be_desc);
+    if (c->engine.be) sx_json_string(s, c->engine.desc);
     else sqlite3_str_appendall(s, "null");
     sqlite3_str_appendf(s,
                         ",\"cache\":{\"entries\":%d,\"in_use\":%d,\"loads\":%lld,"
@@ -470,7 +471,7 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_str_appendf(s,
                         ",\"connection\":{\"rows\":%lld,\"truncated\":%lld,"
                         "\"not_chinese\":%lld,\"registered_models\":%d}}",
-                        (long long)c->rows, (long long)c->truncated, (long long)c->not_chinese,
+                        (long long)c->engine.rows, (long long)c->engine.truncated, (long long)c->engine.not_chinese,
                         nfiles);
     if (sqlite3_str_errcode(s)) {
         sqlite3_free(sqlite3_str_finish(s));

@@ -156,7 +156,7 @@ static void memo_put(sx_conn *c, const sx_store_row *row)
  * else an error naming fn (the table cannot be read, the row does not
  * load). */
 static int acquire_stored(sx_conn *c, const char *fn, const char *base, int64_t version,
-                          sx_model **out, char **errmsg)
+                          rt_model **out, char **errmsg)
 {
     char err[SM_ERR_MAX];
     char *family = NULL;
@@ -174,12 +174,12 @@ static int acquire_stored(sx_conn *c, const char *fn, const char *base, int64_t 
     if (memo) {
         /* unchanged since this connection hashed it */
         memo_ctx mc = {c->db, memo};
-        lrc = sx_registry_acquire(memo->key, family, ref.version, load_memo_row, &mc, out, err);
+        lrc = rt_registry_acquire(memo->key, family, ref.version, load_memo_row, &mc, out, err);
     } else {
         sx_store_row row;
         lrc = sx_store_row_open(c->db, ref.rowid, &row, err);
         if (lrc == SM_OK) {
-            lrc = sx_registry_acquire(row.key, family, ref.version, load_row, &row, out, err);
+            lrc = rt_registry_acquire(row.key, family, ref.version, load_row, &row, out, err);
             if (lrc == SM_OK) memo_put(c, &row);
             sx_store_row_close(&row);
         }
@@ -204,7 +204,7 @@ static int64_t latest_version(sx_conn *c, const char *name)
 }
 
 int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_t version,
-                            sx_model **out, char **errmsg)
+                            rt_model **out, char **errmsg)
 {
     int64_t latest;
     int rc = acquire_stored(c, fn, name, version, out, errmsg);
@@ -315,7 +315,7 @@ char *sx_model_dir_key(const char *path)
     return sqlite3_str_finish(key);
 }
 
-int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model **out,
+int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, rt_model **out,
                          char **errmsg)
 {
     char err[SM_ERR_MAX], canon[PATH_MAX];
@@ -345,7 +345,7 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
                        "tokenizer.json, and model.safetensors in it",
                        path);
     dir_ctx dctx = {db, canon};
-    lrc = sx_registry_acquire(key, NULL, 0, load_dir, &dctx, out, err);
+    lrc = rt_registry_acquire(key, NULL, 0, load_dir, &dctx, out, err);
     sqlite3_free(key);
     if (lrc == SM_ERR_INTERRUPTED)
         rc = sx_fail(errmsg, SQLITE_INTERRUPT, fn, "interrupted while loading '%s'", path);
@@ -358,7 +358,7 @@ int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model
 /* A registration's entry, freed with what it holds. */
 static void reg_free(sx_file_reg *r)
 {
-    sx_registry_release(r->model);
+    rt_registry_release(r->model);
     sqlite3_free(r->name);
     sqlite3_free(r->path);
     sqlite3_free(r);
@@ -367,7 +367,7 @@ static void reg_free(sx_file_reg *r)
 int sx_model_register(sx_conn *c, const char *fn, const char *name, const char *path, char **errmsg)
 {
     sx_file_reg **pp, *r = NULL;
-    sx_model *m = NULL;
+    rt_model *m = NULL;
     char canon[PATH_MAX];
     int rc;
 
@@ -391,7 +391,7 @@ int sx_model_register(sx_conn *c, const char *fn, const char *name, const char *
         if (!p2) goto nomem;
         sqlite3_free(r->path);
         r->path = p2;
-        sx_registry_release(r->model);
+        rt_registry_release(r->model);
         r->model = m;
         return SQLITE_OK;
     }
@@ -409,7 +409,7 @@ int sx_model_register(sx_conn *c, const char *fn, const char *name, const char *
     *pp = r; /* keep registration order: it is the listing order */
     return SQLITE_OK;
 nomem:
-    sx_registry_release(m);
+    rt_registry_release(m);
     return sx_fail(errmsg, SQLITE_NOMEM, fn, "out of memory");
 }
 
@@ -434,7 +434,7 @@ void sx_model_unregister_all(sx_conn *c)
     }
 }
 
-int sx_model_resolve(sx_conn *c, const char *fn, const char *name, sx_model **out, char **errmsg)
+int sx_model_resolve(sx_conn *c, const char *fn, const char *name, rt_model **out, char **errmsg)
 {
     char base[SX_NAME_MAX + 32], err[SM_ERR_MAX];
     char *known = NULL;
@@ -457,7 +457,7 @@ int sx_model_resolve(sx_conn *c, const char *fn, const char *name, sx_model **ou
                            "model '%s' was loaded from a directory and has only version 1; "
                            "got '%s'",
                            base, name);
-        sx_registry_retain(r->model);
+        rt_registry_retain(r->model);
         *out = r->model;
         return SQLITE_OK;
     }
@@ -470,7 +470,7 @@ int sx_model_resolve(sx_conn *c, const char *fn, const char *name, sx_model **ou
 
     /* 3. built in */
     if (!strcmp(base, "default") && version <= 1 && sx_builtin_get(&b)) {
-        rc = sx_registry_acquire("builtin", NULL, 0, load_builtin, NULL, out, err);
+        rc = rt_registry_acquire("builtin", NULL, 0, load_builtin, NULL, out, err);
         if (rc != SM_OK)
             return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot load the built-in model: %s",
                            err);
@@ -513,20 +513,20 @@ int sx_model_register_memory(sx_conn *c, const char *fn, const char *name, bert_
     static uint64_t counter; /* unique keys; guarded by the connection's use */
     char err[SM_ERR_MAX];
     char *key = NULL;
-    sx_model *e = NULL;
+    rt_model *e = NULL;
     sx_file_reg *r = NULL, **pp;
     int rc;
 
     key = sqlite3_mprintf("mem:%p:%llu", (void *)c,
                           (unsigned long long)__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
     if (!key) goto nomem;
-    rc = sx_registry_acquire(key, NULL, 0, load_handed_over, model, &e, err);
+    rc = rt_registry_acquire(key, NULL, 0, load_handed_over, model, &e, err);
     sqlite3_free(key);
     if (rc != SM_OK) return sx_from_sm(rc, fn, err, errmsg);
     for (pp = &c->files; *pp; pp = &(*pp)->next)
         if (!strcmp((*pp)->name, name)) break;
     if (*pp) { /* replaces a registration of the same name */
-        sx_registry_release((*pp)->model);
+        rt_registry_release((*pp)->model);
         sqlite3_free((*pp)->path);
         (*pp)->path = NULL;
         (*pp)->model = e;
@@ -535,7 +535,7 @@ int sx_model_register_memory(sx_conn *c, const char *fn, const char *name, bert_
     r = sqlite3_malloc(sizeof *r);
     if (!r || !(r->name = sqlite3_mprintf("%s", name))) {
         sqlite3_free(r);
-        sx_registry_release(e);
+        rt_registry_release(e);
         goto nomem;
     }
     r->path = NULL;
@@ -555,7 +555,7 @@ void sx_model_drop_memory(sx_conn *c, const char *name)
         sx_file_reg *r = *pp;
         if (strcmp(r->name, name) || r->path) continue;
         *pp = r->next;
-        sx_registry_release(r->model);
+        rt_registry_release(r->model);
         sqlite3_free(r->name);
         sqlite3_free(r);
         return;

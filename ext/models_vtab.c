@@ -55,6 +55,7 @@
 
 #include "core/errors.h"
 #include "ext/sentiment_ext.h"
+#include "runtime/device.h"
 
 enum {
     COL_NAME,
@@ -218,7 +219,7 @@ static models_row *add_row(models_cursor *cur, const char *name, sqlite3_int64 v
         }
         if (head) {
             char why[300];
-            sx_device_cpu_auto_precision(strcmp(source, "builtin") ? NULL : "builtin", cfg, why,
+            rt_device_cpu_auto_precision(strcmp(source, "builtin") ? NULL : "builtin", cfg, why,
                                          sizeof why);
             if (!(r->cpu_precision = sqlite3_mprintf("%s", why))) return NULL;
         }
@@ -275,7 +276,7 @@ static int add_database_rows(models_cursor *cur, sx_conn *cur_conn)
             /* a version of this database's model in the cache (its key is
              * the hash of the bytes, which listing does not read) */
             char *family = sx_store_family(cur_conn, name ? name : "");
-            r->loaded = family && sx_registry_is_loaded_version(family, version);
+            r->loaded = family && rt_registry_is_loaded_version(family, version);
             sqlite3_free(family);
         }
     }
@@ -318,7 +319,7 @@ static int modelsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxSt
                                   have ? params_of(&cfg) : 0, 1);
         if (have) bert_config_free(&cfg);
         if (!row) return SQLITE_NOMEM;
-        row->loaded = sx_registry_is_loaded("builtin");
+        row->loaded = rt_registry_is_loaded("builtin");
     }
     cur->pos = 0;
     return SQLITE_OK;

@@ -72,13 +72,15 @@
  * SQLite as SQLITE_ERROR, whatever the code was), out of memory to
  * sqlite3_result_error_nomem() or SQLITE_NOMEM.
  *
- * One part keeps model/'s convention (an SM_* status, a char
- * err[SM_ERR_MAX]): the process-wide model cache (registry.c) and what it
- * runs to load and place a model, the sx_loader callbacks,
- * sx_store_row_open/sx_store_row_load and sx_device_owner. A load is model/
- * code that the cache calls back under its load lock, and the cache, shared
- * by every connection and outliving each, allocates with malloc, never
- * with SQLite's allocator; its callers convert with sx_from_sm.
+ * The boundary. The runtime below (runtime/: the model cache, the engine,
+ * the devices) keeps model/'s convention, an SM_* status and a char
+ * err[SM_ERR_MAX] without a function name: it is shared by every
+ * connection, outlives each and knows no SQLite. ext/ converts where it
+ * calls it, with sx_from_sm(rc, fn, err, errmsg): conn_engine.c (the
+ * engine), config.c (device and precision settings), models.c (the cache,
+ * and the rt_loader callbacks it hands it: sx_store_row_open and
+ * sx_store_row_load, which run under the cache's load lock and keep its
+ * convention), store_functions.c and train.c (their acquires).
  * Predicates ("1 when ...") and functions returning a pointer (NULL when
  * out of memory) or a count are not error returns.
  */
@@ -92,6 +94,8 @@ SQLITE_EXTENSION_INIT3
 #include <stdint.h>
 
 #include "encoder/bert.h"
+#include "runtime/engine.h"
+#include "runtime/registry.h"
 
 #define SX_VERSION "0.1.0"
 
@@ -100,8 +104,6 @@ SQLITE_EXTENSION_INIT3
 /* Windows a long text is read in with sentiment_config('long_text', 'windows'). */
 #define SX_LONG_TEXT_WINDOWS 8
 
-/* GPUs a process can use (cuda:0 .. cuda:15). */
-#define SX_MAX_GPUS 16
 
 /* ------------------------------------------------------------------ */
 /* errors.c: the error convention (above).                              */
@@ -126,82 +128,6 @@ int sx_rc_from_sm(int sm_rc);
 int sx_from_sm(int sm_rc, const char *fn, const char *err, char **errmsg);
 
 /* ------------------------------------------------------------------ */
-/* registry.c: the process-wide cache of loaded models.                */
-
-/* One loaded model. Fields are read-only for everyone but registry.c; an
- * entry stays valid while the caller holds a reference. */
-typedef struct sx_model {
-    char *key;       /* identity: "builtin", "file:<path>:<mtime>:<size>",
-                           "sha256:<hex>" (a stored model's bytes) */
-    char *family;    /* what a newer version replaces ("db:<file>:<name>") or NULL */
-    int64_t version; /* version within the family */
-    /* other (family, version) pairs that named the same bytes (a copied
-     * version, another database), for sentiment_models.loaded */
-#define SX_MODEL_ALIASES 4
-    char *alias_family[SX_MODEL_ALIASES];
-    int64_t alias_version[SX_MODEL_ALIASES];
-    bert_model *bert;
-    uint64_t id; /* unique per load, never reused */
-    int refs;    /* guarded by the registry mutex */
-    int stale;   /* a newer version of the family was loaded */
-    uint64_t last_used;
-    /* the weights on device N (a backend's device_index), uploaded on first
-     * use by sx_registry_params through the device's owner backend and freed
-     * with the entry; guarded by the registry's upload lock */
-    bert_device_params *on_device[SX_MAX_GPUS];
-    /* packed copies of the encoder's linear layers (bert_params_pack), one
-     * per memory (0: the host's, N + 1: device N) and backend_pack_kind,
-     * made on first use by sx_registry_params_packed and freed with the
-     * entry (before the device copies they point into); same lock */
-#define SX_PACK_KINDS (BACKEND_PACK_F32 + 1)
-    bert_packed_params *packed[SX_MAX_GPUS + 1][SX_PACK_KINDS];
-    struct sx_model *next;
-} sx_model;
-
-/* Loads a model for the registry; returns SM_OK or an error code with a
- * message in err (SM_ERR_MAX bytes). */
-typedef int (*sx_loader)(void *ctx, bert_model **out, char *err);
-
-/* Returns a referenced entry for key, loading it with load(ctx) when it is
- * not cached. Concurrent callers asking for the same key load it once.
- * Loading version v of a family (NULL: none) marks the family's older
- * versions stale. */
-int sx_registry_acquire(const char *key, const char *family, int64_t version, sx_loader load,
-                        void *ctx, sx_model **out, char *err);
-/* Adds a reference to an entry the caller already holds. */
-void sx_registry_retain(sx_model *e);
-void sx_registry_release(sx_model *e);
-/* The entry's parameters as backend be reads them: the host copy on a
- * backend of host memory; on a GPU the copy uploaded once per entry and
- * device (be's device_index; the first caller uploads, through the
- * process-wide owner backend of that device, see device.c), shared by
- * every backend of the device. Valid while the caller holds a reference;
- * freed with the entry. */
-int sx_registry_params(sx_model *e, backend *be, const bert_params **out, char *err);
-/* The same with the encoder's four matrices per layer packed as `kind`
- * (backend_pack_kind: what be's linear_pack_kind asks for), made once per
- * entry, memory and kind by the first caller: on the CPU packed by be from
- * the host copy (every CPU backend packs the same bits and runs what any
- * other packed), on a GPU by the device's owner backend from its device
- * copy. Shared and valid as above. */
-int sx_registry_params_packed(sx_model *e, backend *be, int kind, const bert_params **out,
-                              char *err);
-/* 1 when key is in the cache (and not stale). */
-int sx_registry_is_loaded(const char *key);
-/* 1 when a version of family is in the cache (and not stale). */
-int sx_registry_is_loaded_version(const char *family, int64_t version);
-
-typedef struct sx_registry_stats {
-    int64_t loads;     /* models loaded since the process started */
-    int64_t evictions; /* entries freed */
-    int entries;       /* entries cached now */
-    int referenced;    /* of which in use */
-} sx_registry_stats;
-void sx_registry_stats_get(sx_registry_stats *st);
-/* Frees every unreferenced entry. */
-void sx_registry_trim(void);
-
-/* ------------------------------------------------------------------ */
 /* sentiment.c / engine.c: per-connection state.                        */
 
 /* A model registered on this connection by sentiment_load(), or kept in
@@ -209,11 +135,9 @@ void sx_registry_trim(void);
 typedef struct sx_file_reg {
     char *name;
     char *path;      /* canonical directory path; NULL: in memory */
-    sx_model *model; /* loaded at registration, referenced */
+    rt_model *model; /* loaded at registration, referenced */
     struct sx_file_reg *next;
 } sx_file_reg;
-
-#define SX_MAX_WORKSPACES 4
 
 /* What a connection last read of a stored model (models.c): the row, the
  * content hash of its bytes (the registry key) and the database's change
@@ -227,17 +151,6 @@ typedef struct sx_store_memo {
     uint64_t used;                 /* 0: empty slot */
     char key[SX_STORE_KEY_MAX];
 } sx_store_memo;
-
-typedef struct sx_ws_slot {
-    sx_model *model; /* referenced while the slot is used */
-    bert_workspace *ws;
-    const bert_params *params; /* the model's parameters as ws's backend
-                                   reads them (sx_registry_params) */
-    int batch, seq;            /* what ws holds */
-    int asked;                 /* the largest batch asked of it; above
-                                   batch when free GPU memory capped it */
-    uint64_t last_used;
-} sx_ws_slot;
 
 enum { SX_PROGRESS_AUTO = 0, SX_PROGRESS_OFF = 1, SX_PROGRESS_ON = 2 };
 
@@ -253,21 +166,13 @@ typedef struct sx_conn {
     int admin_off;         /* sentiment_config('admin_functions', 'off') was called */
     char precision[16];    /* "" or "auto", "fp32", "tf32", "bf16", "bf16-fast", "int8" */
     int long_text_windows; /* 0: long texts truncated; else SX_LONG_TEXT_WINDOWS */
-    /* engine (engine.c) */
-    backend *be;
-    int gpu;           /* be's GPU index, -1 on the CPU (while be is set) */
-    char be_desc[128]; /* what sentiment_device() reports */
-    sx_ws_slot ws[SX_MAX_WORKSPACES];
-    uint64_t tick;
+    /* the runtime engine: backend, workspaces, counters (conn_engine.c) */
+    rt_engine engine;
     /* models (models.c) */
     sx_file_reg *files;
     sx_store_memo memo[SX_STORE_MEMO_MAX];
     uint64_t memo_tick;
     uint64_t serial; /* names an in-memory database (storage.c) */
-    /* counters (sentiment_debug) */
-    int64_t rows;        /* texts classified */
-    int64_t truncated;   /* of which cut to max_length */
-    int64_t not_chinese; /* of which mostly not Chinese (sx_text_not_chinese) */
 } sx_conn;
 
 void sx_conn_ref(sx_conn *c);
@@ -284,92 +189,38 @@ typedef struct sx_func {
  * (sx_conn_unref drops it); stops at the first failure. */
 int sx_register_funcs(sqlite3 *db, sx_conn *c, const sx_func *f, size_t n);
 
+/* conn_engine.c: the connection's door to the runtime engine
+ * (runtime/engine.h). Each builds the engine's settings from the
+ * connection's, hears sqlite3_interrupt and the progress handler through
+ * an sx_poll, and converts the runtime's SM_* status to the SQLite code
+ * and a message naming fn (sx_from_sm). */
+
 /* Drops backend and workspaces (after a device or threads change). */
 void sx_engine_reset(sx_conn *c);
-/* Makes sure c->be exists (SQLITE_OK, or an error naming fn). */
+/* Makes sure c->engine.be exists (SQLITE_OK, or an error naming fn). */
 int sx_engine_backend(sx_conn *c, const char *fn, char **errmsg);
 /* Classifies n texts (none NULL or blank) with one engine call: probs gets
  * n x num_labels, truncated (may be NULL) gets n flags. batch_size <= 0 uses
  * the connection's. Counts rows and truncations. */
-int sx_engine_classify(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+int sx_engine_classify(sx_conn *c, const char *fn, rt_model *m, const char *const *texts,
                        const size_t *lens, int n, int batch_size, float *probs, int *truncated,
                        char **errmsg);
 /* The same with the long-text reading given: windows -1 the connection's
  * setting (sentiment_config('long_text')), 0 truncate, else up to that many
  * windows (bert_text_opts.windows). */
-int sx_engine_classify_long(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+int sx_engine_classify_long(sx_conn *c, const char *fn, rt_model *m, const char *const *texts,
                             const size_t *lens, int n, int batch_size, int windows, float *probs,
                             int *truncated, char **errmsg);
-/* The same batching for sentence embeddings: emb gets n x hidden_size
- * floats, each text pooled as the model's pooling setting says
- * (model/format/pooling.h). Needs no classification head. */
-int sx_engine_embed(sx_conn *c, const char *fn, sx_model *m, const char *const *texts,
+/* The same batching for sentence embeddings (rt_engine_embed). */
+int sx_engine_embed(sx_conn *c, const char *fn, rt_model *m, const char *const *texts,
                     const size_t *lens, int n, int batch_size, float *emb, int *truncated,
                     char **errmsg);
-/* How many batches one sx_engine_classify call runs at once: one per
- * lane of the backend (the CPU: one per thread, see bert.h), else 1.
- * Callers that read rows in batches read this many batches per call. */
+/* How many batches one sx_engine_classify call runs at once (one per lane
+ * of the backend, else 1). Callers that read rows in batches read this
+ * many batches per call. */
 int sx_engine_parallel_batches(const sx_conn *c);
-/* 1 when fewer than half of the text's letters (Unicode categories L*) are
- * Han ideographs: English, Russian, Japanese kana ... Texts without letters
- * (digits, emoji, punctuation) give 0. Only the first 4096 letters are
- * looked at (more than a model reads), so the cost is bounded whatever the
- * text's size; invalid UTF-8 bytes are not letters. */
-int sx_text_not_chinese(const char *text, size_t len);
 /* The effective max_length for a model on this connection. */
 int sx_engine_max_length(const sx_conn *c, const bert_model *m);
-
-/* ------------------------------------------------------------------ */
-/* device.c: choosing where inference runs.                             */
-
-/* Validates a device name (and, for cuda:N, that GPU N exists):
- * SQLITE_OK or SQLITE_ERROR naming fn. */
-int sx_device_check(const char *fn, const char *spec, char **errmsg);
-/* Creates the backend for spec ("auto": the GPU if there is one, else
- * the CPU) with precision (NULL or "" = auto); *gpu gets the GPU index or
- * -1 for the CPU. A GPU-only precision where the CPU is used is an error. */
-int sx_device_create(const char *fn, const char *spec, int threads, const char *precision,
-                     backend **out, int *gpu, char *desc, size_t desc_cap, char **errmsg);
-/* SQLITE_OK when name is a precision (auto, fp32, tf32, bf16, bf16-fast,
- * int8), else SQLITE_ERROR naming fn and the allowed values. */
-int sx_device_precision_check(const char *fn, const char *name, char **errmsg);
-/* 1 when the CPU computes in precision name: NULL, "", auto, fp32, bf16
- * on a CPU with AVX512-BF16, int8 on a CPU with AVX512-VNNI. */
-int sx_device_precision_cpu_ok(const char *name);
-/* Why the CPU cannot compute in precision name (for a message after
- * "precision 'name' ..."): it needs a CUDA device, AVX512-BF16 or
- * AVX512-VNNI. */
-const char *sx_device_precision_cpu_why(const char *name);
-/* 1 when precision name runs on the CPU only (int8). */
-int sx_device_precision_cpu_only(const char *name);
-/* 1 when INT8's labels were checked for a model (its registry key and
- * config): the built-in model ("builtin"), or a config whose int8_check
- * passes its rule (model/format/int8_check.h, written by train()); why (may
- * be NULL) gets the reason either way. What a backend's linear_pack_kind
- * takes as int8_ok. */
-int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap);
-/* What precision auto runs a model with on this machine's CPU, "int8" or
- * "fp32", with why ("int8: held-out accuracy ...", "fp32: int8 not checked
- * for this model", ...) in why (cap bytes). */
-const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg, char *why,
-                                         size_t cap);
-/* Applies precision name to a live backend: on the CPU only what
- * sx_device_precision_cpu_ok accepts (else an error saying why), and desc
- * (may be NULL) gets the new description; on a GPU the plugin switches and
- * desc gets its description (a CPU-only precision, int8, is an error). */
-int sx_device_set_precision(const char *fn, backend *be, const char *name, char *desc,
-                            size_t desc_cap, char **errmsg);
-/* Free and total memory of a GPU backend's device: SQLITE_OK, or
- * SQLITE_NOTFOUND (both 0) on the CPU or when the plugin cannot tell. */
-int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
-/* Why the last op of a GPU backend failed ("" on the CPU or when unknown). */
-const char *sx_device_last_error(const backend *be);
-/* The process-wide backend of GPU gpu that owns cached model weights,
- * created on first use and never destroyed. SM_OK or an SM_* status with
- * err (registry.c's convention: it is called under the upload lock). */
-int sx_device_owner(int gpu, backend **out, char *err);
-/* "OpenBLAS 0.3.21 SkylakeX" once BLAS is loaded (cpu/blas.h). */
-const char *sx_device_blas(void);
 
 /* ------------------------------------------------------------------ */
 /* models.c: from a model name to a cache entry.                        */
@@ -379,17 +230,17 @@ enum { SX_SRC_BUILTIN = 1, SX_SRC_DATABASE = 2, SX_SRC_FILE = 3 };
 /* Resolves name ("default" when NULL; "name@N" picks a database version)
  * and returns a referenced entry. SQLITE_NOTFOUND (with its message) when
  * there is no such model or version. */
-int sx_model_resolve(sx_conn *c, const char *fn, const char *name, sx_model **out, char **errmsg);
+int sx_model_resolve(sx_conn *c, const char *fn, const char *name, rt_model **out, char **errmsg);
 /* The stored version `version` (0: latest) of name in the main database,
  * whatever this connection registered under that name; SQLITE_NOTFOUND
  * when it is not stored, an error when it does not load (used by
  * sentiment_use, sentiment_save, sentiment_export). */
 int sx_model_acquire_stored(sx_conn *c, const char *fn, const char *name, int64_t version,
-                            sx_model **out, char **errmsg);
+                            rt_model **out, char **errmsg);
 /* A registry acquire for a model directory (used by sentiment_load). A
  * load stops, with "interrupted", when sqlite3_interrupt(db) is in effect
  * between its files (db may be NULL). */
-int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, sx_model **out,
+int sx_model_acquire_dir(sqlite3 *db, const char *fn, const char *path, rt_model **out,
                          char **errmsg);
 /* Registers / replaces / (path NULL) removes a connection's file model. */
 int sx_model_register(sx_conn *c, const char *fn, const char *name, const char *path,
@@ -631,9 +482,9 @@ void sx_embedding_blob(sqlite3_context *ctx, const float *v, int C);
 /* functions.c: the model argument argv[i] of a scalar function (the
  * default model when i >= argc), resolved once per statement (auxdata);
  * NULL after setting an error result. sx_model_arg_done hands it back. */
-sx_model *sx_model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
+rt_model *sx_model_arg(sqlite3_context *ctx, sx_conn *c, const char *fn, int argc,
                        sqlite3_value **argv, int i, int *cached);
-void sx_model_arg_done(sqlite3_context *ctx, sx_model *m, int argc, int i, int cached);
+void sx_model_arg_done(sqlite3_context *ctx, rt_model *m, int argc, int i, int cached);
 
 /* Progress line on stderr (classify, sentiment_batch). */
 typedef struct sx_progress {
@@ -667,7 +518,7 @@ int sx_register_explain(sqlite3 *db, sx_conn *c);
 /* sentiment_explain's JSON for one text with options (JSON text or NULL):
  * SQLITE_OK with *json (sqlite3_malloc'd; NULL for blank text), or an error
  * naming fn. Shared with classify's explanation column. */
-int sx_explain_json(sx_conn *c, const char *fn, sx_model *m, const char *text, size_t len,
+int sx_explain_json(sx_conn *c, const char *fn, rt_model *m, const char *text, size_t len,
                     const char *options, char **json, char **errmsg);
 int sx_register_clauses(sqlite3 *db, sx_conn *c);
 

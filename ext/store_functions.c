@@ -256,7 +256,7 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     char err[SM_ERR_MAX], base[SX_NAME_MAX + 32], dir[4096], parent[4096], tmp[4200];
     char *errmsg = NULL;
     int64_t version = 0;
-    sx_model *m = NULL;
+    rt_model *m = NULL;
     sx_store_row row;
     sx_store_ref ref;
     int have_row = 0, have_tmp = 0, rc = SQLITE_OK;
@@ -352,7 +352,7 @@ static void fn_export(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 end:
     if (have_tmp) remove_tmp(tmp);
     if (have_row) sx_store_row_close(&row);
-    sx_registry_release(m);
+    rt_registry_release(m);
     if (rc == SQLITE_OK) sqlite3_result_text(ctx, dir, -1, SQLITE_TRANSIENT);
     else if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
     else sqlite3_result_error_nomem(ctx);
@@ -413,10 +413,10 @@ static void fn_use(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             rc = sx_fail(&errmsg, rc, fn, "cannot store model '%s': %s", name, errmsg);
             goto end;
         }
-        sx_model *m = NULL;
+        rt_model *m = NULL;
         rc = sx_model_acquire_stored(c, fn, name, want, &m, &errmsg);
         if (rc == SQLITE_OK) rc = sx_store_copy(c->db, name, want, &version, &errmsg);
-        sx_registry_release(m);
+        rt_registry_release(m);
         rc = sx_store_txn_end(c->db, &t, rc, what, &errmsg);
         if (rc != SQLITE_OK) {
             version = 0;

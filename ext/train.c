@@ -152,7 +152,7 @@ typedef struct tr_state {
     sx_conn *c;
     char name[SX_NAME_MAX + 1];
     sx_train_options o;
-    sx_model *base;       /* referenced; NULL with "base":"none" */
+    rt_model *base;       /* referenced; NULL with "base":"none" */
     const tokenizer *tok; /* tokenizes rows as they arrive (NULL: kept texts) */
     tokenizer *own_tok;   /* "none" with a vocab file */
     char *vocab_file;     /* its text (malloc'd) */
@@ -187,7 +187,7 @@ typedef struct tr_state {
 static void state_free(tr_state *s)
 {
     if (!s) return;
-    sx_registry_release(s->base);
+    rt_registry_release(s->base);
     tokenizer_free(s->own_tok);
     free(s->vocab_file);
     vocab_builder_free(s->vb);
@@ -802,7 +802,7 @@ static char *report_json(const tr_state *s, int64_t version, int kept, const ber
     report_wide(j, s, cfg);
     report_int8(j, s, cfg);
     sqlite3_str_appendall(j, ",\"device\":");
-    sx_json_string(j, s->c->be_desc);
+    sx_json_string(j, s->c->engine.desc);
     sqlite3_str_appendchar(j, 1, '}');
     if (sqlite3_str_errcode(j)) {
         sqlite3_free(sqlite3_str_finish(j));
@@ -1127,7 +1127,7 @@ static int run_training(tr_state *s, tr_made *t, char **errmsg)
                      (s->c->progress == SX_PROGRESS_AUTO && isatty(2));
     s->progress_last = now_s();
     s->status = sx_train_status_begin(s->name, s->o.base, (int64_t)s->rows);
-    rc = o.loop.epochs ? trainer_run(t->m, s->c->be, s->ds, &o, &t->res, err)
+    rc = o.loop.epochs ? trainer_run(t->m, s->c->engine.be, s->ds, &o, &t->res, err)
                        : split_only(s, &o, &t->res, err);
     sx_train_status_end(s->status);
     s->status = NULL;
@@ -1155,7 +1155,7 @@ static int fit_wide_part(tr_state *s, tr_made *t, char **errmsg)
     }
     if (s->o.wide != 1) return SQLITE_OK;
     sx_wide_rows wr = {s->texts, s->text_end, s->text_label, (int)s->rows};
-    return sx_train_fit_wide(&s->o, &wr, s->max_len, m, s->c->be, on_interrupt, s, &s->wide,
+    return sx_train_fit_wide(&s->o, &wr, s->max_len, m, s->c->engine.be, on_interrupt, s, &s->wide,
                              errmsg);
 }
 

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "cpu/backend_cpu.h"
 #include "ext/train_int8.h"
+#include "runtime/device.h"
 
 /* The first `cap` rows with is_valid set: texts, lengths and labels. */
 static int take_valid(const sx_wide_rows *r, const unsigned char *is_valid, int cap,
@@ -74,7 +74,7 @@ int sx_train_check_int8(const sx_train_options *o, const sx_wide_rows *rows, int
     p8 = malloc((size_t)n * K * sizeof *p8);
     if (!p32 || !p8) goto nomem;
     bert_pack_plan(BERT_INT8, plan);
-    if ((rc = backend_cpu_create(threads, &be, err)) ||
+    if ((rc = rt_device_create_cpu(threads, &be, err)) ||
         (rc = bert_workspace_create(be, &m->cfg, 32, max_length, &ws, err)))
         goto fail;
     rc = bert_params_pack(be, &m->cfg, &m->p, plan, &pp, err);

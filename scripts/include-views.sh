@@ -18,21 +18,26 @@
 #   train     core format tokenize encoder train      model/train
 #   cpu       core cpu                                cpu/
 #   gpu       core gpu                                gpu/ (nvcc, the emulator)
-#   ext       the five model rooms, ext, and of cpu/  ext/
+#   runtime   the five model rooms, runtime, of cpu/  runtime/
 #             only backend_cpu.h, of gpu/ only the
 #             plugin's ABI, sentiment_cuda.h
+#   ext       the five model rooms, runtime, ext      ext/
 #   recipe    the five model rooms, recipe, cpu/      recipe/
 #             backend_cpu.h only
 #   all       every room, and tests/support           tests/, bench/, fuzz targets
 #
 # model/ (core/ the backend table, errors, RNG, threads; then format/,
 # tokenize/, encoder/, train/) depends one way; cpu/ and gpu/ see only
-# model/core/ (the backend table they fill); nothing below ext/ sees ext/.
+# model/core/ (the backend table they fill); runtime/ is the one room
+# above them that sees a device's header, so ext/ reaches hardware only
+# through runtime/ and the backend table; nothing below ext/ sees ext/.
 # tests/scripts/test_layering.sh builds planted wrong-way includes and
-# expects each to fail. Idempotent; the links are relative.
+# expects each to fail. Made afresh each time; the links are relative.
 set -eu
 dir=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
+# made afresh, so a link a view no longer has is gone
+rm -rf "$dir"
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
@@ -52,14 +57,16 @@ link cpu core model/core
 link cpu cpu cpu
 link gpu core model/core
 link gpu gpu gpu
-for v in ext recipe all; do
+for v in runtime ext recipe all; do
     for s in $model_rooms; do link "$v" "$s" "model/$s"; done
 done
+link runtime runtime runtime
+link runtime cpu/backend_cpu.h cpu/backend_cpu.h
+link runtime gpu/sentiment_cuda.h gpu/sentiment_cuda.h
+link ext runtime runtime
 link ext ext ext
-link ext cpu/backend_cpu.h cpu/backend_cpu.h
-link ext gpu/sentiment_cuda.h gpu/sentiment_cuda.h
 link recipe recipe recipe
 link recipe cpu/backend_cpu.h cpu/backend_cpu.h
-for r in cpu gpu ext recipe; do link all "$r" "$r"; done
+for r in cpu gpu runtime ext recipe; do link all "$r" "$r"; done
 link all support tests/support
 touch "$dir/.ok"

@@ -1,7 +1,7 @@
 /* test_registry_threads.c: the process-wide model cache under threads. A
  * slow load of one key does not hold up a load of another key; two threads
  * asking for the same key load it once; a failed load lets the next caller
- * try again. Drives sx_registry_acquire directly with test loaders.
+ * try again. Drives rt_registry_acquire directly with test loaders.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -64,8 +64,8 @@ static int load_counted(void *ctx, bert_model **out, char *err)
 
 typedef struct job {
     const char *key;
-    sx_loader load;
-    sx_model *m;
+    rt_loader load;
+    rt_model *m;
     int rc, done;
 } job;
 
@@ -73,7 +73,7 @@ static void *acquire_job(void *arg)
 {
     job *j = arg;
     char err[SM_ERR_MAX];
-    j->rc = sx_registry_acquire(j->key, NULL, 0, j->load, NULL, &j->m, err);
+    j->rc = rt_registry_acquire(j->key, NULL, 0, j->load, NULL, &j->m, err);
     pthread_mutex_lock(&g_mu);
     j->done = 1;
     pthread_cond_broadcast(&g_cv);
@@ -108,9 +108,9 @@ static void test_slow_load_blocks_only_its_key(void **state)
     assert_false(slow_done);
     assert_int_equal(fast.rc, SM_OK);
     assert_int_equal(slow.rc, SM_OK);
-    assert_true(sx_registry_is_loaded("test:slow"));
-    sx_registry_release(slow.m);
-    sx_registry_release(fast.m);
+    assert_true(rt_registry_is_loaded("test:slow"));
+    rt_registry_release(slow.m);
+    rt_registry_release(fast.m);
 }
 
 static void test_same_key_loads_once(void **state)
@@ -118,8 +118,8 @@ static void test_same_key_loads_once(void **state)
     (void)state;
     job a = {"test:same", load_counted, NULL, -1, 0}, b = a, c = a;
     pthread_t ta, tb, tc;
-    sx_registry_stats before, after;
-    sx_registry_stats_get(&before);
+    rt_registry_stats before, after;
+    rt_registry_stats_get(&before);
     g_calls_same = 0;
     assert_int_equal(pthread_create(&ta, NULL, acquire_job, &a), 0);
     assert_int_equal(pthread_create(&tb, NULL, acquire_job, &b), 0);
@@ -133,11 +133,11 @@ static void test_same_key_loads_once(void **state)
     assert_int_equal(g_calls_same, 1);
     assert_ptr_equal(a.m, b.m);
     assert_ptr_equal(a.m, c.m);
-    sx_registry_stats_get(&after);
+    rt_registry_stats_get(&after);
     assert_int_equal(after.loads, before.loads + 1);
-    sx_registry_release(a.m);
-    sx_registry_release(b.m);
-    sx_registry_release(c.m);
+    rt_registry_release(a.m);
+    rt_registry_release(b.m);
+    rt_registry_release(c.m);
 }
 
 static void test_failed_load_is_retried(void **state)
@@ -158,7 +158,7 @@ static void test_failed_load_is_retried(void **state)
     assert_null(a.m);
     assert_int_equal(b.rc, SM_OK);
     assert_non_null(b.m);
-    sx_registry_release(b.m);
+    rt_registry_release(b.m);
 }
 
 int main(void)

@@ -56,17 +56,29 @@ case_ cpu/backend_cpu.c         "gpu/sentiment_cuda.h"  refused
 case_ gpu/linear_packed.cu      "gpu/gemm_plan.h"       ok
 case_ gpu/linear_packed.cu      "format/config.h"       refused
 case_ gpu/linear_packed.cu      "cpu/backend_cpu.h"     refused
-# ext/: model/, of cpu/ only backend_cpu.h, of gpu/ only sentiment_cuda.h
-case_ ext/engine.c              "train/trainer.h"       ok
-case_ ext/engine.c              "cpu/backend_cpu.h"     ok
-case_ ext/engine.c              "gpu/sentiment_cuda.h"  ok
-case_ ext/engine.c              "cpu/blas.h"            refused
-case_ ext/engine.c              "cpu/cpu_ctx.h"         refused
-case_ ext/engine.c              "gpu/cuda_ctx.h"        refused
+# runtime/: model/, of cpu/ only backend_cpu.h, of gpu/ only the plugin's
+# ABI sentiment_cuda.h; never ext/ (it knows no SQLite surface)
+case_ runtime/engine.c          "train/trainer.h"       ok
+case_ runtime/device.c          "cpu/backend_cpu.h"     ok
+case_ runtime/device.c          "gpu/sentiment_cuda.h"  ok
+case_ runtime/engine.c          "cpu/blas.h"            refused
+case_ runtime/engine.c          "cpu/cpu_ctx.h"         refused
+case_ runtime/engine.c          "gpu/cuda_ctx.h"        refused
+case_ runtime/registry.c        "ext/sentiment_ext.h"   refused
+# ext/: model/ and runtime/; the hardware door is closed: no cpu/, no gpu/
+case_ ext/conn_engine.c         "runtime/engine.h"      ok
+case_ ext/conn_engine.c         "train/trainer.h"       ok
+case_ ext/conn_engine.c         "cpu/backend_cpu.h"     refused
+case_ ext/conn_engine.c         "gpu/sentiment_cuda.h"  refused
+case_ ext/train_int8.c          "cpu/cpu_ctx.h"         refused
+# nothing below runtime/ sees it
+case_ model/encoder/inference.c "runtime/engine.h"      refused
+case_ cpu/backend_cpu.c         "runtime/registry.h"    refused
 # recipe/: model/ and backend_cpu.h, not ext/
 case_ recipe/reviews.c          "cpu/backend_cpu.h"     ok
 case_ recipe/reviews.c          "cpu/blas.h"            refused
 case_ recipe/reviews.c          "ext/sentiment_ext.h"   refused
+case_ recipe/reviews.c          "runtime/engine.h"      refused
 
 # scripts/check-layout.sh: a backend's name read outside a message, however
 # spelled, is refused; the tree as it is passes

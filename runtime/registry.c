@@ -6,19 +6,19 @@
  * model: the hash of its bytes; see models.c). A caller
  * acquires an entry (loading it on a miss) and releases it when done; the
  * entry's reference count says who still uses it. Unreferenced entries stay
- * cached so the next query does not reload, up to SX_CACHE_IDLE_MAX of them
+ * cached so the next query does not reload, up to RT_CACHE_IDLE_MAX of them
  * (least recently used go first). Loading a version of a family (the same
  * database model name) marks the older versions, and other bytes stored
  * under the same version, stale: they are freed as soon as nobody uses
  * them, and a later `name@old` loads them afresh.
  *
- * On a GPU the weights are cached the same way: sx_registry_params uploads
+ * On a GPU the weights are cached the same way: rt_registry_params uploads
  * an entry's parameters to GPU N on first use, through the process-wide
  * backend that device.c keeps for that GPU, and every connection's backend
  * on that GPU reads the one copy (they share the GPU's primary context). The
  * copy is freed with the entry, so eviction frees GPU memory too. CPU
  * connections computing in bf16 or int8 share one packed copy of the encoder
- * weights per entry and precision the same way (sx_registry_params_packed):
+ * weights per entry and precision the same way (rt_registry_params_packed):
  * the first caller's CPU backend packs it, and it outlives that backend
  * (a packed weight frees itself, backend.h).
  *
@@ -42,27 +42,28 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "runtime/device.h"
+#include "runtime/registry.h"
 
-#define SX_CACHE_IDLE_MAX 8
+#define RT_CACHE_IDLE_MAX 8
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_loaded = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t g_upload_lock = PTHREAD_MUTEX_INITIALIZER;
-static sx_model *g_head;
+static rt_model *g_head;
 static uint64_t g_tick, g_next_id = 1;
 static int64_t g_loads, g_evictions;
 
 /* Called with no registry lock held. */
-static void entry_free(sx_model *e)
+static void entry_free(rt_model *e)
 {
     int on_gpu = 0;
     if (!e) return;
-    for (int i = 0; i < SX_MAX_GPUS; i++) on_gpu |= e->on_device[i] != NULL;
+    for (int i = 0; i < RT_MAX_GPUS; i++) on_gpu |= e->on_device[i] != NULL;
     if (on_gpu) { /* device memory goes back through the owner backends */
         pthread_mutex_lock(&g_upload_lock);
-        for (int i = 0; i < SX_MAX_GPUS; i++) {
-            for (int k = 0; k < SX_PACK_KINDS; k++) {
+        for (int i = 0; i < RT_MAX_GPUS; i++) {
+            for (int k = 0; k < RT_PACK_KINDS; k++) {
                 bert_packed_params_free(e->packed[i + 1][k]);
                 e->packed[i + 1][k] = NULL;
             }
@@ -71,9 +72,9 @@ static void entry_free(sx_model *e)
         }
         pthread_mutex_unlock(&g_upload_lock);
     }
-    for (int k = 0; k < SX_PACK_KINDS; k++) bert_packed_params_free(e->packed[0][k]);
+    for (int k = 0; k < RT_PACK_KINDS; k++) bert_packed_params_free(e->packed[0][k]);
     bert_model_free(e->bert);
-    for (int i = 0; i < SX_MODEL_ALIASES; i++) free(e->alias_family[i]);
+    for (int i = 0; i < RT_MODEL_ALIASES; i++) free(e->alias_family[i]);
     free(e->key);
     free(e->family);
     free(e);
@@ -81,13 +82,13 @@ static void entry_free(sx_model *e)
 
 /* Unlinks and returns the entries to free (caller frees outside the lock):
  * stale unreferenced ones, then the least recently used idle ones beyond
- * SX_CACHE_IDLE_MAX. Called with g_lock held. */
-static sx_model *collect_garbage_locked(void)
+ * RT_CACHE_IDLE_MAX. Called with g_lock held. */
+static rt_model *collect_garbage_locked(void)
 {
-    sx_model *dead = NULL, **pp = &g_head;
+    rt_model *dead = NULL, **pp = &g_head;
     int idle = 0;
     while (*pp) {
-        sx_model *e = *pp;
+        rt_model *e = *pp;
         if (e->refs == 0 && e->stale) {
             *pp = e->next;
             e->next = dead;
@@ -98,12 +99,12 @@ static sx_model *collect_garbage_locked(void)
         if (e->refs == 0) idle++;
         pp = &e->next;
     }
-    while (idle > SX_CACHE_IDLE_MAX) {
-        sx_model **victim = NULL;
+    while (idle > RT_CACHE_IDLE_MAX) {
+        rt_model **victim = NULL;
         for (pp = &g_head; *pp; pp = &(*pp)->next)
             if ((*pp)->refs == 0 && (!victim || (*pp)->last_used < (*victim)->last_used))
                 victim = pp;
-        sx_model *e = *victim;
+        rt_model *e = *victim;
         *victim = e->next;
         e->next = dead;
         dead = e;
@@ -113,38 +114,38 @@ static sx_model *collect_garbage_locked(void)
     return dead;
 }
 
-static void free_list(sx_model *dead)
+static void free_list(rt_model *dead)
 {
     while (dead) {
-        sx_model *next = dead->next;
+        rt_model *next = dead->next;
         entry_free(dead);
         dead = next;
     }
 }
 
-static sx_model *find_locked(const char *key)
+static rt_model *find_locked(const char *key)
 {
-    for (sx_model *e = g_head; e; e = e->next)
+    for (rt_model *e = g_head; e; e = e->next)
         if (!e->stale && !strcmp(e->key, key)) return e;
     return NULL;
 }
 
 /* Records that (family, version) names e's bytes too (best effort: the
  * oldest alias makes room; none on out of memory). */
-static void add_alias_locked(sx_model *e, const char *family, int64_t version)
+static void add_alias_locked(rt_model *e, const char *family, int64_t version)
 {
     char *copy;
     if (e->family && !strcmp(e->family, family) && e->version == version) return;
-    for (int i = 0; i < SX_MODEL_ALIASES; i++)
+    for (int i = 0; i < RT_MODEL_ALIASES; i++)
         if (e->alias_family[i] && e->alias_version[i] == version &&
             !strcmp(e->alias_family[i], family))
             return;
     if (!(copy = strdup(family))) return;
-    free(e->alias_family[SX_MODEL_ALIASES - 1]);
+    free(e->alias_family[RT_MODEL_ALIASES - 1]);
     memmove(&e->alias_family[1], &e->alias_family[0],
-            (SX_MODEL_ALIASES - 1) * sizeof e->alias_family[0]);
+            (RT_MODEL_ALIASES - 1) * sizeof e->alias_family[0]);
     memmove(&e->alias_version[1], &e->alias_version[0],
-            (SX_MODEL_ALIASES - 1) * sizeof e->alias_version[0]);
+            (RT_MODEL_ALIASES - 1) * sizeof e->alias_version[0]);
     e->alias_family[0] = copy;
     e->alias_version[0] = version;
 }
@@ -164,10 +165,10 @@ static int loading_locked(const char *key)
     return 0;
 }
 
-int sx_registry_acquire(const char *key, const char *family, int64_t version, sx_loader load,
-                        void *ctx, sx_model **out, char *err)
+int rt_registry_acquire(const char *key, const char *family, int64_t version, rt_loader load,
+                        void *ctx, rt_model **out, char *err)
 {
-    sx_model *e, *dead = NULL;
+    rt_model *e, *dead = NULL;
     bert_model *bm = NULL;
     loading self = {key, NULL};
     int rc;
@@ -218,7 +219,7 @@ int sx_registry_acquire(const char *key, const char *family, int64_t version, sx
         /* older versions of the family, and other bytes under the same
          * version (the stored row changed), are replaced */
         if (family)
-            for (sx_model *o = g_head; o; o = o->next)
+            for (rt_model *o = g_head; o; o = o->next)
                 if (o->family && !strcmp(o->family, family) && o->version <= version &&
                     strcmp(o->key, key))
                     o->stale = 1;
@@ -238,16 +239,16 @@ int sx_registry_acquire(const char *key, const char *family, int64_t version, sx
     return rc;
 }
 
-void sx_registry_retain(sx_model *e)
+void rt_registry_retain(rt_model *e)
 {
     pthread_mutex_lock(&g_lock);
     e->refs++;
     pthread_mutex_unlock(&g_lock);
 }
 
-void sx_registry_release(sx_model *e)
+void rt_registry_release(rt_model *e)
 {
-    sx_model *dead;
+    rt_model *dead;
     if (!e) return;
     pthread_mutex_lock(&g_lock);
     e->refs--;
@@ -266,14 +267,14 @@ static int device_of(const backend *be)
 
 /* e's device copy on device dev, uploaded by the device's owner backend on
  * first use. Called with g_upload_lock held. */
-static int device_copy_locked(sx_model *e, int dev, char *err)
+static int device_copy_locked(rt_model *e, int dev, char *err)
 {
     backend *owner;
     int rc;
     if (e->on_device[dev]) return SM_OK;
-    if ((rc = sx_device_owner(dev, &owner, err)) != SM_OK) return rc;
+    if ((rc = rt_device_owner(dev, &owner, err)) != SM_OK) return rc;
     if ((rc = bert_params_to_backend(owner, e->bert, &e->on_device[dev], err)) != SM_OK) {
-        const char *why = sx_device_last_error(owner);
+        const char *why = rt_device_last_error(owner);
         e->on_device[dev] = NULL;
         if (*why) {
             size_t len = strlen(err);
@@ -283,7 +284,7 @@ static int device_copy_locked(sx_model *e, int dev, char *err)
     return rc;
 }
 
-int sx_registry_params(sx_model *e, backend *be, const bert_params **out, char *err)
+int rt_registry_params(rt_model *e, backend *be, const bert_params **out, char *err)
 {
     int dev = device_of(be), rc;
     *out = NULL;
@@ -291,9 +292,9 @@ int sx_registry_params(sx_model *e, backend *be, const bert_params **out, char *
         *out = &e->bert->p;
         return SM_OK;
     }
-    if (dev >= SX_MAX_GPUS)
+    if (dev >= RT_MAX_GPUS)
         return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", dev,
-                        SX_MAX_GPUS);
+                        RT_MAX_GPUS);
     pthread_mutex_lock(&g_upload_lock);
     rc = device_copy_locked(e, dev, err);
     if (rc == SM_OK) *out = &e->on_device[dev]->p;
@@ -301,7 +302,7 @@ int sx_registry_params(sx_model *e, backend *be, const bert_params **out, char *
     return rc;
 }
 
-int sx_registry_params_packed(sx_model *e, backend *be, int kind, const bert_params **out,
+int rt_registry_params_packed(rt_model *e, backend *be, int kind, const bert_params **out,
                               char *err)
 {
     bert_precision plan[BERT_PACK_N];
@@ -310,9 +311,9 @@ int sx_registry_params_packed(sx_model *e, backend *be, int kind, const bert_par
     *out = NULL;
     if (precision == BERT_FP32)
         return sm_error(err, SM_ERR_INVALID, "packed weights: unknown kind %d", kind);
-    if (dev >= SX_MAX_GPUS)
+    if (dev >= RT_MAX_GPUS)
         return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", dev,
-                        SX_MAX_GPUS);
+                        RT_MAX_GPUS);
     bert_pack_plan(precision, plan);
     bert_packed_params **slot = &e->packed[dev + 1][kind];
     pthread_mutex_lock(&g_upload_lock);
@@ -321,7 +322,7 @@ int sx_registry_params_packed(sx_model *e, backend *be, int kind, const bert_par
         if (dev < 0) /* every CPU backend packs the same bits and runs what any other packed */
             rc = bert_params_pack(be, &e->bert->cfg, &e->bert->p, plan, slot, err);
         else if ((rc = device_copy_locked(e, dev, err)) == SM_OK &&
-                 (rc = sx_device_owner(dev, &owner, err)) == SM_OK)
+                 (rc = rt_device_owner(dev, &owner, err)) == SM_OK)
             rc = bert_params_pack(owner, &e->bert->cfg, &e->on_device[dev]->p, plan, slot, err);
     }
     *out = rc == SM_OK ? &(*slot)->p : NULL;
@@ -329,7 +330,7 @@ int sx_registry_params_packed(sx_model *e, backend *be, int kind, const bert_par
     return rc;
 }
 
-int sx_registry_is_loaded(const char *key)
+int rt_registry_is_loaded(const char *key)
 {
     int found;
     pthread_mutex_lock(&g_lock);
@@ -338,14 +339,14 @@ int sx_registry_is_loaded(const char *key)
     return found;
 }
 
-int sx_registry_is_loaded_version(const char *family, int64_t version)
+int rt_registry_is_loaded_version(const char *family, int64_t version)
 {
     int found = 0;
     pthread_mutex_lock(&g_lock);
-    for (sx_model *e = g_head; e && !found; e = e->next) {
+    for (rt_model *e = g_head; e && !found; e = e->next) {
         if (e->stale) continue;
         found = e->family && !strcmp(e->family, family) && e->version == version;
-        for (int i = 0; i < SX_MODEL_ALIASES && !found; i++)
+        for (int i = 0; i < RT_MODEL_ALIASES && !found; i++)
             found = e->alias_family[i] && e->alias_version[i] == version &&
                     !strcmp(e->alias_family[i], family);
     }
@@ -353,26 +354,26 @@ int sx_registry_is_loaded_version(const char *family, int64_t version)
     return found;
 }
 
-void sx_registry_stats_get(sx_registry_stats *st)
+void rt_registry_stats_get(rt_registry_stats *st)
 {
     memset(st, 0, sizeof *st);
     pthread_mutex_lock(&g_lock);
     st->loads = g_loads;
     st->evictions = g_evictions;
-    for (sx_model *e = g_head; e; e = e->next) {
+    for (rt_model *e = g_head; e; e = e->next) {
         st->entries++;
         if (e->refs > 0) st->referenced++;
     }
     pthread_mutex_unlock(&g_lock);
 }
 
-void sx_registry_trim(void)
+void rt_registry_trim(void)
 {
-    sx_model *dead = NULL, **pp;
+    rt_model *dead = NULL, **pp;
     pthread_mutex_lock(&g_lock);
     pp = &g_head;
     while (*pp) {
-        sx_model *e = *pp;
+        rt_model *e = *pp;
         if (e->refs == 0) {
             *pp = e->next;
             e->next = dead;
@@ -389,5 +390,5 @@ void sx_registry_trim(void)
 /* At exit (or unload), free what nobody uses so leak checkers stay quiet. */
 __attribute__((destructor)) static void registry_at_exit(void)
 {
-    sx_registry_trim();
+    rt_registry_trim();
 }

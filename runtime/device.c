@@ -31,7 +31,7 @@
  * layers with INT8 weights, inputs quantized per token and INT32 sums,
  * cpu/gemm_int8.h); tf32 and bf16-fast need a GPU, int8 is CPU-only. On
  * the CPU auto is int8 where the CPU has AVX512-VNNI for a model whose
- * labels under int8 were checked (sx_device_int8_vetted: the built-in
+ * labels under int8 were checked (rt_device_int8_vetted: the built-in
  * model, or a config whose int8_check passes; fp32 for weights that cannot
  * be quantized, ext/engine.c) and fp32, the exact reference, for every
  * other model and CPU (precision int8 asks for int8 for any model). Which
@@ -58,10 +58,11 @@
 
 #include "core/errors.h"
 #include "cpu/backend_cpu.h"
-#include "ext/sentiment_ext.h"
 #include "gpu/sentiment_cuda.h"
+#include "runtime/device.h"
+#include "runtime/registry.h"
 
-#define SX_CUDA_PLUGIN "sentiment_cuda.so"
+#define RT_CUDA_PLUGIN "sentiment_cuda.so"
 
 static pthread_mutex_t g_plugin_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *g_plugin; /* dlopen handle, never closed */
@@ -70,7 +71,7 @@ static sentiment_cuda_device_count_fn g_cuda_count; /* optional */
 
 /* One backend per GPU that owns the cached models' weights (see above). */
 static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
-static backend *g_owner[SX_MAX_GPUS];
+static backend *g_owner[RT_MAX_GPUS];
 
 static const char *const k_precisions[] = {"auto", "fp32", "tf32", "bf16", "bf16-fast", "int8"};
 
@@ -92,12 +93,12 @@ static void plugin_path(char *out, size_t cap)
             dlen = (size_t)(slash - info.dli_fname);
         }
     }
-    snprintf(out, cap, "%.*s/%s", (int)dlen, dir, SX_CUDA_PLUGIN);
+    snprintf(out, cap, "%.*s/%s", (int)dlen, dir, RT_CUDA_PLUGIN);
 }
 
 /* Loads the plugin once: SM_OK, else SM_ERR_DEVICE with why in err
  * (SM_ERR_MAX bytes; what follows "is not available: " in messages, and
- * sx_device_owner's error, of registry.c's convention). */
+ * rt_device_owner's error, of registry.c's convention). */
 static int plugin_load(char *err)
 {
     char path[4096];
@@ -139,44 +140,44 @@ static int cuda_index(const char *spec)
     return n;
 }
 
-/* The error for a cuda:N beyond SX_MAX_GPUS. */
-static int too_many_gpus(const char *fn, const char *spec, char **errmsg)
+/* The error for a cuda:N beyond RT_MAX_GPUS. */
+static int too_many_gpus(const char *spec, char *err)
 {
-    return sx_fail(errmsg, SQLITE_ERROR, fn,
-                   "device '%s' is not supported: at most %d GPUs (cuda:0 .. cuda:%d)", spec,
-                   SX_MAX_GPUS, SX_MAX_GPUS - 1);
+    return sm_error(err, SM_ERR_INVALID,
+                    "device '%s' is not supported: at most %d GPUs (cuda:0 .. cuda:%d)", spec,
+                    RT_MAX_GPUS, RT_MAX_GPUS - 1);
 }
 
-static int unknown_device(const char *fn, const char *spec, char **errmsg)
+static int unknown_device(const char *spec, char *err)
 {
-    return sx_fail(errmsg, SQLITE_ERROR, fn,
-                   "unknown device '%s'; expected auto, cpu, cuda or cuda:N", spec);
+    return sm_error(err, SM_ERR_INVALID, "unknown device '%s'; expected auto, cpu, cuda or cuda:N",
+                    spec);
 }
 
-int sx_device_check(const char *fn, const char *spec, char **errmsg)
+int rt_device_check(const char *spec, char *err)
 {
     char why[SM_ERR_MAX];
-    if (!strcmp(spec, "auto") || !strcmp(spec, "cpu")) return SQLITE_OK;
-    if (cuda_index(spec) < 0) return unknown_device(fn, spec, errmsg);
-    if (cuda_index(spec) >= SX_MAX_GPUS) return too_many_gpus(fn, spec, errmsg);
+    if (!strcmp(spec, "auto") || !strcmp(spec, "cpu")) return SM_OK;
+    if (cuda_index(spec) < 0) return unknown_device(spec, err);
+    if (cuda_index(spec) >= RT_MAX_GPUS) return too_many_gpus(spec, err);
     if (plugin_load(why) != SM_OK)
-        return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec, why);
+        return sm_error(err, SM_ERR_DEVICE, "device '%s' is not available: %s", spec, why);
     if (g_cuda_count) {
         int count = 0;
         why[0] = 0;
         if (g_cuda_count(&count, why) != SM_OK || count < 1)
-            return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec,
-                           why[0] ? why : "no CUDA device found");
+            return sm_error(err, SM_ERR_DEVICE, "device '%s' is not available: %s", spec,
+                            why[0] ? why : "no CUDA device found");
         if (cuda_index(spec) >= count)
-            return sx_fail(errmsg, SQLITE_ERROR, fn,
-                           "device '%s' does not exist; this machine has %d GPU%s "
-                           "(cuda:0 .. cuda:%d)",
-                           spec, count, count == 1 ? "" : "s", count - 1);
+            return sm_error(err, SM_ERR_DEVICE,
+                            "device '%s' does not exist; this machine has %d GPU%s "
+                            "(cuda:0 .. cuda:%d)",
+                            spec, count, count == 1 ? "" : "s", count - 1);
     }
-    return SQLITE_OK;
+    return SM_OK;
 }
 
-const char *sx_device_blas(void)
+const char *rt_device_blas(void)
 {
     return backend_cpu_blas();
 }
@@ -190,19 +191,19 @@ static int precision_known(const char *name, int cpu_only)
     return 0;
 }
 
-int sx_device_precision_check(const char *fn, const char *name, char **errmsg)
+int rt_device_precision_check(const char *name, char *err)
 {
-    if (precision_known(name, 0)) return SQLITE_OK;
-    return sx_fail(errmsg, SQLITE_ERROR, fn,
-                   "precision must be auto, fp32, tf32, bf16, bf16-fast or int8, got '%s'", name);
+    if (precision_known(name, 0)) return SM_OK;
+    return sm_error(err, SM_ERR_INVALID,
+                    "precision must be auto, fp32, tf32, bf16, bf16-fast or int8, got '%s'", name);
 }
 
-int sx_device_precision_cpu_ok(const char *name)
+int rt_device_precision_cpu_ok(const char *name)
 {
     return !name || !*name || precision_known(name, 1);
 }
 
-const char *sx_device_precision_cpu_why(const char *name)
+const char *rt_device_precision_cpu_why(const char *name)
 {
     if (name && !strcmp(name, "bf16"))
         return "on the CPU needs AVX512-BF16, which this CPU lacks (use auto or fp32 here, "
@@ -213,12 +214,12 @@ const char *sx_device_precision_cpu_why(const char *name)
            "bf16, with AVX512-VNNI in int8";
 }
 
-int sx_device_precision_cpu_only(const char *name)
+int rt_device_precision_cpu_only(const char *name)
 {
     return name && !strcmp(name, "int8");
 }
 
-int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap)
+int rt_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap)
 {
     /* the built-in model's INT8 accuracy was measured on its dev sets
      * (model/builtin/README.md: no label change) */
@@ -230,11 +231,11 @@ int sx_device_int8_vetted(const char *model_key, const bert_config *cfg, char *w
     return sm_int8_check_passes(&cfg->int8_check, why, cap);
 }
 
-const char *sx_device_cpu_auto_precision(const char *model_key, const bert_config *cfg, char *why,
+const char *rt_device_cpu_auto_precision(const char *model_key, const bert_config *cfg, char *why,
                                          size_t cap)
 {
     char check[200];
-    int vetted = sx_device_int8_vetted(model_key, cfg, check, sizeof check);
+    int vetted = rt_device_int8_vetted(model_key, cfg, check, sizeof check);
     if (backend_cpu_auto_pack_kind(vetted) == BACKEND_PACK_INT8) {
         snprintf(why, cap, "int8: %s", check);
         return "int8";
@@ -264,58 +265,56 @@ static void cpu_desc(backend *be, char *desc, size_t cap)
     snprintf(desc, cap, "%s%s", base, what);
 }
 
-int sx_device_set_precision(const char *fn, backend *be, const char *name, char *desc,
-                            size_t desc_cap, char **errmsg)
+int rt_device_set_precision(backend *be, const char *name, char *desc, size_t desc_cap,
+                            char *err)
 {
-    char err[SM_ERR_MAX];
+    char why[SM_ERR_MAX];
     int rc;
     if (!name || !*name) name = "auto";
     if (!be || be->host_memory) { /* the CPU: which weights its linear layers run */
         if (precision_known(name, 1)) {
-            if (be && (rc = be->set_precision(be, name, err)) != SM_OK)
-                return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s", name,
-                               err);
+            if (be && (rc = be->set_precision(be, name, why)) != SM_OK)
+                return sm_error(err, rc, "cannot set precision '%s': %s", name, why);
             if (be && desc) cpu_desc(be, desc, desc_cap);
-            return SQLITE_OK;
+            return SM_OK;
         }
-        return sx_fail(errmsg, SQLITE_ERROR, fn,
-                       "precision '%s' %s; this connection runs on the CPU", name,
-                       sx_device_precision_cpu_why(name));
+        return sm_error(err, SM_ERR_INVALID, "precision '%s' %s; this connection runs on the CPU",
+                        name, rt_device_precision_cpu_why(name));
     }
-    if (sx_device_precision_cpu_only(name))
-        return sx_fail(errmsg, SQLITE_ERROR, fn,
-                       "precision '%s' runs on the CPU only; this connection runs on a CUDA "
-                       "device (set sentiment_config('device', 'cpu') first)",
-                       name);
-    err[0] = 0;
-    if ((rc = be->set_precision(be, name, err)) != SM_OK)
-        return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s", name,
-                       err[0] ? err : "the backend refused it");
+    if (rt_device_precision_cpu_only(name))
+        return sm_error(err, SM_ERR_INVALID,
+                        "precision '%s' runs on the CPU only; this connection runs on a CUDA "
+                        "device (set sentiment_config('device', 'cpu') first)",
+                        name);
+    why[0] = 0;
+    if ((rc = be->set_precision(be, name, why)) != SM_OK)
+        return sm_error(err, rc, "cannot set precision '%s': %s", name,
+                        why[0] ? why : "the backend refused it");
     if (desc) be->describe(be, desc, desc_cap);
-    return SQLITE_OK;
+    return SM_OK;
 }
 
-int sx_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
+int rt_device_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes)
 {
     *free_bytes = *total_bytes = 0;
-    if (!be || be->mem_info(be, free_bytes, total_bytes) != SM_OK) return SQLITE_NOTFOUND;
-    return SQLITE_OK;
+    if (!be || be->mem_info(be, free_bytes, total_bytes) != SM_OK) return SM_ERR_UNSUPPORTED;
+    return SM_OK;
 }
 
-const char *sx_device_last_error(const backend *be)
+const char *rt_device_last_error(const backend *be)
 {
     const char *s = be ? be->last_error(be) : NULL;
     return s ? s : "";
 }
 
-int sx_device_owner(int gpu, backend **out, char *err)
+int rt_device_owner(int gpu, backend **out, char *err)
 {
     char why[SM_ERR_MAX], desc[128];
     int rc = SM_OK;
     *out = NULL;
-    if (gpu < 0 || gpu >= SX_MAX_GPUS)
+    if (gpu < 0 || gpu >= RT_MAX_GPUS)
         return sm_error(err, SM_ERR_INVALID, "cuda:%d: at most %d GPUs are supported", gpu,
-                        SX_MAX_GPUS);
+                        RT_MAX_GPUS);
     if (plugin_load(why) != SM_OK) return sm_error(err, SM_ERR_DEVICE, "%s", why);
     pthread_mutex_lock(&g_owner_lock);
     if (!g_owner[gpu]) {
@@ -332,56 +331,54 @@ int sx_device_owner(int gpu, backend **out, char *err)
     return rc;
 }
 
-int sx_device_create(const char *fn, const char *spec, int threads, const char *precision,
-                     backend **out, int *gpu, char *desc, size_t desc_cap, char **errmsg)
+int rt_device_create(const char *spec, int threads, const char *precision, backend **out,
+                     char *desc, size_t desc_cap, char *err)
 {
-    char err[SM_ERR_MAX];
     char why[SM_ERR_MAX] = "";
     int idx = cuda_index(spec), rc;
 
     *out = NULL;
-    *gpu = -1;
     if (!precision || !*precision) precision = "auto";
-    if (idx >= SX_MAX_GPUS) return too_many_gpus(fn, spec, errmsg);
+    if (idx >= RT_MAX_GPUS) return too_many_gpus(spec, err);
     if (idx >= 0 || !strcmp(spec, "auto")) {
         if (plugin_load(why) == SM_OK) {
-            err[0] = 0;
-            rc = g_cuda_create(idx < 0 ? 0 : idx, out, desc, desc_cap, err);
+            char made[SM_ERR_MAX] = "";
+            rc = g_cuda_create(idx < 0 ? 0 : idx, out, desc, desc_cap, made);
             if (rc == SM_OK) {
                 if (strcmp(precision, "auto") &&
-                    (rc = sx_device_set_precision(fn, *out, precision, desc, desc_cap, errmsg)) !=
-                        SQLITE_OK) {
+                    (rc = rt_device_set_precision(*out, precision, desc, desc_cap, err)) != SM_OK) {
                     (*out)->destroy(*out);
                     *out = NULL;
                     return rc;
                 }
-                *gpu = idx < 0 ? 0 : idx;
-                return SQLITE_OK;
+                return SM_OK;
             }
             *out = NULL;
             if (idx >= 0)
-                return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "device '%s' is not available: %s",
-                               spec, err);
-            snprintf(why, sizeof why, "%s", err);
+                return sm_error(err, rc, "device '%s' is not available: %s", spec, made);
+            snprintf(why, sizeof why, "%s", made);
         } else if (idx >= 0) {
-            return sx_fail(errmsg, SQLITE_ERROR, fn, "device '%s' is not available: %s", spec, why);
+            return sm_error(err, SM_ERR_DEVICE, "device '%s' is not available: %s", spec, why);
         }
     } else if (strcmp(spec, "cpu")) {
-        return unknown_device(fn, spec, errmsg);
+        return unknown_device(spec, err);
     }
     if (!precision_known(precision, 1))
-        return sx_fail(errmsg, SQLITE_ERROR, fn,
-                       "precision '%s' %s; device '%s' runs on the CPU%s%s%s", precision,
-                       sx_device_precision_cpu_why(precision), spec, why[0] ? " (" : "", why,
-                       why[0] ? ")" : "");
-    if ((rc = backend_cpu_create(threads, out, err)) != SM_OK)
-        return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot create the CPU backend: %s", err);
-    if ((rc = (*out)->set_precision(*out, precision, err)) != SM_OK) {
+        return sm_error(err, SM_ERR_INVALID, "precision '%s' %s; device '%s' runs on the CPU%s%s%s",
+                        precision, rt_device_precision_cpu_why(precision), spec,
+                        why[0] ? " (" : "", why, why[0] ? ")" : "");
+    if ((rc = rt_device_create_cpu(threads, out, why)) != SM_OK)
+        return sm_error(err, rc, "cannot create the CPU backend: %s", why);
+    if ((rc = (*out)->set_precision(*out, precision, why)) != SM_OK) {
         (*out)->destroy(*out);
         *out = NULL;
-        return sx_fail(errmsg, sx_rc_from_sm(rc), fn, "cannot set precision '%s': %s", precision,
-                       err);
+        return sm_error(err, rc, "cannot set precision '%s': %s", precision, why);
     }
     cpu_desc(*out, desc, desc_cap);
-    return SQLITE_OK;
+    return SM_OK;
+}
+
+int rt_device_create_cpu(int threads, backend **out, char *err)
+{
+    return backend_cpu_create(threads, out, err);
 }
