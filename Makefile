@@ -21,7 +21,9 @@
 # The rooms (README.md, Layout): model/ (core/, format/, tokenize/,
 # encoder/, train/, depending one way in that order) reaches hardware only
 # through the backend table (model/core/backend.h); cpu/ and gpu/ fill that
-# table and see only model/core/; ext/ is the SQL surface on top. Headers
+# table and see only model/core/; runtime/ (the model cache, the
+# connection engine, the devices: the one room above them that sees a
+# device's header) and ext/, the SQL surface, on top. Headers
 # are included with their room ("core/errors.h", "cpu/backend_cpu.h") and
 # each file compiles with its room's include view only
 # (scripts/include-views.sh: folders of links under $(BUILD)/rooms), so the
@@ -32,7 +34,7 @@ BUILD    ?= build
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -fvisibility=hidden -fopenmp-simd
+CFLAGS   += -std=gnu11 -Wall -Wextra -Werror=implicit-function-declaration -fPIC -fvisibility=hidden -fopenmp-simd
 MODEL_ROOMS := model/core model/format model/tokenize model/encoder model/train
 LDLIBS   += -lutf8proc -lcjson -ljansson -lm -lpthread -ldl
 SAN      ?=
@@ -214,7 +216,7 @@ test: all $(TEST_BIN)
 # with RUNPATH $$ORIGIN (patchelf). The version is SX_VERSION, the one the C
 # side reports. scripts/test-wheel.sh installs it into a fresh venv and runs
 # python/tests (part of make test when Debian's python3 can).
-VERSION  := $(shell sed -n 's/^\#define SX_VERSION "\(.*\)"$$/\1/p' ext/sentiment_ext.h)
+VERSION  := $(shell sed -n 's/^\#define SX_VERSION "\(.*\)"$$/\1/p' ext/version.h)
 PYTHON   ?= python3
 PATCHELF ?= patchelf
 wheel: $(SO) cuda

@@ -351,7 +351,7 @@ int main(int argc, char **argv)
     }
     int maxlen = bert_max_length(&m->cfg), K = m->cfg.num_labels;
     /* the weights the SQL side uses: INT8 for int8, and for auto on a CPU
-     * with VNNI (ext/device.c) */
+     * with VNNI (runtime/device.c) */
     int int8 = !strcmp(precision, "int8") ||
                (!strcmp(precision, "auto") && backend_cpu_pack_native(BACKEND_PACK_INT8) && builtin);
     const bert_params *params = &m->p;

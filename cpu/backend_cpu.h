@@ -4,7 +4,7 @@
  *
  * cpu/ holds the CPU backend and its kernels; model code reaches it only
  * through the backend table (model/core/backend.h) and never includes a header
- * of cpu/. The extension creates it through this header (ext/device.c), as
+ * of cpu/. The extension creates it through this header (runtime/device.c), as
  * it creates CUDA ones through the plugin's create export; tests and
  * benchmarks create them too. Every other header of cpu/ is private to it
  * (tests and benchmarks may include them). scripts/check-layout.sh checks

@@ -23,7 +23,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/errors.h"
 
 /* How often a poll runs the long statement, and the statement. */
 #define POLL_HEAVY_SECONDS 0.010

@@ -40,7 +40,12 @@
  */
 #include <string.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/models.h"
+#include "ext/register.h"
+#include "ext/results.h"
 
 static const char *const k_fn = "sentiment_batch()";
 static const char *const k_usage =

@@ -8,7 +8,7 @@
  * three files into model/builtin/ and rebuilding ext/builtin.o is all it
  * takes (the paths are relative to the repository root, where make runs).
  */
-#include "ext/sentiment_ext.h"
+#include "ext/builtin.h"
 
 #if defined(__has_include)
 #if __has_include("../model/builtin/config.json") &&             \

@@ -106,7 +106,17 @@
 /* Batches read per engine thread per engine call (see "How it runs"). */
 #define CLASSIFY_BATCHES_PER_THREAD 4
 
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/embed.h"
+#include "ext/errors.h"
+#include "ext/explain.h"
+#include "ext/models.h"
+#include "ext/progress.h"
+#include "ext/register.h"
+#include "ext/results.h"
+#include "ext/schema_sql.h"
 
 enum {
     COL_ID,

@@ -29,7 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/models.h"
+#include "ext/register.h"
+#include "ext/results.h"
 
 enum {
     COL_IDX,

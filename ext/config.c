@@ -85,7 +85,11 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/errors.h"
+#include "ext/register.h"
 #include "runtime/device.h"
 
 static const char *const k_progress[] = {"auto", "off", "on"};
@@ -150,7 +154,7 @@ static int set_precision(sx_conn *c, const char *fn, sqlite3_value *v, const cha
     /* a CPU-only precision with device auto: make the backend to know
      * whether it is a GPU (which refuses it below) */
     if (!c->engine.be && (!rt_device_precision_cpu_ok(shown) ||
-                   (rt_device_precision_cpu_only(shown) && strcmp(c->device, "cpu")))) {
+                          (rt_device_precision_cpu_only(shown) && strcmp(c->device, "cpu")))) {
         if (!strcmp(c->device, "cpu"))
             return sx_fail(errmsg, SQLITE_ERROR, fn,
                            "precision '%s' %s; this connection runs on the CPU (device 'cpu')",

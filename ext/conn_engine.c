@@ -9,12 +9,15 @@
  * SQLite code and "fn: message" (sx_from_sm).
  */
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/errors.h"
 
 /* The engine's view of c's settings (valid while c is unchanged). */
 static rt_settings settings_of(const sx_conn *c)
 {
-    rt_settings s = {c->device,     c->threads,   c->precision,
+    rt_settings s = {c->device,     c->threads,    c->precision,
                      c->batch_size, c->max_length, c->long_text_windows};
     return s;
 }

@@ -39,7 +39,14 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/embed.h"
+#include "ext/errors.h"
+#include "ext/functions.h"
+#include "ext/register.h"
+#include "ext/results.h"
 
 static const char k_fn[] = "sentiment_embed()";
 

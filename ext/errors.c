@@ -1,4 +1,4 @@
-/* errors.c: the error convention of ext/ (written down in sentiment_ext.h):
+/* errors.c: the error convention of ext/ (written down in errors.h):
  * formatting a "fn: what went wrong" message into a char **errmsg and
  * turning a model-layer status (model/core/errors.h, SM_*) with its err buffer
  * into an SQLite result code and such a message.
@@ -9,7 +9,7 @@
 #include <stdarg.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/errors.h"
 
 int sx_rc_from_sm(int sm_rc)
 {

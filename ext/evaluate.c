@@ -55,7 +55,13 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/errors.h"
+#include "ext/models.h"
+#include "ext/register.h"
+#include "ext/results.h"
 
 #define EVAL_BATCH 64
 #define EVAL_FN "sentiment_evaluate()"

@@ -52,7 +52,14 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/errors.h"
+#include "ext/explain.h"
+#include "ext/functions.h"
+#include "ext/register.h"
+#include "ext/results.h"
 #include "format/json_in.h"
 #include "tokenize/utf8.h"
 #include "train/explain.h"

@@ -86,7 +86,17 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/builtin.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/errors.h"
+#include "ext/functions.h"
+#include "ext/models.h"
+#include "ext/register.h"
+#include "ext/results.h"
+#include "ext/storage.h"
+#include "ext/version.h"
 #include "format/safetensors.h"
 #include "runtime/device.h"
 
@@ -471,8 +481,8 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_str_appendf(s,
                         ",\"connection\":{\"rows\":%lld,\"truncated\":%lld,"
                         "\"not_chinese\":%lld,\"registered_models\":%d}}",
-                        (long long)c->engine.rows, (long long)c->engine.truncated, (long long)c->engine.not_chinese,
-                        nfiles);
+                        (long long)c->engine.rows, (long long)c->engine.truncated,
+                        (long long)c->engine.not_chinese, nfiles);
     if (sqlite3_str_errcode(s)) {
         sqlite3_free(sqlite3_str_finish(s));
         sqlite3_result_error_nomem(ctx);

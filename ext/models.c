@@ -35,7 +35,12 @@
 #include <sys/stat.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/builtin.h"
+#include "ext/conn.h"
+#include "ext/errors.h"
+#include "ext/models.h"
+#include "ext/storage.h"
 #include "format/pooling.h"
 
 /* ---- loaders handed to the registry ---- */

@@ -45,7 +45,7 @@
  *                machine's CPU, and why: "int8: held-out accuracy 0.9101 in
  *                int8, 0.9113 in fp32, same label on 99.5% of 812 rows",
  *                "fp32: int8 not checked for this model", "fp32: this CPU
- *                has no AVX512-VNNI (...)" (ext/device.c; the rule:
+ *                has no AVX512-VNNI (...)" (runtime/device.c; the rule:
  *                model/format/int8_check.h); NULL for an embedding model
  * A stored model whose config cannot be parsed is listed with NULL
  * architecture columns; using it gives the parse error.
@@ -54,7 +54,12 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/builtin.h"
+#include "ext/conn.h"
+#include "ext/errors.h"
+#include "ext/register.h"
+#include "ext/results.h"
+#include "ext/storage.h"
 #include "runtime/device.h"
 
 enum {

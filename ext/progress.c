@@ -9,7 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/conn.h"
+#include "ext/progress.h"
 
 static double now_s(void)
 {

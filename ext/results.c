@@ -10,7 +10,7 @@
 
 #include <math.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/results.h"
 
 int sx_text_blank(const char *text, size_t len)
 {

@@ -36,7 +36,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/errors.h"
+#include "ext/schema_sql.h"
 
 /* SQLITE_DBCONFIG_TRUSTED_SCHEMA and the function flags exist since 3.31. */
 #ifndef SQLITE_DBCONFIG_TRUSTED_SCHEMA

@@ -35,7 +35,11 @@
 #include <dlfcn.h>
 #include <string.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/conn.h"
+#include "ext/conn_engine.h"
+#include "ext/errors.h"
+#include "ext/models.h"
+#include "ext/register.h"
 
 SQLITE_EXTENSION_INIT1
 

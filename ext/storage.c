@@ -54,7 +54,9 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/conn.h"
+#include "ext/errors.h"
+#include "ext/storage.h"
 #include "format/sha256.h"
 
 static const char k_schema_store[] =

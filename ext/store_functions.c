@@ -62,7 +62,12 @@
 #include <unistd.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/args.h"
+#include "ext/conn.h"
+#include "ext/errors.h"
+#include "ext/models.h"
+#include "ext/register.h"
+#include "ext/storage.h"
 
 /* A TEXT argument without embedded NUL bytes, else NULL. */
 static const char *text_arg(sqlite3_value *v)

@@ -6,13 +6,14 @@
  * of equal labels become the model's "int8_check" (model/format/
  * int8_check.h), stored in its config.json. Whether auto then uses INT8
  * for the model is int8_check.h's rule, applied where the model is run
- * (ext/device.c). Owns only temporaries.
+ * (runtime/device.c). Owns only temporaries.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/errors.h"
+#include "ext/errors.h"
 #include "ext/train_int8.h"
 #include "runtime/device.h"
 

@@ -66,6 +66,7 @@
 #include <string.h>
 
 #include "core/errors.h"
+#include "ext/errors.h"
 #include "ext/train_options.h"
 #include "format/json_in.h"
 

@@ -5,7 +5,7 @@
 #ifndef SX_TRAIN_OPTIONS_H
 #define SX_TRAIN_OPTIONS_H
 
-#include "ext/sentiment_ext.h"
+#include "ext/conn.h"
 #include "train/trainer.h"
 
 /* How train() names itself in its error messages. */

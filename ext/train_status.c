@@ -24,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ext/sentiment_ext.h"
+#include "ext/conn.h"
+#include "ext/register.h"
+#include "ext/train_status.h"
 #include "train/trainer.h"
 
 typedef struct training_entry {

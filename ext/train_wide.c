@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "core/errors.h"
+#include "ext/errors.h"
 #include "ext/train_wide.h"
 #include "train/wide_fit.h"
 

@@ -641,7 +641,7 @@ static void cuda_describe(const backend *be, char *desc, size_t cap)
 }
 
 /* "auto" is the default: $SENTIMENT_CUDA_PRECISION when it names one, else
- * bf16 (ext/device.c passes auto through). */
+ * bf16 (runtime/device.c passes auto through). */
 static int cuda_set_precision(backend *be, const char *precision, char *err)
 {
     const char *name = precision;

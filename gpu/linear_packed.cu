@@ -5,7 +5,7 @@
  * In bf16 precision, linear rounds both operands to BF16 on every call, the
  * weight included (a kernel and a full read and write of the weight per
  * product). A packed weight does the weight's half once per upload: the
- * caller (ext/engine.c through ext/registry.c) asks linear_pack_kind, packs
+ * caller (runtime/engine.c through runtime/registry.c) asks linear_pack_kind, packs
  * the model's four per-layer matrices from their device copy and keeps them
  * with the model, shared by every backend of the device. linear_packed then
  * rounds only the input, so it computes the same as linear in bf16: BF16

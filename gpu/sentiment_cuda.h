@@ -1,7 +1,7 @@
 /* sentiment_cuda.h: what the CUDA plugin (build/sentiment_cuda.so) exports.
  *
  * sentiment.so never links CUDA: it dlopens the plugin and looks these
- * symbols up with dlsym (ext/device.c); the typedefs below are the types to
+ * symbols up with dlsym (runtime/device.c); the typedefs below are the types to
  * cast them to. Every function returns SM_OK (0) or an error code of
  * errors.h with one line in err (SM_ERR_MAX bytes; err may be NULL).
  *

@@ -125,7 +125,7 @@ def main():
         if fn.endswith(".py") and fn != "_version.py":
             shutil.copy(os.path.join(src_pkg, fn), pkg)
     with open(os.path.join(pkg, "_version.py"), "w") as f:
-        f.write("# Written by python/build_wheel.py from SX_VERSION in ext/sentiment_ext.h.\n")
+        f.write("# Written by python/build_wheel.py from SX_VERSION in ext/version.h.\n")
         f.write(f'__version__ = "{a.version}"\n')
     so = os.path.join(pkg, "sentiment.so")
     shutil.copy(a.so, so)

@@ -33,7 +33,7 @@
  * the CPU auto is int8 where the CPU has AVX512-VNNI for a model whose
  * labels under int8 were checked (rt_device_int8_vetted: the built-in
  * model, or a config whose int8_check passes; fp32 for weights that cannot
- * be quantized, ext/engine.c) and fp32, the exact reference, for every
+ * be quantized, runtime/engine.c) and fp32, the exact reference, for every
  * other model and CPU (precision int8 asks for int8 for any model). Which
  * weights a backend's linear layers run at its precision is the backend's
  * linear_pack_kind, not this file's choice. On a GPU, auto is the plugin's
@@ -41,7 +41,7 @@
  * The plugin's exports are cast to the typedefs of its own header,
  * gpu/sentiment_cuda.h, the one declaration both sides include.
  *
- * Owners: model weights live on a GPU once per model (ext/registry.c), not
+ * Owners: model weights live on a GPU once per model (runtime/registry.c), not
  * once per connection. They are allocated through one backend per GPU made
  * here on first use and kept for the life of the process (device memory
  * from one backend is usable by every backend on the same GPU, as they
@@ -265,8 +265,7 @@ static void cpu_desc(backend *be, char *desc, size_t cap)
     snprintf(desc, cap, "%s%s", base, what);
 }
 
-int rt_device_set_precision(backend *be, const char *name, char *desc, size_t desc_cap,
-                            char *err)
+int rt_device_set_precision(backend *be, const char *name, char *desc, size_t desc_cap, char *err)
 {
     char why[SM_ERR_MAX];
     int rc;
@@ -354,8 +353,7 @@ int rt_device_create(const char *spec, int threads, const char *precision, backe
                 return SM_OK;
             }
             *out = NULL;
-            if (idx >= 0)
-                return sm_error(err, rc, "device '%s' is not available: %s", spec, made);
+            if (idx >= 0) return sm_error(err, rc, "device '%s' is not available: %s", spec, made);
             snprintf(why, sizeof why, "%s", made);
         } else if (idx >= 0) {
             return sm_error(err, SM_ERR_DEVICE, "device '%s' is not available: %s", spec, why);
@@ -365,8 +363,8 @@ int rt_device_create(const char *spec, int threads, const char *precision, backe
     }
     if (!precision_known(precision, 1))
         return sm_error(err, SM_ERR_INVALID, "precision '%s' %s; device '%s' runs on the CPU%s%s%s",
-                        precision, rt_device_precision_cpu_why(precision), spec,
-                        why[0] ? " (" : "", why, why[0] ? ")" : "");
+                        precision, rt_device_precision_cpu_why(precision), spec, why[0] ? " (" : "",
+                        why, why[0] ? ")" : "");
     if ((rc = rt_device_create_cpu(threads, out, why)) != SM_OK)
         return sm_error(err, rc, "cannot create the CPU backend: %s", why);
     if ((rc = (*out)->set_precision(*out, precision, why)) != SM_OK) {

@@ -65,8 +65,7 @@ const char *rt_device_cpu_auto_precision(const char *model_key, const bert_confi
  * desc (may be NULL) gets the new description; on a GPU the plugin
  * switches and desc gets its description (a CPU-only precision, int8, is
  * SM_ERR_INVALID). */
-int rt_device_set_precision(backend *be, const char *name, char *desc, size_t desc_cap,
-                            char *err);
+int rt_device_set_precision(backend *be, const char *name, char *desc, size_t desc_cap, char *err);
 /* Free and total memory of a backend with memory of its own (a GPU):
  * SM_OK, or SM_ERR_UNSUPPORTED (both 0) for host memory or when the plugin
  * cannot tell. */

@@ -127,7 +127,8 @@ static int params_for(rt_engine *e, const rt_settings *s, rt_model *m, const ber
     int kind = be->linear_pack_kind
                    ? be->linear_pack_kind(be, rt_device_int8_vetted(m->key, &m->bert->cfg, NULL, 0))
                    : 0;
-    int rc = kind ? rt_registry_params_packed(m, be, kind, p, err) : rt_registry_params(m, be, p, err);
+    int rc = kind ? rt_registry_params_packed(m, be, kind, p, err)
+                  : rt_registry_params(m, be, p, err);
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not
      * finite); a precision the user named reports why. Out of memory is an
      * error, not a fall-back: the same query must not answer differently
@@ -244,8 +245,8 @@ static int run_engine(rt_engine *e, const rt_settings *s, rt_model *m, const rt_
                            in->windows >= 0 ? in->windows : s->long_text_windows};
     rc = embed ? bert_embed_texts_opts(m->bert, params, ws, in->texts, in->lens, n, seq, bs, out,
                                        trunc, &opts, why)
-               : bert_classify_texts_opts(m->bert, params, ws, in->texts, in->lens, n, seq, bs,
-                                          out, trunc, &opts, why);
+               : bert_classify_texts_opts(m->bert, params, ws, in->texts, in->lens, n, seq, bs, out,
+                                          trunc, &opts, why);
     if (rc == SM_ERR_NOMEM) drop_workspace(e, m);
     if (rc != SM_OK) {
         rc = fail_with_reason(e, rc, err, why);
@@ -267,8 +268,8 @@ int rt_engine_classify(rt_engine *e, const rt_settings *s, rt_model *m, const rt
     return run_engine(e, s, m, in, 0, probs, truncated, err);
 }
 
-int rt_engine_embed(rt_engine *e, const rt_settings *s, rt_model *m, const rt_texts *in,
-                    float *emb, int *truncated, char *err)
+int rt_engine_embed(rt_engine *e, const rt_settings *s, rt_model *m, const rt_texts *in, float *emb,
+                    int *truncated, char *err)
 {
     return run_engine(e, s, m, in, 1, emb, truncated, err);
 }

@@ -48,7 +48,7 @@ typedef struct rt_ws_slot {
 /* Zeroed: no backend yet (made on first use). Owned by one connection and
  * used by one thread at a time. */
 typedef struct rt_engine {
-    backend *be;   /* NULL until rt_engine_backend */
+    backend *be;    /* NULL until rt_engine_backend */
     char desc[128]; /* what sentiment_device() reports */
     rt_ws_slot ws[RT_MAX_WORKSPACES];
     uint64_t tick;
@@ -86,8 +86,8 @@ int rt_engine_classify(rt_engine *e, const rt_settings *s, rt_model *m, const rt
 /* The same batching for sentence embeddings: emb gets n x hidden_size
  * floats, each text pooled as the model's pooling setting says
  * (model/format/pooling.h). Needs no classification head. */
-int rt_engine_embed(rt_engine *e, const rt_settings *s, rt_model *m, const rt_texts *in,
-                    float *emb, int *truncated, char *err);
+int rt_engine_embed(rt_engine *e, const rt_settings *s, rt_model *m, const rt_texts *in, float *emb,
+                    int *truncated, char *err);
 /* How many batches one rt_engine_classify call runs at once: one per lane
  * of the backend (the CPU: one per thread, see bert.h), else 1. */
 int rt_engine_parallel_batches(const rt_engine *e);

@@ -93,5 +93,6 @@ typedef struct rt_registry_stats {
 } rt_registry_stats;
 void rt_registry_stats_get(rt_registry_stats *st);
 /* Frees every unreferenced entry. */
+void rt_registry_trim(void);
 
 #endif

@@ -6,7 +6,7 @@
 #
 # A backend is any identifier declared somewhere in the tree as a backend
 # pointer (backend *be, const backend *lane, backend **out, fields such as
-# sx_conn.be). Outside cpu/ and gpu/, each X->name of such an X must be an
+# rt_engine.be). Outside cpu/ and gpu/, each X->name of such an X must be an
 # argument of a message call (sm_error, snprintf, printf-like, sx_fail,
 # ...), so no comparison, assignment to a variable or other use can read it,
 # however it is spelled (a backend naming itself, X->name = "...", is not a

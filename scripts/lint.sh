@@ -1,10 +1,10 @@
 #!/bin/sh
 # lint.sh [--fix]: the static checks of `make lint` (part of CI, .ci/run).
 # Each must find nothing:
-#   clang-format  the product code (model/, cpu/, gpu/, ext/, recipe/: .c, .h,
+#   clang-format  the product code (model/, cpu/, gpu/, runtime/, ext/, recipe/: .c, .h,
 #                 .cu, .cuh) against .clang-format; tests/ and bench/ are not
 #                 product code and are not checked
-#   cppcheck      the product C (model/, cpu/, ext/, recipe/), each room with
+#   cppcheck      the product C (model/, cpu/, runtime/, ext/, recipe/), each room with
 #                 its include view: --enable=warning,performance,portability
 #   clang-tidy    the same files, with .clang-tidy's checks and the include
 #                 view each file is compiled with (make print-cppflags)
@@ -61,8 +61,8 @@ failed=""
 # as make compiles its files (MAKEFLAGS cleared: no jobserver of a calling
 # make) in flags.N, its C files in files.N, and every C file with its flags
 # in c-files.
-ROOMS="model/core model/format model/tokenize model/encoder model/train cpu ext recipe"
-find model cpu gpu ext recipe \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) \
+ROOMS="model/core model/format model/tokenize model/encoder model/train cpu runtime ext recipe"
+find model cpu gpu runtime ext recipe \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) \
     -type f | LC_ALL=C sort >"$tmp/format-files"
 : >"$tmp/c-files"
 n=0
@@ -115,7 +115,7 @@ if ls "$tmp"/tidy/*.failed >/dev/null 2>&1; then
     for f in "$tmp"/tidy/*.failed; do
         grep -v '^[0-9]* warnings\? \(and [0-9]* errors\? \)\?generated\.$' "${f%.failed}" |
             sed -E "s#^$PWD/##; s#^[^ :]*/rooms/[a-z]+/(core|format|tokenize|encoder|train)/#model/\1/#;
-                    s#^[^ :]*/rooms/[a-z]+/(cpu|gpu|ext|recipe)/#\1/#" || true
+                    s#^[^ :]*/rooms/[a-z]+/(cpu|gpu|runtime|ext|recipe)/#\1/#" || true
     done
     failed="$failed clang-tidy"
 fi

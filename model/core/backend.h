@@ -51,7 +51,7 @@ typedef enum backend_pack_kind {
 
 /* A weight packed by a backend's pack_weight: opaque past this header,
  * which is its first member. Packed weights may be cached for the life of
- * the process and outlive the backend that made them (ext/registry.c), so
+ * the process and outlive the backend that made them (runtime/registry.c), so
  * one is freed through its own free, with no backend (backend_packed_free).
  * Read-only once made: any number of backends of the kind that made it,
  * and their lanes, may multiply by it at once. */

@@ -1,18 +1,18 @@
 /* test_ext_errors.c: the error convention of ext/ (ext/errors.c, written
- * down in ext/sentiment_ext.h): sx_fail's message form and codes, the old
+ * down in ext/errors.h): sx_fail's message form and codes, the old
  * message freed when a new one replaces it (make asan checks the frees),
  * a NULL errmsg, every model/ status through sx_rc_from_sm and sx_from_sm,
  * and, with each of sx_fail's allocations failing in turn, SQLITE_NOMEM
  * with no message. Then one message through an SQL function, to show an
  * entry point still hands it over whole.
  *
- * sentiment_ext.h routes sqlite3_* calls through the extension's API
+ * ext/sqlite_api.h routes sqlite3_* calls through the extension's API
  * table, which opening a connection with the extension sets (setup).
  */
 #include "support/oom_test_util.h"
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "ext/errors.h"
 
 /* From here on sqlite3_* go through sqlite3_api: set by loading. */
 static int setup(void **state)

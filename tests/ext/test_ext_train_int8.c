@@ -1,5 +1,5 @@
 /* test_ext_train_int8.c: train()'s INT8 check (ext/train_int8.c) and what
- * precision auto does with it (ext/device.c, model/format/int8_check.h):
+ * precision auto does with it (runtime/device.c, model/format/int8_check.h):
  * the report's "int8" object and the stored config's "int8_check" agree and
  * follow the rule; sentiment_models.cpu_precision says what auto runs and
  * why; auto gives the same probabilities as int8 exactly when the check

@@ -1396,7 +1396,7 @@ static float *model_outputs(const bert_model *m, backend *be, const bert_params 
 }
 
 /* In bf16, the forward pass with the encoder's matrices packed once from
- * the device copy (as ext/registry.c does for a GPU in bf16): within the
+ * the device copy (as runtime/registry.c does for a GPU in bf16): within the
  * model tolerance of the CPU and, on the emulator, the same bits as the
  * unpacked bf16 pass (got). */
 static void check_model_packed(const bert_model *m, const bert_params *dev, const int *batch,

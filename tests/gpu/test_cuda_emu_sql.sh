@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_cuda_emu_sql.sh: the SQL functions on the CUDA plugin, run by the
 # CUDA emulator (tests/gpu/cuda_emu, loaded through SENTIMENT_CUDA_PLUGIN as
-# ext/device.c allows): sentiment_device() names the emulated GPU;
+# runtime/device.c allows): sentiment_device() names the emulated GPU;
 # sentiment(), sentiment_score() and classify() give the CPU's labels and
 # scores (fp32: within 1e-4; bf16, the default: within 2e-2); train() on
 # the device gives the CPU's loss (fp32: within 1e-3 relative), says the

@@ -273,7 +273,7 @@ static void *counting_alloc(backend *be, size_t bytes)
 }
 
 /* bert_workspace_bytes is what bert_workspace_create allocates (what
- * ext/engine.c sizes GPU batches by). */
+ * runtime/engine.c sizes GPU batches by). */
 static void test_workspace_bytes(void **state)
 {
     (void)state;

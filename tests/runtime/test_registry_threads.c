@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "core/errors.h"
-#include "ext/sentiment_ext.h"
+#include "runtime/registry.h"
 
 #define TINY_MODEL "tests/fixtures/models/bert_tiny"
 
