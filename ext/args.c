@@ -1,6 +1,7 @@
 /* args.c: checks on SQL arguments that name something (a model, a path, a
  * setting) and the connection's interrupt, shared by the functions, and the
- * admin switch (sx_admin_refused).
+ * admin switch (sx_admin_refused), and an aggregate's per-query state
+ * (sx_agg_state).
  *
  * A TEXT value may hold a NUL byte (CAST(x'610062' AS TEXT)); C string code
  * would cut it at the NUL and act on another name ('a'), so such a name is
@@ -123,4 +124,21 @@ int sx_db_interrupted(sqlite3 *db)
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_INTERRUPT;
+}
+
+void *sx_agg_state(sqlite3_context *ctx, size_t size, int *first)
+{
+    void **pp = sqlite3_aggregate_context(ctx, sizeof *pp);
+
+    *first = 0;
+    if (!pp) goto nomem;
+    if (!*pp) {
+        if (!(*pp = sqlite3_malloc64(size))) goto nomem;
+        memset(*pp, 0, size);
+        *first = 1;
+    }
+    return *pp;
+nomem:
+    sqlite3_result_error_nomem(ctx);
+    return NULL;
 }

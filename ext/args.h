@@ -6,6 +6,8 @@
 #ifndef EXT_ARGS_H
 #define EXT_ARGS_H
 
+#include <stddef.h>
+
 #include "ext/conn.h"
 #include "ext/sqlite_api.h"
 
@@ -14,6 +16,12 @@
  * it holds one (never cut at the NUL); SQLITE_NOMEM. */
 int sx_arg_name(sqlite3_value *v, const char *fn, const char *what, const char **out,
                 char **errmsg);
+/* An aggregate's state of size bytes, allocated zeroed on its first row
+ * (sqlite3_malloc'd; its pointer kept in the aggregate context, so xFinal
+ * reads it as *(T **)sqlite3_aggregate_context(ctx, 0) and frees it);
+ * *first is 1 on that row. NULL, with the out-of-memory error set on ctx,
+ * when memory runs out. */
+void *sx_agg_state(sqlite3_context *ctx, size_t size, int *first);
 /* 1 when a TEXT (or BLOB) value holds a NUL byte. */
 int sx_arg_has_nul(sqlite3_value *v);
 /* 1 while sqlite3_interrupt(db) is in effect (SQLite 3.40 has no

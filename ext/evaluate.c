@@ -234,28 +234,17 @@ nomem:
 
 static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    ev_state **pp = sqlite3_aggregate_context(ctx, sizeof *pp);
-    ev_state *s;
+    int first;
+    ev_state *s = sx_agg_state(ctx, sizeof *s, &first);
     char *errmsg = NULL;
     const char *text, *label;
     size_t len;
     int g;
 
-    if (!pp) {
-        sqlite3_result_error_nomem(ctx);
-        return;
-    }
-    s = *pp;
-    if (!s) {
+    if (!s) return;
+    if (first) {
         const char *name = NULL;
-        s = sqlite3_malloc(sizeof *s);
-        if (!s) {
-            sqlite3_result_error_nomem(ctx);
-            return;
-        }
-        memset(s, 0, sizeof *s);
         s->c = sqlite3_user_data(ctx);
-        *pp = s;
         if (argc > 2) {
             if (sqlite3_value_type(argv[2]) == SQLITE_NULL) {
                 sx_fail(&errmsg, SQLITE_ERROR, EVAL_FN,
@@ -401,25 +390,6 @@ static void append_warning(sqlite3_str *j, const ev_state *s)
     sqlite3_str_appendall(j, "), counted as errors; map labels with the fourth argument\"");
 }
 
-/* "label_map" and "label_map_by", when labels were mapped (by the
- * argument or the 0/1 convention). */
-static void append_label_map(sqlite3_str *j, const ev_state *s)
-{
-    if (!s->map_given && !s->conv_used) return;
-    sqlite3_str_appendall(j, ",\"label_map\":{");
-    if (s->map_given) {
-        for (int i = 0; i < s->n_map; i++) {
-            if (i) sqlite3_str_appendchar(j, 1, ',');
-            sx_json_string(j, s->map_from[i]);
-            sqlite3_str_appendchar(j, 1, ':');
-            sx_json_string(j, s->map_to[i]);
-        }
-    } else {
-        sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"");
-    }
-    sqlite3_str_appendf(j, "},\"label_map_by\":\"%s\"", s->map_given ? "option" : "convention");
-}
-
 /* The per-label figures as a JSON object (sqlite3_malloc'd; NULL when out
  * of memory), for the labels that occur in the data or the predictions;
  * their F1 sum and count in *f1_sum and *f1_n. */
@@ -485,7 +455,10 @@ static char *report_json(const ev_state *s)
     append_counts(j, s);
     append_wide(j, s);
     append_warning(j, s);
-    append_label_map(j, s);
+    if (s->map_given)
+        sx_json_label_map(j, s->map_from, s->map_to, s->n_map);
+    else if (s->conv_used)
+        sx_json_label_map(j, NULL, NULL, 0);
     /* per-label figures, in a second string: macro_f1 comes first */
     char *per = per_label_json(s, &f1_sum, &f1_n);
     sqlite3_str_appendall(j, ",\"macro_f1\":");

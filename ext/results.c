@@ -74,6 +74,22 @@ void sx_json_string(sqlite3_str *s, const char *text)
     sqlite3_str_appendchar(s, 1, '"');
 }
 
+void sx_json_label_map(sqlite3_str *s, char *const *from, char *const *to, int n)
+{
+    sqlite3_str_appendall(s, ",\"label_map\":{");
+    if (!from) {
+        sqlite3_str_appendall(s, "\"0\":\"negative\",\"1\":\"positive\"");
+    } else {
+        for (int i = 0; i < n; i++) {
+            if (i) sqlite3_str_appendchar(s, 1, ',');
+            sx_json_string(s, from[i]);
+            sqlite3_str_appendchar(s, 1, ':');
+            sx_json_string(s, to[i]);
+        }
+    }
+    sqlite3_str_appendf(s, "},\"label_map_by\":\"%s\"", from ? "option" : "convention");
+}
+
 char *sx_probs_json(const bert_config *cfg, const float *probs)
 {
     sqlite3_str *s = sqlite3_str_new(NULL);

@@ -27,6 +27,11 @@ double sx_score(const bert_config *cfg, const float *probs);
 char *sx_probs_json(const bert_config *cfg, const float *probs);
 /* Appends a JSON string literal. */
 void sx_json_string(sqlite3_str *s, const char *text);
+/* Appends ,"label_map":{...},"label_map_by":"..." to a report: the n pairs
+ * from[i] -> to[i] given by the labels option ("option"), or, when from is
+ * NULL, the 0/1 convention {"0":"negative","1":"positive"} ("convention").
+ * train() and sentiment_evaluate() report mapped labels this way. */
+void sx_json_label_map(sqlite3_str *s, char *const *from, char *const *to, int n);
 /* JSON results carry SQLite's JSON subtype ('J', what json1's functions
  * set and read), so json_object('p', sentiment_probs(x)) nests an object,
  * not an escaped string. Functions that return JSON are registered with

@@ -488,29 +488,17 @@ static int keep_text(tr_state *s, const char *text, size_t len, int label)
 
 static void train_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    tr_state **pp = sqlite3_aggregate_context(ctx, sizeof *pp);
     tr_state *s;
     char err[SM_ERR_MAX];
     char *errmsg = NULL;
     const char *text, *label;
     size_t len, label_len;
-    int li = -1, n, trunc, rc;
+    int li = -1, n, trunc, rc, first;
 
     if (sx_admin_refused(ctx, sqlite3_user_data(ctx), TRAIN_FN)) return;
-    if (!pp) {
-        sqlite3_result_error_nomem(ctx);
-        return;
-    }
-    s = *pp;
-    if (!s) {
-        s = sqlite3_malloc(sizeof *s);
-        if (!s) {
-            sqlite3_result_error_nomem(ctx);
-            return;
-        }
-        memset(s, 0, sizeof *s);
+    if (!(s = sx_agg_state(ctx, sizeof *s, &first))) return;
+    if (first) {
         s->c = sqlite3_user_data(ctx);
-        *pp = s;
         if (state_init(s, ctx, argc, argv, &errmsg) != SQLITE_OK) goto fail;
     }
     if (s->failed) return;
@@ -712,27 +700,6 @@ static void json_key_num(sqlite3_str *j, const char *key, double x)
     json_num(j, x);
 }
 
-/* "label_map" and "label_map_by": what each label of the data was trained
- * as, when labels were renamed. */
-static void report_label_map(sqlite3_str *j, const tr_state *s)
-{
-    if (!s->labels_mapped) return;
-    sqlite3_str_appendall(j, ",\"label_map\":{");
-    if (s->labels_mapped == 2) {
-        sqlite3_str_appendall(j, "\"0\":\"negative\",\"1\":\"positive\"}");
-    } else {
-        for (int i = 0; i < s->o.n_map; i++) {
-            if (i) sqlite3_str_appendchar(j, 1, ',');
-            sx_json_string(j, s->o.map_from[i]);
-            sqlite3_str_appendchar(j, 1, ':');
-            sx_json_string(j, s->o.map_to[i]);
-        }
-        sqlite3_str_appendchar(j, 1, '}');
-    }
-    sqlite3_str_appendf(j, ",\"label_map_by\":\"%s\"",
-                        s->labels_mapped == 2 ? "convention" : "option");
-}
-
 /* "wide": the fit's settings and figures, "kept", or null. */
 static void report_wide(sqlite3_str *j, const tr_state *s, const bert_config *cfg)
 {
@@ -794,7 +761,11 @@ static char *report_json(const tr_state *s, int64_t version, int kept, const ber
                         (long long)s->rows, (long long)s->skipped, (long long)s->truncated,
                         r->n_train, r->n_valid);
     json_strings(j, cfg->id2label, cfg->num_labels);
-    report_label_map(j, s);
+    /* what each label of the data was trained as, when labels were renamed */
+    if (s->labels_mapped == 1)
+        sx_json_label_map(j, s->o.map_from, s->o.map_to, s->o.n_map);
+    else if (s->labels_mapped == 2)
+        sx_json_label_map(j, NULL, NULL, 0);
     sqlite3_str_appendf(j, ",\"max_length\":%d,\"epochs\":%d,\"lr\":", s->max_len, r->epochs);
     json_num(j, s->o.t.loop.lr);
     json_key_num(j, ",\"head_lr\":", s->head_lr);
