@@ -455,10 +455,8 @@ static char *report_json(const ev_state *s)
     append_counts(j, s);
     append_wide(j, s);
     append_warning(j, s);
-    if (s->map_given)
-        sx_json_label_map(j, s->map_from, s->map_to, s->n_map);
-    else if (s->conv_used)
-        sx_json_label_map(j, NULL, NULL, 0);
+    if (s->map_given) sx_json_label_map(j, s->map_from, s->map_to, s->n_map);
+    else if (s->conv_used) sx_json_label_map(j, NULL, NULL, 0);
     /* per-label figures, in a second string: macro_f1 comes first */
     char *per = per_label_json(s, &f1_sum, &f1_n);
     sqlite3_str_appendall(j, ",\"macro_f1\":");

@@ -762,10 +762,8 @@ static char *report_json(const tr_state *s, int64_t version, int kept, const ber
                         r->n_train, r->n_valid);
     json_strings(j, cfg->id2label, cfg->num_labels);
     /* what each label of the data was trained as, when labels were renamed */
-    if (s->labels_mapped == 1)
-        sx_json_label_map(j, s->o.map_from, s->o.map_to, s->o.n_map);
-    else if (s->labels_mapped == 2)
-        sx_json_label_map(j, NULL, NULL, 0);
+    if (s->labels_mapped == 1) sx_json_label_map(j, s->o.map_from, s->o.map_to, s->o.n_map);
+    else if (s->labels_mapped == 2) sx_json_label_map(j, NULL, NULL, 0);
     sqlite3_str_appendf(j, ",\"max_length\":%d,\"epochs\":%d,\"lr\":", s->max_len, r->epochs);
     json_num(j, s->o.t.loop.lr);
     json_key_num(j, ",\"head_lr\":", s->head_lr);
