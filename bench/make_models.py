@@ -18,6 +18,9 @@ Weights are random (seeded): the benchmark measures speed, and the labels of a
 random model mean nothing. The "builtin" shape is the built-in model when
 model/builtin/ holds one (config.json, vocab.txt, model.safetensors); until
 then it is a random stand-in of the shape the built-in model is planned at.
+Its encoder only: the wide part (config.json's "wide", tensors wide.*, see
+README "The wide part") is left out, since no peer can run it and every
+engine, classify() through SQL included, must compute the same thing.
 
 The vocabulary is tests/fixtures/vocab.txt followed by every CJK Unified
 Ideograph (U+4E00..U+9FFF) it lacks: 21,512 entries, the size class of
@@ -127,6 +130,20 @@ def sample_batch(vocab_size, seed=5):
     return ids, mask, np.zeros_like(ids)
 
 
+def copy_encoder_only(src, dst):
+    """The model in src without its wide part, into dst."""
+    from safetensors.numpy import load_file, save_file
+    shutil.copy(os.path.join(src, "vocab.txt"), os.path.join(dst, "vocab.txt"))
+    with open(os.path.join(src, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg.pop("wide", None)
+    with open(os.path.join(dst, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if not k.startswith("wide.")},
+              os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+
+
 def build(shape, cache, log):
     import numpy as np
     import torch
@@ -154,8 +171,7 @@ def build(shape, cache, log):
     hf = os.path.join(out, "hf")
     os.makedirs(hf)
     if source == "model/builtin":
-        for f in ("config.json", "vocab.txt", "model.safetensors"):
-            shutil.copy(os.path.join(BUILTIN_DIR, f), os.path.join(hf, f))
+        copy_encoder_only(BUILTIN_DIR, hf)
         model = AutoModelForSequenceClassification.from_pretrained(
             hf, attn_implementation="eager", dtype=torch.float32).eval()
         label = "built-in model (model/builtin)"
