@@ -8,6 +8,8 @@
  * calling thread), and the runtime's SM_* status and message become an
  * SQLite code and "fn: message" (sx_from_sm).
  */
+#include <stdio.h>
+
 #include "core/errors.h"
 #include "ext/args.h"
 #include "ext/conn.h"
@@ -81,4 +83,28 @@ int sx_engine_embed(sx_conn *c, const char *fn, rt_model *m, const char *const *
                     char **errmsg)
 {
     return run(c, fn, m, texts, lens, n, batch_size, -1, 1, emb, truncated, errmsg);
+}
+
+int sx_engine_int8_begin(sx_conn *c, const char *fn, rt_model *m, rt_int8_measure **out,
+                         char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    int rc = rt_int8_measure_begin(m->bert, c->threads, sx_engine_max_length(c, m->bert), out, err);
+    if (rc == SM_ERR_INVALID || rc == SM_ERR_UNSUPPORTED) {
+        char why[SM_ERR_MAX];
+        snprintf(why, sizeof why, "int8 cannot run this model: %.400s", err);
+        return sx_from_sm(rc, fn, why, errmsg);
+    }
+    return sx_from_sm(rc, fn, err, errmsg);
+}
+
+int sx_engine_int8_add(sx_conn *c, const char *fn, rt_int8_measure *q, const char *const *texts,
+                       const size_t *lens, const int *labels, int n, char **errmsg)
+{
+    char err[SM_ERR_MAX];
+    sx_poll poll;
+    sx_poll_begin(&poll, c->db);
+    int rc = rt_int8_measure_add(q, texts, lens, labels, n, sx_poll_stop, &poll, err);
+    sx_poll_end(&poll);
+    return sx_from_sm(rc, fn, err, errmsg);
 }

@@ -1,5 +1,6 @@
-/* evaluate.c: sentiment_evaluate(text, label [, model [, labels]]), a model
- * scored against labeled rows.
+/* evaluate.c: a model scored against labeled rows: sentiment_evaluate(text,
+ * label [, model [, labels]]), and sentiment_int8_check() with the same
+ * arguments (at the end of this comment).
  *
  *   SELECT sentiment_evaluate(comment, label, 'hotel') FROM test_reviews;
  *   SELECT sentiment_evaluate(text, stars, 'default',
@@ -50,6 +51,17 @@
  * Texts are buffered and classified EVAL_BATCH (64) at a time, one encoder
  * call per batch, on this connection's device; the model argument is
  * resolved on the first row (default 'default').
+ *
+ * sentiment_int8_check() reads the rows and labels the same way, but
+ * classifies each batch on the CPU with FP32 and with INT8 linear layers
+ * (runtime/int8_measure.h, through conn_engine.c) and returns
+ *   {"model":"hotel","rows":400,"skipped":0,"unknown_labels":0,
+ *    "accuracy_fp32":0.9125,"accuracy_int8":0.9125,"agreement":1,
+ *    "auto":true,"why":"held-out accuracy ...","cpu_precision":"int8: ..."}
+ * With rows, its figures become the model's INT8 check in the cache
+ * (rt_registry_set_int8_check), which precision auto follows from then on
+ * (model/format/int8_check.h's rule) and sentiment_save() stores. It is
+ * DIRECTONLY and an admin function: it changes what auto runs.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -62,13 +74,19 @@
 #include "ext/models.h"
 #include "ext/register.h"
 #include "ext/results.h"
+#include "runtime/device.h"
+#include "runtime/int8_measure.h"
+#include "runtime/registry.h"
 
 #define EVAL_BATCH 64
 #define EVAL_FN "sentiment_evaluate()"
+#define INT8_FN "sentiment_int8_check()"
 
 typedef struct ev_state {
     sx_conn *c;
-    rt_model *m; /* referenced */
+    const char *fn;     /* EVAL_FN or INT8_FN, for messages */
+    rt_int8_measure *q; /* sentiment_int8_check(): the measurement */
+    rt_model *m;        /* referenced */
     char *model_name;
     int K;        /* the model's labels */
     char **extra; /* labels the model does not know */
@@ -92,6 +110,7 @@ typedef struct ev_state {
 static void state_free(ev_state *s)
 {
     if (!s) return;
+    rt_int8_measure_free(s->q);
     rt_registry_release(s->m);
     sqlite3_free(s->model_name);
     for (int i = 0; i < s->n_extra; i++) sqlite3_free(s->extra[i]);
@@ -108,17 +127,26 @@ static void state_free(ev_state *s)
     sqlite3_free(s);
 }
 
-/* Classifies the pending rows into the confusion matrix. */
+/* Classifies the pending rows into the confusion matrix, or, for
+ * sentiment_int8_check(), into the measurement (a label the model lacks
+ * is never right). */
 static int flush(ev_state *s, char **errmsg)
 {
     int rc;
     if (!s->n) return SQLITE_OK;
-    rc = sx_engine_classify(s->c, EVAL_FN, s->m, (const char *const *)s->texts, s->lens, s->n, 0,
-                            s->probs, NULL, errmsg);
+    if (s->q) {
+        int labels[EVAL_BATCH];
+        for (int i = 0; i < s->n; i++) labels[i] = s->gold[i] < s->K ? s->gold[i] : -1;
+        rc = sx_engine_int8_add(s->c, s->fn, s->q, (const char *const *)s->texts, s->lens, labels,
+                                s->n, errmsg);
+    } else {
+        rc = sx_engine_classify(s->c, s->fn, s->m, (const char *const *)s->texts, s->lens, s->n, 0,
+                                s->probs, NULL, errmsg);
+    }
     if (rc != SQLITE_OK) return rc;
     for (int i = 0; i < s->n; i++) {
-        int p = sx_argmax(s->probs + (size_t)i * s->K, s->K);
-        s->conf[(size_t)s->gold[i] * s->K + p]++;
+        if (!s->q)
+            s->conf[(size_t)s->gold[i] * s->K + sx_argmax(s->probs + (size_t)i * s->K, s->K)]++;
         sqlite3_free(s->texts[i]);
         s->texts[i] = NULL;
     }
@@ -151,7 +179,7 @@ static int parse_map(ev_state *s, sqlite3_value *v, char **errmsg)
         const char *type = (const char *)sqlite3_column_text(st, 2);
         if (!k || !t || !type) goto nomem;
         if (strcmp(type, "text") || bert_config_label_index(&s->m->bert->cfg, t) < 0) {
-            rc = sx_fail(errmsg, SQLITE_ERROR, EVAL_FN,
+            rc = sx_fail(errmsg, SQLITE_ERROR, s->fn,
                          "labels: '%s' maps to %s%s%s, which is not a label of model '%s'", k,
                          strcmp(type, "text") ? "a JSON " : "'", strcmp(type, "text") ? type : t,
                          strcmp(type, "text") ? "" : "'", s->model_name);
@@ -174,12 +202,12 @@ static int parse_map(ev_state *s, sqlite3_value *v, char **errmsg)
     sqlite3_finalize(st);
     return SQLITE_OK;
 bad:
-    rc = sx_fail(errmsg, SQLITE_ERROR, EVAL_FN,
+    rc = sx_fail(errmsg, SQLITE_ERROR, s->fn,
                  "labels must be a JSON object mapping labels of the data to labels of the "
                  "model, e.g. '{\"0\":\"negative\",\"1\":\"positive\"}'");
     goto end;
 nomem:
-    rc = sx_fail(errmsg, SQLITE_NOMEM, EVAL_FN, "out of memory");
+    rc = sx_fail(errmsg, SQLITE_NOMEM, s->fn, "out of memory");
 end:
     sqlite3_finalize(st);
     return rc;
@@ -229,32 +257,36 @@ static int gold_index(ev_state *s, const char *label, int *out, char **errmsg)
     *out = s->K + s->n_extra++;
     return SQLITE_OK;
 nomem:
-    return sx_fail(errmsg, SQLITE_NOMEM, EVAL_FN, "out of memory");
+    return sx_fail(errmsg, SQLITE_NOMEM, s->fn, "out of memory");
 }
 
-static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+/* Both aggregates' step: int8 1 for sentiment_int8_check() (FP32 measured
+ * against INT8 instead of the confusion matrix filled). */
+static void step(sqlite3_context *ctx, int argc, sqlite3_value **argv, int int8)
 {
-    int first;
-    ev_state *s = sx_agg_state(ctx, sizeof *s, &first);
+    const char *fn = int8 ? INT8_FN : EVAL_FN;
+    ev_state *s;
     char *errmsg = NULL;
     const char *text, *label;
     size_t len;
-    int g;
+    int g, first;
 
-    if (!s) return;
+    if (int8 && sx_admin_refused(ctx, sqlite3_user_data(ctx), fn)) return;
+    if (!(s = sx_agg_state(ctx, sizeof *s, &first))) return;
     if (first) {
         const char *name = NULL;
         s->c = sqlite3_user_data(ctx);
+        s->fn = fn;
         if (argc > 2) {
             if (sqlite3_value_type(argv[2]) == SQLITE_NULL) {
-                sx_fail(&errmsg, SQLITE_ERROR, EVAL_FN,
+                sx_fail(&errmsg, SQLITE_ERROR, s->fn,
                         "model name is NULL; expected a name from sentiment_models, e.g. "
                         "'default'");
                 goto fail;
             }
-            if (sx_arg_name(argv[2], EVAL_FN, "model name", &name, &errmsg) != SQLITE_OK) goto fail;
+            if (sx_arg_name(argv[2], s->fn, "model name", &name, &errmsg) != SQLITE_OK) goto fail;
         }
-        if (sx_model_resolve(s->c, EVAL_FN, name, &s->m, &errmsg) != SQLITE_OK) goto fail;
+        if (sx_model_resolve(s->c, s->fn, name, &s->m, &errmsg) != SQLITE_OK) goto fail;
         s->model_name = sqlite3_mprintf("%s", name ? name : "default");
         s->K = s->m->bert->cfg.num_labels;
         s->probs = sqlite3_malloc64((sqlite3_uint64)EVAL_BATCH * s->K * sizeof *s->probs);
@@ -269,6 +301,7 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         if (argc > 3 && sqlite3_value_type(argv[3]) != SQLITE_NULL &&
             parse_map(s, argv[3], &errmsg) != SQLITE_OK)
             goto fail;
+        if (int8 && sx_engine_int8_begin(s->c, fn, s->m, &s->q, &errmsg) != SQLITE_OK) goto fail;
     }
     if (s->failed) return;
     if (sx_value_text(argv[0], &text, &len) != SQLITE_OK) goto nomem;
@@ -290,11 +323,22 @@ static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     if (s->n == EVAL_BATCH && flush(s, &errmsg) != SQLITE_OK) goto fail;
     return;
 nomem:
-    sx_fail(&errmsg, SQLITE_NOMEM, EVAL_FN, "out of memory");
+    sx_fail(&errmsg, SQLITE_NOMEM, s->fn, "out of memory");
 fail:
     s->failed = 1;
-    sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_evaluate(): out of memory", -1);
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
     sqlite3_free(errmsg);
+}
+
+static void eval_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    step(ctx, argc, argv, 0);
+}
+
+static void int8_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    step(ctx, argc, argv, 1);
 }
 
 static void json_ratio(sqlite3_str *j, double x)
@@ -321,7 +365,7 @@ static char *no_known_label_error(const ev_state *s)
 {
     sqlite3_str *e = sqlite3_str_new(NULL);
     const bert_config *cfg = &s->m->bert->cfg;
-    sqlite3_str_appendf(e, "%s: not one row's label is a label of model '%s' (", EVAL_FN,
+    sqlite3_str_appendf(e, "%s: not one row's label is a label of model '%s' (", s->fn,
                         s->model_name);
     for (int i = 0; i < s->K; i++)
         sqlite3_str_appendf(e, "%s'%s'", i ? ", " : "", cfg->id2label[i]);
@@ -331,8 +375,9 @@ static char *no_known_label_error(const ev_state *s)
     if (s->n_extra > 10) sqlite3_str_appendf(e, ", ... (%d in all)", s->n_extra);
     sqlite3_str_appendf(e,
                         "; say what they mean with a fourth argument, e.g. "
-                        "sentiment_evaluate(text, label, '%s', '{\"%s\":\"%s\"}')",
-                        s->model_name, s->extra[0], cfg->id2label[0]);
+                        "%.*s(text, label, '%s', '{\"%s\":\"%s\"}')",
+                        (int)strlen(s->fn) - 2, s->fn, s->model_name, s->extra[0],
+                        cfg->id2label[0]);
     return sqlite3_str_finish(e);
 }
 
@@ -479,34 +524,104 @@ static char *report_json(const ev_state *s)
 
 /* ---- the final step ----------------------------------------------------- */
 
-static void eval_final(sqlite3_context *ctx)
+/* sentiment_int8_check()'s result (sqlite3_malloc'd; NULL when out of
+ * memory): the counts, the check's figures (null without rows), whether
+ * precision auto may run the model in INT8 and why, and what auto runs on
+ * this CPU (sentiment_models.cpu_precision). */
+static char *int8_report_json(const ev_state *s, const sm_int8_check *check)
+{
+    sqlite3_str *j = sqlite3_str_new(NULL);
+    char why[300], cpu[400];
+    int vetted = rt_device_int8_vetted(s->m->key, check, why, sizeof why);
+    rt_device_cpu_auto_precision(s->m->key, check, cpu, sizeof cpu);
+    sqlite3_str_appendall(j, "{\"model\":");
+    sx_json_string(j, s->model_name);
+    sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"unknown_labels\":%lld",
+                        (long long)s->rows, (long long)s->skipped, (long long)s->unknown);
+    if (s->rows) {
+        sm_int8_check m = rt_int8_measure_result(s->q);
+        sqlite3_str_appendall(j, ",\"accuracy_fp32\":");
+        json_ratio(j, m.accuracy_fp32);
+        sqlite3_str_appendall(j, ",\"accuracy_int8\":");
+        json_ratio(j, m.accuracy_int8);
+        sqlite3_str_appendall(j, ",\"agreement\":");
+        json_ratio(j, m.agreement);
+    } else {
+        sqlite3_str_appendall(j, ",\"accuracy_fp32\":null,\"accuracy_int8\":null,"
+                                 "\"agreement\":null");
+    }
+    sqlite3_str_appendf(j, ",\"auto\":%s,\"why\":", vetted ? "true" : "false");
+    sx_json_string(j, why);
+    sqlite3_str_appendall(j, ",\"cpu_precision\":");
+    sx_json_string(j, cpu);
+    if (s->map_given) sx_json_label_map(j, s->map_from, s->map_to, s->n_map);
+    else if (s->conv_used) sx_json_label_map(j, NULL, NULL, 0);
+    sqlite3_str_appendchar(j, 1, '}');
+    if (sqlite3_str_errcode(j) != SQLITE_OK) {
+        sqlite3_free(sqlite3_str_finish(j));
+        return NULL;
+    }
+    return sqlite3_str_finish(j);
+}
+
+/* Both aggregates' final step. sentiment_int8_check() with rows makes
+ * its measurement the model's INT8 check for the process
+ * (rt_registry_set_int8_check), which precision auto then follows. */
+static void final(sqlite3_context *ctx, int int8)
 {
     ev_state **pp = sqlite3_aggregate_context(ctx, 0);
     ev_state *s = pp ? *pp : NULL;
     char *errmsg = NULL, *json;
 
     if (!s) {
-        result_no_rows(ctx);
+        if (int8) {
+            sqlite3_result_text(ctx,
+                                "{\"rows\":0,\"skipped\":0,\"unknown_labels\":0,"
+                                "\"accuracy_fp32\":null,\"accuracy_int8\":null,"
+                                "\"agreement\":null}",
+                                -1, SQLITE_STATIC);
+            sqlite3_result_subtype(ctx, SX_JSON_SUBTYPE);
+        } else {
+            result_no_rows(ctx);
+        }
         return;
     }
     if (s->failed) goto end;
-    if (flush(s, &errmsg) != SQLITE_OK) {
-        if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
-        else sqlite3_result_error_nomem(ctx);
-        sqlite3_free(errmsg);
-        goto end;
-    }
+    if (flush(s, &errmsg) != SQLITE_OK) goto fail;
     if (s->rows && s->unknown == s->rows) {
         errmsg = no_known_label_error(s);
-        sqlite3_result_error(ctx, errmsg ? errmsg : "sentiment_evaluate(): out of memory", -1);
-        sqlite3_free(errmsg);
-        goto end;
+        goto fail;
     }
-    if ((json = report_json(s))) sx_result_json(ctx, json);
+    if (s->q) {
+        sm_int8_check check = rt_registry_int8_check(s->m);
+        if (s->rows) {
+            check = rt_int8_measure_result(s->q);
+            rt_registry_set_int8_check(s->m, &check);
+        }
+        json = int8_report_json(s, &check);
+    } else {
+        json = report_json(s);
+    }
+    if (json) sx_result_json(ctx, json);
     else sqlite3_result_error_nomem(ctx);
+    goto end;
+fail:
+    if (errmsg) sqlite3_result_error(ctx, errmsg, -1);
+    else sqlite3_result_error_nomem(ctx);
+    sqlite3_free(errmsg);
 end:
     state_free(s);
     *pp = NULL;
+}
+
+static void eval_final(sqlite3_context *ctx)
+{
+    final(ctx, 0);
+}
+
+static void int8_final(sqlite3_context *ctx)
+{
+    final(ctx, 1);
 }
 
 int sx_register_evaluate(sqlite3 *db, sx_conn *c)
@@ -517,6 +632,13 @@ int sx_register_evaluate(sqlite3 *db, sx_conn *c)
         rc = sqlite3_create_function_v2(db, "sentiment_evaluate", n,
                                         SQLITE_UTF8 | SQLITE_INNOCUOUS | SX_JSON_FLAGS, c, NULL,
                                         eval_step, eval_final, sx_conn_unref);
+        if (rc != SQLITE_OK) break;
+        /* it changes what precision auto runs for the model: no
+         * INNOCUOUS, so a view or trigger cannot call it */
+        sx_conn_ref(c);
+        rc = sqlite3_create_function_v2(db, "sentiment_int8_check", n,
+                                        SQLITE_UTF8 | SQLITE_DIRECTONLY | SX_JSON_FLAGS, c, NULL,
+                                        int8_step, int8_final, sx_conn_unref);
     }
     return rc;
 }

@@ -99,6 +99,7 @@
 #include "ext/version.h"
 #include "format/safetensors.h"
 #include "runtime/device.h"
+#include "runtime/registry.h"
 
 #ifndef SENTIMENT_COMMIT
 #define SENTIMENT_COMMIT "unknown"
@@ -386,7 +387,11 @@ static void fn_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         m = model_arg(ctx, c, fn, argc, argv, 1, &cached);
         if (!m) return; /* error already set */
     }
-    if ((rc = bert_config_to_json(&m->bert->cfg, &config, err)) != SM_OK ||
+    /* the config as loaded, with the INT8 check auto follows now (one
+     * sentiment_int8_check() measured travels with the saved model) */
+    bert_config cfg = m->bert->cfg;
+    cfg.int8_check = rt_registry_int8_check(m);
+    if ((rc = bert_config_to_json(&cfg, &config, err)) != SM_OK ||
         (rc = bert_model_save_safetensors(m->bert, ST_F32, &weights, &weights_len, err)) != SM_OK ||
         (rc = bert_model_tokenizer_file(m->bert, &tok_name, &tok_text, &tok_len, err)) != SM_OK) {
         rc = sx_fail(&errmsg, sx_rc_from_sm(rc), fn, "cannot serialise the model: %s", err);

@@ -179,10 +179,12 @@ static char *labels_json(const bert_config *cfg)
 }
 
 /* Appends a row; cfg (may be NULL) fills the architecture columns; head:
- * 1 a classification head, 0 none (no labels are listed), -1 not known. */
+ * 1 a classification head, 0 none (no labels are listed), -1 not known;
+ * check: the INT8 check auto follows (a loaded model's may be newer than
+ * its config's, rt_registry_int8_check), NULL for cfg's. */
 static models_row *add_row(models_cursor *cur, const char *name, sqlite3_int64 version,
-                           const char *source, const bert_config *cfg, sqlite3_int64 params,
-                           int head)
+                           const char *source, const bert_config *cfg, const sm_int8_check *check,
+                           sqlite3_int64 params, int head)
 {
     models_row *r;
     if (cur->n == cur->cap) {
@@ -224,8 +226,8 @@ static models_row *add_row(models_cursor *cur, const char *name, sqlite3_int64 v
         }
         if (head) {
             char why[300];
-            rt_device_cpu_auto_precision(strcmp(source, "builtin") ? NULL : "builtin", cfg, why,
-                                         sizeof why);
+            rt_device_cpu_auto_precision(strcmp(source, "builtin") ? NULL : "builtin",
+                                         check ? check : &cfg->int8_check, why, sizeof why);
             if (!(r->cpu_precision = sqlite3_mprintf("%s", why))) return NULL;
         }
     }
@@ -261,14 +263,22 @@ static int add_database_rows(models_cursor *cur, sx_conn *cur_conn)
         const char *created = (const char *)sqlite3_column_text(st, 4);
         const char *metrics = (const char *)sqlite3_column_text(st, 5);
         bert_config cfg;
+        sm_int8_check check;
         int have = config && bert_config_parse(config, config_len, &cfg, err) == SM_OK;
+        /* a version of this database's model in the cache (its key is the
+         * hash of the bytes, which listing does not read) */
+        char *family = sx_store_family(cur_conn, name ? name : "");
+        int loaded = family && rt_registry_is_loaded_version(family, version);
+        int measured = family && rt_registry_version_int8_check(family, version, &check);
+        sqlite3_free(family);
         models_row *r = add_row(cur, name ? name : "", version, "database", have ? &cfg : NULL,
-                                have ? params_of(&cfg) : 0, -1);
+                                measured ? &check : NULL, have ? params_of(&cfg) : 0, -1);
         if (have) bert_config_free(&cfg);
         if (!r) {
             rc = SQLITE_NOMEM;
             break;
         }
+        r->loaded = loaded;
         if (created && !(r->created = sqlite3_mprintf("%s", created))) {
             rc = SQLITE_NOMEM;
             break;
@@ -276,13 +286,6 @@ static int add_database_rows(models_cursor *cur, sx_conn *cur_conn)
         if (metrics && !(r->metrics = sqlite3_mprintf("%s", metrics))) {
             rc = SQLITE_NOMEM;
             break;
-        }
-        {
-            /* a version of this database's model in the cache (its key is
-             * the hash of the bytes, which listing does not read) */
-            char *family = sx_store_family(cur_conn, name ? name : "");
-            r->loaded = family && rt_registry_is_loaded_version(family, version);
-            sqlite3_free(family);
         }
     }
     sqlite3_finalize(st);
@@ -304,8 +307,9 @@ static int modelsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxSt
 
     rows_free(cur);
     for (sx_file_reg *r = c->files; r; r = r->next) {
+        sm_int8_check check = rt_registry_int8_check(r->model);
         models_row *row = add_row(cur, r->name, 1, r->path ? "file" : "memory",
-                                  &r->model->bert->cfg,
+                                  &r->model->bert->cfg, &check,
                                   (sqlite3_int64)bert_model_num_params(r->model->bert),
                                   r->model->bert->has_head != 0);
         if (!row || (r->path && !(row->path = sqlite3_mprintf("%s", r->path)))) return SQLITE_NOMEM;
@@ -320,7 +324,7 @@ static int modelsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxSt
         bert_config cfg;
         char err[SM_ERR_MAX];
         int have = bert_config_parse(b.config, b.config_len, &cfg, err) == SM_OK;
-        models_row *row = add_row(cur, "default", 1, "builtin", have ? &cfg : NULL,
+        models_row *row = add_row(cur, "default", 1, "builtin", have ? &cfg : NULL, NULL,
                                   have ? params_of(&cfg) : 0, 1);
         if (have) bert_config_free(&cfg);
         if (!row) return SQLITE_NOMEM;

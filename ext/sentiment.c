@@ -19,6 +19,10 @@
  *   sentiment_save(name [, model])     store a model in the database (DIRECTONLY)
  *   sentiment_drop(name [, version])   remove a stored model (DIRECTONLY)
  *   sentiment_export(name, dir)        write a stored model as a directory (DIRECTONLY)
+ *   sentiment_evaluate(text, label [, model [, labels]])    aggregate: accuracy, F1, ...
+ *   sentiment_int8_check(text, label [, model [, labels]])  aggregate: FP32 vs INT8,
+ *                                      the model's INT8 check (DIRECTONLY)
+ *   train(name, text, label [, options])  aggregate: fine-tune, store
  *   sentiment_config(key [, value])    device, threads, batch_size, ...
  *   sentiment_device(), sentiment_version(), sentiment_debug()
  *

@@ -219,7 +219,7 @@ int rt_device_precision_cpu_only(const char *name)
     return name && !strcmp(name, "int8");
 }
 
-int rt_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap)
+int rt_device_int8_vetted(const char *model_key, const sm_int8_check *check, char *why, size_t cap)
 {
     /* the built-in model's INT8 accuracy was measured on its dev sets
      * (model/builtin/README.md: no label change) */
@@ -228,21 +228,21 @@ int rt_device_int8_vetted(const char *model_key, const bert_config *cfg, char *w
             snprintf(why, cap, "the built-in model's int8 labels were checked on its dev sets");
         return 1;
     }
-    return sm_int8_check_passes(&cfg->int8_check, why, cap);
+    return sm_int8_check_passes(check, why, cap);
 }
 
-const char *rt_device_cpu_auto_precision(const char *model_key, const bert_config *cfg, char *why,
-                                         size_t cap)
+const char *rt_device_cpu_auto_precision(const char *model_key, const sm_int8_check *check,
+                                         char *why, size_t cap)
 {
-    char check[200];
-    int vetted = rt_device_int8_vetted(model_key, cfg, check, sizeof check);
+    char line[200];
+    int vetted = rt_device_int8_vetted(model_key, check, line, sizeof line);
     if (backend_cpu_auto_pack_kind(vetted) == BACKEND_PACK_INT8) {
-        snprintf(why, cap, "int8: %s", check);
+        snprintf(why, cap, "int8: %s", line);
         return "int8";
     }
     if (vetted)
-        snprintf(why, cap, "fp32: this CPU has no AVX512-VNNI (int8 would be allowed: %s)", check);
-    else snprintf(why, cap, "fp32: %s", check);
+        snprintf(why, cap, "fp32: this CPU has no AVX512-VNNI (int8 would be allowed: %s)", line);
+    else snprintf(why, cap, "fp32: %s", line);
     return "fp32";
 }
 

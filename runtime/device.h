@@ -21,6 +21,7 @@
 
 #include "core/backend.h"
 #include "format/config.h"
+#include "format/int8_check.h"
 
 /* Validates a device name ("auto", "cpu", "cuda", "cuda:N") and, for
  * cuda:N, that GPU N exists: SM_OK, SM_ERR_INVALID for a name that is not
@@ -49,16 +50,16 @@ const char *rt_device_precision_cpu_why(const char *name);
 /* 1 when precision name runs on the CPU only (int8). */
 int rt_device_precision_cpu_only(const char *name);
 /* 1 when INT8's labels were checked for a model (its registry key and
- * config): the built-in model ("builtin"), or a config whose int8_check
- * passes its rule (model/format/int8_check.h, written by train()); why (may
- * be NULL) gets the reason either way. What a backend's linear_pack_kind
- * takes as int8_ok. */
-int rt_device_int8_vetted(const char *model_key, const bert_config *cfg, char *why, size_t cap);
+ * INT8 check): the built-in model ("builtin"), or a check that passes its
+ * rule (model/format/int8_check.h: written by train(), measured by
+ * sentiment_int8_check()); why (may be NULL) gets the reason either way.
+ * What a backend's linear_pack_kind takes as int8_ok. */
+int rt_device_int8_vetted(const char *model_key, const sm_int8_check *check, char *why, size_t cap);
 /* What precision auto runs a model with on this machine's CPU, "int8" or
  * "fp32", with why ("int8: held-out accuracy ...", "fp32: int8 not checked
  * for this model", ...) in why (cap bytes). */
-const char *rt_device_cpu_auto_precision(const char *model_key, const bert_config *cfg, char *why,
-                                         size_t cap);
+const char *rt_device_cpu_auto_precision(const char *model_key, const sm_int8_check *check,
+                                         char *why, size_t cap);
 /* Applies precision name to a live backend (be NULL: only checks that the
  * CPU computes in it): on a backend of host memory only what
  * rt_device_precision_cpu_ok accepts (else SM_ERR_INVALID saying why), and

@@ -120,13 +120,11 @@ static int fit_batch(rt_engine *e, const bert_config *cfg, int *batch, int seq, 
 
 /* m's parameters as e's backend reads them: packed as its linear_pack_kind
  * asks (once per model, memory and kind), else the plain copy. */
-static int params_for(rt_engine *e, const rt_settings *s, rt_model *m, const bert_params **p,
-                      char *err)
+static int params_for(rt_engine *e, const rt_settings *s, rt_model *m, int int8_vetted,
+                      const bert_params **p, char *err)
 {
     backend *be = e->be;
-    int kind = be->linear_pack_kind
-                   ? be->linear_pack_kind(be, rt_device_int8_vetted(m->key, &m->bert->cfg, NULL, 0))
-                   : 0;
+    int kind = be->linear_pack_kind ? be->linear_pack_kind(be, int8_vetted) : 0;
     int rc = kind ? rt_registry_params_packed(m, be, kind, p, err)
                   : rt_registry_params(m, be, p, err);
     /* auto falls back to fp32 where the weights cannot be packed (e.g. not
@@ -169,8 +167,10 @@ static int workspace_for(rt_engine *e, const rt_settings *s, rt_model *m, int *b
     const bert_params *p = NULL;
     int want = *batch, asked = *batch, own, rc;
     rt_ws_slot *slot = slot_for(e, m, &own);
+    sm_int8_check check = rt_registry_int8_check(m);
+    int vetted = rt_device_int8_vetted(m->key, &check, NULL, 0);
 
-    if (own && slot->asked >= want && slot->seq >= seq) {
+    if (own && slot->asked >= want && slot->seq >= seq && slot->int8_vetted == vetted) {
         slot->last_used = ++e->tick;
         if (*batch > slot->batch) *batch = slot->batch;
         *out = slot->ws;
@@ -184,7 +184,7 @@ static int workspace_for(rt_engine *e, const rt_settings *s, rt_model *m, int *b
     }
     /* the weights first (once per model and GPU), then the activations in
      * what memory is left */
-    if ((rc = params_for(e, s, m, &p, err)) != SM_OK) return rc;
+    if ((rc = params_for(e, s, m, vetted, &p, err)) != SM_OK) return rc;
     if ((rc = fit_batch(e, &m->bert->cfg, &want, seq, err)) != SM_OK) return rc;
     if ((rc = bert_workspace_create(e->be, &m->bert->cfg, want, seq, &slot->ws, why)) != SM_OK) {
         char what[SM_ERR_MAX];
@@ -199,6 +199,7 @@ static int workspace_for(rt_engine *e, const rt_settings *s, rt_model *m, int *b
     slot->batch = want;
     slot->asked = asked;
     slot->seq = seq;
+    slot->int8_vetted = vetted;
     slot->last_used = ++e->tick;
     if (*batch > want) *batch = want;
     *out = slot->ws;

@@ -42,6 +42,8 @@ typedef struct rt_ws_slot {
     int batch, seq;            /* what ws holds */
     int asked;                 /* the largest batch asked of it; above
                                    batch when free GPU memory capped it */
+    int int8_vetted;           /* rt_device_int8_vetted when params was
+                                   chosen: a new INT8 check chooses again */
     uint64_t last_used;
 } rt_ws_slot;
 

@@ -201,6 +201,7 @@ int rt_registry_acquire(const char *key, const char *family, int64_t version, rt
             rc = sm_error(err, SM_ERR_NOMEM, "out of memory caching model '%s'", key);
         } else {
             e->bert = bm;
+            e->int8_check = bm->cfg.int8_check;
             e->version = version;
             bm = NULL;
             e->refs = 1;
@@ -339,19 +340,53 @@ int rt_registry_is_loaded(const char *key)
     return found;
 }
 
+/* The cached, current entry of (family, version), or NULL. Called with
+ * g_lock held. */
+static rt_model *find_version_locked(const char *family, int64_t version)
+{
+    for (rt_model *e = g_head; e; e = e->next) {
+        if (e->stale) continue;
+        if (e->family && !strcmp(e->family, family) && e->version == version) return e;
+        for (int i = 0; i < RT_MODEL_ALIASES; i++)
+            if (e->alias_family[i] && e->alias_version[i] == version &&
+                !strcmp(e->alias_family[i], family))
+                return e;
+    }
+    return NULL;
+}
+
 int rt_registry_is_loaded_version(const char *family, int64_t version)
 {
-    int found = 0;
     pthread_mutex_lock(&g_lock);
-    for (rt_model *e = g_head; e && !found; e = e->next) {
-        if (e->stale) continue;
-        found = e->family && !strcmp(e->family, family) && e->version == version;
-        for (int i = 0; i < RT_MODEL_ALIASES && !found; i++)
-            found = e->alias_family[i] && e->alias_version[i] == version &&
-                    !strcmp(e->alias_family[i], family);
-    }
+    int found = find_version_locked(family, version) != NULL;
     pthread_mutex_unlock(&g_lock);
     return found;
+}
+
+int rt_registry_version_int8_check(const char *family, int64_t version, sm_int8_check *out)
+{
+    pthread_mutex_lock(&g_lock);
+    rt_model *e = find_version_locked(family, version);
+    int found = e && e->int8_measured;
+    if (found) *out = e->int8_check;
+    pthread_mutex_unlock(&g_lock);
+    return found;
+}
+
+sm_int8_check rt_registry_int8_check(rt_model *e)
+{
+    pthread_mutex_lock(&g_lock);
+    sm_int8_check c = e->int8_check;
+    pthread_mutex_unlock(&g_lock);
+    return c;
+}
+
+void rt_registry_set_int8_check(rt_model *e, const sm_int8_check *c)
+{
+    pthread_mutex_lock(&g_lock);
+    e->int8_check = *c;
+    e->int8_measured = 1;
+    pthread_mutex_unlock(&g_lock);
 }
 
 void rt_registry_stats_get(rt_registry_stats *st)

@@ -18,6 +18,7 @@
 
 #include "core/backend.h"
 #include "encoder/bert.h"
+#include "format/int8_check.h"
 
 /* GPUs a process can use (cuda:0 .. cuda:15). */
 #define RT_MAX_GPUS 16
@@ -49,6 +50,11 @@ typedef struct rt_model {
      * entry (before the device copies they point into); same lock */
 #define RT_PACK_KINDS (BACKEND_PACK_F32 + 1)
     bert_packed_params *packed[RT_MAX_GPUS + 1][RT_PACK_KINDS];
+    /* the INT8 check precision auto follows: the config's, until one is
+     * measured in this process (rt_registry_set_int8_check); guarded by
+     * the registry mutex, read with rt_registry_int8_check */
+    sm_int8_check int8_check;
+    int int8_measured; /* 1 once int8_check was set that way */
     struct rt_model *next;
 } rt_model;
 
@@ -82,8 +88,19 @@ int rt_registry_params_packed(rt_model *e, backend *be, int kind, const bert_par
                               char *err);
 /* 1 when key is in the cache (and not stale). */
 int rt_registry_is_loaded(const char *key);
+/* The entry's INT8 check (format/int8_check.h): its config.json's, or the
+ * last one measured since it was loaded. */
+sm_int8_check rt_registry_int8_check(rt_model *e);
+/* Replaces the entry's INT8 check for every connection of the process
+ * while the entry is cached (sentiment_int8_check() measured it); the
+ * model's config is left as loaded. */
+void rt_registry_set_int8_check(rt_model *e, const sm_int8_check *c);
 /* 1 when a version of family is in the cache (and not stale). */
 int rt_registry_is_loaded_version(const char *family, int64_t version);
+/* When a version of family is in the cache (and not stale) with an INT8
+ * check measured since it was loaded: 1, with the check in *out; else 0
+ * (the stored config's check is the one). */
+int rt_registry_version_int8_check(const char *family, int64_t version, sm_int8_check *out);
 
 typedef struct rt_registry_stats {
     int64_t loads;     /* models loaded since the process started */

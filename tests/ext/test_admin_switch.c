@@ -36,6 +36,8 @@ static void test_off_refuses_admin_functions(void **state)
     expect_refused(db, "SELECT sentiment_drop('x')", "sentiment_drop()");
     expect_refused(db, "SELECT sentiment_export('x', '/tmp/nowhere')", "sentiment_export()");
     expect_refused(db, "SELECT train('m', t, y) FROM d", "train()");
+    expect_refused(db, "SELECT sentiment_int8_check(t, y, 'tiny') FROM d",
+                   "sentiment_int8_check()");
     expect_refused(db, "SELECT sentiment_config('threads', 2)", "sentiment_config()");
     /* for good: 'on' is refused like any other change */
     expect_refused(db, "SELECT sentiment_config('admin_functions', 'on')", "sentiment_config()");

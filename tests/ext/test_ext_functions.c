@@ -494,6 +494,7 @@ static const struct {
     {"module", "classify", "test_ext_classify"},
     {"module", "sentiment_models", "test_default_model, test_ext_storage"},
     {"function", "sentiment_evaluate", "test_ext_evaluate"},
+    {"function", "sentiment_int8_check", "test_ext_int8_check, test_admin_switch"},
     {"function", "sentiment_use", "test_ext_train: test_use_earlier_version"},
     {"function", "sentiment_drop", "test_cache_identity: test_drop, test_drop_bad_input"},
     {"function", "sentiment_export", "test_cache_identity: test_export_*"},
@@ -529,7 +530,8 @@ static void test_api_surface(void **state)
     /* DIRECTONLY flags as documented (pragma_function_list.flags 0x80000) */
     expect_text(db, "SELECT group_concat(name, ',') FROM (SELECT DISTINCT name FROM pragma_function_list "
                     "WHERE flags & 0x80000 AND (name LIKE 'sentiment%') ORDER BY name)",
-                "sentiment_config,sentiment_drop,sentiment_export,sentiment_load,sentiment_save,sentiment_use");
+                "sentiment_config,sentiment_drop,sentiment_export,sentiment_int8_check,sentiment_load,"
+                "sentiment_save,sentiment_use");
     sqlite3_close(db);
 }
 
