@@ -230,10 +230,8 @@ AVX512BF16 static void linear_avx512(float *out, const float *in, const gemm_bf1
                 const uint16_t *b = w->data + ((size_t)j * w->pairs + p0) * 2 * PANEL;
                 int n0 = j * PANEL, cols = (col_hi < N ? col_hi : N) - n0;
                 if (cols > PANEL) cols = PANEL;
-                __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-                __mmask16 m1 = cols >= 32   ? 0xffff
-                               : cols <= 16 ? 0
-                                            : (__mmask16)((1u << (cols - 16)) - 1);
+                __mmask16 m0, m1;
+                gemm_panel_masks(cols, &m0, &m1);
                 for (int i = 0; i < mr; i += MR)
                     kernel(np, a + (size_t)i * KC, b, out + (size_t)(r0 + i) * N + n0, N,
                            mr - i < MR ? mr - i : MR, m0, m1, bias ? bias + n0 : NULL, p0 == 0);

@@ -1,6 +1,7 @@
 /* gemm_common.h: what the packed GEMM kinds (gemm_bf16.c, gemm_f32.c,
  * gemm_int8.c) share, written once: the packed data's allocation
- * (gemm_packed_alloc) and the two entry points every kind has.
+ * (gemm_packed_alloc), the column masks of a 32-column panel
+ * (gemm_panel_masks) and the two entry points every kind has.
  * GEMM_ENTRY_POINTS(kind), at the end of gemm_<kind>.c, defines what
  * gemm_<kind>.h declares:
  *   gemm_<kind>_linear_cols  the columns clamped to the weight's N, then
@@ -29,6 +30,15 @@ static inline void *gemm_packed_alloc(size_t count, size_t size, size_t *bytes)
     p = aligned_alloc(64, *bytes);
     if (p) memset(p, 0, *bytes);
     return p;
+}
+
+/* The store masks of a panel of 32 columns of which the first cols are
+ * real (cols >= 1): m0 for columns 0..15, m1 for 16..31, one bit a column
+ * (__mmask16 values). */
+static inline void gemm_panel_masks(int cols, unsigned short *m0, unsigned short *m1)
+{
+    *m0 = cols >= 16 ? 0xffff : (unsigned short)((1u << cols) - 1);
+    *m1 = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (unsigned short)((1u << (cols - 16)) - 1);
 }
 
 #define GEMM_ENTRY_POINTS(kind)                                                                \

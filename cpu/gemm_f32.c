@@ -232,10 +232,8 @@ AVX512F_FN static void linear_avx512(float *out, const float *in, const gemm_f32
                 const char *next = j + 1 < j_hi ? (const char *)(b + (size_t)K * PANEL) : NULL;
                 int n0 = j * PANEL, cols = col_hi - n0;
                 if (cols > PANEL) cols = PANEL;
-                __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-                __mmask16 m1 = cols >= 32   ? 0xffff
-                               : cols <= 16 ? 0
-                                            : (__mmask16)((1u << (cols - 16)) - 1);
+                __mmask16 m0, m1;
+                gemm_panel_masks(cols, &m0, &m1);
                 for (int t = 0; t < tiles; t++) {
                     int i = t * MR, rows = mr - i < MR ? mr - i : MR;
                     const char *pf = NULL;
