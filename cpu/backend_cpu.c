@@ -24,6 +24,7 @@
 
 #include "core/errors.h"
 #include "core/thread_pool.h"
+#include "cpu/attention.h"
 #include "cpu/blas.h"
 #include "cpu/cpu_ctx.h"
 #include "cpu/fastmath.h"
@@ -449,11 +450,13 @@ static int cpu_softmax_masked(backend *be, float *att, const int *lengths, int B
 }
 
 /* Attention for one (sequence, head): only the len x len block that is not
- * padding is computed. */
+ * padding is computed, by attention.c's kernel where it runs, else with
+ * two BLAS products. */
 static void attention_head(float *out, float *att, const float *qkv, int len, int T, int C, int d,
                            float scale)
 {
     const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
+    if (cpu_attention_head(out, C, att, q, k, v, 3 * C, len, T, d, scale)) return;
     blas_sgemm(0, 1, len, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
     for (int t = 0; t < len; t++) cpu_softmax_row(att + (size_t)t * T, len, T, scale);
     blas_sgemm(0, 0, len, d, len, 1.0f, att, T, v, 3 * C, 0.0f, out, C);

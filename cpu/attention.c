@@ -1,0 +1,175 @@
+/* attention.c: one (sequence, head) of inference attention with AVX-512F
+ * (attention.h).
+ *
+ * Two OpenBLAS calls per (sequence, head) spent more time on packing,
+ * clearing and call overhead than on the products at the encoders' small
+ * head sizes (the built-in shape: d = 32, about 80 rows): 39% of its INT8
+ * encoder's cycles at batch 32. Here, with the operands in place:
+ *
+ * - scores: the keys are copied once, transposed with gathers (kt[i][u],
+ *   rows padded with zeros to a multiple of 32 keys, on the stack up to
+ *   KEYS_STACK floats), and an SR x 32 tile of scores is kept in 2 x SR zmm
+ *   accumulators while i runs over d: per i two loads of kt and for each
+ *   query row one broadcast of q[r][i] and two FMAs. Each score is one FMA
+ *   chain in i order. Ragged keys are stored with masks; ragged query rows
+ *   reuse the last row and are not stored.
+ * - the masked row softmax of softmax.h, the same as before;
+ * - values: a VR x d tile of the output in VR x d/16 accumulators while u
+ *   runs over the keys: per u, d/16 loads of v[u] and for each row one
+ *   broadcast of p[r][u] and d/16 FMAs; d is 16, 32, 48 or 64, a constant
+ *   in each of the four compiled tiles.
+ *
+ * Owns nothing past a call (the keys' copy is on the stack or freed).
+ */
+#include "cpu/attention.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/features.h"
+#include "cpu/softmax.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX512_ATTENTION 1
+#define AVX512F_FN __attribute__((target("avx512f")))
+#endif
+
+#define KEYS_STACK 8192 /* floats: d x padded keys up to 64 x 128 */
+#define SR 8            /* query rows of a score tile */
+#define VR 4            /* query rows of a value tile */
+
+#ifdef HAVE_AVX512_ATTENTION
+
+/* kt[i * lp + u] = k[u][i] for u < len, 0 for len <= u < lp (lp a
+ * multiple of 16): 16 keys of one i per gather. */
+AVX512F_FN static void pack_keys(float *kt, const float *k, int ld, int len, int lp, int d)
+{
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i step = _mm512_mullo_epi32(lane, _mm512_set1_epi32(ld));
+    for (int u0 = 0; u0 < lp; u0 += 16) {
+        int n = len - u0;
+        __mmask16 m = n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+        const float *base = k + (size_t)(n > 0 ? u0 : 0) * ld;
+        for (int i = 0; i < d; i++)
+            _mm512_storeu_ps(kt + (size_t)i * lp + u0,
+                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, step, base + i, 4));
+    }
+}
+
+/* Scores of query rows q[0 .. rows) (rows <= SR; row stride ldq) against
+ * keys u0 .. u0 + 31 (those below len stored) into att (row stride T). */
+AVX512F_FN static void score_tile(float *att, int T, const float *q, int ldq, const float *kt,
+                                  int lp, int d, int rows, int u0, int len)
+{
+    __m512 acc[SR][2];
+    const float *qr[SR];
+#pragma GCC unroll 8
+    for (int r = 0; r < SR; r++) {
+        qr[r] = q + (size_t)(r < rows ? r : rows - 1) * ldq;
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    }
+    const float *b = kt + u0;
+    for (int i = 0; i < d; i++) {
+        __m512 k0 = _mm512_loadu_ps(b + (size_t)i * lp);
+        __m512 k1 = _mm512_loadu_ps(b + (size_t)i * lp + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < SR; r++) {
+            __m512 x = _mm512_set1_ps(qr[r][i]);
+            acc[r][0] = _mm512_fmadd_ps(x, k0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
+        }
+    }
+    int n = len - u0;
+    __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+    __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
+    /* a constant loop, so that acc stays in registers */
+#pragma GCC unroll 8
+    for (int r = 0; r < SR; r++) {
+        __mmask16 live = r < rows ? 0xffff : 0;
+        _mm512_mask_storeu_ps(att + (size_t)r * T + u0, m0 & live, acc[r][0]);
+        _mm512_mask_storeu_ps(att + (size_t)r * T + u0 + 16, m1 & live, acc[r][1]);
+    }
+}
+
+/* out[r][0 .. 16 * DV) = sum over u < len of p[r][u] * v[u] for rows
+ * r < rows (rows <= VR); DV a constant once inlined. */
+AVX512F_FN static inline __attribute__((always_inline)) void
+value_tile(float *out, int ldo, const float *p, int T, const float *v, int ldv, int len, int rows,
+           const int DV)
+{
+    __m512 acc[VR][4];
+    const float *pr[VR];
+#pragma GCC unroll 4
+    for (int r = 0; r < VR; r++) {
+        pr[r] = p + (size_t)(r < rows ? r : rows - 1) * T;
+#pragma GCC unroll 4
+        for (int j = 0; j < DV; j++) acc[r][j] = _mm512_setzero_ps();
+    }
+    for (int u = 0; u < len; u++) {
+        const float *vu = v + (size_t)u * ldv;
+        __m512 x[4];
+        for (int j = 0; j < DV; j++) x[j] = _mm512_loadu_ps(vu + 16 * j);
+#pragma GCC unroll 4
+        for (int r = 0; r < VR; r++) {
+            __m512 w = _mm512_set1_ps(pr[r][u]);
+            for (int j = 0; j < DV; j++) acc[r][j] = _mm512_fmadd_ps(w, x[j], acc[r][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < VR; r++) {
+        __mmask16 live = r < rows ? 0xffff : 0;
+        for (int j = 0; j < DV; j++)
+            _mm512_mask_storeu_ps(out + (size_t)r * ldo + 16 * j, live, acc[r][j]);
+    }
+}
+
+AVX512F_FN static void values(float *out, int ldo, const float *att, int T, const float *v, int ldv,
+                              int len, int d)
+{
+    for (int t = 0; t < len; t += VR) {
+        int rows = len - t < VR ? len - t : VR;
+        float *o = out + (size_t)t * ldo;
+        const float *p = att + (size_t)t * T;
+        switch (d) {
+        case 16: value_tile(o, ldo, p, T, v, ldv, len, rows, 1); break;
+        case 32: value_tile(o, ldo, p, T, v, ldv, len, rows, 2); break;
+        case 48: value_tile(o, ldo, p, T, v, ldv, len, rows, 3); break;
+        default: value_tile(o, ldo, p, T, v, ldv, len, rows, 4); break;
+        }
+    }
+}
+
+int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
+                       const float *v, int ldqkv, int len, int T, int d, float scale)
+{
+    float stack[KEYS_STACK];
+    int lp = (len + 31) & ~31;
+    size_t need = (size_t)d * lp;
+
+    if (!cpu_has(CPU_AVX512F) || (d != 16 && d != 32 && d != 48 && d != 64) || len < 1) return 0;
+    float *kt = need <= KEYS_STACK ? stack : malloc(need * sizeof *kt);
+    if (!kt) return 0;
+    pack_keys(kt, k, ldqkv, len, lp, d);
+    for (int t = 0; t < len; t += SR)
+        for (int u0 = 0; u0 < len; u0 += 32)
+            score_tile(att + (size_t)t * T, T, q + (size_t)t * ldqkv, ldqkv, kt, lp, d,
+                       len - t < SR ? len - t : SR, u0, len);
+    if (kt != stack) free(kt);
+    for (int t = 0; t < len; t++) cpu_softmax_row(att + (size_t)t * T, len, T, scale);
+    values(out, ldo, att, T, v, ldqkv, len, d);
+    for (int t = len; t < T; t++) memset(out + (size_t)t * ldo, 0, (size_t)d * sizeof *out);
+    return 1;
+}
+
+#else
+
+int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
+                       const float *v, int ldqkv, int len, int T, int d, float scale)
+{
+    (void)out, (void)ldo, (void)att, (void)q, (void)k, (void)v, (void)ldqkv, (void)len, (void)T,
+        (void)d, (void)scale;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,21 @@
+/* attention.h: one (sequence, head) of inference attention on the CPU
+ * with an AVX-512F kernel (attention.c): scores, the masked row softmax
+ * (softmax.h) and the weighted sum of the values, with no library call
+ * and no copy of the inputs but one of the keys. backend_cpu.c runs it
+ * for every (sequence, head) and falls back to its two BLAS products where
+ * it declines. Private to cpu/.
+ */
+#ifndef SM_CPU_ATTENTION_H
+#define SM_CPU_ATTENTION_H
+
+/* Attention of one head over the first len of T rows: q, k and v point at
+ * the head's first query, key and value (row stride ldqkv floats), d
+ * floats each; att gets the len x len probabilities (row stride T, the
+ * columns len .. T-1 zero, as the training backward reads them); out gets
+ * the len x d result (row stride ldo) and zeros in rows len .. T-1. 1 when
+ * done; 0, with nothing written, where this CPU lacks AVX-512F, d is not
+ * 16, 32, 48 or 64, or memory for the keys' copy is short. */
+int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
+                       const float *v, int ldqkv, int len, int T, int d, float scale);
+
+#endif
