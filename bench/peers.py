@@ -32,7 +32,12 @@ ids for every engine:
 3. Speed: each engine in its own process per (shape, threads), with
    OMP_NUM_THREADS set to the thread count, loaded once; per workload, a
    warm-up (8 rows of its longest batch), then --runs passes, taken in turn
-   engine by engine (interleaved, so load changes touch every engine alike);
+   engine by engine (interleaved, so load changes touch every engine alike),
+   with a pause after each pass (SETTLE_S; Paddle's longer) so that the
+   threads an engine leaves spinning or yielding after its pass (ONNX
+   Runtime's spin for a while, Intel OpenMP's for KMP_BLOCKTIME) are asleep
+   before the next engine's pass starts: on 2 cores they otherwise take a
+   core from whichever engine runs next;
    the median pass gives sequences/s. Padded input arrays are built before the
    clock starts; the timed part is the forward pass and the softmax.
    - ours (C): build/bench/bench_peers, the encoder from C on the same ids;
@@ -128,6 +133,9 @@ SEED = 20240611
 PROB_TOL = 1e-3
 INT8_AGREE = 0.99  # ours INT8: least share of labels equal to ours (FP32)
 INT8_MARGIN = 0.1  # ... counted where ours (FP32) leads the runner-up by this much
+# Seconds between one engine's pass and the next's (see the docstring, 3.).
+SETTLE_S = 0.1
+
 # bench_peers's exit status when --precision int8 cannot run on this CPU.
 EXIT_UNAVAILABLE = 3
 
@@ -1408,11 +1416,10 @@ def main_run(args):
                         t = workers[e].ask("run", name, "time")
                         if t is not None:
                             times[e].append(t)
-                        if e == "paddle":
-                            # Paddle's Intel OpenMP threads spin for up to
-                            # 200 ms (KMP_BLOCKTIME) after a pass; let them
-                            # settle before the next engine's pass.
-                            time.sleep(0.25)
+                        # let the pass's threads go to sleep before the
+                        # next engine's pass (Paddle's Intel OpenMP threads
+                        # spin for up to 200 ms, KMP_BLOCKTIME)
+                        time.sleep(0.25 if e == "paddle" else SETTLE_S)
                 for e in ens:
                     if len(times[e]) == args.runs:
                         med = statistics.median(times[e])

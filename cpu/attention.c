@@ -109,16 +109,19 @@ value_tile(float *out, int ldo, const float *p, int T, const float *v, int ldv, 
     for (int u = 0; u < len; u++) {
         const float *vu = v + (size_t)u * ldv;
         __m512 x[4];
+#pragma GCC unroll 4
         for (int j = 0; j < DV; j++) x[j] = _mm512_loadu_ps(vu + 16 * j);
 #pragma GCC unroll 4
         for (int r = 0; r < VR; r++) {
             __m512 w = _mm512_set1_ps(pr[r][u]);
+#pragma GCC unroll 4
             for (int j = 0; j < DV; j++) acc[r][j] = _mm512_fmadd_ps(w, x[j], acc[r][j]);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < VR; r++) {
         __mmask16 live = r < rows ? 0xffff : 0;
+#pragma GCC unroll 4
         for (int j = 0; j < DV; j++)
             _mm512_mask_storeu_ps(out + (size_t)r * ldo + 16 * j, live, acc[r][j]);
     }
