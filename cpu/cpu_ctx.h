@@ -19,8 +19,14 @@ typedef struct cpu_ctx {
 
 /* Below these sizes an op runs on one thread: waking and joining workers
  * costs more than it saves, and on a busy machine each join can wait a
- * whole scheduler time slice for a descheduled thread. */
-#define PARALLEL_MIN_MACS (1 << 23)     /* multiply-adds of a product */
+ * whole scheduler time slice for a descheduled thread. The product's bound
+ * was 2^23 multiply-adds, which left every linear layer of the built-in
+ * model at batch 1 (80 rows: 1.4 to 5.4 million) on one thread: 2^20
+ * splits them, and two threads then ran the built-in shape at batch 1 at
+ * 1,515 sequences/s instead of 1,016 (one thread 900; batch 32 unchanged;
+ * bench_encoder, real lengths, bench/RESULTS.md). Elementwise ops stay at
+ * 2^16: 2^14 measured slower. */
+#define PARALLEL_MIN_MACS (1 << 20)     /* multiply-adds of a product */
 #define PARALLEL_MIN_ELEMENTS (1 << 16) /* elements of an elementwise op */
 
 static inline int cpu_threads(const backend *be)
