@@ -13,27 +13,13 @@
  * learns their labels in seconds ("epochs": 0).
  */
 #include "support/ext_test_util.h"
+#include "support/cpu_precision_test_util.h"
 #include "support/rare_rows_test_util.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "cpu/backend_cpu.h"
-
-static int starts(const char *s, const char *prefix)
-{
-    return !strncmp(s, prefix, strlen(prefix));
-}
-
-static char *cpu_precision(sqlite3 *db, const char *name)
-{
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT cpu_precision FROM sentiment_models WHERE name = '%s'",
-             name);
-    char *s = q_text(db, sql);
-    assert_non_null(s);
-    return s;
-}
 
 static void set_precision(sqlite3 *db, const char *precision)
 {

@@ -12,6 +12,7 @@
  * ("epochs": 0 fits only the wide part, in seconds).
  */
 #include "support/ext_test_util.h"
+#include "support/cpu_precision_test_util.h"
 #include "support/rare_rows_test_util.h"
 
 #include <math.h>
@@ -19,21 +20,6 @@
 
 #include "cpu/backend_cpu.h"
 #include "format/int8_check.h"
-
-static int starts(const char *s, const char *prefix)
-{
-    return !strncmp(s, prefix, strlen(prefix));
-}
-
-static char *cpu_precision(sqlite3 *db, const char *name)
-{
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT cpu_precision FROM sentiment_models WHERE name = '%s'",
-             name);
-    char *s = q_text(db, sql);
-    assert_non_null(s);
-    return s;
-}
 
 /* Every row's probabilities as one text, under the given precision. */
 static char *probs_under(sqlite3 *db, const char *model, const char *precision)
