@@ -5,9 +5,9 @@
  * follows from then on (auto's probabilities switch to int8's and back),
  * what sentiment_models.cpu_precision says, and what sentiment_save()
  * stores for a model loaded from a directory; bad input (no rows, NULL
- * texts, unknown model or labels, an interrupt, admin functions off, a
- * view) is an error or a documented result and leaves the check as it
- * was.
+ * texts, unknown model or labels, a model without a head, an interrupt,
+ * admin functions off, a view) is an error or a documented result and
+ * leaves the check as it was.
  *
  * The data are generated (support/rare_rows_test_util.h): a wide part
  * learns their labels in seconds ("epochs": 0).
@@ -207,6 +207,10 @@ static void test_bad_input(void **state)
                  "sentiment_int8_check(): model name is NULL");
     expect_error(db, "SELECT sentiment_int8_check(t, 'zzz', 'q') FROM d",
                  "sentiment_int8_check(): not one row's label is a label of model 'q'");
+    /* an encoder without a classification head has no labels to check */
+    exec_ok(db, "SELECT sentiment_load('enc', 'tests/fixtures/models/bert_encoder')");
+    expect_error(db, "SELECT sentiment_int8_check(t, y, 'enc') FROM d",
+                 "sentiment_int8_check(): the model has no classification head");
     /* the labels argument maps the data's labels */
     r = check_of(db, "SELECT sentiment_int8_check(t, CASE y WHEN 'positive' THEN 'p' ELSE 'n' "
                      "END, 'q', '{\"p\":\"positive\",\"n\":\"negative\"}') FROM d");
