@@ -4,7 +4,7 @@
     PY=/path/to/venv/bin/python    # torch, transformers, onnx, onnxruntime, numpy
     $PY bench/e5_peers.py run --base DIR [--work DIR] [--threads 1,2] [--runs 5]
                               [--engines ours,ours-int8,ort,ort-int8[,ort-fused]]
-                              [--texts 512] [--data ../shared/data]
+                              [--texts 512] [--batch 32] [--data ../shared/data]
                               [--results bench/out/e5-<date>.md]
     $PY bench/e5_peers.py prepare --base DIR [--work DIR]   # the model files only
 
@@ -210,6 +210,12 @@ def classify_order(lengths, threads):
         idx = range(first, min(len(lengths), first + window))
         order += sorted(idx, key=lambda i: (lengths[i], i))
     return order
+
+
+def set_batch(n):
+    """classify's batch_size and ONNX Runtime's batches for this process."""
+    global BATCH
+    BATCH = n
 
 
 def classify_batches(lengths, threads):
@@ -520,7 +526,8 @@ def main_run(args):
             py = sql_py if e.startswith("ours") else sys.executable
             out = os.path.join(args.work, "run", "probs-%s-%d.txt" % (e, t))
             cmd = [py, os.path.abspath(__file__), "worker", "--engine", e, "--work", args.work,
-                   "--threads", str(t), "--texts", texts_path, "--probs", out]
+                   "--threads", str(t), "--texts", texts_path, "--probs", out,
+                   "--batch", str(BATCH)]
             w = peers.Worker(e, cmd, env, os.path.join(args.work, "run", "%s-%d.log" % (e, t)))
             workers[e] = (w, out)
             info = w.info[0] if w.info else {}
@@ -603,6 +610,8 @@ def main():
     r.add_argument("--threads", default="1,2")
     r.add_argument("--runs", type=int, default=5)
     r.add_argument("--texts", type=int, default=N_TEXTS, help="use the first N sampled texts")
+    r.add_argument("--batch", type=int, default=BATCH,
+                   help="classify's batch_size, and ONNX Runtime's batches (default %d)" % BATCH)
     r.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
                    help="from %s (default %s)" % (",".join(ENGINES), ",".join(DEFAULT_ENGINES)))
     r.add_argument("--data", default=os.path.join(os.path.dirname(ROOT), "shared", "data"))
@@ -614,7 +623,12 @@ def main():
     w.add_argument("--threads", type=int, required=True)
     w.add_argument("--texts", required=True)
     w.add_argument("--probs", required=True)
+    w.add_argument("--batch", type=int, default=BATCH)
     args = ap.parse_args()
+    if args.cmd in ("run", "worker"):
+        if not 1 <= args.batch <= 1024:
+            raise SystemExit("--batch must be 1 to 1024")
+        set_batch(args.batch)
     if args.cmd == "prepare":
         prepare(args.base, args.work)
     elif args.cmd == "worker":
