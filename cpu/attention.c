@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "cpu/features.h"
+#include "cpu/gemm_common.h"
 #include "cpu/softmax.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -108,9 +109,8 @@ AVX512F_FN static void score_tile(float *att, int T, const float *q, int ldq, co
             acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
         }
     }
-    int n = len - u0;
-    __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
-    __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
+    __mmask16 m0, m1; /* the keys below len */
+    gemm_panel_masks(len - u0, &m0, &m1);
     /* a constant loop, so that acc stays in registers */
 #pragma GCC unroll 8
     for (int r = 0; r < SR; r++) {

@@ -11,7 +11,8 @@
 /* Attention of one head over the first len of T rows: q, k and v point at
  * the head's first query, key and value (row stride ldqkv floats), d
  * floats each; att gets the len x len probabilities (row stride T, the
- * columns len .. T-1 zero, as the training backward reads them); out gets
+ * columns len .. T-1 zero: the backend's attention slot hands them back,
+ * core/backend.h); out gets
  * the len x d result (row stride ldo) and zeros in rows len .. T-1. 1 when
  * done; 0, with nothing written, where this CPU lacks AVX-512F, d is not
  * 16, 32, 48 or 64, or memory for the keys' copy is short. */

@@ -435,6 +435,14 @@ static void append_warning(sqlite3_str *j, const ev_state *s)
     sqlite3_str_appendall(j, "), counted as errors; map labels with the fourth argument\"");
 }
 
+/* "label_map" and "label_map_by", when labels were mapped (by the
+ * argument or the 0/1 convention). */
+static void append_label_map(sqlite3_str *j, const ev_state *s)
+{
+    if (s->map_given) sx_json_label_map(j, s->map_from, s->map_to, s->n_map);
+    else if (s->conv_used) sx_json_label_map(j, NULL, NULL, 0);
+}
+
 /* The per-label figures as a JSON object (sqlite3_malloc'd; NULL when out
  * of memory), for the labels that occur in the data or the predictions;
  * their F1 sum and count in *f1_sum and *f1_n. */
@@ -500,8 +508,7 @@ static char *report_json(const ev_state *s)
     append_counts(j, s);
     append_wide(j, s);
     append_warning(j, s);
-    if (s->map_given) sx_json_label_map(j, s->map_from, s->map_to, s->n_map);
-    else if (s->conv_used) sx_json_label_map(j, NULL, NULL, 0);
+    append_label_map(j, s);
     /* per-label figures, in a second string: macro_f1 comes first */
     char *per = per_label_json(s, &f1_sum, &f1_n);
     sqlite3_str_appendall(j, ",\"macro_f1\":");
@@ -525,7 +532,8 @@ static char *report_json(const ev_state *s)
 /* ---- the final step ----------------------------------------------------- */
 
 /* sentiment_int8_check()'s result (sqlite3_malloc'd; NULL when out of
- * memory): the counts, the check's figures (null without rows), whether
+ * memory): the counts, the check's figures (check: this measurement when
+ * there were rows; null figures without), whether
  * precision auto may run the model in INT8 and why, and what auto runs on
  * this CPU (sentiment_models.cpu_precision). */
 static char *int8_report_json(const ev_state *s, const sm_int8_check *check)
@@ -538,14 +546,13 @@ static char *int8_report_json(const ev_state *s, const sm_int8_check *check)
     sx_json_string(j, s->model_name);
     sqlite3_str_appendf(j, ",\"rows\":%lld,\"skipped\":%lld,\"unknown_labels\":%lld",
                         (long long)s->rows, (long long)s->skipped, (long long)s->unknown);
-    if (s->rows) {
-        sm_int8_check m = rt_int8_measure_result(s->q);
+    if (s->rows) { /* then check is this measurement */
         sqlite3_str_appendall(j, ",\"accuracy_fp32\":");
-        json_ratio(j, m.accuracy_fp32);
+        json_ratio(j, check->accuracy_fp32);
         sqlite3_str_appendall(j, ",\"accuracy_int8\":");
-        json_ratio(j, m.accuracy_int8);
+        json_ratio(j, check->accuracy_int8);
         sqlite3_str_appendall(j, ",\"agreement\":");
-        json_ratio(j, m.agreement);
+        json_ratio(j, check->agreement);
     } else {
         sqlite3_str_appendall(j, ",\"accuracy_fp32\":null,\"accuracy_int8\":null,"
                                  "\"agreement\":null");
@@ -554,8 +561,7 @@ static char *int8_report_json(const ev_state *s, const sm_int8_check *check)
     sx_json_string(j, why);
     sqlite3_str_appendall(j, ",\"cpu_precision\":");
     sx_json_string(j, cpu);
-    if (s->map_given) sx_json_label_map(j, s->map_from, s->map_to, s->n_map);
-    else if (s->conv_used) sx_json_label_map(j, NULL, NULL, 0);
+    append_label_map(j, s);
     sqlite3_str_appendchar(j, 1, '}');
     if (sqlite3_str_errcode(j) != SQLITE_OK) {
         sqlite3_free(sqlite3_str_finish(j));
