@@ -13,16 +13,22 @@
  *   query row one broadcast of q[r][i] and two FMAs. Each score is one FMA
  *   chain in i order. Ragged keys are stored with masks; ragged query rows
  *   reuse the last row and are not stored.
- * - the masked row softmax of softmax.h, the same as before;
+ * - the masked row softmax of softmax.h, the same as before, given the
+ *   rows' largest scores, which the score tiles keep as they go;
  * - values: a VR x d tile of the output in VR x d/16 accumulators while u
  *   runs over the keys: per u, d/16 loads of v[u] and for each row one
  *   broadcast of p[r][u] and d/16 FMAs; d is 16, 32, 48 or 64, a constant
- *   in each of the four compiled tiles.
+ *   in each of the four compiled tiles, and VR 8 rows for d up to 32, 4
+ *   above (accumulators and loads within the 32 registers).
+ * The three steps run per block of SR query rows, so that the block's
+ * scores (SR x len floats) are still in L1 when the softmax and the values
+ * read them; a head's whole len x len matrix would not be.
  *
  * Owns nothing past a call (the keys' copy is on the stack or freed).
  */
 #include "cpu/attention.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +44,6 @@
 
 #define KEYS_STACK 8192 /* floats: d x padded keys up to 64 x 128 */
 #define SR 8            /* query rows of a score tile */
-#define VR 4            /* query rows of a value tile */
 
 #ifdef HAVE_AVX512_ATTENTION
 
@@ -69,66 +74,89 @@ AVX512F_FN static inline void transpose16(__m512 r[16])
     }
 }
 
+/* Rows u0 .. u0 + 15 of k, columns i0 .. i0 + 15, transposed into kt
+ * (row stride lp); rows n .. 15 (n <= 16) are zeros, read from nowhere
+ * (masked loads of row u0). */
+AVX512F_FN static inline __attribute__((always_inline)) void
+pack_block(float *kt, int lp, const float *k, int ld, int u0, int i0, int n)
+{
+    __m512 r[16];
+    const float *k0 = k + (size_t)u0 * ld + i0;
+#pragma GCC unroll 16
+    for (int u = 0; u < 16; u++)
+        r[u] = u < n ? _mm512_loadu_ps(k0 + (size_t)u * ld) : _mm512_setzero_ps();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(kt + (size_t)(i0 + i) * lp + u0, r[i]);
+}
+
 /* kt[i * lp + u] = k[u][i] for u < len, 0 for len <= u < lp (lp a
  * multiple of 16, d of 16): 16 x 16 blocks transposed in registers. */
 AVX512F_FN static void pack_keys(float *kt, const float *k, int ld, int len, int lp, int d)
 {
-    __m512 r[16];
-    for (int u0 = 0; u0 < lp; u0 += 16)
-        for (int i0 = 0; i0 < d; i0 += 16) {
-#pragma GCC unroll 16
-            for (int u = 0; u < 16; u++)
-                r[u] = u0 + u < len ? _mm512_loadu_ps(k + (size_t)(u0 + u) * ld + i0)
-                                    : _mm512_setzero_ps();
-            transpose16(r);
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) _mm512_storeu_ps(kt + (size_t)(i0 + i) * lp + u0, r[i]);
-        }
+    int u0 = 0;
+    for (; u0 + 16 <= len; u0 += 16)
+        for (int i0 = 0; i0 < d; i0 += 16) pack_block(kt, lp, k, ld, u0, i0, 16);
+    for (; u0 < lp; u0 += 16) {
+        int n = len - u0 < 0 ? 0 : len - u0;
+        for (int i0 = 0; i0 < d; i0 += 16) pack_block(kt, lp, k, ld, u0, i0, n);
+    }
 }
 
 /* Scores of query rows q[0 .. rows) (rows <= SR; row stride ldq) against
- * keys u0 .. u0 + 31 (those below len stored) into att (row stride T). */
-AVX512F_FN static void score_tile(float *att, int T, const float *q, int ldq, const float *kt,
-                                  int lp, int d, int rows, int u0, int len)
+ * keys 0 .. len - 1 into att (row stride T), 32 keys a tile, and each
+ * row's largest score in mx (a NaN score skipped, as the softmax's own
+ * max does). */
+AVX512F_FN static void score_rows(float *att, int T, const float *q, int ldq, const float *kt,
+                                  int lp, int d, int rows, int len, float mx[SR])
 {
-    __m512 acc[SR][2];
+    __m512 top[SR];
     const float *qr[SR];
 #pragma GCC unroll 8
     for (int r = 0; r < SR; r++) {
         qr[r] = q + (size_t)(r < rows ? r : rows - 1) * ldq;
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        top[r] = _mm512_set1_ps(-INFINITY);
     }
-    const float *b = kt + u0;
-    for (int i = 0; i < d; i++) {
-        __m512 k0 = _mm512_loadu_ps(b + (size_t)i * lp);
-        __m512 k1 = _mm512_loadu_ps(b + (size_t)i * lp + 16);
+    for (int u0 = 0; u0 < len; u0 += 32) {
+        __m512 acc[SR][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < SR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        const float *b = kt + u0;
+        for (int i = 0; i < d; i++) {
+            __m512 k0 = _mm512_loadu_ps(b + (size_t)i * lp);
+            __m512 k1 = _mm512_loadu_ps(b + (size_t)i * lp + 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < SR; r++) {
+                __m512 x = _mm512_set1_ps(qr[r][i]);
+                acc[r][0] = _mm512_fmadd_ps(x, k0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
+            }
+        }
+        __mmask16 m0, m1; /* the keys below len */
+        gemm_panel_masks(len - u0, &m0, &m1);
+        /* a constant loop, so that acc stays in registers */
 #pragma GCC unroll 8
         for (int r = 0; r < SR; r++) {
-            __m512 x = _mm512_set1_ps(qr[r][i]);
-            acc[r][0] = _mm512_fmadd_ps(x, k0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
+            __mmask16 live = r < rows ? 0xffff : 0;
+            _mm512_mask_storeu_ps(att + (size_t)r * T + u0, m0 & live, acc[r][0]);
+            _mm512_mask_storeu_ps(att + (size_t)r * T + u0 + 16, m1 & live, acc[r][1]);
+            top[r] = _mm512_mask_max_ps(top[r], m0, acc[r][0], top[r]);
+            top[r] = _mm512_mask_max_ps(top[r], m1, acc[r][1], top[r]);
         }
     }
-    __mmask16 m0, m1; /* the keys below len */
-    gemm_panel_masks(len - u0, &m0, &m1);
-    /* a constant loop, so that acc stays in registers */
 #pragma GCC unroll 8
-    for (int r = 0; r < SR; r++) {
-        __mmask16 live = r < rows ? 0xffff : 0;
-        _mm512_mask_storeu_ps(att + (size_t)r * T + u0, m0 & live, acc[r][0]);
-        _mm512_mask_storeu_ps(att + (size_t)r * T + u0 + 16, m1 & live, acc[r][1]);
-    }
+    for (int r = 0; r < SR; r++) mx[r] = _mm512_reduce_max_ps(top[r]);
 }
 
 /* out[r][0 .. 16 * DV) = sum over u < len of p[r][u] * v[u] for rows
- * r < rows (rows <= VR); DV a constant once inlined. */
+ * r < rows (rows <= VR); DV and VR constants once inlined. */
 AVX512F_FN static inline __attribute__((always_inline)) void
 value_tile(float *out, int ldo, const float *p, int T, const float *v, int ldv, int len, int rows,
-           const int DV)
+           const int DV, const int VR)
 {
-    __m512 acc[VR][4];
-    const float *pr[VR];
-#pragma GCC unroll 4
+    __m512 acc[8][4];
+    const float *pr[8];
+#pragma GCC unroll 8
     for (int r = 0; r < VR; r++) {
         pr[r] = p + (size_t)(r < rows ? r : rows - 1) * T;
 #pragma GCC unroll 4
@@ -139,14 +167,14 @@ value_tile(float *out, int ldo, const float *p, int T, const float *v, int ldv, 
         __m512 x[4];
 #pragma GCC unroll 4
         for (int j = 0; j < DV; j++) x[j] = _mm512_loadu_ps(vu + 16 * j);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < VR; r++) {
             __m512 w = _mm512_set1_ps(pr[r][u]);
 #pragma GCC unroll 4
             for (int j = 0; j < DV; j++) acc[r][j] = _mm512_fmadd_ps(w, x[j], acc[r][j]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < VR; r++) {
         __mmask16 live = r < rows ? 0xffff : 0;
 #pragma GCC unroll 4
@@ -155,19 +183,22 @@ value_tile(float *out, int ldo, const float *p, int T, const float *v, int ldv, 
     }
 }
 
+/* The output rows of rows (<= SR) query rows whose probabilities are att
+ * (row stride T). */
 AVX512F_FN static void values(float *out, int ldo, const float *att, int T, const float *v, int ldv,
-                              int len, int d)
+                              int len, int rows, int d)
 {
-    for (int t = 0; t < len; t += VR) {
-        int rows = len - t < VR ? len - t : VR;
+    if (d <= 32) {
+        if (d == 16) value_tile(out, ldo, att, T, v, ldv, len, rows, 1, 8);
+        else value_tile(out, ldo, att, T, v, ldv, len, rows, 2, 8);
+        return;
+    }
+    for (int t = 0; t < rows; t += 4) {
+        int n = rows - t < 4 ? rows - t : 4;
         float *o = out + (size_t)t * ldo;
         const float *p = att + (size_t)t * T;
-        switch (d) {
-        case 16: value_tile(o, ldo, p, T, v, ldv, len, rows, 1); break;
-        case 32: value_tile(o, ldo, p, T, v, ldv, len, rows, 2); break;
-        case 48: value_tile(o, ldo, p, T, v, ldv, len, rows, 3); break;
-        default: value_tile(o, ldo, p, T, v, ldv, len, rows, 4); break;
-        }
+        if (d == 48) value_tile(o, ldo, p, T, v, ldv, len, n, 3, 4);
+        else value_tile(o, ldo, p, T, v, ldv, len, n, 4, 4);
     }
 }
 
@@ -182,13 +213,15 @@ int cpu_attention_head(float *out, int ldo, float *att, const float *q, const fl
     float *kt = need <= KEYS_STACK ? stack : malloc(need * sizeof *kt);
     if (!kt) return 0;
     pack_keys(kt, k, ldqkv, len, lp, d);
-    for (int t = 0; t < len; t += SR)
-        for (int u0 = 0; u0 < len; u0 += 32)
-            score_tile(att + (size_t)t * T, T, q + (size_t)t * ldqkv, ldqkv, kt, lp, d,
-                       len - t < SR ? len - t : SR, u0, len);
+    for (int t = 0; t < len; t += SR) {
+        int rows = len - t < SR ? len - t : SR;
+        float *a = att + (size_t)t * T;
+        float mx[SR];
+        score_rows(a, T, q + (size_t)t * ldqkv, ldqkv, kt, lp, d, rows, len, mx);
+        for (int r = 0; r < rows; r++) cpu_softmax_row_max(a + (size_t)r * T, len, T, scale, mx[r]);
+        values(out + (size_t)t * ldo, ldo, a, T, v, ldqkv, len, rows, d);
+    }
     if (kt != stack) free(kt);
-    for (int t = 0; t < len; t++) cpu_softmax_row(att + (size_t)t * T, len, T, scale);
-    values(out, ldo, att, T, v, ldqkv, len, d);
     for (int t = len; t < T; t++) memset(out + (size_t)t * ldo, 0, (size_t)d * sizeof *out);
     return 1;
 }

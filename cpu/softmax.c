@@ -34,13 +34,16 @@ cpu_softmax_row_portable(float *x, int n, int T, float scale)
 }
 
 #ifdef HAVE_AVX512_SOFTMAX
-/* sm_expf on 16 lanes, the same operations in the same order. */
+/* sm_expf on 16 lanes for x <= 88.3 (the softmax's x is <= 0): the same
+ * reduction and polynomial, with 2^n applied by vscalefps; lanes below
+ * -87.3 are 0 as there (so they need no clamp: whatever the reduction
+ * makes of them is dropped) and a NaN stays NaN. */
 AVX512 static inline __m512 exp16(__m512 x)
 {
     const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.7f);
     __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    /* operand order keeps a NaN (max/min return the second operand then) */
-    x = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
+    /* operand order keeps a NaN (min returns the second operand then) */
+    x = _mm512_min_ps(hi, x);
     const __m512 shifter = _mm512_set1_ps(12582912.0f);
     __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter),
                              shifter);
@@ -53,22 +56,25 @@ AVX512 static inline __m512 exp16(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n),
-                                                      _mm512_set1_epi32(127)),
-                                     23);
-    y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
-    return _mm512_maskz_mov_ps((__mmask16)~underflow, y);
+    return _mm512_maskz_scalef_ps((__mmask16)~underflow, y, n);
 }
 
-AVX512 static void softmax_row_avx512(float *x, int n, int T, float scale)
+/* The row's largest element (a NaN skipped, as in the portable loop). */
+AVX512 static float row_max_avx512(const float *x, int n)
 {
     const int full = n & ~15;
     const __mmask16 tail = (__mmask16)((1u << (n - full)) - 1);
     __m512 vmax = _mm512_set1_ps(-INFINITY);
-    /* a NaN key is skipped by the max, as in the portable loop */
     for (int j = 0; j < full; j += 16) vmax = _mm512_max_ps(_mm512_loadu_ps(x + j), vmax);
     if (tail) vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_loadu_ps(tail, x + full), vmax);
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    return _mm512_reduce_max_ps(vmax);
+}
+
+AVX512 static void softmax_row_max_avx512(float *x, int n, int T, float scale, float row_max)
+{
+    const int full = n & ~15;
+    const __mmask16 tail = (__mmask16)((1u << (n - full)) - 1);
+    const __m512 mx = _mm512_set1_ps(row_max);
     const __m512 vs = _mm512_set1_ps(scale);
     __m512 vsum = _mm512_setzero_ps();
     for (int j = 0; j < full; j += 16) {
@@ -102,7 +108,18 @@ void cpu_softmax_row(float *x, int n, int T, float scale)
 {
 #ifdef HAVE_AVX512_SOFTMAX
     if (cpu_has(CPU_AVX512F)) {
-        softmax_row_avx512(x, n, T, scale);
+        softmax_row_max_avx512(x, n, T, scale, row_max_avx512(x, n));
+        return;
+    }
+#endif
+    cpu_softmax_row_portable(x, n, T, scale);
+}
+
+void cpu_softmax_row_max(float *x, int n, int T, float scale, float row_max)
+{
+#ifdef HAVE_AVX512_SOFTMAX
+    if (cpu_has(CPU_AVX512F)) {
+        softmax_row_max_avx512(x, n, T, scale, row_max);
         return;
     }
 #endif

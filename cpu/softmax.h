@@ -16,6 +16,10 @@
 /* In-place softmax of scale * x over x[0, n), n >= 1; x[n, T) set to 0. */
 void cpu_softmax_row(float *x, int n, int T, float scale);
 
+/* The same with row_max, the largest of x[0, n) (a NaN skipped), known
+ * to the caller: the AVX-512F version skips its own pass for it. */
+void cpu_softmax_row_max(float *x, int n, int T, float scale, float row_max);
+
 /* The portable version, whatever the CPU (for tests). */
 void cpu_softmax_row_portable(float *x, int n, int T, float scale);
 

@@ -5,7 +5,9 @@
  * n..n+19 and scales 0.1..1: each probability within 4e-7 + 4e-6 relative,
  * the padding set to 0 and nothing past the row touched. Then rows with
  * -inf keys (probability 0), a single key (1), equal keys (1/n), a NaN key
- * (the whole row NaN in both), and huge logits (no overflow).
+ * (the whole row NaN in both), and huge logits (no overflow). The same
+ * for cpu_softmax_row_max given the row's largest key as the attention
+ * kernel finds it, which must also equal cpu_softmax_row bit for bit.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,6 +49,14 @@ static void run_row(softmax_fn f, const float *row, int n, int T, float scale, f
     memcpy(out, buf + 16, (size_t)T * sizeof *out);
 }
 
+/* cpu_softmax_row_max with the largest of x[0, n), a NaN skipped. */
+static void softmax_given_max(float *x, int n, int T, float scale)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    cpu_softmax_row_max(x, n, T, scale, mx);
+}
+
 static void check_against_double(softmax_fn f)
 {
     float row[MAX_T], got[MAX_T];
@@ -82,6 +92,25 @@ static void test_portable_vs_double(void **state)
     check_against_double(cpu_softmax_row_portable);
 }
 
+static void test_given_max_vs_double(void **state)
+{
+    (void)state;
+    check_against_double(softmax_given_max);
+}
+
+/* Given the max, the same bits as finding it. */
+static void test_given_max_same_bits(void **state)
+{
+    (void)state;
+    float a[MAX_T], b[MAX_T];
+    for (int n = 1; n <= MAX_T; n++) {
+        for (int j = 0; j < n; j++) a[j] = b[j] = uniform(-20.0f, 20.0f);
+        cpu_softmax_row(a, n, n, 0.125f);
+        softmax_given_max(b, n, n, 0.125f);
+        assert_memory_equal(a, b, (size_t)n * sizeof *a);
+    }
+}
+
 static void check_special_rows(softmax_fn f)
 {
     float row[40], got[40];
@@ -113,13 +142,14 @@ static void test_special_rows(void **state)
     (void)state;
     check_special_rows(cpu_softmax_row);
     check_special_rows(cpu_softmax_row_portable);
+    check_special_rows(softmax_given_max);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_picked_vs_double),
-        cmocka_unit_test(test_portable_vs_double),
+        cmocka_unit_test(test_picked_vs_double),    cmocka_unit_test(test_portable_vs_double),
+        cmocka_unit_test(test_given_max_vs_double), cmocka_unit_test(test_given_max_same_bits),
         cmocka_unit_test(test_special_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
