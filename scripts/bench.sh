@@ -70,6 +70,11 @@ for f in build/bench/bench_peers build/sentiment.so; do
         say "$f is missing: run \`make bench\` (it builds everything first)"
         exit 1
     fi
+    # a binary older than the engine library would time the engine as it was
+    if [ build/libsentiment_model.a -nt "$f" ]; then
+        say "$f is older than build/libsentiment_model.a: run \`make bench\` (it rebuilds it)"
+        exit 1
+    fi
 done
 if [ ! -f "$DATA/chnsenticorp/dev.tsv" ]; then
     say "no review data at $DATA/chnsenticorp/dev.tsv (set BENCH_DATA)"
