@@ -658,6 +658,13 @@ static const char *cpu_last_error(const backend *be)
 }
 
 /* Lanes: one single-threaded CPU backend per thread (backend.h). */
+static int cpu_pass_rows(const backend *be, size_t row_bytes)
+{
+    (void)be;
+    size_t rows = row_bytes ? PASS_BYTES / row_bytes : PASS_BYTES;
+    return rows < 1 ? 1 : rows > (1u << 30) ? 1 << 30 : (int)rows;
+}
+
 static int cpu_lanes(const backend *be)
 {
     return cpu_threads(be);
@@ -703,6 +710,7 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->linear_packed = cpu_linear_packed;
     be->linear_pack_kind = cpu_linear_pack_kind;
     be->device_index = cpu_device_index;
+    be->pass_rows = cpu_pass_rows;
     be->add = cpu_add;
     be->layernorm = cpu_layernorm;
     be->gelu = cpu_gelu;

@@ -327,6 +327,15 @@ struct backend {
      * scratch is host memory). */
     size_t (*forward_scratch_bytes)(const backend *be, int batch, int seq, int hidden, int ffn,
                                     int heads);
+    /* The most token rows one forward pass should hold when each row has
+     * row_bytes of activations (>= 1): the encoder runs a larger batch as
+     * several passes of whole sequences, one after another on the same
+     * workspace, so that a pass's activations stay in the caches. Every op
+     * is per row or per sequence, so packed weights give the same bits; an
+     * unpacked product (a BLAS sgemm) may round differently with the
+     * number of rows, as it does when lanes split a batch. NULL: no bound
+     * (a GPU wants whole batches). */
+    int (*pass_rows)(const backend *be, size_t row_bytes);
     /* Which memory the backend computes on: -1 host memory (the CPU), else
      * the index of its device; backends with the same index read each
      * other's memory, so a model's weights uploaded once serve them all. */

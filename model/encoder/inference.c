@@ -10,7 +10,10 @@
  * the first multi-threaded CPU pass). On a CPU backend with several threads
  * a batch is split into one part per thread, each run on its own
  * single-threaded lane, so threads never wait on each other inside a pass;
- * small batches use the threads inside each operation instead.
+ * small batches use the threads inside each operation instead. A backend
+ * that bounds a pass's rows (pass_rows: the CPU, so that the activations
+ * stay in its caches) gets a larger batch, or a lane's part of it, as
+ * several passes of whole sequences, one after another.
  */
 #include "encoder/bert.h"
 
@@ -209,6 +212,17 @@ static int forward_lanes(const bert_workspace *ws, int B)
     return t > 1 && B >= 2 * t ? t : 1;
 }
 
+/* Sequences of T tokens per pass on this backend (pass_rows, backend.h):
+ * a pass's activations are x, qkv, att, merged, proj and ffn, per token
+ * row C + 3C + H T + C + C + F floats. */
+static int pass_sequences(const bert_workspace *ws, int T)
+{
+    if (!ws->be->pass_rows) return ws->max_batch;
+    size_t row = (6 * (size_t)ws->C + (size_t)ws->H * T + (size_t)ws->F) * sizeof(float);
+    int rows = ws->be->pass_rows(ws->be, row);
+    return rows / T < 1 ? 1 : rows / T;
+}
+
 static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
                    const int *lengths, int B, int T, float *logits, float *pooled_out,
                    float *hidden_out, char *err);
@@ -290,6 +304,16 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
     if (lanes > 1)
         return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits, pooled_out,
                                 hidden_out, err);
+    int part = pass_sequences(ws, T);
+    for (int b0 = 0; part < B && b0 < B; b0 += part) {
+        int n = B - b0 < part ? B - b0 : part;
+        if ((rc = forward(cfg, p, ws, ids + (size_t)b0 * T, lengths + b0, n, T,
+                          logits ? logits + (size_t)b0 * K : NULL,
+                          pooled_out ? pooled_out + (size_t)b0 * C : NULL,
+                          hidden_out ? hidden_out + (size_t)b0 * T * C : NULL, err)))
+            return rc;
+        if (b0 + n == B) return SM_OK;
+    }
 
     TRY_BACKEND(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY_BACKEND(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));

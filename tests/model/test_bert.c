@@ -5,7 +5,9 @@
  * prefix, a RoBERTa-position encoder) and the logits or pooler outputs
  * transformers computed for a padded batch of texts. Ours must match within
  * 1e-4, in a batch, one text at a time, and end to end from text through our
- * tokenizer. Also: save/load round trips and checkpoints that must not load.
+ * tokenizer. Also: a batch run as several passes (the CPU's pass_rows)
+ * gives the same bits as one pass; save/load round trips and checkpoints
+ * that must not load.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -63,7 +65,8 @@ static void golden_load(const char *model_dir, golden *g)
         for (char *tok = strtok(ids, " "); tok; tok = strtok(NULL, " "))
             g->ids[i][g->n_ids[i]++] = atoi(tok);
         int k = 0;
-        for (char *tok = strtok(outs, " "); tok; tok = strtok(NULL, " ")) g->out[i][k++] = strtof(tok, NULL);
+        for (char *tok = strtok(outs, " "); tok; tok = strtok(NULL, " "))
+            g->out[i][k++] = strtof(tok, NULL);
         g->n_out = k;
     }
     fclose(f);
@@ -87,8 +90,7 @@ static bert_model *load(const char *dir)
 /* Runs texts [first, first+B) of g as one padded batch; returns max |diff|
  * against the golden outputs. Output buffers are poisoned with NaN first so
  * an unwritten element fails. */
-static double run_batch(bert_model *m, backend *be, const golden *g, int first,
-                        int B)
+static double run_batch(bert_model *m, backend *be, const golden *g, int first, int B)
 {
     char err[SM_ERR_MAX] = "";
     int T = 0;
@@ -96,7 +98,8 @@ static double run_batch(bert_model *m, backend *be, const golden *g, int first,
     int *ids = calloc((size_t)B * T, sizeof *ids), lengths[MAX_TEXTS];
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++)
-            ids[b * T + t] = t < g->n_ids[first + b] ? g->ids[first + b][t] : tokenizer_pad_id(m->tok);
+            ids[b * T + t] = t < g->n_ids[first + b] ? g->ids[first + b][t]
+                                                     : tokenizer_pad_id(m->tok);
         lengths[b] = g->n_ids[first + b];
     }
     bert_workspace *ws;
@@ -137,8 +140,8 @@ static void check_model_parity(const char *dir)
         double d = run_batch(m, be, &g, i, 1);
         single = d > single ? d : single;
     }
-    print_message("%s: max |ours - transformers| batch %.2e, one by one %.2e\n", dir,
-                  batch_diff, single);
+    print_message("%s: max |ours - transformers| batch %.2e, one by one %.2e\n", dir, batch_diff,
+                  single);
     assert_true(batch_diff <= TOL);
     assert_true(single <= TOL);
     be->destroy(be);
@@ -180,13 +183,15 @@ static void check_end_to_end(const char *dir, int batch_size, int threads)
     bert_workspace *ws;
     char err[SM_ERR_MAX] = "";
     assert_int_equal(backend_cpu_create(threads, &be, err), SM_OK);
-    assert_int_equal(bert_workspace_create(be, &m->cfg, batch_size, bert_max_length(&m->cfg), &ws, err), SM_OK);
+    assert_int_equal(bert_workspace_create(be, &m->cfg, batch_size, bert_max_length(&m->cfg), &ws,
+                                           err),
+                     SM_OK);
     int K = m->cfg.num_labels;
     float *probs = malloc((size_t)g.n * K * sizeof *probs);
     int truncated[MAX_TEXTS];
     for (int i = 0; i < g.n * K; i++) probs[i] = NAN;
-    int rc = bert_classify_texts(m, &m->p, ws, (const char *const *)g.text, g.text_len, g.n,
-                                 0, batch_size, probs, truncated, err);
+    int rc = bert_classify_texts(m, &m->p, ws, (const char *const *)g.text, g.text_len, g.n, 0,
+                                 batch_size, probs, truncated, err);
     if (rc) print_error("classify: %s\n", err);
     assert_int_equal(rc, SM_OK);
     int n_truncated = 0;
@@ -298,6 +303,92 @@ static void test_workspace_bytes(void **state)
     bert_model_free(m);
 }
 
+/* A backend's pass_rows for test_passes: g_pass_rows rows, whatever the
+ * row's size. */
+static int g_pass_rows;
+static int fixed_pass_rows(const backend *be, size_t row_bytes)
+{
+    (void)be, (void)row_bytes;
+    return g_pass_rows;
+}
+
+/* The golden batch through be with parameters p: logits, pooled outputs
+ * and hidden states into the three buffers (B x K, B x C, B x T x C). */
+static void forward_all(bert_model *m, const bert_params *p, backend *be, const golden *g, int T,
+                        float *logits, float *pooled, float *hidden)
+{
+    char err[SM_ERR_MAX] = "";
+    int B = g->n, *ids = calloc((size_t)B * T, sizeof *ids), lengths[MAX_TEXTS];
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++)
+            ids[b * T + t] = t < g->n_ids[b] ? g->ids[b][t] : tokenizer_pad_id(m->tok);
+        lengths[b] = g->n_ids[b];
+    }
+    bert_workspace *ws;
+    assert_int_equal(bert_workspace_create(be, &m->cfg, B, T, &ws, err), SM_OK);
+    assert_int_equal(bert_forward(&m->cfg, p, ws, ids, lengths, B, T, logits, pooled, err), SM_OK);
+    assert_int_equal(bert_forward_hidden(&m->cfg, p, ws, ids, lengths, B, T, hidden, err), SM_OK);
+    bert_workspace_free(ws);
+    free(ids);
+}
+
+/* A backend that bounds a pass's rows (pass_rows) gets a batch as several
+ * passes of whole sequences, for passes of one sequence, of several (the
+ * last one short) and of more than the batch: with packed weights (FP32,
+ * INT8, BF16) the encoder's hidden states are the same bits as one pass's;
+ * where a product is OpenBLAS's (the FP32 weights, the pooler and the
+ * classifier) the same up to float rounding (its kernels depend on the
+ * number of rows). */
+static void test_passes(void **state)
+{
+    (void)state;
+    const char *dir = "tests/fixtures/models/bert_tiny";
+    golden g;
+    golden_load(dir, &g);
+    bert_model *m = load(dir);
+    backend *cpu;
+    char err[SM_ERR_MAX] = "";
+    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    assert_non_null(cpu->pass_rows);
+    int B = g.n, T = 0, K = m->cfg.num_labels, C = m->cfg.hidden_size;
+    for (int b = 0; b < B; b++) T = g.n_ids[b] > T ? g.n_ids[b] : T;
+    assert_true(B >= 5);
+    size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
+    for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
+        bert_precision plan[BERT_PACK_N];
+        bert_packed_params *pp = NULL;
+        bert_pack_plan(precisions[k], plan);
+        if (precisions[k] != BERT_FP32)
+            assert_int_equal(bert_params_pack(cpu, &m->cfg, &m->p, plan, &pp, err), SM_OK);
+        const bert_params *p = pp ? &pp->p : &m->p;
+        backend whole = *cpu;
+        whole.pass_rows = NULL;
+        forward_all(m, p, &whole, &g, T, want, want + nl, want + nl + np);
+        const int per_pass[] = {1, 2, 3, B + 1};
+        for (size_t i = 0; i < sizeof per_pass / sizeof *per_pass; i++) {
+            backend split = *cpu;
+            split.pass_rows = fixed_pass_rows;
+            g_pass_rows = per_pass[i] * T;
+            for (size_t j = 0; j < n; j++) got[j] = NAN;
+            forward_all(m, p, &split, &g, T, got, got + nl, got + nl + np);
+            for (size_t j = 0; j < nl + np; j++) /* the head: OpenBLAS's products */
+                assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
+            if (pp) assert_memory_equal(got + nl + np, want + nl + np, nh * sizeof *got);
+            else
+                for (size_t j = nl + np; j < n; j++)
+                    assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
+        }
+        bert_packed_params_free(pp);
+    }
+    free(want);
+    free(got);
+    cpu->destroy(cpu);
+    bert_model_free(m);
+    golden_free(&g);
+}
+
 /* Reads a whole file for the buffer-loading tests. */
 static char *slurp(const char *path, size_t *len)
 {
@@ -348,8 +439,8 @@ static void test_save_load_round_trip(void **state)
 }
 
 /* Saves the tiny BERT's tensors with one of them changed, then loads. */
-static void expect_load_error(const char *cfg_text, const char *drop,
-                              const char *add, const char *want)
+static void expect_load_error(const char *cfg_text, const char *drop, const char *add,
+                              const char *want)
 {
     bert_model *m = load("tests/fixtures/models/bert_tiny");
     char err[SM_ERR_MAX] = "";
@@ -358,13 +449,11 @@ static void expect_load_error(const char *cfg_text, const char *drop,
     size_t total;
     assert_int_equal(bert_param_table(&m->cfg, 1, &specs, &n, &total, err), SM_OK);
     st_write_entry *e = calloc((size_t)n + 1, sizeof *e);
-    char (*names)[128] = calloc((size_t)n + 1, sizeof *names);
+    char(*names)[128] = calloc((size_t)n + 1, sizeof *names);
     int k = 0;
     for (int i = 0; i < n; i++) {
-        if (!strncmp(specs[i].name, "classifier", 10))
-            snprintf(names[k], 128, "%s", specs[i].name);
-        else
-            snprintf(names[k], 128, "bert.%s", specs[i].name);
+        if (!strncmp(specs[i].name, "classifier", 10)) snprintf(names[k], 128, "%s", specs[i].name);
+        else snprintf(names[k], 128, "bert.%s", specs[i].name);
         if (drop && !strcmp(names[k], drop)) continue;
         e[k].name = names[k];
         e[k].data = m->arena + specs[i].offset;
@@ -386,7 +475,8 @@ static void expect_load_error(const char *cfg_text, const char *drop,
     size_t vocab_len;
     char *vocab = slurp("tests/fixtures/vocab.txt", &vocab_len);
     bert_model *m2 = NULL;
-    int rc = bert_model_load_buffers(cfg_text, strlen(cfg_text), vocab, vocab_len, bytes, len, &m2, err);
+    int rc = bert_model_load_buffers(cfg_text, strlen(cfg_text), vocab, vocab_len, bytes, len, &m2,
+                                     err);
     assert_int_equal(rc, SM_ERR_FORMAT);
     assert_null(m2);
     if (!strstr(err, want)) fail_msg("error '%s' does not mention '%s'", err, want);
@@ -413,8 +503,9 @@ static void test_bad_checkpoints(void **state)
     assert_non_null(at);
     snprintf(wrong, len + 16, "%.*s\"intermediate_size\": 256%s", (int)(at - cfg), cfg,
              at + strlen("\"intermediate_size\": 128"));
-    expect_load_error(wrong, NULL, NULL,
-                      "tensor 'bert.encoder.layer.0.intermediate.dense.weight': expected shape [256, 64], got [128, 64]");
+    expect_load_error(
+        wrong, NULL, NULL,
+        "tensor 'bert.encoder.layer.0.intermediate.dense.weight': expected shape [256, 64], got [128, 64]");
     free(wrong);
     free(cfg);
 
@@ -428,15 +519,11 @@ static void test_bad_checkpoints(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bert_tiny_parity),
-        cmocka_unit_test(test_ernie_tiny_parity),
-        cmocka_unit_test(test_bert_encoder_parity),
-        cmocka_unit_test(test_roberta_encoder_parity),
-        cmocka_unit_test(test_end_to_end),
-        cmocka_unit_test(test_no_head_is_an_error),
-        cmocka_unit_test(test_workspace_bytes),
-        cmocka_unit_test(test_save_load_round_trip),
-        cmocka_unit_test(test_bad_checkpoints),
+        cmocka_unit_test(test_bert_tiny_parity),     cmocka_unit_test(test_ernie_tiny_parity),
+        cmocka_unit_test(test_bert_encoder_parity),  cmocka_unit_test(test_roberta_encoder_parity),
+        cmocka_unit_test(test_end_to_end),           cmocka_unit_test(test_no_head_is_an_error),
+        cmocka_unit_test(test_workspace_bytes),      cmocka_unit_test(test_passes),
+        cmocka_unit_test(test_save_load_round_trip), cmocka_unit_test(test_bad_checkpoints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
