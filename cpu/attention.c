@@ -7,8 +7,9 @@
  * encoder's cycles at batch 32. Here, with the operands in place:
  *
  * - scores: the keys are copied once, transposed 16 x 16 in registers (kt[i][u],
- *   rows padded with zeros to a multiple of 32 keys, on the stack up to
- *   KEYS_STACK floats), and an SR x 32 tile of scores is kept in 2 x SR zmm
+ *   rows padded with zeros to a multiple of 16 keys, on the stack up to
+ *   KEYS_STACK floats), and an SR x 32 tile of scores (SR x 16 for the last
+ *   16 keys or fewer) is kept in 2 x SR zmm
  *   accumulators while i runs over d: per i two loads of kt and for each
  *   query row one broadcast of q[r][i] and two FMAs. Each score is one FMA
  *   chain in i order. Ragged keys are stored with masks; ragged query rows
@@ -103,10 +104,46 @@ AVX512F_FN static void pack_keys(float *kt, const float *k, int ld, int len, int
     }
 }
 
+/* Scores of the query rows qr (rows <= SR of them real) against keys u0
+ * .. u0 + 16 NC - 1 (NC 1 or 2, a constant; those below len stored) into
+ * att (row stride T); top[r] keeps row r's largest score per lane. */
+AVX512F_FN static inline __attribute__((always_inline)) void
+score_tile(const int NC, float *att, int T, const float *const qr[SR], const float *kt, int lp,
+           int d, int rows, int u0, int len, __m512 top[SR])
+{
+    __m512 acc[SR][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < SR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const float *b = kt + u0;
+    for (int i = 0; i < d; i++) {
+        __m512 k0 = _mm512_loadu_ps(b + (size_t)i * lp);
+        __m512 k1 = NC == 2 ? _mm512_loadu_ps(b + (size_t)i * lp + 16) : k0;
+#pragma GCC unroll 8
+        for (int r = 0; r < SR; r++) {
+            __m512 x = _mm512_set1_ps(qr[r][i]);
+            acc[r][0] = _mm512_fmadd_ps(x, k0, acc[r][0]);
+            if (NC == 2) acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
+        }
+    }
+    __mmask16 m0, m1; /* the keys below len */
+    gemm_panel_masks(len - u0, &m0, &m1);
+    /* a constant loop, so that acc stays in registers */
+#pragma GCC unroll 8
+    for (int r = 0; r < SR; r++) {
+        __mmask16 live = r < rows ? 0xffff : 0;
+        _mm512_mask_storeu_ps(att + (size_t)r * T + u0, m0 & live, acc[r][0]);
+        top[r] = _mm512_mask_max_ps(top[r], m0, acc[r][0], top[r]);
+        if (NC == 2) {
+            _mm512_mask_storeu_ps(att + (size_t)r * T + u0 + 16, m1 & live, acc[r][1]);
+            top[r] = _mm512_mask_max_ps(top[r], m1, acc[r][1], top[r]);
+        }
+    }
+}
+
 /* Scores of query rows q[0 .. rows) (rows <= SR; row stride ldq) against
- * keys 0 .. len - 1 into att (row stride T), 32 keys a tile, and each
- * row's largest score in mx (a NaN score skipped, as the softmax's own
- * max does). */
+ * keys 0 .. len - 1 into att (row stride T), 32 keys a tile (16 for the
+ * last where no more are left), and each row's largest score in mx (a NaN
+ * score skipped, as the softmax's own max does). */
 AVX512F_FN static void score_rows(float *att, int T, const float *q, int ldq, const float *kt,
                                   int lp, int d, int rows, int len, float mx[SR])
 {
@@ -117,33 +154,9 @@ AVX512F_FN static void score_rows(float *att, int T, const float *q, int ldq, co
         qr[r] = q + (size_t)(r < rows ? r : rows - 1) * ldq;
         top[r] = _mm512_set1_ps(-INFINITY);
     }
-    for (int u0 = 0; u0 < len; u0 += 32) {
-        __m512 acc[SR][2];
-#pragma GCC unroll 8
-        for (int r = 0; r < SR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-        const float *b = kt + u0;
-        for (int i = 0; i < d; i++) {
-            __m512 k0 = _mm512_loadu_ps(b + (size_t)i * lp);
-            __m512 k1 = _mm512_loadu_ps(b + (size_t)i * lp + 16);
-#pragma GCC unroll 8
-            for (int r = 0; r < SR; r++) {
-                __m512 x = _mm512_set1_ps(qr[r][i]);
-                acc[r][0] = _mm512_fmadd_ps(x, k0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
-            }
-        }
-        __mmask16 m0, m1; /* the keys below len */
-        gemm_panel_masks(len - u0, &m0, &m1);
-        /* a constant loop, so that acc stays in registers */
-#pragma GCC unroll 8
-        for (int r = 0; r < SR; r++) {
-            __mmask16 live = r < rows ? 0xffff : 0;
-            _mm512_mask_storeu_ps(att + (size_t)r * T + u0, m0 & live, acc[r][0]);
-            _mm512_mask_storeu_ps(att + (size_t)r * T + u0 + 16, m1 & live, acc[r][1]);
-            top[r] = _mm512_mask_max_ps(top[r], m0, acc[r][0], top[r]);
-            top[r] = _mm512_mask_max_ps(top[r], m1, acc[r][1], top[r]);
-        }
-    }
+    int u0 = 0;
+    for (; len - u0 > 16; u0 += 32) score_tile(2, att, T, qr, kt, lp, d, rows, u0, len, top);
+    if (u0 < len) score_tile(1, att, T, qr, kt, lp, d, rows, u0, len, top);
 #pragma GCC unroll 8
     for (int r = 0; r < SR; r++) mx[r] = _mm512_reduce_max_ps(top[r]);
 }
@@ -206,7 +219,7 @@ int cpu_attention_head(float *out, int ldo, float *att, const float *q, const fl
                        const float *v, int ldqkv, int len, int T, int d, float scale)
 {
     float stack[KEYS_STACK];
-    int lp = (len + 31) & ~31;
+    int lp = (len + 15) & ~15;
     size_t need = (size_t)d * lp;
 
     if (!cpu_has(CPU_AVX512F) || (d != 16 && d != 32 && d != 48 && d != 64) || len < 1) return 0;
