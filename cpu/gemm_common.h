@@ -1,7 +1,8 @@
 /* gemm_common.h: what the packed GEMM kinds (gemm_bf16.c, gemm_f32.c,
  * gemm_int8.c) share, written once: the packed data's allocation
  * (gemm_packed_alloc), the column masks of a 32-column panel
- * (gemm_panel_masks) and the two entry points every kind has.
+ * (gemm_panel_masks), the table of register tiles by height
+ * (GEMM_TILES_1_TO_12) and the two entry points every kind has.
  * GEMM_ENTRY_POINTS(kind), at the end of gemm_<kind>.c, defines what
  * gemm_<kind>.h declares:
  *   gemm_<kind>_linear_cols  the columns clamped to the weight's N, then
@@ -40,6 +41,26 @@ static inline void gemm_panel_masks(int cols, unsigned short *m0, unsigned short
     *m0 = cols >= 16 ? 0xffff : (unsigned short)((1u << cols) - 1);
     *m1 = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (unsigned short)((1u << (cols - 16)) - 1);
 }
+
+/* The register tiles of every height 1 .. 12 that a kind's file defines
+ * with its own TILE(n) macro (a noinline tile_n calling its always-inline
+ * tile with the constant n), and k_tiles, the table of them by height
+ * (k_tiles[0] NULL), of the file's function type fn_type. */
+#define GEMM_TILES_1_TO_12(fn_type)                                                               \
+    TILE(1)                                                                                       \
+    TILE(2)                                                                                       \
+    TILE(3)                                                                                       \
+    TILE(4)                                                                                       \
+    TILE(5)                                                                                       \
+    TILE(6)                                                                                       \
+    TILE(7)                                                                                       \
+    TILE(8)                                                                                       \
+    TILE(9)                                                                                       \
+    TILE(10)                                                                                      \
+    TILE(11)                                                                                      \
+    TILE(12)                                                                                      \
+    static const fn_type k_tiles[13] = {NULL,   tile_1, tile_2, tile_3,  tile_4,  tile_5, tile_6, \
+                                        tile_7, tile_8, tile_9, tile_10, tile_11, tile_12};
 
 #define GEMM_ENTRY_POINTS(kind)                                                                \
     void gemm_##kind##_linear_cols(float *out, const float *in, const gemm_##kind##_weight *w, \

@@ -192,22 +192,9 @@ typedef void (*tile_fn)(int nk, const float *a, size_t lda, const float *b, floa
     {                                                                                          \
         tile(n, nk, a, lda, b, out, ldo, m0, m1, bias, first, pf, pf_step);                    \
     }
-TILE(1)
-TILE(2)
-TILE(3)
-TILE(4)
-TILE(5)
-TILE(6)
-TILE(7)
-TILE(8)
-TILE(9)
-TILE(10)
-TILE(11)
-TILE(12)
+GEMM_TILES_1_TO_12(tile_fn)
+_Static_assert(MR == 12, "k_tiles holds the tiles of 1 .. 12 rows");
 #undef TILE
-
-static const tile_fn k_tiles[MR + 1] = {NULL,   tile_1, tile_2, tile_3,  tile_4,  tile_5, tile_6,
-                                        tile_7, tile_8, tile_9, tile_10, tile_11, tile_12};
 
 /* Rows per block for R rows of K inputs: blocks of equal height (a
  * multiple of MR) whose inputs fit ROW_BLOCK_BYTES, so a single sequence's

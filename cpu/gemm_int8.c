@@ -357,22 +357,9 @@ typedef void (*tile_fn)(int np, const uint32_t *a, const int8_t *b, float *out, 
     {                                                                                         \
         tile(n, np, a, b, out, ldo, m0, m1, rq, w, n0, bias, first, last, pf, pf_step);       \
     }
-TILE(1)
-TILE(2)
-TILE(3)
-TILE(4)
-TILE(5)
-TILE(6)
-TILE(7)
-TILE(8)
-TILE(9)
-TILE(10)
-TILE(11)
-TILE(12)
+GEMM_TILES_1_TO_12(tile_fn)
+_Static_assert(MR == 12, "k_tiles holds the tiles of 1 .. 12 rows");
 #undef TILE
-
-static const tile_fn k_tiles[MR + 1] = {NULL,   tile_1, tile_2, tile_3,  tile_4,  tile_5, tile_6,
-                                        tile_7, tile_8, tile_9, tile_10, tile_11, tile_12};
 
 /* Rows per block for R rows: blocks of equal height, a multiple of MR up
  * to MC, so that a sequence's rows (up to MC) are one block and each
