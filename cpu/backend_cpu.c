@@ -657,7 +657,7 @@ static const char *cpu_last_error(const backend *be)
     return ""; /* the CPU ops cannot fail */
 }
 
-/* Lanes: one single-threaded CPU backend per thread (backend.h). */
+/* A forward pass's rows: PASS_BYTES of activations (cpu_ctx.h). */
 static int cpu_pass_rows(const backend *be, size_t row_bytes)
 {
     (void)be;
@@ -665,6 +665,7 @@ static int cpu_pass_rows(const backend *be, size_t row_bytes)
     return rows < 1 ? 1 : rows > (1u << 30) ? 1 << 30 : (int)rows;
 }
 
+/* Lanes: one single-threaded CPU backend per thread (backend.h). */
 static int cpu_lanes(const backend *be)
 {
     return cpu_threads(be);

@@ -260,6 +260,23 @@ static int forward_on_lanes(const bert_config *cfg, const bert_params *p, bert_w
     return lanes_run(lanes, forward_lane, &j, err);
 }
 
+/* The batch as passes of `part` sequences, one after another on ws. */
+static int forward_in_passes(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                             int part, const int *ids, const int *lengths, int B, int T,
+                             float *logits, float *pooled_out, float *hidden_out, char *err)
+{
+    int K = ws->K, C = ws->C;
+    for (int b0 = 0; b0 < B; b0 += part) {
+        int n = B - b0 < part ? B - b0 : part;
+        int rc = forward(cfg, p, ws, ids + (size_t)b0 * T, lengths + b0, n, T,
+                         logits ? logits + (size_t)b0 * K : NULL,
+                         pooled_out ? pooled_out + (size_t)b0 * C : NULL,
+                         hidden_out ? hidden_out + (size_t)b0 * T * C : NULL, err);
+        if (rc) return rc;
+    }
+    return SM_OK;
+}
+
 int bert_forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
                  const int *lengths, int B, int T, float *logits, float *pooled_out, char *err)
 {
@@ -305,15 +322,9 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
         return forward_on_lanes(cfg, p, ws, lanes, ids, lengths, B, T, logits, pooled_out,
                                 hidden_out, err);
     int part = pass_sequences(ws, T);
-    for (int b0 = 0; part < B && b0 < B; b0 += part) {
-        int n = B - b0 < part ? B - b0 : part;
-        if ((rc = forward(cfg, p, ws, ids + (size_t)b0 * T, lengths + b0, n, T,
-                          logits ? logits + (size_t)b0 * K : NULL,
-                          pooled_out ? pooled_out + (size_t)b0 * C : NULL,
-                          hidden_out ? hidden_out + (size_t)b0 * T * C : NULL, err)))
-            return rc;
-        if (b0 + n == B) return SM_OK;
-    }
+    if (part < B)
+        return forward_in_passes(cfg, p, ws, part, ids, lengths, B, T, logits, pooled_out,
+                                 hidden_out, err);
 
     TRY_BACKEND(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY_BACKEND(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
