@@ -76,8 +76,8 @@ AVX512F_FN static inline void transpose16(__m512 r[16])
 }
 
 /* Rows u0 .. u0 + 15 of k, columns i0 .. i0 + 15, transposed into kt
- * (row stride lp); rows n .. 15 (n <= 16) are zeros, read from nowhere
- * (masked loads of row u0). */
+ * (row stride lp); rows n .. 15 (n <= 16; n = 16 a constant in the loop
+ * over whole blocks) are zeros and not read. */
 AVX512F_FN static inline __attribute__((always_inline)) void
 pack_block(float *kt, int lp, const float *k, int ld, int u0, int i0, int n)
 {
