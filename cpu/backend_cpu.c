@@ -27,7 +27,7 @@
 #include "cpu/attention.h"
 #include "cpu/blas.h"
 #include "cpu/cpu_ctx.h"
-#include "cpu/fastmath.h"
+#include "cpu/gelu.h"
 #include "cpu/gemm_bf16.h"
 #include "cpu/gemm_f32.h"
 #include "cpu/gemm_int8.h"
@@ -325,16 +325,6 @@ static void add_span(float *out, const float *a, const float *b, size_t n)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-SIMD_CLONES
-static void gelu_span(float *out, const float *in, size_t n)
-{
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        float x = in[i];
-        out[i] = 0.5f * x * (1.0f + sm_erff(x * 0.70710678118654752f));
-    }
-}
-
 /* An elementwise op over [0, n): piece t of nt is [n t / nt, n (t+1) / nt). */
 typedef struct span_job {
     float *out;
@@ -353,7 +343,7 @@ static void gelu_piece(void *ctx, int t, int nt)
 {
     const span_job *j = ctx;
     size_t lo = j->n * t / nt, hi = j->n * (t + 1) / nt;
-    gelu_span(j->out + lo, j->a + lo, hi - lo);
+    cpu_gelu_span(j->out + lo, j->a + lo, hi - lo);
 }
 
 static int cpu_add(backend *be, float *out, const float *a, const float *b, size_t n)
