@@ -188,10 +188,10 @@ AVX512BF16 static void kernel(int np, const uint32_t *a, const uint16_t *b, floa
     __m512 acc[MR][2];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    /* the output lines fetched for writing now (see gemm_int8.c) */
+    /* the output lines fetched into L1 now (see gemm_int8.c) */
     for (int i = 0; i < rows; i++) {
-        _mm_prefetch((const char *)(out + (size_t)i * ldo), _MM_HINT_ET0);
-        _mm_prefetch((const char *)(out + (size_t)i * ldo + 16), _MM_HINT_ET0);
+        _mm_prefetch((const char *)(out + (size_t)i * ldo), _MM_HINT_T0);
+        _mm_prefetch((const char *)(out + (size_t)i * ldo + 16), _MM_HINT_T0);
     }
     for (int p = 0; p < np; p++, b += 2 * PANEL) {
         __m512bh b0 = (__m512bh)_mm512_load_si512(b);

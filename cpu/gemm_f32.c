@@ -26,8 +26,8 @@
  * start from the bias (first K block) or from the output (later blocks:
  * the partial chain parked there), so the FMA chain of each output runs in
  * k order from the bias whatever the blocking; the last block stores the
- * result. A tile fetches its output lines for writing (prefetchw) first,
- * as gemm_int8.c does (N = 3072: 217 -> 232 GFLOP/s). Ragged columns are
+ * result. A tile fetches its output lines into L1 first, as gemm_int8.c
+ * does (N = 3072: 217 -> 232 GFLOP/s). Ragged columns are
  * loaded and stored with masks (the padded
  * weights are zero); the row tile is compiled for every height 1 .. MR, so
  * ragged rows are neither computed nor read.
@@ -152,10 +152,10 @@ tile(const int rows, int nk, const float *a, size_t lda, const float *b, float *
 #pragma GCC unroll 16
     for (int i = 0; i < rows; i++) {
         ap[i] = a + i * lda;
-        /* the tile's output lines fetched for writing now rather than
-         * when stored (see gemm_int8.c) */
-        _mm_prefetch((const char *)(out + i * ldo), _MM_HINT_ET0);
-        _mm_prefetch((const char *)(out + i * ldo + 16), _MM_HINT_ET0);
+        /* the tile's output lines fetched into L1 now rather than when
+         * stored (see gemm_int8.c) */
+        _mm_prefetch((const char *)(out + i * ldo), _MM_HINT_T0);
+        _mm_prefetch((const char *)(out + i * ldo + 16), _MM_HINT_T0);
     }
 #pragma GCC unroll 2
     for (int k = 0; k < nk; k++, b += PANEL) {

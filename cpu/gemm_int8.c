@@ -20,10 +20,12 @@
  * compiled for every height 1 .. MR, so ragged rows are neither computed
  * nor read (e5-small, batch 1, one thread: 8% of the rows of a 100-token
  * sequence were a 12-row tile's zero padding). A tile fetches its output
- * lines for writing (prefetchw) before its products: where the output's
- * row stride is a multiple of 4 KiB (N = 1024, 2048, 3072: BERT-base's
- * FFN) all of a tile's rows share cache sets and address bits, and storing
- * them at the end cost 25% (3072 x 768 x 3072: 650 -> 900 GOP/s). The
+ * lines into L1 (prefetcht0) before its products: where the output's row
+ * stride is a multiple of 4 KiB (N = 1024, 2048, 3072: BERT-base's FFN)
+ * all of a tile's rows share cache sets and address bits, and storing them
+ * at the end cost 25% (3072 x 768 x 3072: 650 -> 900 GOP/s). The loop that
+ * does it sits in each kernel's tile: gcc drops a function made only of
+ * prefetches (it has no side effects), and with it the prefetches. The
  * next panel is prefetched into L2 while a panel's tiles run (e5-small,
  * batch 1: 137 -> 159 sequences/s, its weights come from L3).
  */
@@ -326,8 +328,8 @@ tile(const int rows, int np, const uint32_t *a, const int8_t *b, float *out, int
 #pragma GCC unroll 16
     for (int i = 0; i < rows; i++) {
         acc[i][0] = acc[i][1] = (v16si){0};
-        _mm_prefetch((const char *)(out + (size_t)i * ldo), _MM_HINT_ET0);
-        _mm_prefetch((const char *)(out + (size_t)i * ldo + 16), _MM_HINT_ET0);
+        _mm_prefetch((const char *)(out + (size_t)i * ldo), _MM_HINT_T0);
+        _mm_prefetch((const char *)(out + (size_t)i * ldo + 16), _MM_HINT_T0);
     }
     if (!pf) quads(rows, acc, np, a, b, pf, 0);
     else if (pf_step == 1) quads(rows, acc, np, a, b, pf, 1);

@@ -226,6 +226,9 @@ static int pass_sequences(const bert_workspace *ws, int T)
 static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
                    const int *lengths, int B, int T, float *logits, float *pooled_out,
                    float *hidden_out, char *err);
+static int forward_one(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                       const int *ids, const int *lengths, int B, int T, float *logits,
+                       float *pooled_out, float *hidden_out, char *err);
 
 typedef struct forward_lanes_job {
     const bert_config *cfg;
@@ -260,7 +263,8 @@ static int forward_on_lanes(const bert_config *cfg, const bert_params *p, bert_w
     return lanes_run(lanes, forward_lane, &j, err);
 }
 
-/* The batch as passes of `part` sequences, one after another on ws. */
+/* The batch (checked) as passes of `part` sequences, one after another
+ * on ws. */
 static int forward_in_passes(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
                              int part, const int *ids, const int *lengths, int B, int T,
                              float *logits, float *pooled_out, float *hidden_out, char *err)
@@ -268,10 +272,10 @@ static int forward_in_passes(const bert_config *cfg, const bert_params *p, bert_
     int K = ws->K, C = ws->C;
     for (int b0 = 0; b0 < B; b0 += part) {
         int n = B - b0 < part ? B - b0 : part;
-        int rc = forward(cfg, p, ws, ids + (size_t)b0 * T, lengths + b0, n, T,
-                         logits ? logits + (size_t)b0 * K : NULL,
-                         pooled_out ? pooled_out + (size_t)b0 * C : NULL,
-                         hidden_out ? hidden_out + (size_t)b0 * T * C : NULL, err);
+        int rc = forward_one(cfg, p, ws, ids + (size_t)b0 * T, lengths + b0, n, T,
+                             logits ? logits + (size_t)b0 * K : NULL,
+                             pooled_out ? pooled_out + (size_t)b0 * C : NULL,
+                             hidden_out ? hidden_out + (size_t)b0 * T * C : NULL, err);
         if (rc) return rc;
     }
     return SM_OK;
@@ -291,13 +295,13 @@ int bert_forward_hidden(const bert_config *cfg, const bert_params *p, bert_works
 }
 
 /* The pass behind both: logits (B,K), pooled_out (B,C) and hidden_out
- * (B,T,C), each written when not NULL. */
+ * (B,T,C), each written when not NULL. The arguments are checked here,
+ * then the batch runs on lanes, in passes or as one pass (forward_one). */
 static int forward(const bert_config *cfg, const bert_params *p, bert_workspace *ws, const int *ids,
                    const int *lengths, int B, int T, float *logits, float *pooled_out,
                    float *hidden_out, char *err)
 {
     backend *be = ws->be;
-    int C = ws->C, K = ws->K, N = B * T;
 
     if (B < 1 || T < 1 || B > ws->max_batch || T > ws->max_seq)
         return sm_error(err, SM_ERR_INVALID,
@@ -325,6 +329,16 @@ static int forward(const bert_config *cfg, const bert_params *p, bert_workspace 
     if (part < B)
         return forward_in_passes(cfg, p, ws, part, ids, lengths, B, T, logits, pooled_out,
                                  hidden_out, err);
+    return forward_one(cfg, p, ws, ids, lengths, B, T, logits, pooled_out, hidden_out, err);
+}
+
+/* One pass of B sequences (checked by forward) through ws. */
+static int forward_one(const bert_config *cfg, const bert_params *p, bert_workspace *ws,
+                       const int *ids, const int *lengths, int B, int T, float *logits,
+                       float *pooled_out, float *hidden_out, char *err)
+{
+    backend *be = ws->be;
+    int C = ws->C, K = ws->K, N = B * T, rc;
 
     TRY_BACKEND(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY_BACKEND(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
