@@ -1,5 +1,6 @@
 /* attention.h: one (sequence, head) of inference attention on the CPU
- * with an AVX-512F kernel (attention.c): scores, the masked row softmax
+ * with an AVX-512F kernel (attention.c; its products in BF16:
+ * attention_bf16.c): scores, the masked row softmax
  * (softmax.h) and the weighted sum of the values, with no library call
  * and no copy of the inputs but one of the keys. backend_cpu.c runs it
  * for every (sequence, head) and falls back to its two BLAS products where
@@ -18,5 +19,13 @@
  * 16, 32, 48 or 64, or memory for the keys' copy is short. */
 int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
                        const float *v, int ldqkv, int len, int T, int d, float scale);
+
+/* The same with the scores' and the values' products in BF16 (FP32 sums;
+ * attention_bf16.c), the softmax and att in FP32: the attention of a model
+ * whose linear layers run packed BF16 or INT8 weights. 0, with nothing
+ * written, where this CPU lacks AVX512-BF16 (or AVX-512BW/VL), d is not
+ * 16, 32, 48 or 64, or memory for the rounded copies is short. */
+int cpu_attention_head_bf16(float *out, int ldo, float *att, const float *q, const float *k,
+                            const float *v, int ldqkv, int len, int T, int d, float scale);
 
 #endif

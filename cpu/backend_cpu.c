@@ -440,12 +440,14 @@ static int cpu_softmax_masked(backend *be, float *att, const int *lengths, int B
 }
 
 /* Attention for one (sequence, head): only the len x len block that is not
- * padding is computed, by attention.c's kernel where it runs, else with
- * two BLAS products. */
+ * padding is computed, by attention_bf16.c's kernel where bf16 asks for it
+ * and it runs, else by attention.c's where it runs, else with two BLAS
+ * products. */
 static void attention_head(float *out, float *att, const float *qkv, int len, int T, int C, int d,
-                           float scale)
+                           float scale, int bf16)
 {
     const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
+    if (bf16 && cpu_attention_head_bf16(out, C, att, q, k, v, 3 * C, len, T, d, scale)) return;
     if (cpu_attention_head(out, C, att, q, k, v, 3 * C, len, T, d, scale)) return;
     blas_sgemm(0, 1, len, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
     for (int t = 0; t < len; t++) cpu_softmax_row(att + (size_t)t * T, len, T, scale);
@@ -459,6 +461,7 @@ typedef struct attention_job {
     const int *lengths;
     int T, H, d;
     float scale;
+    int bf16; /* the products in BF16 (attention_bf16) */
 } attention_job;
 
 static void attention_item(void *ctx, int bh, int lane)
@@ -469,16 +472,28 @@ static void attention_item(void *ctx, int bh, int lane)
     int len = j->lengths[b] < 1 ? 1 : (j->lengths[b] > T ? T : j->lengths[b]);
     (void)lane;
     attention_head(j->out + (size_t)b * T * C + (size_t)h * d, j->att + (size_t)bh * T * T,
-                   j->qkv + (size_t)b * T * 3 * C + (size_t)h * d, len, T, C, d, j->scale);
+                   j->qkv + (size_t)b * T * 3 * C + (size_t)h * d, len, T, C, d, j->scale, j->bf16);
+}
+
+static int run_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
+                         int B, int T, int H, int d, float scale, int bf16)
+{
+    int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
+    attention_job j = {out, att, qkv, lengths, T, H, d, scale, bf16};
+    tp_for_dynamic(nt, B * H, attention_item, &j);
+    return SM_OK;
 }
 
 static int cpu_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
                          int B, int T, int H, int d, float scale)
 {
-    int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
-    attention_job j = {out, att, qkv, lengths, T, H, d, scale};
-    tp_for_dynamic(nt, B * H, attention_item, &j);
-    return SM_OK;
+    return run_attention(be, out, att, qkv, lengths, B, T, H, d, scale, 0);
+}
+
+static int cpu_attention_bf16(backend *be, float *out, float *att, const float *qkv,
+                              const int *lengths, int B, int T, int H, int d, float scale)
+{
+    return run_attention(be, out, att, qkv, lengths, B, T, H, d, scale, 1);
 }
 
 /* ---- gathers and layout changes --------------------------------------- */
@@ -711,6 +726,7 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->attn_merge = cpu_attn_merge;
     be->softmax_masked = cpu_softmax_masked;
     be->attention = cpu_attention;
+    be->attention_bf16 = cpu_attention_bf16;
     be->gather_cls = cpu_gather_cls;
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;

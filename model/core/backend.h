@@ -132,6 +132,14 @@ struct backend {
      * backward pass); lengths is backend int memory. */
     int (*attention)(backend *be, float *out, float *att, const float *qkv, const int *lengths,
                      int B, int T, int H, int d, float scale);
+    /* Optional (NULL: attention serves). attention with its two products
+     * (q kᵀ, att v) computed from operands rounded to BF16, summed in
+     * FP32; the softmax and att FP32 as attention's. The encoder runs it
+     * for layers whose linear layers run packed BF16 or INT8 weights, whose
+     * own rounding is larger. The CPU: with AVX512-BF16, else as
+     * attention. */
+    int (*attention_bf16)(backend *be, float *out, float *att, const float *qkv, const int *lengths,
+                          int B, int T, int H, int d, float scale);
     /* Rows (B,C) gathered from x(B,T,C) at t = 0: the [CLS] vectors. */
     int (*gather_cls)(backend *be, float *out, const float *x, int B, int T, int C);
     int (*synchronize)(backend *be);

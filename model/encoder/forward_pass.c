@@ -50,6 +50,13 @@ static int linear(backend *be, float *out, const float *in, const float *W,
     return be->linear(be, out, in, W, b, R, K, N);
 }
 
+/* Whether a packed weight (NULL: none) is of a reduced-precision kind,
+ * whose layer's attention may run its products in BF16 (attention_bf16). */
+static int reduced_kind(const backend_packed *pw)
+{
+    return pw && (pw->kind == BACKEND_PACK_BF16 || pw->kind == BACKEND_PACK_INT8);
+}
+
 /* x = dropout(x) in place at a site of a training pass; nothing at
  * inference. */
 static int dropout(backend *be, const encoder_pass *ps, float *x, size_t n, float prob,
@@ -79,6 +86,9 @@ static int layer_forward(backend *be, const bert_config *cfg, const bert_layer_p
         TRY_BACKEND(be->attention_train(be, a->merged, a->att, e->att_drop, a->qkv, e->lengths, B,
                                         T, H, d, scale, dr->attention,
                                         encoder_dropout_key(ps, SITE_ATTN(l), (size_t)H * T * T)));
+    else if (packed && reduced_kind(lp->qkv_pw) && be->attention_bf16)
+        TRY_BACKEND(be->attention_bf16(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d,
+                                       scale));
     else TRY_BACKEND(be->attention(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d, scale));
     /* r1(N,C) = dropout(merged · Woᵀ + bo) + x_in; x1 = LN1(r1) */
     TRY_BACKEND(linear(be, a->r1, a->merged, lp->attn_out_w, packed ? lp->attn_out_pw : NULL,
