@@ -41,11 +41,11 @@
 #include <immintrin.h>
 #define HAVE_AVX512_ATTENTION 1
 #define AVX512F_FN __attribute__((target("avx512f")))
-#include "cpu/transpose16.h"
+#include "cpu/attention_simd.h"
 #endif
 
 #define KEYS_STACK 8192 /* floats: d x padded keys up to 64 x 128 */
-#define SR 8            /* query rows of a score tile */
+#define SR ATTENTION_SR
 
 #ifdef HAVE_AVX512_ATTENTION
 
@@ -99,19 +99,7 @@ score_tile(const int NC, float *att, int T, const float *const qr[SR], const flo
             if (NC == 2) acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
         }
     }
-    __mmask16 m0, m1; /* the keys below len */
-    gemm_panel_masks(len - u0, &m0, &m1);
-    /* a constant loop, so that acc stays in registers */
-#pragma GCC unroll 8
-    for (int r = 0; r < SR; r++) {
-        __mmask16 live = r < rows ? 0xffff : 0;
-        _mm512_mask_storeu_ps(att + (size_t)r * T + u0, m0 & live, acc[r][0]);
-        top[r] = _mm512_mask_max_ps(top[r], m0, acc[r][0], top[r]);
-        if (NC == 2) {
-            _mm512_mask_storeu_ps(att + (size_t)r * T + u0 + 16, m1 & live, acc[r][1]);
-            top[r] = _mm512_mask_max_ps(top[r], m1, acc[r][1], top[r]);
-        }
-    }
+    attention_store_scores(NC, att, T, acc, rows, u0, len, top);
 }
 
 /* Scores of query rows q[0 .. rows) (rows <= SR; row stride ldq) against

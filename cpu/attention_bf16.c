@@ -43,26 +43,15 @@
 #include <immintrin.h>
 #define HAVE_BF16_ATTENTION 1
 #define AVX512BF16_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#include "cpu/transpose16.h"
+#include "cpu/attention_simd.h"
+#include "cpu/bf16_round.h"
 #endif
 
 #define WORDS_STACK 10240 /* pairs of kw, vw and pw: d = 64 and 128 keys take 8,704 */
-#define SR 8              /* query rows of a block */
-#define QW 32             /* pairs of a query row (d <= 64) */
+#define SR ATTENTION_SR
+#define QW 32 /* pairs of a query row (d <= 64) */
 
 #ifdef HAVE_BF16_ATTENTION
-
-/* 16 floats rounded to BF16 to nearest even (NaN kept a NaN), each in the
- * high half of its 32-bit lane (gemm_bf16_round's rounding). */
-AVX512BF16_FN static inline __m512i round_high(__m512 x)
-{
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-}
 
 /* 32 floats in order (lo: the first 16) as 16 BF16 pairs in order: pair i
  * holds elements 2i (low half) and 2i + 1. */
@@ -71,14 +60,15 @@ AVX512BF16_FN static inline __m512i pairs32(__m512 lo, __m512 hi)
     const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35,
                                          33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3,
                                          1);
-    return _mm512_permutex2var_epi16(round_high(lo), odd, round_high(hi));
+    return _mm512_permutex2var_epi16(bf16_round_high(lo), odd, bf16_round_high(hi));
 }
 
 /* Element i of a and of b as pair i (a's the low half). */
 AVX512BF16_FN static inline __m512i interleave16(__m512 a, __m512 b)
 {
-    return _mm512_or_si512(_mm512_srli_epi32(round_high(a), 16),
-                           _mm512_and_si512(round_high(b), _mm512_set1_epi32((int)0xffff0000u)));
+    return _mm512_or_si512(_mm512_srli_epi32(bf16_round_high(a), 16),
+                           _mm512_and_si512(bf16_round_high(b),
+                                            _mm512_set1_epi32((int)0xffff0000u)));
 }
 
 /* n floats of x (n <= 32, the rest zero) as pairs into w[0 .. 16). */
@@ -160,18 +150,7 @@ score_tile(const int NC, float *att, int T, const uint32_t *qw, const uint32_t *
             if (NC == 2) acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, k1);
         }
     }
-    __mmask16 m0, m1; /* the keys below len */
-    gemm_panel_masks(len - u0, &m0, &m1);
-#pragma GCC unroll 8
-    for (int r = 0; r < SR; r++) {
-        __mmask16 live = r < rows ? 0xffff : 0;
-        _mm512_mask_storeu_ps(att + (size_t)r * T + u0, m0 & live, acc[r][0]);
-        top[r] = _mm512_mask_max_ps(top[r], m0, acc[r][0], top[r]);
-        if (NC == 2) {
-            _mm512_mask_storeu_ps(att + (size_t)r * T + u0 + 16, m1 & live, acc[r][1]);
-            top[r] = _mm512_mask_max_ps(top[r], m1, acc[r][1], top[r]);
-        }
-    }
+    attention_store_scores(NC, att, T, acc, rows, u0, len, top);
 }
 
 /* Scores of query rows q[0 .. rows) (rows <= SR; row stride ldq) against

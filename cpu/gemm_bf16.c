@@ -22,6 +22,7 @@
 
 #include "core/errors.h"
 #include "cpu/features.h"
+#include "cpu/bf16_round.h"
 #include "cpu/gemm_common.h"
 
 #define PANEL GEMM_BF16_PANEL
@@ -151,13 +152,7 @@ void gemm_bf16_ref(float *out, const float *in, const float *W, const float *bia
 /* 16 floats to 16 BF16 (the rounding of gemm_bf16_round). */
 AVX512BF16 static inline __m256i round16(__m512 x)
 {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_round_high(x), 16));
 }
 
 /* Rounds rows [0, rows) of in (stride K), pairs [p0, p0 + np), into a

@@ -7,7 +7,9 @@
  * it leaves in att (len x len, zero beyond len in each row) and the zero
  * rows of the output past len are checked as the training backward and the
  * next layer read them. Where the kernel declines (no AVX-512F, another
- * head size) it must write nothing and say 0.
+ * head size) it must write nothing and say 0. Large scores run through the
+ * BF16 kernel too (tests/cpu/test_attention_bf16.c has the rest of its
+ * checks).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,11 +115,15 @@ static void test_against_reference(void **state)
         }
 }
 
-/* Large scores: the softmax subtracts the row maximum (no overflow). */
-static void test_large_scores(void **state)
+typedef int (*head_fn)(float *out, int ldo, float *att, const float *q, const float *k,
+                       const float *v, int ldqkv, int len, int T, int d, float scale);
+
+/* Large scores: the softmax subtracts the row maximum (no overflow); for
+ * the FP32 kernel and the BF16 one (attention_bf16.c), whose values are
+ * rounded to BF16 (tol). */
+static void large_scores(head_fn head, int T, float tol)
 {
-    (void)state;
-    int d = 64, T = 20, len = 20, ld = 3 * d;
+    int d = 64, len = T, ld = 3 * d;
     float *qkv = calloc((size_t)T * ld, sizeof *qkv), *out = calloc((size_t)T * d, sizeof *out);
     float *att = calloc((size_t)T * T, sizeof *att);
     for (int t = 0; t < T; t++)
@@ -126,15 +132,22 @@ static void test_large_scores(void **state)
             qkv[t * ld + d + i] = t == 3 ? 1.0f : 0.0f; /* k: row 3 stands out */
             qkv[t * ld + 2 * d + i] = (float)t;         /* v */
         }
-    if (cpu_attention_head(out, d, att, qkv, qkv + d, qkv + 2 * d, ld, len, T, d, 1.0f)) {
+    if (head(out, d, att, qkv, qkv + d, qkv + 2 * d, ld, len, T, d, 1.0f)) {
         for (int t = 0; t < len; t++) {
             assert_true(isfinite(att[t * T + 3]) && att[t * T + 3] > 0.999f);
-            assert_true(fabsf(out[t * d] - 3.0f) < 1e-3f);
+            assert_true(fabsf(out[t * d] - 3.0f) < tol);
         }
     }
     free(qkv);
     free(out);
     free(att);
+}
+
+static void test_large_scores(void **state)
+{
+    (void)state;
+    large_scores(cpu_attention_head, 20, 1e-3f);
+    large_scores(cpu_attention_head_bf16, 21, 1e-2f); /* an odd length: a zero key */
 }
 
 /* Head sizes the kernel does not take: nothing written, 0. */

@@ -8,10 +8,10 @@
  * lengths around the tiles and pairs (odd lengths: a zero key after the
  * last), padded rows (T > len), rows laid out as the encoder's fused QKV
  * buffer (its padding rows NaN: never read), a length past the stack
- * buffer (the heap copy), and against the
- * FP32 kernel (within BF16's rounding, and not equal to it: the rounding
- * happens). Where the kernel declines (no AVX512-BF16, another head size)
- * it must write nothing and say 0.
+ * buffer (the heap copy), and against the FP32 kernel (within BF16's
+ * rounding, and not equal to it: the rounding happens); large scores are
+ * in tests/cpu/test_attention.c. Where the kernel declines (no
+ * AVX512-BF16, another head size) it must write nothing and say 0.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -173,30 +173,6 @@ static void test_against_fp32(void **state)
     free(a32);
 }
 
-/* Large scores: the softmax subtracts the row maximum (no overflow). */
-static void test_large_scores(void **state)
-{
-    (void)state;
-    int d = 64, T = 21, len = 21, ld = 3 * d;
-    float *qkv = calloc((size_t)T * ld, sizeof *qkv), *out = calloc((size_t)T * d, sizeof *out);
-    float *att = calloc((size_t)T * T, sizeof *att);
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < d; i++) {
-            qkv[t * ld + i] = 30.0f;                    /* q */
-            qkv[t * ld + d + i] = t == 3 ? 1.0f : 0.0f; /* k: row 3 stands out */
-            qkv[t * ld + 2 * d + i] = (float)t;         /* v */
-        }
-    if (cpu_attention_head_bf16(out, d, att, qkv, qkv + d, qkv + 2 * d, ld, len, T, d, 1.0f)) {
-        for (int t = 0; t < len; t++) {
-            assert_true(isfinite(att[t * T + 3]) && att[t * T + 3] > 0.999f);
-            assert_true(fabsf(out[t * d] - 3.0f) < 1e-2f);
-        }
-    }
-    free(qkv);
-    free(out);
-    free(att);
-}
-
 /* Head sizes the kernel does not take, and no keys: nothing written, 0. */
 static void test_declines(void **state)
 {
@@ -214,7 +190,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_against_fp32),
-        cmocka_unit_test(test_large_scores),
         cmocka_unit_test(test_declines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
