@@ -2,8 +2,9 @@
  * AVX-512F kernel (cpu/attention.c) against a double-precision reference:
  * scores, the masked softmax and the weighted values, for d = 16, 32, 48
  * and 64, lengths that are and are not multiples of the kernel's tiles
- * (1 .. 130), padded rows (T > len), and rows laid out as the encoder's
- * fused QKV buffer (stride 3 C, the head at an offset). The probabilities
+ * (1 .. 130), padded rows (T > len; their inputs NaN: never read), and
+ * rows laid out as the encoder's fused QKV buffer (stride 3 C, the head at
+ * an offset). The probabilities
  * it leaves in att (len x len, zero beyond len in each row) and the zero
  * rows of the output past len are checked as the training backward and the
  * next layer read them. Where the kernel declines (no AVX-512F, another
@@ -62,7 +63,7 @@ static void check_case(int d, int H, int h, int len, int T)
     double *probs = malloc((size_t)len * len * sizeof *probs);
     double *ref = malloc((size_t)len * d * sizeof *ref);
     assert_true(qkv && out && att && probs && ref);
-    for (int i = 0; i < T * ld; i++) qkv[i] = 2.0f * rnd();
+    for (int i = 0; i < T * ld; i++) qkv[i] = i < len * ld ? 2.0f * rnd() : NAN; /* padding */
     for (int i = 0; i < T * C; i++) out[i] = 7.0f; /* overwritten or left as it was */
     for (int i = 0; i < T * T; i++) att[i] = 7.0f;
     const float *q = qkv + h * d, *k = qkv + C + h * d, *v = qkv + 2 * C + h * d;
@@ -77,13 +78,13 @@ static void check_case(int d, int H, int h, int len, int T)
     }
     for (int t = 0; t < len; t++) {
         for (int u = 0; u < len; u++)
-            if (fabs(att[t * T + u] - probs[t * len + u]) > 2e-6 + 1e-5 * probs[t * len + u])
+            if (!(fabs(att[t * T + u] - probs[t * len + u]) <= 2e-6 + 1e-5 * probs[t * len + u]))
                 fail_msg("d %d len %d T %d: p[%d][%d] %.9g, reference %.9g", d, len, T, t, u,
                          att[t * T + u], probs[t * len + u]);
         for (int u = len; u < T; u++) assert_true(att[t * T + u] == 0.0f);
         for (int i = 0; i < d; i++) {
             double want = ref[t * d + i], got = out[t * C + h * d + i];
-            if (fabs(got - want) > 1e-5 * (1 + fabs(want)))
+            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want))))
                 fail_msg("d %d len %d T %d: out[%d][%d] %.9g, reference %.9g", d, len, T, t, i, got,
                          want);
         }
