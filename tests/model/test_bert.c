@@ -6,8 +6,9 @@
  * transformers computed for a padded batch of texts. Ours must match within
  * 1e-4, in a batch, one text at a time, and end to end from text through our
  * tokenizer. Also: a batch run as several passes (the CPU's pass_rows)
- * gives the same bits as one pass; save/load round trips and checkpoints
- * that must not load.
+ * gives the same bits as one pass; BF16 and INT8 weights run the
+ * attention_bf16 slot in every layer and FP32 ones never; save/load round
+ * trips and checkpoints that must not load.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -389,6 +390,66 @@ static void test_passes(void **state)
     golden_free(&g);
 }
 
+/* The encoder runs attention_bf16 for layers with BF16 or INT8 weights,
+ * every layer of every pass, and attention for FP32 ones (packed or not);
+ * without the slot a reduced-precision model runs attention, whose
+ * outputs stay close (the BF16 products round the operands only). */
+static int g_bf16_calls;
+static int (*g_cpu_attention_bf16)(backend *be, float *out, float *att, const float *qkv,
+                                   const int *lengths, int B, int T, int H, int d, float scale);
+static int counting_attention_bf16(backend *be, float *out, float *att, const float *qkv,
+                                   const int *lengths, int B, int T, int H, int d, float scale)
+{
+    g_bf16_calls++;
+    return g_cpu_attention_bf16(be, out, att, qkv, lengths, B, T, H, d, scale);
+}
+
+static void test_reduced_attention(void **state)
+{
+    (void)state;
+    const char *dir = "tests/fixtures/models/bert_tiny";
+    golden g;
+    golden_load(dir, &g);
+    bert_model *m = load(dir);
+    backend *cpu;
+    char err[SM_ERR_MAX] = "";
+    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    assert_non_null(cpu->attention_bf16);
+    g_cpu_attention_bf16 = cpu->attention_bf16;
+    int B = g.n, T = 0, K = m->cfg.num_labels, C = m->cfg.hidden_size;
+    for (int b = 0; b < B; b++) T = g.n_ids[b] > T ? g.n_ids[b] : T;
+    size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
+    float *with = malloc(n * sizeof *with), *without = malloc(n * sizeof *without);
+    const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
+    for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
+        bert_precision plan[BERT_PACK_N];
+        bert_packed_params *pp = NULL;
+        bert_pack_plan(precisions[k], plan);
+        if (precisions[k] != BERT_FP32)
+            assert_int_equal(bert_params_pack(cpu, &m->cfg, &m->p, plan, &pp, err), SM_OK);
+        const bert_params *p = pp ? &pp->p : &m->p;
+        backend counting = *cpu, plain = *cpu;
+        counting.attention_bf16 = counting_attention_bf16;
+        plain.attention_bf16 = NULL;
+        g_bf16_calls = 0;
+        forward_all(m, p, &counting, &g, T, with, with + nl, with + nl + np);
+        int reduced = precisions[k] == BERT_INT8 || precisions[k] == BERT_BF16;
+        /* bert_forward and bert_forward_hidden: one pass each */
+        assert_int_equal(g_bf16_calls, reduced ? 2 * m->cfg.num_hidden_layers : 0);
+        forward_all(m, p, &plain, &g, T, without, without + nl, without + nl + np);
+        for (size_t j = 0; j < n; j++)
+            if (reduced)
+                assert_true(fabsf(with[j] - without[j]) <= 3e-2f * (1.0f + fabsf(without[j])));
+            else assert_true(memcmp(&with[j], &without[j], sizeof *with) == 0);
+        bert_packed_params_free(pp);
+    }
+    free(with);
+    free(without);
+    cpu->destroy(cpu);
+    bert_model_free(m);
+    golden_free(&g);
+}
+
 /* Reads a whole file for the buffer-loading tests. */
 static char *slurp(const char *path, size_t *len)
 {
@@ -519,11 +580,12 @@ static void test_bad_checkpoints(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bert_tiny_parity),     cmocka_unit_test(test_ernie_tiny_parity),
-        cmocka_unit_test(test_bert_encoder_parity),  cmocka_unit_test(test_roberta_encoder_parity),
-        cmocka_unit_test(test_end_to_end),           cmocka_unit_test(test_no_head_is_an_error),
-        cmocka_unit_test(test_workspace_bytes),      cmocka_unit_test(test_passes),
-        cmocka_unit_test(test_save_load_round_trip), cmocka_unit_test(test_bad_checkpoints),
+        cmocka_unit_test(test_bert_tiny_parity),    cmocka_unit_test(test_ernie_tiny_parity),
+        cmocka_unit_test(test_bert_encoder_parity), cmocka_unit_test(test_roberta_encoder_parity),
+        cmocka_unit_test(test_end_to_end),          cmocka_unit_test(test_no_head_is_an_error),
+        cmocka_unit_test(test_workspace_bytes),     cmocka_unit_test(test_passes),
+        cmocka_unit_test(test_reduced_attention),   cmocka_unit_test(test_save_load_round_trip),
+        cmocka_unit_test(test_bad_checkpoints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
