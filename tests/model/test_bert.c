@@ -333,6 +333,28 @@ static void forward_all(bert_model *m, const bert_params *p, backend *be, const 
     free(ids);
 }
 
+/* The golden texts' longest token count. */
+static int longest_text(const golden *g)
+{
+    int T = 0;
+    for (int b = 0; b < g->n; b++) T = g->n_ids[b] > T ? g->n_ids[b] : T;
+    return T;
+}
+
+/* m's parameters in precision prec: its own for BERT_FP32, else a packed
+ * copy made on be into *pp (freed by the caller). */
+static const bert_params *params_in(backend *be, bert_model *m, bert_precision prec,
+                                    bert_packed_params **pp)
+{
+    char err[SM_ERR_MAX] = "";
+    bert_precision plan[BERT_PACK_N];
+    *pp = NULL;
+    if (prec == BERT_FP32) return &m->p;
+    bert_pack_plan(prec, plan);
+    assert_int_equal(bert_params_pack(be, &m->cfg, &m->p, plan, pp, err), SM_OK);
+    return &(*pp)->p;
+}
+
 /* A backend that bounds a pass's rows (pass_rows) gets a batch as several
  * passes of whole sequences, for passes of one sequence, of several (the
  * last one short) and of more than the batch: with packed weights (FP32,
@@ -351,19 +373,14 @@ static void test_passes(void **state)
     char err[SM_ERR_MAX] = "";
     assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
     assert_non_null(cpu->pass_rows);
-    int B = g.n, T = 0, K = m->cfg.num_labels, C = m->cfg.hidden_size;
-    for (int b = 0; b < B; b++) T = g.n_ids[b] > T ? g.n_ids[b] : T;
+    int B = g.n, T = longest_text(&g), K = m->cfg.num_labels, C = m->cfg.hidden_size;
     assert_true(B >= 5);
     size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
     float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
     const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
     for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
-        bert_precision plan[BERT_PACK_N];
         bert_packed_params *pp = NULL;
-        bert_pack_plan(precisions[k], plan);
-        if (precisions[k] != BERT_FP32)
-            assert_int_equal(bert_params_pack(cpu, &m->cfg, &m->p, plan, &pp, err), SM_OK);
-        const bert_params *p = pp ? &pp->p : &m->p;
+        const bert_params *p = params_in(cpu, m, precisions[k], &pp);
         backend whole = *cpu;
         whole.pass_rows = NULL;
         forward_all(m, p, &whole, &g, T, want, want + nl, want + nl + np);
@@ -416,18 +433,13 @@ static void test_reduced_attention(void **state)
     assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
     assert_non_null(cpu->attention_bf16);
     g_cpu_attention_bf16 = cpu->attention_bf16;
-    int B = g.n, T = 0, K = m->cfg.num_labels, C = m->cfg.hidden_size;
-    for (int b = 0; b < B; b++) T = g.n_ids[b] > T ? g.n_ids[b] : T;
+    int B = g.n, T = longest_text(&g), K = m->cfg.num_labels, C = m->cfg.hidden_size;
     size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
     float *with = malloc(n * sizeof *with), *without = malloc(n * sizeof *without);
     const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
     for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
-        bert_precision plan[BERT_PACK_N];
         bert_packed_params *pp = NULL;
-        bert_pack_plan(precisions[k], plan);
-        if (precisions[k] != BERT_FP32)
-            assert_int_equal(bert_params_pack(cpu, &m->cfg, &m->p, plan, &pp, err), SM_OK);
-        const bert_params *p = pp ? &pp->p : &m->p;
+        const bert_params *p = params_in(cpu, m, precisions[k], &pp);
         backend counting = *cpu, plain = *cpu;
         counting.attention_bf16 = counting_attention_bf16;
         plain.attention_bf16 = NULL;
