@@ -1,7 +1,7 @@
 /* attention_simd.h: what the two inference attention kernels share
  * (attention.c: FP32 products; attention_bf16.c: BF16 products): the
- * query rows of a block (ATTENTION_SR), the 16 x 16 transpose of 32-bit
- * lanes that lays keys out by dimension, and the store of a score tile with
+ * query rows of a block (ATTENTION_SR), the 16 x 16 transpose that lays
+ * keys out by dimension (transpose16.h), and the store of a score tile with
  * its rows' running maxima. Private to cpu/; included only where AVX-512
  * intrinsics are compiled.
  */
@@ -12,35 +12,9 @@
 #include <stddef.h>
 
 #include "cpu/gemm_common.h"
+#include "cpu/transpose16.h"
 
 #define ATTENTION_SR 8 /* query rows of a block and of a score tile */
-
-/* r[0 .. 16) transposed in place (16 x 16 floats): unpacks within 128-bit
- * lanes, then two rounds of lane shuffles. */
-__attribute__((target("avx512f"))) static inline void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-    }
-}
 
 /* A score tile's accumulators acc[r][c] (ATTENTION_SR rows, of which
  * rows are real; NC 1 or 2 vectors of 16 keys from u0, a constant)

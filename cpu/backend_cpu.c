@@ -31,6 +31,7 @@
 #include "cpu/gemm_bf16.h"
 #include "cpu/gemm_f32.h"
 #include "cpu/gemm_int8.h"
+#include "cpu/layernorm.h"
 #include "cpu/softmax.h"
 #include "cpu/train_kernels.h"
 
@@ -367,27 +368,6 @@ static int cpu_tanh(backend *be, float *out, const float *in, size_t n)
     return SM_OK;
 }
 
-SIMD_CLONES
-static void layernorm_row(float *out, float *mean_out, float *rstd_out, const float *x,
-                          const float *w, const float *b, int C, float eps)
-{
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < C; i++) sum += x[i];
-    float mean = sum / C;
-    float var = 0.0f;
-#pragma omp simd reduction(+ : var)
-    for (int i = 0; i < C; i++) {
-        float d = x[i] - mean;
-        var += d * d;
-    }
-    float rstd = 1.0f / sqrtf(var / C + eps);
-#pragma omp simd
-    for (int i = 0; i < C; i++) out[i] = (x[i] - mean) * rstd * w[i] + b[i];
-    if (mean_out) *mean_out = mean;
-    if (rstd_out) *rstd_out = rstd;
-}
-
 typedef struct layernorm_job {
     float *out, *mean, *rstd;
     const float *in, *w, *b;
@@ -399,9 +379,9 @@ static void layernorm_rows(void *ctx, int lo, int hi)
 {
     const layernorm_job *j = ctx;
     int C = j->C;
-    for (int r = lo; r < hi; r++)
-        layernorm_row(j->out + (size_t)r * C, j->mean ? j->mean + r : NULL,
-                      j->rstd ? j->rstd + r : NULL, j->in + (size_t)r * C, j->w, j->b, C, j->eps);
+    cpu_layernorm_rows(j->out + (size_t)lo * C, j->mean ? j->mean + lo : NULL,
+                       j->rstd ? j->rstd + lo : NULL, j->in + (size_t)lo * C, j->w, j->b, hi - lo,
+                       C, j->eps);
 }
 
 static int cpu_layernorm(backend *be, float *out, float *mean, float *rstd, const float *in,
@@ -505,6 +485,7 @@ typedef struct embed_job {
     int T, C, pos_offset;
 } embed_job;
 
+SIMD_CLONES
 static void embed_rows(void *ctx, int lo, int hi)
 {
     const embed_job *j = ctx;
@@ -515,8 +496,10 @@ static void embed_rows(void *ctx, int lo, int hi)
         const float *p = j->pos + (size_t)(t + j->pos_offset) * C;
         const float *ty = j->type + (size_t)(j->types ? j->types[bt] : 0) * C;
         float *o = j->out + (size_t)bt * C;
+#pragma omp simd
         for (int c = 0; c < C; c++) o[c] = w[c] + p[c] + ty[c];
         if (j->task)
+#pragma omp simd
             for (int c = 0; c < C; c++) o[c] += j->task[c];
     }
 }
