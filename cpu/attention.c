@@ -193,7 +193,7 @@ int cpu_attention_head(float *out, int ldo, float *att, const float *q, const fl
         float *a = att + (size_t)t * T;
         float mx[SR];
         score_rows(a, T, q + (size_t)t * ldqkv, ldqkv, kt, lp, d, rows, len, mx);
-        for (int r = 0; r < rows; r++) cpu_softmax_row_max(a + (size_t)r * T, len, T, scale, mx[r]);
+        cpu_softmax_rows_max(a, rows, len, T, scale, mx);
         values(out + (size_t)t * ldo, ldo, a, T, v, ldqkv, len, rows, d);
     }
     if (kt != stack) free(kt);

@@ -250,7 +250,7 @@ int cpu_attention_head_bf16(float *out, int ldo, float *att, const float *q, con
         float *a = att + (size_t)t * T;
         float mx[SR];
         score_rows(a, T, q + (size_t)t * ldqkv, ldqkv, kw, lp, d, rows, len, mx);
-        for (int r = 0; r < rows; r++) cpu_softmax_row_max(a + (size_t)r * T, len, T, scale, mx[r]);
+        cpu_softmax_rows_max(a, rows, len, T, scale, mx);
         values(out + (size_t)t * ldo, ldo, a, T, pw, lw, vw, len, np, rows, d);
     }
     if (kw != stack) free(kw);

@@ -20,6 +20,13 @@ void cpu_softmax_row(float *x, int n, int T, float scale);
  * to the caller: the AVX-512F version skips its own pass for it. */
 void cpu_softmax_row_max(float *x, int n, int T, float scale, float row_max);
 
+/* cpu_softmax_row_max on `rows` rows x + r T, r < rows, whose largest
+ * keys are row_max[r]: the same bits, the rows of a block interleaved
+ * (SOFTMAX_BLOCK_ROWS at a time) so that one row's sum and division
+ * overlap the next row's pass. */
+#define SOFTMAX_BLOCK_ROWS 8
+void cpu_softmax_rows_max(float *x, int rows, int n, int T, float scale, const float *row_max);
+
 /* The portable version, whatever the CPU (for tests). */
 void cpu_softmax_row_portable(float *x, int n, int T, float scale);
 

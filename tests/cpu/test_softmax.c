@@ -7,7 +7,10 @@
  * -inf keys (probability 0), a single key (1), equal keys (1/n), a NaN key
  * (the whole row NaN in both), and huge logits (no overflow). The same
  * for cpu_softmax_row_max given the row's largest key as the attention
- * kernel finds it, which must also equal cpu_softmax_row bit for bit.
+ * kernel finds it, which must also equal cpu_softmax_row bit for bit, and
+ * cpu_softmax_rows_max over blocks of rows (fewer, as many and more rows
+ * than a block, a NaN row and a row of -inf keys among them), which must
+ * equal cpu_softmax_row_max row by row, padding included, bit for bit.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -111,6 +114,37 @@ static void test_given_max_same_bits(void **state)
     }
 }
 
+/* Rows of a block: each row the bits of cpu_softmax_row_max, nothing past
+ * the last row touched. */
+static void test_rows_same_bits(void **state)
+{
+    (void)state;
+    enum { MAX_ROWS = 19 };
+    static float a[MAX_ROWS * (MAX_T + 7) + 1], b[MAX_ROWS * (MAX_T + 7)];
+    const int counts[] = {1, 3, 8, 9, 16, 19}, lengths[] = {1, 5, 16, 33, 100, 121};
+    float mx[MAX_ROWS];
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
+        for (size_t q = 0; q < sizeof lengths / sizeof *lengths; q++)
+            for (int pad = 0; pad <= 7; pad += 7) {
+                int rows = counts[c], n = lengths[q], T = n + pad;
+                for (int i = 0; i < rows * T; i++) a[i] = uniform(-20.0f, 20.0f);
+                if (rows > 2) a[T + n / 2] = NAN;
+                if (rows > 3)
+                    for (int j = 0; j < n; j++) a[2 * T + j] = -INFINITY;
+                a[rows * T] = GUARD;
+                for (int r = 0; r < rows; r++) {
+                    mx[r] = -INFINITY;
+                    for (int j = 0; j < n; j++)
+                        mx[r] = a[r * T + j] > mx[r] ? a[r * T + j] : mx[r];
+                }
+                memcpy(b, a, (size_t)rows * T * sizeof *a);
+                cpu_softmax_rows_max(a, rows, n, T, 0.125f, mx);
+                for (int r = 0; r < rows; r++) cpu_softmax_row_max(b + r * T, n, T, 0.125f, mx[r]);
+                assert_memory_equal(a, b, (size_t)rows * T * sizeof *a);
+                assert_true(a[rows * T] == GUARD);
+            }
+}
+
 static void check_special_rows(softmax_fn f)
 {
     float row[40], got[40];
@@ -150,7 +184,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_picked_vs_double),    cmocka_unit_test(test_portable_vs_double),
         cmocka_unit_test(test_given_max_vs_double), cmocka_unit_test(test_given_max_same_bits),
-        cmocka_unit_test(test_special_rows),
+        cmocka_unit_test(test_rows_same_bits),      cmocka_unit_test(test_special_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
