@@ -435,10 +435,17 @@ static void attention_head(float *out, float *att, const float *qkv, int len, in
     for (int t = len; t < T; t++) memset(out + (size_t)t * C, 0, (size_t)d * sizeof *out);
 }
 
+/* A sequence's real tokens: lengths[b] clamped to [1, T]. */
+static int seq_len(const int *lengths, int b, int T)
+{
+    return lengths[b] < 1 ? 1 : (lengths[b] > T ? T : lengths[b]);
+}
+
 typedef struct attention_job {
     float *out, *att;
     const float *qkv;
     const int *lengths;
+    const size_t *starts; /* NULL: padded rows, sequence b's from b T; else its first row */
     int T, H, d;
     float scale;
     int bf16; /* the products in BF16 (attention_bf16) */
@@ -449,17 +456,21 @@ static void attention_item(void *ctx, int bh, int lane)
     const attention_job *j = ctx;
     int T = j->T, H = j->H, d = j->d, C = H * d;
     int b = bh / H, h = bh % H;
-    int len = j->lengths[b] < 1 ? 1 : (j->lengths[b] > T ? T : j->lengths[b]);
+    int len = seq_len(j->lengths, b, T);
+    size_t row = j->starts ? j->starts[b] : (size_t)b * T;
     (void)lane;
-    attention_head(j->out + (size_t)b * T * C + (size_t)h * d, j->att + (size_t)bh * T * T,
-                   j->qkv + (size_t)b * T * 3 * C + (size_t)h * d, len, T, C, d, j->scale, j->bf16);
+    /* without padding rows the head writes its len rows only (its width:
+     * len, which is also its probabilities' row stride) */
+    attention_head(j->out + row * C + (size_t)h * d, j->att + (size_t)bh * T * T,
+                   j->qkv + row * 3 * C + (size_t)h * d, len, j->starts ? len : T, C, d, j->scale,
+                   j->bf16);
 }
 
 static int run_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
-                         int B, int T, int H, int d, float scale, int bf16)
+                         const size_t *starts, int B, int T, int H, int d, float scale, int bf16)
 {
     int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
-    attention_job j = {out, att, qkv, lengths, T, H, d, scale, bf16};
+    attention_job j = {out, att, qkv, lengths, starts, T, H, d, scale, bf16};
     tp_for_dynamic(nt, B * H, attention_item, &j);
     return SM_OK;
 }
@@ -467,13 +478,67 @@ static int run_attention(backend *be, float *out, float *att, const float *qkv, 
 static int cpu_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
                          int B, int T, int H, int d, float scale)
 {
-    return run_attention(be, out, att, qkv, lengths, B, T, H, d, scale, 0);
+    return run_attention(be, out, att, qkv, lengths, NULL, B, T, H, d, scale, 0);
 }
 
 static int cpu_attention_bf16(backend *be, float *out, float *att, const float *qkv,
                               const int *lengths, int B, int T, int H, int d, float scale)
 {
-    return run_attention(be, out, att, qkv, lengths, B, T, H, d, scale, 1);
+    return run_attention(be, out, att, qkv, lengths, NULL, B, T, H, d, scale, 1);
+}
+
+/* ---- inference without padding rows (backend.h) ------------------------ */
+
+#define UNPADDED_SEQS 512 /* sequences per attention run: their first rows on the stack */
+
+static int cpu_attention_unpadded(backend *be, float *out, float *att, const float *qkv,
+                                  const int *lengths, int B, int T, int H, int d, float scale,
+                                  int bf16)
+{
+    size_t starts[UNPADDED_SEQS], C = (size_t)H * d;
+    for (int b0 = 0; b0 < B; b0 += UNPADDED_SEQS) {
+        int n = B - b0 < UNPADDED_SEQS ? B - b0 : UNPADDED_SEQS;
+        size_t at = 0;
+        for (int b = 0; b < n; b++) {
+            starts[b] = at;
+            at += (size_t)seq_len(lengths, b0 + b, T);
+        }
+        int rc = run_attention(be, out, att, qkv, lengths + b0, starts, n, T, H, d, scale, bf16);
+        if (rc) return rc;
+        out += at * C;
+        qkv += at * 3 * C;
+    }
+    return SM_OK;
+}
+
+/* x(B,T,C) -> x(R,C): sequence b's rows move down to the end of the ones
+ * before it, in order, so no row is overwritten before it moves. */
+static int cpu_unpad_rows(backend *be, float *x, const int *lengths, int B, int T, int C)
+{
+    (void)be;
+    size_t at = 0;
+    for (int b = 0; b < B; b++) {
+        size_t len = (size_t)seq_len(lengths, b, T), from = (size_t)b * T;
+        if (from != at) memmove(x + at * C, x + from * C, len * C * sizeof *x);
+        at += len;
+    }
+    return SM_OK;
+}
+
+/* x(R,C) -> x(B,T,C): the last sequence first, each moving up to b T and
+ * its padding rows set to 0. */
+static int cpu_pad_rows(backend *be, float *x, const int *lengths, int B, int T, int C)
+{
+    (void)be;
+    size_t at = 0;
+    for (int b = 0; b < B; b++) at += (size_t)seq_len(lengths, b, T);
+    for (int b = B - 1; b >= 0; b--) {
+        size_t len = (size_t)seq_len(lengths, b, T), to = (size_t)b * T;
+        at -= len;
+        if (to != at) memmove(x + to * C, x + at * C, len * C * sizeof *x);
+        memset(x + (to + len) * C, 0, (T - len) * C * sizeof *x);
+    }
+    return SM_OK;
 }
 
 /* ---- gathers and layout changes --------------------------------------- */
@@ -710,6 +775,9 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->softmax_masked = cpu_softmax_masked;
     be->attention = cpu_attention;
     be->attention_bf16 = cpu_attention_bf16;
+    be->unpad_rows = cpu_unpad_rows;
+    be->pad_rows = cpu_pad_rows;
+    be->attention_unpadded = cpu_attention_unpadded;
     be->gather_cls = cpu_gather_cls;
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;

@@ -140,6 +140,22 @@ struct backend {
      * attention. */
     int (*attention_bf16)(backend *be, float *out, float *att, const float *qkv, const int *lengths,
                           int B, int T, int H, int d, float scale);
+    /* Optional, the three together (NULL: inference runs the padding rows
+     * too). Inference without padding rows: the rows of the B sequences
+     * one after another, sequence b's lengths[b] rows (clamped to [1, T])
+     * from the sum of the lengths before it, R rows in all. Row-wise ops
+     * (linear, add, layernorm, gelu) run on R rows as on B T; these move
+     * rows and attend within each sequence. lengths is backend int memory.
+     * unpad_rows: x(B,T,C) -> x(R,C) in place (the padding rows dropped);
+     * pad_rows: x(R,C) -> x(B,T,C) in place, the padding rows set to 0;
+     * attention_unpadded: attention (attention_bf16 when bf16 is 1) on
+     * qkv(R,3C) into out(R,C), the same values row for row; att(B,H,T,T)
+     * is scratch. */
+    int (*unpad_rows)(backend *be, float *x, const int *lengths, int B, int T, int C);
+    int (*pad_rows)(backend *be, float *x, const int *lengths, int B, int T, int C);
+    int (*attention_unpadded)(backend *be, float *out, float *att, const float *qkv,
+                              const int *lengths, int B, int T, int H, int d, float scale,
+                              int bf16);
     /* Rows (B,C) gathered from x(B,T,C) at t = 0: the [CLS] vectors. */
     int (*gather_cls)(backend *be, float *out, const float *x, int B, int T, int C);
     int (*synchronize)(backend *be);

@@ -9,6 +9,15 @@
  *   x_out = LN2(dropout(GELU(x1 · W1ᵀ + b1) · W2ᵀ + b2) + x1)
  * and the embeddings are x = dropout(LN(word + position + type [+ task]
  * [+ a caller's offset, encoder_pass.r0_delta])).
+ *
+ * An inference pass whose batch has padding runs, on a backend that can
+ * (the CPU), only the sequences' real rows (encoder_pass.unpadded_rows):
+ * the rows are packed together after the embeddings, each layer's
+ * row-wise ops run on them, attention within each sequence, and the last
+ * hidden state is laid out (B,T,C) again with zero padding rows. Every
+ * op but attention is row by row and attention never reads a padding row,
+ * so the real rows get the same values, for less work: classify's
+ * batches of reviews are about 15% padding.
  */
 #include "encoder/forward_pass.h"
 
@@ -66,13 +75,23 @@ static int dropout(backend *be, const encoder_pass *ps, float *x, size_t n, floa
     return be->dropout(be, x, x, n, prob, encoder_dropout_key(ps, site, per_row));
 }
 
-/* Layer l: a->x_in -> x_out. */
+/* The rows this pass runs: ps->unpadded_rows where it may (an inference
+ * pass on a backend with the slots), else B T. */
+static int pass_rows(const backend *be, const encoder_pass *ps, int B, int T)
+{
+    int unpadded = !ps->drop && !ps->r0_delta && ps->unpadded_rows > 0 &&
+                   ps->unpadded_rows < B * T && be->unpad_rows && be->pad_rows &&
+                   be->attention_unpadded;
+    return unpadded ? ps->unpadded_rows : B * T;
+}
+
+/* Layer l: a->x_in -> x_out, N rows (B T, or fewer: no padding rows). */
 static int layer_forward(backend *be, const bert_config *cfg, const bert_layer_params *lp,
                          const encoder_acts *e, layer_acts *a, float *x_out, int l,
-                         const encoder_pass *ps, int B, int T, char *err)
+                         const encoder_pass *ps, int B, int T, int N, char *err)
 {
     int C = cfg->hidden_size, H = cfg->num_attention_heads, d = C / H;
-    int F = cfg->intermediate_size, N = B * T;
+    int F = cfg->intermediate_size;
     float scale = 1.0f / sqrtf((float)d);
     size_t NC = (size_t)N * C;
     const bert_dropout *dr = ps->drop;
@@ -86,6 +105,11 @@ static int layer_forward(backend *be, const bert_config *cfg, const bert_layer_p
         TRY_BACKEND(be->attention_train(be, a->merged, a->att, e->att_drop, a->qkv, e->lengths, B,
                                         T, H, d, scale, dr->attention,
                                         encoder_dropout_key(ps, SITE_ATTN(l), (size_t)H * T * T)));
+    else if (N < B * T)
+        TRY_BACKEND(be->attention_unpadded(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d,
+                                           scale,
+                                           packed && reduced_kind(lp->qkv_pw) &&
+                                               be->attention_bf16 != NULL));
     else if (packed && reduced_kind(lp->qkv_pw) && be->attention_bf16)
         TRY_BACKEND(be->attention_bf16(be, a->merged, a->att, a->qkv, e->lengths, B, T, H, d,
                                        scale));
@@ -114,23 +138,26 @@ static int layer_forward(backend *be, const bert_config *cfg, const bert_layer_p
 int encoder_forward(backend *be, const bert_config *cfg, const bert_params *p,
                     const encoder_acts *e, const encoder_pass *ps, int B, int T, char *err)
 {
-    int C = cfg->hidden_size, N = B * T, L = cfg->num_hidden_layers;
+    int C = cfg->hidden_size, N = pass_rows(be, ps, B, T), L = cfg->num_hidden_layers;
     const bert_dropout *dr = ps->drop;
 
-    /* x_in[0](N,C) = dropout(LN(word + position + type [+ task])) */
+    /* x_in[0](N,C) = dropout(LN(word + position + type [+ task])), the
+     * padding rows dropped first when N < B T */
     float *x0 = L ? e->layers[0].x_in : e->x_out;
     TRY_BACKEND(be->embed(be, e->r0, e->ids, NULL, p->word_emb, p->pos_emb, p->type_emb,
                           p->task_emb, B, T, C, cfg->position_offset));
     if (ps->r0_delta) TRY_BACKEND(be->add(be, e->r0, e->r0, ps->r0_delta, (size_t)N * C));
+    if (N < B * T) TRY_BACKEND(be->unpad_rows(be, e->r0, e->lengths, B, T, C));
     TRY_BACKEND(be->layernorm(be, x0, e->mean0, e->rstd0, e->r0, p->emb_ln_w, p->emb_ln_b, N, C,
                               cfg->layer_norm_eps));
     TRY_BACKEND(dropout(be, ps, x0, (size_t)N * C, dr ? dr->hidden : 0, SITE_EMB, (size_t)T * C));
     for (int l = 0; l < L; l++) {
         layer_acts *a = &e->layers[e->per_layer ? l : 0];
         float *out = l + 1 == L ? e->x_out : e->layers[e->per_layer ? l + 1 : 0].x_in;
-        int rc = layer_forward(be, cfg, &p->layers[l], e, a, out, l, ps, B, T, err);
+        int rc = layer_forward(be, cfg, &p->layers[l], e, a, out, l, ps, B, T, N, err);
         if (rc) return rc;
     }
+    if (N < B * T) TRY_BACKEND(be->pad_rows(be, e->x_out, e->lengths, B, T, C));
     return SM_OK;
 }
 

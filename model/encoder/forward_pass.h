@@ -80,6 +80,13 @@ typedef struct encoder_pass {
      * the embedding LayerNorm (the interpolated inputs of integrated
      * gradients, model/train/explain.c) */
     const float *r0_delta;
+    /* > 0 (inference only): the sum of the batch's lengths, R < B T; on a
+     * backend with the slots for it (unpad_rows, pad_rows,
+     * attention_unpadded) the layers then run R rows without the padding
+     * ones, whose work changes nothing else (every op is row by row but
+     * attention, which skips padded keys). The real rows get the same
+     * values; x_out's padding rows are 0. 0: B T rows. */
+    int unpadded_rows;
 } encoder_pass;
 
 /* The dropout key of a site for a pass whose masks are per_row elements a

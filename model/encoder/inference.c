@@ -342,8 +342,11 @@ static int forward_one(const bert_config *cfg, const bert_params *p, bert_worksp
 
     TRY_BACKEND(be->upload(be, ws->ids, ids, (size_t)N * sizeof(int)));
     TRY_BACKEND(be->upload(be, ws->lengths, lengths, (size_t)B * sizeof(int)));
-    /* x(N,C): the encoder, every layer in place (forward_pass.h) */
-    encoder_pass ps = {.drop = NULL, .row0 = 0};
+    /* x(N,C): the encoder, every layer in place, the padding rows left out
+     * where the backend can (forward_pass.h; x's are 0 then) */
+    int real = 0;
+    for (int b = 0; b < B; b++) real += lengths[b];
+    encoder_pass ps = {.drop = NULL, .row0 = 0, .unpadded_rows = real};
     if ((rc = encoder_forward(be, cfg, p, &ws->acts, &ps, B, T, err))) return rc;
     /* hidden_out(B,T,C) = x, the last hidden state */
     if (hidden_out) TRY_BACKEND(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));

@@ -407,18 +407,31 @@ static void test_passes(void **state)
     golden_free(&g);
 }
 
-/* The encoder runs attention_bf16 for layers with BF16 or INT8 weights,
- * every layer of every pass, and attention for FP32 ones (packed or not);
- * without the slot a reduced-precision model runs attention, whose
- * outputs stay close (the BF16 products round the operands only). */
+/* The encoder runs the BF16 products (attention_bf16, or
+ * attention_unpadded with bf16 set when the batch has padding) for layers
+ * with BF16 or INT8 weights, every layer of every pass, and FP32 ones for
+ * FP32 weights (packed or not); without the attention_bf16 slot a
+ * reduced-precision model runs FP32 products, whose outputs stay close
+ * (the BF16 products round the operands only). */
 static int g_bf16_calls;
 static int (*g_cpu_attention_bf16)(backend *be, float *out, float *att, const float *qkv,
                                    const int *lengths, int B, int T, int H, int d, float scale);
+static int (*g_cpu_attention_unpadded)(backend *be, float *out, float *att, const float *qkv,
+                                       const int *lengths, int B, int T, int H, int d,
+                                       float scale, int bf16);
 static int counting_attention_bf16(backend *be, float *out, float *att, const float *qkv,
                                    const int *lengths, int B, int T, int H, int d, float scale)
 {
     g_bf16_calls++;
     return g_cpu_attention_bf16(be, out, att, qkv, lengths, B, T, H, d, scale);
+}
+
+static int counting_attention_unpadded(backend *be, float *out, float *att, const float *qkv,
+                                       const int *lengths, int B, int T, int H, int d,
+                                       float scale, int bf16)
+{
+    g_bf16_calls += bf16;
+    return g_cpu_attention_unpadded(be, out, att, qkv, lengths, B, T, H, d, scale, bf16);
 }
 
 static void test_reduced_attention(void **state)
@@ -433,6 +446,7 @@ static void test_reduced_attention(void **state)
     assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
     assert_non_null(cpu->attention_bf16);
     g_cpu_attention_bf16 = cpu->attention_bf16;
+    g_cpu_attention_unpadded = cpu->attention_unpadded;
     int B = g.n, T = longest_text(&g), K = m->cfg.num_labels, C = m->cfg.hidden_size;
     size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
     float *with = malloc(n * sizeof *with), *without = malloc(n * sizeof *without);
@@ -442,13 +456,16 @@ static void test_reduced_attention(void **state)
         const bert_params *p = params_in(cpu, m, precisions[k], &pp);
         backend counting = *cpu, plain = *cpu;
         counting.attention_bf16 = counting_attention_bf16;
+        counting.attention_unpadded = plain.attention_unpadded = counting_attention_unpadded;
         plain.attention_bf16 = NULL;
         g_bf16_calls = 0;
         forward_all(m, p, &counting, &g, T, with, with + nl, with + nl + np);
         int reduced = precisions[k] == BERT_INT8 || precisions[k] == BERT_BF16;
         /* bert_forward and bert_forward_hidden: one pass each */
         assert_int_equal(g_bf16_calls, reduced ? 2 * m->cfg.num_hidden_layers : 0);
+        g_bf16_calls = 0;
         forward_all(m, p, &plain, &g, T, without, without + nl, without + nl + np);
+        assert_int_equal(g_bf16_calls, 0);
         for (size_t j = 0; j < n; j++)
             if (reduced)
                 assert_true(fabsf(with[j] - without[j]) <= 3e-2f * (1.0f + fabsf(without[j])));
@@ -457,6 +474,81 @@ static void test_reduced_attention(void **state)
     }
     free(with);
     free(without);
+    cpu->destroy(cpu);
+    bert_model_free(m);
+    golden_free(&g);
+}
+
+/* An inference batch with padding runs only its real rows (the backend's
+ * unpad_rows, pad_rows and attention_unpadded), every pass: with packed
+ * weights (FP32, INT8, BF16) the logits, the pooled vectors and the real
+ * rows of the hidden states are the same bits as with the padding rows
+ * computed, and the padding rows of the hidden states are 0; with FP32
+ * weights through OpenBLAS, whose kernels depend on the number of rows,
+ * the same up to float rounding. A batch without padding runs as before. */
+static int g_unpad_calls;
+static int (*g_cpu_unpad_rows)(backend *be, float *x, const int *lengths, int B, int T, int C);
+static int counting_unpad_rows(backend *be, float *x, const int *lengths, int B, int T, int C)
+{
+    g_unpad_calls++;
+    return g_cpu_unpad_rows(be, x, lengths, B, T, C);
+}
+
+static void test_unpadded_rows(void **state)
+{
+    (void)state;
+    const char *dir = "tests/fixtures/models/bert_tiny";
+    golden g;
+    golden_load(dir, &g);
+    bert_model *m = load(dir);
+    backend *cpu;
+    char err[SM_ERR_MAX] = "";
+    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    assert_true(cpu->unpad_rows && cpu->pad_rows && cpu->attention_unpadded);
+    g_cpu_unpad_rows = cpu->unpad_rows;
+    int B = g.n, T = longest_text(&g), K = m->cfg.num_labels, C = m->cfg.hidden_size;
+    int padded_rows = 0;
+    for (int b = 0; b < B; b++) padded_rows += g.n_ids[b] < T;
+    assert_true(padded_rows >= 2); /* the golden texts differ in length */
+    size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
+    float *unpadded = malloc(n * sizeof *unpadded), *padded = malloc(n * sizeof *padded);
+    const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
+    for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
+        bert_packed_params *pp = NULL;
+        const bert_params *p = params_in(cpu, m, precisions[k], &pp);
+        backend counting = *cpu, plain = *cpu;
+        counting.unpad_rows = counting_unpad_rows;
+        plain.unpad_rows = NULL;
+        for (size_t j = 0; j < n; j++) unpadded[j] = padded[j] = NAN;
+        g_unpad_calls = 0;
+        forward_all(m, p, &counting, &g, T, unpadded, unpadded + nl, unpadded + nl + np);
+        assert_int_equal(g_unpad_calls, 2); /* bert_forward and bert_forward_hidden */
+        forward_all(m, p, &plain, &g, T, padded, padded + nl, padded + nl + np);
+        const float *hu = unpadded + nl + np, *hp = padded + nl + np;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < C; c++) {
+                    size_t i = ((size_t)b * T + t) * C + c;
+                    if (t >= g.n_ids[b]) assert_true(hu[i] == 0.0f);
+                    else if (pp) assert_memory_equal(&hu[i], &hp[i], sizeof *hu);
+                    else assert_true(fabsf(hu[i] - hp[i]) <= 1e-5f * (1.0f + fabsf(hp[i])));
+                }
+        for (size_t j = 0; j < nl + np; j++)
+            if (pp) assert_memory_equal(&unpadded[j], &padded[j], sizeof *padded);
+            else assert_true(fabsf(unpadded[j] - padded[j]) <= 1e-5f * (1.0f + fabsf(padded[j])));
+        bert_packed_params_free(pp);
+    }
+    /* every text alone: no padding, nothing to leave out */
+    golden one = g;
+    one.n = 1;
+    g_unpad_calls = 0;
+    backend counting = *cpu;
+    counting.unpad_rows = counting_unpad_rows;
+    forward_all(m, &m->p, &counting, &one, one.n_ids[0], unpadded, unpadded + K,
+                unpadded + K + C);
+    assert_int_equal(g_unpad_calls, 0);
+    free(unpadded);
+    free(padded);
     cpu->destroy(cpu);
     bert_model_free(m);
     golden_free(&g);
@@ -596,7 +688,8 @@ int main(void)
         cmocka_unit_test(test_bert_encoder_parity), cmocka_unit_test(test_roberta_encoder_parity),
         cmocka_unit_test(test_end_to_end),          cmocka_unit_test(test_no_head_is_an_error),
         cmocka_unit_test(test_workspace_bytes),     cmocka_unit_test(test_passes),
-        cmocka_unit_test(test_reduced_attention),   cmocka_unit_test(test_save_load_round_trip),
+        cmocka_unit_test(test_reduced_attention),   cmocka_unit_test(test_unpadded_rows),
+        cmocka_unit_test(test_save_load_round_trip),
         cmocka_unit_test(test_bad_checkpoints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
