@@ -355,6 +355,46 @@ static const bert_params *params_in(backend *be, bert_model *m, bert_precision p
     return &(*pp)->p;
 }
 
+/* What the batch tests share: the tiny BERT, its golden texts as one
+ * padded batch (B texts of up to T tokens), a one-thread CPU backend, and
+ * the sizes of the logits, pooled vectors and hidden states forward_all
+ * writes one after another. */
+typedef struct tiny_batch {
+    golden g;
+    bert_model *m;
+    backend *cpu;
+    int B, T, K, C;
+    size_t nl, np, nh, n;
+} tiny_batch;
+
+static tiny_batch *tiny_open(void)
+{
+    const char *dir = "tests/fixtures/models/bert_tiny";
+    char err[SM_ERR_MAX] = "";
+    tiny_batch *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    golden_load(dir, &t->g);
+    t->m = load(dir);
+    assert_int_equal(backend_cpu_create(1, &t->cpu, err), SM_OK);
+    t->B = t->g.n;
+    t->T = longest_text(&t->g);
+    t->K = t->m->cfg.num_labels;
+    t->C = t->m->cfg.hidden_size;
+    t->nl = (size_t)t->B * t->K;
+    t->np = (size_t)t->B * t->C;
+    t->nh = (size_t)t->B * t->T * t->C;
+    t->n = t->nl + t->np + t->nh;
+    return t;
+}
+
+static void tiny_close(tiny_batch *t)
+{
+    t->cpu->destroy(t->cpu);
+    bert_model_free(t->m);
+    golden_free(&t->g);
+    free(t);
+}
+
 /* A backend that bounds a pass's rows (pass_rows) gets a batch as several
  * passes of whole sequences, for passes of one sequence, of several (the
  * last one short) and of more than the batch: with packed weights (FP32,
@@ -365,17 +405,13 @@ static const bert_params *params_in(backend *be, bert_model *m, bert_precision p
 static void test_passes(void **state)
 {
     (void)state;
-    const char *dir = "tests/fixtures/models/bert_tiny";
-    golden g;
-    golden_load(dir, &g);
-    bert_model *m = load(dir);
-    backend *cpu;
-    char err[SM_ERR_MAX] = "";
-    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    tiny_batch *t = tiny_open();
+    backend *cpu = t->cpu;
+    bert_model *m = t->m;
+    int B = t->B, T = t->T;
+    size_t nl = t->nl, np = t->np, nh = t->nh, n = t->n;
     assert_non_null(cpu->pass_rows);
-    int B = g.n, T = longest_text(&g), K = m->cfg.num_labels, C = m->cfg.hidden_size;
     assert_true(B >= 5);
-    size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
     float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
     const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
     for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
@@ -383,14 +419,14 @@ static void test_passes(void **state)
         const bert_params *p = params_in(cpu, m, precisions[k], &pp);
         backend whole = *cpu;
         whole.pass_rows = NULL;
-        forward_all(m, p, &whole, &g, T, want, want + nl, want + nl + np);
+        forward_all(m, p, &whole, &t->g, T, want, want + nl, want + nl + np);
         const int per_pass[] = {1, 2, 3, B + 1};
         for (size_t i = 0; i < sizeof per_pass / sizeof *per_pass; i++) {
             backend split = *cpu;
             split.pass_rows = fixed_pass_rows;
             g_pass_rows = per_pass[i] * T;
             for (size_t j = 0; j < n; j++) got[j] = NAN;
-            forward_all(m, p, &split, &g, T, got, got + nl, got + nl + np);
+            forward_all(m, p, &split, &t->g, T, got, got + nl, got + nl + np);
             for (size_t j = 0; j < nl + np; j++) /* the head: OpenBLAS's products */
                 assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
             if (pp) assert_memory_equal(got + nl + np, want + nl + np, nh * sizeof *got);
@@ -402,9 +438,7 @@ static void test_passes(void **state)
     }
     free(want);
     free(got);
-    cpu->destroy(cpu);
-    bert_model_free(m);
-    golden_free(&g);
+    tiny_close(t);
 }
 
 /* The encoder runs the BF16 products (attention_bf16, or
@@ -437,18 +471,14 @@ static int counting_attention_unpadded(backend *be, float *out, float *att, cons
 static void test_reduced_attention(void **state)
 {
     (void)state;
-    const char *dir = "tests/fixtures/models/bert_tiny";
-    golden g;
-    golden_load(dir, &g);
-    bert_model *m = load(dir);
-    backend *cpu;
-    char err[SM_ERR_MAX] = "";
-    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    tiny_batch *t = tiny_open();
+    backend *cpu = t->cpu;
+    bert_model *m = t->m;
+    int T = t->T;
+    size_t nl = t->nl, np = t->np, n = t->n;
     assert_non_null(cpu->attention_bf16);
     g_cpu_attention_bf16 = cpu->attention_bf16;
     g_cpu_attention_unpadded = cpu->attention_unpadded;
-    int B = g.n, T = longest_text(&g), K = m->cfg.num_labels, C = m->cfg.hidden_size;
-    size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
     float *with = malloc(n * sizeof *with), *without = malloc(n * sizeof *without);
     const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
     for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
@@ -459,12 +489,12 @@ static void test_reduced_attention(void **state)
         counting.attention_unpadded = plain.attention_unpadded = counting_attention_unpadded;
         plain.attention_bf16 = NULL;
         g_bf16_calls = 0;
-        forward_all(m, p, &counting, &g, T, with, with + nl, with + nl + np);
+        forward_all(m, p, &counting, &t->g, T, with, with + nl, with + nl + np);
         int reduced = precisions[k] == BERT_INT8 || precisions[k] == BERT_BF16;
         /* bert_forward and bert_forward_hidden: one pass each */
         assert_int_equal(g_bf16_calls, reduced ? 2 * m->cfg.num_hidden_layers : 0);
         g_bf16_calls = 0;
-        forward_all(m, p, &plain, &g, T, without, without + nl, without + nl + np);
+        forward_all(m, p, &plain, &t->g, T, without, without + nl, without + nl + np);
         assert_int_equal(g_bf16_calls, 0);
         for (size_t j = 0; j < n; j++)
             if (reduced)
@@ -474,9 +504,7 @@ static void test_reduced_attention(void **state)
     }
     free(with);
     free(without);
-    cpu->destroy(cpu);
-    bert_model_free(m);
-    golden_free(&g);
+    tiny_close(t);
 }
 
 /* An inference batch with padding runs only its real rows (the backend's
@@ -497,20 +525,17 @@ static int counting_unpad_rows(backend *be, float *x, const int *lengths, int B,
 static void test_unpadded_rows(void **state)
 {
     (void)state;
-    const char *dir = "tests/fixtures/models/bert_tiny";
-    golden g;
-    golden_load(dir, &g);
-    bert_model *m = load(dir);
-    backend *cpu;
-    char err[SM_ERR_MAX] = "";
-    assert_int_equal(backend_cpu_create(1, &cpu, err), SM_OK);
+    tiny_batch *t = tiny_open();
+    backend *cpu = t->cpu;
+    bert_model *m = t->m;
+    const golden *g = &t->g;
+    int B = t->B, T = t->T, K = t->K, C = t->C;
+    size_t nl = t->nl, np = t->np, n = t->n;
     assert_true(cpu->unpad_rows && cpu->pad_rows && cpu->attention_unpadded);
     g_cpu_unpad_rows = cpu->unpad_rows;
-    int B = g.n, T = longest_text(&g), K = m->cfg.num_labels, C = m->cfg.hidden_size;
     int padded_rows = 0;
-    for (int b = 0; b < B; b++) padded_rows += g.n_ids[b] < T;
+    for (int b = 0; b < B; b++) padded_rows += g->n_ids[b] < T;
     assert_true(padded_rows >= 2); /* the golden texts differ in length */
-    size_t nl = (size_t)B * K, np = (size_t)B * C, nh = (size_t)B * T * C, n = nl + np + nh;
     float *unpadded = malloc(n * sizeof *unpadded), *padded = malloc(n * sizeof *padded);
     const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
     for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
@@ -521,15 +546,15 @@ static void test_unpadded_rows(void **state)
         plain.unpad_rows = NULL;
         for (size_t j = 0; j < n; j++) unpadded[j] = padded[j] = NAN;
         g_unpad_calls = 0;
-        forward_all(m, p, &counting, &g, T, unpadded, unpadded + nl, unpadded + nl + np);
+        forward_all(m, p, &counting, g, T, unpadded, unpadded + nl, unpadded + nl + np);
         assert_int_equal(g_unpad_calls, 2); /* bert_forward and bert_forward_hidden */
-        forward_all(m, p, &plain, &g, T, padded, padded + nl, padded + nl + np);
+        forward_all(m, p, &plain, g, T, padded, padded + nl, padded + nl + np);
         const float *hu = unpadded + nl + np, *hp = padded + nl + np;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
                 for (int c = 0; c < C; c++) {
                     size_t i = ((size_t)b * T + t) * C + c;
-                    if (t >= g.n_ids[b]) assert_true(hu[i] == 0.0f);
+                    if (t >= g->n_ids[b]) assert_true(hu[i] == 0.0f);
                     else if (pp) assert_memory_equal(&hu[i], &hp[i], sizeof *hu);
                     else assert_true(fabsf(hu[i] - hp[i]) <= 1e-5f * (1.0f + fabsf(hp[i])));
                 }
@@ -539,7 +564,7 @@ static void test_unpadded_rows(void **state)
         bert_packed_params_free(pp);
     }
     /* every text alone: no padding, nothing to leave out */
-    golden one = g;
+    golden one = *g;
     one.n = 1;
     g_unpad_calls = 0;
     backend counting = *cpu;
@@ -549,9 +574,7 @@ static void test_unpadded_rows(void **state)
     assert_int_equal(g_unpad_calls, 0);
     free(unpadded);
     free(padded);
-    cpu->destroy(cpu);
-    bert_model_free(m);
-    golden_free(&g);
+    tiny_close(t);
 }
 
 /* Reads a whole file for the buffer-loading tests. */
