@@ -77,7 +77,7 @@ static int dropout(backend *be, const encoder_pass *ps, float *x, size_t n, floa
 
 /* The rows this pass runs: ps->unpadded_rows where it may (an inference
  * pass on a backend with the slots), else B T. */
-static int pass_rows(const backend *be, const encoder_pass *ps, int B, int T)
+static int layer_rows(const backend *be, const encoder_pass *ps, int B, int T)
 {
     int unpadded = !ps->drop && !ps->r0_delta && ps->unpadded_rows > 0 &&
                    ps->unpadded_rows < B * T && be->unpad_rows && be->pad_rows &&
@@ -138,7 +138,7 @@ static int layer_forward(backend *be, const bert_config *cfg, const bert_layer_p
 int encoder_forward(backend *be, const bert_config *cfg, const bert_params *p,
                     const encoder_acts *e, const encoder_pass *ps, int B, int T, char *err)
 {
-    int C = cfg->hidden_size, N = pass_rows(be, ps, B, T), L = cfg->num_hidden_layers;
+    int C = cfg->hidden_size, N = layer_rows(be, ps, B, T), L = cfg->num_hidden_layers;
     const bert_dropout *dr = ps->drop;
 
     /* x_in[0](N,C) = dropout(LN(word + position + type [+ task])), the
