@@ -24,6 +24,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/features.h"
+#include "support/attention_test_util.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static float rnd(void)
@@ -56,24 +57,18 @@ static void reference(double *probs, double *out, const float *q, const float *k
 
 static void check_case(int d, int H, int h, int len, int T)
 {
-    int C = H * d, ld = 3 * C;
-    float *qkv = malloc((size_t)T * ld * sizeof *qkv);
-    float *out = malloc((size_t)T * C * sizeof *out);
-    float *att = malloc((size_t)T * T * sizeof *att);
+    head_case c;
+    head_case_open(&c, d, H, h, len, T, rnd);
+    int C = c.C;
+    float *out = c.out, *att = c.att;
     double *probs = malloc((size_t)len * len * sizeof *probs);
     double *ref = malloc((size_t)len * d * sizeof *ref);
-    assert_true(qkv && out && att && probs && ref);
-    for (int i = 0; i < T * ld; i++) qkv[i] = i < len * ld ? 2.0f * rnd() : NAN; /* padding */
-    for (int i = 0; i < T * C; i++) out[i] = 7.0f; /* overwritten or left as it was */
-    for (int i = 0; i < T * T; i++) att[i] = 7.0f;
-    const float *q = qkv + h * d, *k = qkv + C + h * d, *v = qkv + 2 * C + h * d;
-    float scale = 1.0f / sqrtf((float)d);
-    reference(probs, ref, q, k, v, ld, len, d, scale);
+    assert_true(probs && ref);
+    reference(probs, ref, c.q, c.k, c.v, c.ld, len, d, c.scale);
 
-    int done = cpu_attention_head(out + h * d, C, att, q, k, v, ld, len, T, d, scale);
+    int done = cpu_attention_head(out + h * d, C, att, c.q, c.k, c.v, c.ld, len, T, d, c.scale);
     if (!done) {
-        for (int i = 0; i < T * C; i++) assert_true(out[i] == 7.0f);
-        for (int i = 0; i < T * T; i++) assert_true(att[i] == 7.0f);
+        head_case_declined(&c);
         goto end;
     }
     for (int t = 0; t < len; t++) {
@@ -81,7 +76,6 @@ static void check_case(int d, int H, int h, int len, int T)
             if (!(fabs(att[t * T + u] - probs[t * len + u]) <= 2e-6 + 1e-5 * probs[t * len + u]))
                 fail_msg("d %d len %d T %d: p[%d][%d] %.9g, reference %.9g", d, len, T, t, u,
                          att[t * T + u], probs[t * len + u]);
-        for (int u = len; u < T; u++) assert_true(att[t * T + u] == 0.0f);
         for (int i = 0; i < d; i++) {
             double want = ref[t * d + i], got = out[t * C + h * d + i];
             if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want))))
@@ -89,16 +83,10 @@ static void check_case(int d, int H, int h, int len, int T)
                          want);
         }
     }
-    for (int t = len; t < T; t++)
-        for (int i = 0; i < d; i++) assert_true(out[t * C + h * d + i] == 0.0f);
-    /* the other heads' columns untouched */
-    for (int t = 0; t < T; t++)
-        for (int c = 0; c < C; c++)
-            if (c < h * d || c >= (h + 1) * d) assert_true(out[t * C + c] == 7.0f);
+    /* zeros past len, the other heads' columns untouched */
+    head_case_outside(&c);
 end:
-    free(qkv);
-    free(out);
-    free(att);
+    head_case_close(&c);
     free(probs);
     free(ref);
 }
