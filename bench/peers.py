@@ -1145,9 +1145,9 @@ def render_ceiling(res, engines):
              "attention products, on each batch padded to its longest; the rest of the work is "
              "not counted, so the ceiling is generous). \"%% of peak\" is an engine's GFLOP/s "
              "over the peak; \"ceiling / PyTorch\" is the largest lead over PyTorch that any "
-             "FP32 engine could have. An engine that leaves the padding rows out (ours (C) on the "
-             "CPU does) does less than that work on padded batches, and its %% of peak can pass "
-             "100%%." % ", ".join(
+             "FP32 engine could have. An engine that leaves the padding rows out, or computes "
+             "the last layer for the [CLS] rows only when nothing else reads it (ours (C) on the "
+             "CPU does both), does less than that work, and its %% of peak can pass 100%%." % ", ".join(
                  "%s GFLOP/s with %d thread%s" % (fmt_rate(v), t, "s" if t > 1 else "")
                  for t, v in sorted(peak.items())))
     L.append("")

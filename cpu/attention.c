@@ -177,38 +177,47 @@ AVX512F_FN static void values(float *out, int ldo, const float *att, int T, cons
     }
 }
 
-int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
-                       const float *v, int ldqkv, int len, int T, int d, float scale)
+int cpu_attention_head_rows(float *out, int ldo, float *att, const float *q, const float *k,
+                            const float *v, int ldqkv, int len, int T, int d, float scale, int rows)
 {
     float stack[KEYS_STACK];
     int lp = (len + 15) & ~15;
     size_t need = (size_t)d * lp;
 
-    if (!cpu_has(CPU_AVX512F) || (d != 16 && d != 32 && d != 48 && d != 64) || len < 1) return 0;
+    if (!cpu_has(CPU_AVX512F) || (d != 16 && d != 32 && d != 48 && d != 64) || len < 1 ||
+        rows < 1 || rows > len)
+        return 0;
     float *kt = need <= KEYS_STACK ? stack : malloc(need * sizeof *kt);
     if (!kt) return 0;
     pack_keys(kt, k, ldqkv, len, lp, d);
-    for (int t = 0; t < len; t += SR) {
-        int rows = len - t < SR ? len - t : SR;
+    for (int t = 0; t < rows; t += SR) {
+        int n = rows - t < SR ? rows - t : SR;
         float *a = att + (size_t)t * T;
         float mx[SR];
-        score_rows(a, T, q + (size_t)t * ldqkv, ldqkv, kt, lp, d, rows, len, mx);
-        cpu_softmax_rows_max(a, rows, len, T, scale, mx);
-        values(out + (size_t)t * ldo, ldo, a, T, v, ldqkv, len, rows, d);
+        score_rows(a, T, q + (size_t)t * ldqkv, ldqkv, kt, lp, d, n, len, mx);
+        cpu_softmax_rows_max(a, n, len, T, scale, mx);
+        values(out + (size_t)t * ldo, ldo, a, T, v, ldqkv, len, n, d);
     }
     if (kt != stack) free(kt);
-    for (int t = len; t < T; t++) memset(out + (size_t)t * ldo, 0, (size_t)d * sizeof *out);
     return 1;
 }
 
 #else
 
-int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
-                       const float *v, int ldqkv, int len, int T, int d, float scale)
+int cpu_attention_head_rows(float *out, int ldo, float *att, const float *q, const float *k,
+                            const float *v, int ldqkv, int len, int T, int d, float scale, int rows)
 {
     (void)out, (void)ldo, (void)att, (void)q, (void)k, (void)v, (void)ldqkv, (void)len, (void)T,
-        (void)d, (void)scale;
+        (void)d, (void)scale, (void)rows;
     return 0;
 }
 
 #endif
+
+int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
+                       const float *v, int ldqkv, int len, int T, int d, float scale)
+{
+    if (!cpu_attention_head_rows(out, ldo, att, q, k, v, ldqkv, len, T, d, scale, len)) return 0;
+    for (int t = len; t < T; t++) memset(out + (size_t)t * ldo, 0, (size_t)d * sizeof *out);
+    return 1;
+}

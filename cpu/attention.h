@@ -20,6 +20,15 @@
 int cpu_attention_head(float *out, int ldo, float *att, const float *q, const float *k,
                        const float *v, int ldqkv, int len, int T, int d, float scale);
 
+/* The same for the first `rows` query rows only (1 <= rows <= len), each
+ * with the bits cpu_attention_head gives it: att gets their rows of
+ * probabilities, out their rows of results, and nothing else is written
+ * (an inference pass that reads only each sequence's [CLS] row asks for
+ * one). 0 where cpu_attention_head would be, or rows is out of range. */
+int cpu_attention_head_rows(float *out, int ldo, float *att, const float *q, const float *k,
+                            const float *v, int ldqkv, int len, int T, int d, float scale,
+                            int rows);
+
 /* The same with the scores' and the values' products in BF16 (FP32 sums;
  * attention_bf16.c), the softmax and att in FP32: the attention of a model
  * whose linear layers run packed BF16 or INT8 weights. 0, with nothing
@@ -27,5 +36,11 @@ int cpu_attention_head(float *out, int ldo, float *att, const float *q, const fl
  * 16, 32, 48 or 64, or memory for the rounded copies is short. */
 int cpu_attention_head_bf16(float *out, int ldo, float *att, const float *q, const float *k,
                             const float *v, int ldqkv, int len, int T, int d, float scale);
+
+/* cpu_attention_head_bf16 for the first `rows` query rows, as
+ * cpu_attention_head_rows. */
+int cpu_attention_head_bf16_rows(float *out, int ldo, float *att, const float *q, const float *k,
+                                 const float *v, int ldqkv, int len, int T, int d, float scale,
+                                 int rows);
 
 #endif

@@ -231,12 +231,13 @@ AVX512BF16_FN static void values(float *out, int ldo, const float *att, int T, u
     }
 }
 
-int cpu_attention_head_bf16(float *out, int ldo, float *att, const float *q, const float *k,
-                            const float *v, int ldqkv, int len, int T, int d, float scale)
+int cpu_attention_head_bf16_rows(float *out, int ldo, float *att, const float *q, const float *k,
+                                 const float *v, int ldqkv, int len, int T, int d, float scale,
+                                 int rows)
 {
     _Alignas(64) uint32_t stack[WORDS_STACK];
     if (!cpu_has(CPU_AVX512F | CPU_AVX512BW_VL | CPU_AVX512_BF16) ||
-        (d != 16 && d != 32 && d != 48 && d != 64) || len < 1)
+        (d != 16 && d != 32 && d != 48 && d != 64) || len < 1 || rows < 1 || rows > len)
         return 0;
     int lp = (len + 15) & ~15, np = (len + 1) / 2, lw = (np + 15) & ~15;
     size_t nk = (size_t)(d / 2) * lp, nv = (size_t)np * d, need = nk + nv + (size_t)SR * lw;
@@ -245,27 +246,36 @@ int cpu_attention_head_bf16(float *out, int ldo, float *att, const float *q, con
     uint32_t *vw = kw + nk, *pw = vw + nv;
     pack_keys(kw, k, ldqkv, len, lp, d);
     pack_values(vw, v, ldqkv, len, np, d);
-    for (int t = 0; t < len; t += SR) {
-        int rows = len - t < SR ? len - t : SR;
+    for (int t = 0; t < rows; t += SR) {
+        int n = rows - t < SR ? rows - t : SR;
         float *a = att + (size_t)t * T;
         float mx[SR];
-        score_rows(a, T, q + (size_t)t * ldqkv, ldqkv, kw, lp, d, rows, len, mx);
-        cpu_softmax_rows_max(a, rows, len, T, scale, mx);
-        values(out + (size_t)t * ldo, ldo, a, T, pw, lw, vw, len, np, rows, d);
+        score_rows(a, T, q + (size_t)t * ldqkv, ldqkv, kw, lp, d, n, len, mx);
+        cpu_softmax_rows_max(a, n, len, T, scale, mx);
+        values(out + (size_t)t * ldo, ldo, a, T, pw, lw, vw, len, np, n, d);
     }
     if (kw != stack) free(kw);
-    for (int t = len; t < T; t++) memset(out + (size_t)t * ldo, 0, (size_t)d * sizeof *out);
     return 1;
 }
 
 #else
 
-int cpu_attention_head_bf16(float *out, int ldo, float *att, const float *q, const float *k,
-                            const float *v, int ldqkv, int len, int T, int d, float scale)
+int cpu_attention_head_bf16_rows(float *out, int ldo, float *att, const float *q, const float *k,
+                                 const float *v, int ldqkv, int len, int T, int d, float scale,
+                                 int rows)
 {
     (void)out, (void)ldo, (void)att, (void)q, (void)k, (void)v, (void)ldqkv, (void)len, (void)T,
-        (void)d, (void)scale;
+        (void)d, (void)scale, (void)rows;
     return 0;
 }
 
 #endif
+
+int cpu_attention_head_bf16(float *out, int ldo, float *att, const float *q, const float *k,
+                            const float *v, int ldqkv, int len, int T, int d, float scale)
+{
+    if (!cpu_attention_head_bf16_rows(out, ldo, att, q, k, v, ldqkv, len, T, d, scale, len))
+        return 0;
+    for (int t = len; t < T; t++) memset(out + (size_t)t * ldo, 0, (size_t)d * sizeof *out);
+    return 1;
+}

@@ -419,20 +419,22 @@ static int cpu_softmax_masked(backend *be, float *att, const int *lengths, int B
     return SM_OK;
 }
 
-/* Attention for one (sequence, head): only the len x len block that is not
- * padding is computed, by attention_bf16.c's kernel where bf16 asks for it
- * and it runs, else by attention.c's where it runs, else with two BLAS
+/* Attention for one (sequence, head), its first `rows` query rows (len:
+ * all of them; att's row stride T): only the len x len block that is not
+ * padding is computed, by attention_bf16.c's kernel where bf16 asks for
+ * it and it runs, else by attention.c's where it runs, else with two BLAS
  * products. */
-static void attention_head(float *out, float *att, const float *qkv, int len, int T, int C, int d,
-                           float scale, int bf16)
+static void attention_head(float *out, float *att, const float *qkv, int len, int rows, int T,
+                           int C, int d, float scale, int bf16)
 {
     const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
-    if (bf16 && cpu_attention_head_bf16(out, C, att, q, k, v, 3 * C, len, T, d, scale)) return;
-    if (cpu_attention_head(out, C, att, q, k, v, 3 * C, len, T, d, scale)) return;
-    blas_sgemm(0, 1, len, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
-    for (int t = 0; t < len; t++) cpu_softmax_row(att + (size_t)t * T, len, T, scale);
-    blas_sgemm(0, 0, len, d, len, 1.0f, att, T, v, 3 * C, 0.0f, out, C);
-    for (int t = len; t < T; t++) memset(out + (size_t)t * C, 0, (size_t)d * sizeof *out);
+    if (!(bf16 &&
+          cpu_attention_head_bf16_rows(out, C, att, q, k, v, 3 * C, len, T, d, scale, rows)) &&
+        !cpu_attention_head_rows(out, C, att, q, k, v, 3 * C, len, T, d, scale, rows)) {
+        blas_sgemm(0, 1, rows, len, d, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
+        for (int t = 0; t < rows; t++) cpu_softmax_row(att + (size_t)t * T, len, T, scale);
+        blas_sgemm(0, 0, rows, d, len, 1.0f, att, T, v, 3 * C, 0.0f, out, C);
+    }
 }
 
 /* A sequence's real tokens: lengths[b] clamped to [1, T]. */
@@ -448,7 +450,8 @@ typedef struct attention_job {
     const size_t *starts; /* NULL: padded rows, sequence b's from b T; else its first row */
     int T, H, d;
     float scale;
-    int bf16; /* the products in BF16 (attention_bf16) */
+    int bf16;  /* the products in BF16 (attention_bf16) */
+    int first; /* each sequence's first query row only, into out's row b */
 } attention_job;
 
 static void attention_item(void *ctx, int bh, int lane)
@@ -458,19 +461,23 @@ static void attention_item(void *ctx, int bh, int lane)
     int b = bh / H, h = bh % H;
     int len = seq_len(j->lengths, b, T);
     size_t row = j->starts ? j->starts[b] : (size_t)b * T;
+    float *out = j->out + (j->first ? (size_t)b : row) * C + (size_t)h * d;
     (void)lane;
     /* without padding rows the head writes its len rows only (its width:
-     * len, which is also its probabilities' row stride) */
-    attention_head(j->out + row * C + (size_t)h * d, j->att + (size_t)bh * T * T,
-                   j->qkv + row * 3 * C + (size_t)h * d, len, j->starts ? len : T, C, d, j->scale,
-                   j->bf16);
+     * len, which is also its probabilities' row stride); with them, its
+     * padding rows are zeroed */
+    attention_head(out, j->att + (size_t)bh * T * T, j->qkv + row * 3 * C + (size_t)h * d, len,
+                   j->first ? 1 : len, j->starts ? len : T, C, d, j->scale, j->bf16);
+    if (!j->first && !j->starts)
+        for (int t = len; t < T; t++) memset(out + (size_t)t * C, 0, (size_t)d * sizeof *out);
 }
 
 static int run_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
-                         const size_t *starts, int B, int T, int H, int d, float scale, int bf16)
+                         const size_t *starts, int B, int T, int H, int d, float scale, int bf16,
+                         int first)
 {
-    int nt = cpu_threads_for(be, 2.0 * B * H * T * T * d);
-    attention_job j = {out, att, qkv, lengths, starts, T, H, d, scale, bf16};
+    int nt = cpu_threads_for(be, 2.0 * B * H * T * (first ? 1 : T) * d);
+    attention_job j = {out, att, qkv, lengths, starts, T, H, d, scale, bf16, first};
     tp_for_dynamic(nt, B * H, attention_item, &j);
     return SM_OK;
 }
@@ -478,22 +485,24 @@ static int run_attention(backend *be, float *out, float *att, const float *qkv, 
 static int cpu_attention(backend *be, float *out, float *att, const float *qkv, const int *lengths,
                          int B, int T, int H, int d, float scale)
 {
-    return run_attention(be, out, att, qkv, lengths, NULL, B, T, H, d, scale, 0);
+    return run_attention(be, out, att, qkv, lengths, NULL, B, T, H, d, scale, 0, 0);
 }
 
 static int cpu_attention_bf16(backend *be, float *out, float *att, const float *qkv,
                               const int *lengths, int B, int T, int H, int d, float scale)
 {
-    return run_attention(be, out, att, qkv, lengths, NULL, B, T, H, d, scale, 1);
+    return run_attention(be, out, att, qkv, lengths, NULL, B, T, H, d, scale, 1, 0);
 }
 
-/* ---- inference without padding rows (backend.h) ------------------------ */
+/* ---- inference without padding rows, or of the first rows (backend.h) -- */
 
 #define UNPADDED_SEQS 512 /* sequences per attention run: their first rows on the stack */
 
-static int cpu_attention_unpadded(backend *be, float *out, float *att, const float *qkv,
-                                  const int *lengths, int B, int T, int H, int d, float scale,
-                                  int bf16)
+/* run_attention on packed rows (attention_unpadded's layout), the
+ * sequences' first rows on the stack UNPADDED_SEQS at a time. */
+static int run_attention_packed(backend *be, float *out, float *att, const float *qkv,
+                                const int *lengths, int B, int T, int H, int d, float scale,
+                                int bf16, int first)
 {
     size_t starts[UNPADDED_SEQS], C = (size_t)H * d;
     for (int b0 = 0; b0 < B; b0 += UNPADDED_SEQS) {
@@ -503,10 +512,42 @@ static int cpu_attention_unpadded(backend *be, float *out, float *att, const flo
             starts[b] = at;
             at += (size_t)seq_len(lengths, b0 + b, T);
         }
-        int rc = run_attention(be, out, att, qkv, lengths + b0, starts, n, T, H, d, scale, bf16);
+        int rc = run_attention(be, out, att, qkv, lengths + b0, starts, n, T, H, d, scale, bf16,
+                               first);
         if (rc) return rc;
-        out += at * C;
+        out += (first ? (size_t)n : at) * C;
         qkv += at * 3 * C;
+    }
+    return SM_OK;
+}
+
+static int cpu_attention_unpadded(backend *be, float *out, float *att, const float *qkv,
+                                  const int *lengths, int B, int T, int H, int d, float scale,
+                                  int bf16)
+{
+    return run_attention_packed(be, out, att, qkv, lengths, B, T, H, d, scale, bf16, 0);
+}
+
+static int cpu_attention_first(backend *be, float *out, float *att, const float *qkv,
+                               const int *lengths, int B, int T, int H, int d, float scale,
+                               int bf16, int packed)
+{
+    if (packed) return run_attention_packed(be, out, att, qkv, lengths, B, T, H, d, scale, bf16, 1);
+    return run_attention(be, out, att, qkv, lengths, NULL, B, T, H, d, scale, bf16, 1);
+}
+
+/* Each sequence's first row moved to row b, in ascending order: row b's
+ * source is at b or below it (b T, or the sum of the lengths before it),
+ * so no row is overwritten before it moves. */
+static int cpu_first_rows(backend *be, float *x, const int *lengths, int B, int T, int C,
+                          int packed)
+{
+    (void)be;
+    size_t at = 0;
+    for (int b = 0; b < B; b++) {
+        size_t from = packed ? at : (size_t)b * T;
+        if (from != (size_t)b) memmove(x + (size_t)b * C, x + from * C, (size_t)C * sizeof *x);
+        at += (size_t)seq_len(lengths, b, T);
     }
     return SM_OK;
 }
@@ -778,6 +819,8 @@ int backend_cpu_create(int threads, backend **out, char *err)
     be->unpad_rows = cpu_unpad_rows;
     be->pad_rows = cpu_pad_rows;
     be->attention_unpadded = cpu_attention_unpadded;
+    be->first_rows = cpu_first_rows;
+    be->attention_first = cpu_attention_first;
     be->gather_cls = cpu_gather_cls;
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;

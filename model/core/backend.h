@@ -156,6 +156,21 @@ struct backend {
     int (*attention_unpadded)(backend *be, float *out, float *att, const float *qkv,
                               const int *lengths, int B, int T, int H, int d, float scale,
                               int bf16);
+    /* Optional, the two together (NULL: an inference pass that reads only
+     * the [CLS] rows runs its last layer on every row). Each sequence's
+     * first row only, of rows padded (packed 0: sequence b's from b T) or
+     * packed as attention_unpadded's (packed 1); lengths is backend int
+     * memory.
+     * first_rows: in place, sequence b's first row of x moved to row b,
+     * so x's first B rows are (B,C);
+     * attention_first: out(B,C) row b = the attention of sequence b's
+     * first query row over its real keys (attention_bf16's when bf16 is
+     * 1), the same values as attention gives that row; att(B,H,T,T) is
+     * scratch. */
+    int (*first_rows)(backend *be, float *x, const int *lengths, int B, int T, int C, int packed);
+    int (*attention_first)(backend *be, float *out, float *att, const float *qkv,
+                           const int *lengths, int B, int T, int H, int d, float scale, int bf16,
+                           int packed);
     /* Rows (B,C) gathered from x(B,T,C) at t = 0: the [CLS] vectors. */
     int (*gather_cls)(backend *be, float *out, const float *x, int B, int T, int C);
     int (*synchronize)(backend *be);

@@ -87,6 +87,13 @@ typedef struct encoder_pass {
      * attention, which skips padded keys). The real rows get the same
      * values; x_out's padding rows are 0. 0: B T rows. */
     int unpadded_rows;
+    /* 1 (inference only): the caller reads only each sequence's first row
+     * of the last hidden state (the head's [CLS] vectors). On a backend
+     * with the slots for it (first_rows, attention_first) the last layer
+     * then computes those B rows only, the pass leaves them in a->cls
+     * (where encoder_head_forward takes them) and x_out is not written;
+     * they get the same values as in a whole pass. 0: every row. */
+    int cls_only;
 } encoder_pass;
 
 /* The dropout key of a site for a pass whose masks are per_row elements a
@@ -99,7 +106,8 @@ uint64_t encoder_dropout_key(const encoder_pass *ps, unsigned site, size_t per_r
 int encoder_check_tokens(const bert_config *cfg, const int *ids, const int *lengths, int B, int T,
                          const char *what, char *err);
 
-/* Embeddings and every layer: a->ids -> a->x_out(N,C). */
+/* Embeddings and every layer: a->ids -> a->x_out(N,C) (or a->cls(B,C):
+ * encoder_pass.cls_only). */
 int encoder_forward(backend *be, const bert_config *cfg, const bert_params *p,
                     const encoder_acts *a, const encoder_pass *ps, int B, int T, char *err);
 

@@ -346,7 +346,7 @@ static int forward_one(const bert_config *cfg, const bert_params *p, bert_worksp
      * where the backend can (forward_pass.h; x's are 0 then) */
     int real = 0;
     for (int b = 0; b < B; b++) real += lengths[b];
-    encoder_pass ps = {.drop = NULL, .row0 = 0, .unpadded_rows = real};
+    encoder_pass ps = {.drop = NULL, .row0 = 0, .unpadded_rows = real, .cls_only = !hidden_out};
     if ((rc = encoder_forward(be, cfg, p, &ws->acts, &ps, B, T, err))) return rc;
     /* hidden_out(B,T,C) = x, the last hidden state */
     if (hidden_out) TRY_BACKEND(be->download(be, hidden_out, ws->x, (size_t)N * C * sizeof(float)));

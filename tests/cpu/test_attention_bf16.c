@@ -11,7 +11,9 @@
  * buffer (the heap copy), and against the FP32 kernel (within BF16's
  * rounding, and not equal to it: the rounding happens); large scores are
  * in tests/cpu/test_attention.c. Where the kernel declines (no
- * AVX512-BF16, another head size) it must write nothing and say 0.
+ * AVX512-BF16, another head size) it must write nothing and say 0. The
+ * first-rows form (cpu_attention_head_bf16_rows) gives its rows the whole
+ * head's bits and writes no other row.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -174,9 +176,31 @@ static void test_declines(void **state)
     for (int i = 0; i < 96; i++) assert_true(o[i] == 7.0f);
 }
 
+/* The first rows only (an inference pass's [CLS] rows: one of them): the
+ * bits of the whole head's rows, for one row, part of a block, a block and
+ * one more, all but one, and all; padded rows; every head size. */
+static void test_first_rows(void **state)
+{
+    (void)state;
+    const int sizes[] = {16, 32, 48, 64}, lens[][2] = {{1, 1}, {37, 40}, {130, 130}};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+            int len = lens[l][0], T = lens[l][1];
+            const int rows[] = {1, 3, 8, 9, len - 1, len};
+            for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+                if (rows[r] < 1 || rows[r] > len) continue;
+                head_case c;
+                head_case_open(&c, sizes[i], 3, 1, len, T, rnd);
+                head_rows_check(&c, cpu_attention_head_bf16, cpu_attention_head_bf16_rows, rows[r]);
+                head_case_close(&c);
+            }
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_first_rows),
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_against_fp32),
         cmocka_unit_test(test_declines),

@@ -6,7 +6,8 @@
  * transformers computed for a padded batch of texts. Ours must match within
  * 1e-4, in a batch, one text at a time, and end to end from text through our
  * tokenizer. Also: a batch run as several passes (the CPU's pass_rows)
- * gives the same bits as one pass; BF16 and INT8 weights run the
+ * gives the same bits as one pass, and so does a pass without its padding
+ * rows or with its last layer for the [CLS] rows only; BF16 and INT8 weights run the
  * attention_bf16 slot in every layer and FP32 ones never; save/load round
  * trips and checkpoints that must not load.
  */
@@ -442,7 +443,9 @@ static void test_passes(void **state)
 }
 
 /* The encoder runs the BF16 products (attention_bf16, or
- * attention_unpadded with bf16 set when the batch has padding) for layers
+ * attention_unpadded with bf16 set when the batch has padding, or
+ * attention_first with it set for the last layer of a pass that reads the
+ * [CLS] rows only) for layers
  * with BF16 or INT8 weights, every layer of every pass, and FP32 ones for
  * FP32 weights (packed or not); without the attention_bf16 slot a
  * reduced-precision model runs FP32 products, whose outputs stay close
@@ -468,6 +471,19 @@ static int counting_attention_unpadded(backend *be, float *out, float *att, cons
     return g_cpu_attention_unpadded(be, out, att, qkv, lengths, B, T, H, d, scale, bf16);
 }
 
+static int (*g_cpu_attention_first)(backend *be, float *out, float *att, const float *qkv,
+                                    const int *lengths, int B, int T, int H, int d, float scale,
+                                    int bf16, int packed);
+static int g_first_calls;
+static int counting_attention_first(backend *be, float *out, float *att, const float *qkv,
+                                    const int *lengths, int B, int T, int H, int d, float scale,
+                                    int bf16, int packed)
+{
+    g_bf16_calls += bf16;
+    g_first_calls++;
+    return g_cpu_attention_first(be, out, att, qkv, lengths, B, T, H, d, scale, bf16, packed);
+}
+
 static void test_reduced_attention(void **state)
 {
     (void)state;
@@ -479,6 +495,7 @@ static void test_reduced_attention(void **state)
     assert_non_null(cpu->attention_bf16);
     g_cpu_attention_bf16 = cpu->attention_bf16;
     g_cpu_attention_unpadded = cpu->attention_unpadded;
+    g_cpu_attention_first = cpu->attention_first;
     float *with = malloc(n * sizeof *with), *without = malloc(n * sizeof *without);
     const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
     for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
@@ -487,6 +504,7 @@ static void test_reduced_attention(void **state)
         backend counting = *cpu, plain = *cpu;
         counting.attention_bf16 = counting_attention_bf16;
         counting.attention_unpadded = plain.attention_unpadded = counting_attention_unpadded;
+        counting.attention_first = plain.attention_first = counting_attention_first;
         plain.attention_bf16 = NULL;
         g_bf16_calls = 0;
         forward_all(m, p, &counting, &t->g, T, with, with + nl, with + nl + np);
@@ -574,6 +592,51 @@ static void test_unpadded_rows(void **state)
     assert_int_equal(g_unpad_calls, 0);
     free(unpadded);
     free(padded);
+    tiny_close(t);
+}
+
+/* A pass that reads only the [CLS] rows (bert_forward: logits and pooled
+ * vectors) runs its last layer for each sequence's first row only (the
+ * backend's first_rows and attention_first), on padded rows and without
+ * them: with packed weights (FP32, INT8, BF16) the logits and the pooled
+ * vectors are the same bits as a pass of every row; with FP32 weights
+ * through OpenBLAS the same up to float rounding. bert_forward_hidden,
+ * which reads every row, runs every row. */
+static void test_cls_rows(void **state)
+{
+    (void)state;
+    tiny_batch *t = tiny_open();
+    backend *cpu = t->cpu;
+    bert_model *m = t->m;
+    int T = t->T;
+    size_t nl = t->nl, np = t->np, nh = t->nh, n = t->n;
+    assert_true(cpu->first_rows && cpu->attention_first);
+    g_cpu_attention_first = cpu->attention_first;
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    const bert_precision precisions[] = {BERT_FP32, BERT_FP32_PACKED, BERT_INT8, BERT_BF16};
+    for (size_t k = 0; k < sizeof precisions / sizeof *precisions; k++) {
+        bert_packed_params *pp = NULL;
+        const bert_params *p = params_in(cpu, m, precisions[k], &pp);
+        for (int unpadded = 0; unpadded <= 1; unpadded++) {
+            backend whole = *cpu, cls = *cpu;
+            whole.first_rows = NULL;
+            whole.attention_first = NULL;
+            cls.attention_first = counting_attention_first;
+            if (!unpadded) whole.unpad_rows = cls.unpad_rows = NULL;
+            forward_all(m, p, &whole, &t->g, T, want, want + nl, want + nl + np);
+            for (size_t j = 0; j < n; j++) got[j] = NAN;
+            g_first_calls = 0;
+            forward_all(m, p, &cls, &t->g, T, got, got + nl, got + nl + np);
+            assert_int_equal(g_first_calls, 1); /* bert_forward's pass, not the hidden one */
+            for (size_t j = 0; j < nl + np; j++)
+                if (pp) assert_memory_equal(&got[j], &want[j], sizeof *got);
+                else assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
+            assert_memory_equal(got + nl + np, want + nl + np, nh * sizeof *got);
+        }
+        bert_packed_params_free(pp);
+    }
+    free(want);
+    free(got);
     tiny_close(t);
 }
 
@@ -712,6 +775,7 @@ int main(void)
         cmocka_unit_test(test_end_to_end),          cmocka_unit_test(test_no_head_is_an_error),
         cmocka_unit_test(test_workspace_bytes),     cmocka_unit_test(test_passes),
         cmocka_unit_test(test_reduced_attention),   cmocka_unit_test(test_unpadded_rows),
+        cmocka_unit_test(test_cls_rows),
         cmocka_unit_test(test_save_load_round_trip),
         cmocka_unit_test(test_bad_checkpoints),
     };

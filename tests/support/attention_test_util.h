@@ -9,7 +9,8 @@
  * (T x C) and att (T x T) filled with HEAD_SENTINEL. head_case_declined:
  * nothing written (a kernel that says 0). head_case_outside: the padding
  * rows of the head's output 0, each real row's probabilities past len 0,
- * and the other heads' columns untouched.
+ * and the other heads' columns untouched. head_rows_check: a kernel's
+ * first-rows form against its whole one.
  */
 #ifndef ATTENTION_TEST_UTIL_H
 #define ATTENTION_TEST_UTIL_H
@@ -64,6 +65,51 @@ static void head_case_outside(const head_case *c)
     for (int t = 0; t < T; t++)
         for (int j = 0; j < C; j++)
             if (j < h * d || j >= (h + 1) * d) assert_true(c->out[t * C + j] == HEAD_SENTINEL);
+}
+
+typedef int (*head_fn)(float *out, int ldo, float *att, const float *q, const float *k,
+                       const float *v, int ldqkv, int len, int T, int d, float scale);
+typedef int (*head_rows_fn)(float *out, int ldo, float *att, const float *q, const float *k,
+                            const float *v, int ldqkv, int len, int T, int d, float scale,
+                            int rows);
+
+/* rows_fn for the first `rows` query rows of a case gives those rows the
+ * bits whole gives them (output and probabilities) and writes no other
+ * row; it declines rows outside [1, len] with nothing written. Both
+ * run on c's inputs, the first-rows form into a copy of c's sentinels. */
+static void head_rows_check(head_case *c, head_fn whole, head_rows_fn rows_fn, int rows)
+{
+    int d = c->d, C = c->C, h = c->h, T = c->T, len = c->len;
+    float *out = malloc((size_t)T * C * sizeof *out), *att = malloc((size_t)T * T * sizeof *att);
+    assert_true(out && att);
+    for (int i = 0; i < T * C; i++) out[i] = HEAD_SENTINEL;
+    for (int i = 0; i < T * T; i++) att[i] = HEAD_SENTINEL;
+    if (!whole(c->out + h * d, C, c->att, c->q, c->k, c->v, c->ld, len, T, d, c->scale)) {
+        assert_int_equal(rows_fn(out + h * d, C, att, c->q, c->k, c->v, c->ld, len, T, d,
+                                 c->scale, rows),
+                         0);
+        goto end;
+    }
+    assert_int_equal(
+        rows_fn(out + h * d, C, att, c->q, c->k, c->v, c->ld, len, T, d, c->scale, 0), 0);
+    assert_int_equal(
+        rows_fn(out + h * d, C, att, c->q, c->k, c->v, c->ld, len, T, d, c->scale, len + 1), 0);
+    assert_int_equal(
+        rows_fn(out + h * d, C, att, c->q, c->k, c->v, c->ld, len, T, d, c->scale, rows), 1);
+    for (int t = 0; t < T; t++) {
+        int done = t < rows;
+        for (int j = 0; j < C; j++) {
+            float want = done && j >= h * d && j < (h + 1) * d ? c->out[t * C + j] : HEAD_SENTINEL;
+            assert_memory_equal(&out[t * C + j], &want, sizeof want);
+        }
+        for (int u = 0; u < T; u++) {
+            float want = done ? c->att[t * T + u] : HEAD_SENTINEL;
+            assert_memory_equal(&att[t * T + u], &want, sizeof want);
+        }
+    }
+end:
+    free(out);
+    free(att);
 }
 
 static void head_case_close(head_case *c)
