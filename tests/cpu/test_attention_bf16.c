@@ -176,25 +176,11 @@ static void test_declines(void **state)
     for (int i = 0; i < 96; i++) assert_true(o[i] == 7.0f);
 }
 
-/* The first rows only (an inference pass's [CLS] rows: one of them): the
- * bits of the whole head's rows, for one row, part of a block, a block and
- * one more, all but one, and all; padded rows; every head size. */
+/* The first rows only (head_rows_all). */
 static void test_first_rows(void **state)
 {
     (void)state;
-    const int sizes[] = {16, 32, 48, 64}, lens[][2] = {{1, 1}, {37, 40}, {130, 130}};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
-            int len = lens[l][0], T = lens[l][1];
-            const int rows[] = {1, 3, 8, 9, len - 1, len};
-            for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
-                if (rows[r] < 1 || rows[r] > len) continue;
-                head_case c;
-                head_case_open(&c, sizes[i], 3, 1, len, T, rnd);
-                head_rows_check(&c, cpu_attention_head_bf16, cpu_attention_head_bf16_rows, rows[r]);
-                head_case_close(&c);
-            }
-        }
+    head_rows_all(cpu_attention_head_bf16, cpu_attention_head_bf16_rows, rnd);
 }
 
 int main(void)

@@ -10,7 +10,8 @@
  * nothing written (a kernel that says 0). head_case_outside: the padding
  * rows of the head's output 0, each real row's probabilities past len 0,
  * and the other heads' columns untouched. head_rows_check: a kernel's
- * first-rows form against its whole one.
+ * first-rows form against its whole one; head_rows_all: that for a set of
+ * head sizes, lengths and row counts.
  */
 #ifndef ATTENTION_TEST_UTIL_H
 #define ATTENTION_TEST_UTIL_H
@@ -117,6 +118,26 @@ static void head_case_close(head_case *c)
     free(c->qkv);
     free(c->out);
     free(c->att);
+}
+
+/* head_rows_check for one row (an inference pass's [CLS] rows), part of a
+ * block, a block and one more, all but one, and all; padded rows; every
+ * head size. */
+static void head_rows_all(head_fn whole, head_rows_fn rows_fn, float (*rnd)(void))
+{
+    const int sizes[] = {16, 32, 48, 64}, lens[][2] = {{1, 1}, {37, 40}, {130, 130}};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+            int len = lens[l][0], T = lens[l][1];
+            const int rows[] = {1, 3, 8, 9, len - 1, len};
+            for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+                if (rows[r] < 1 || rows[r] > len) continue;
+                head_case c;
+                head_case_open(&c, sizes[i], 3, 1, len, T, rnd);
+                head_rows_check(&c, whole, rows_fn, rows[r]);
+                head_case_close(&c);
+            }
+        }
 }
 
 #endif
