@@ -80,7 +80,7 @@ static int fail_with_reason(const rt_engine *e, int rc, char *err, const char *w
  * per-head attention copies, cuBLAS's workspace). */
 static double ws_bytes(const backend *be, const bert_config *cfg, int batch, int seq)
 {
-    double act = (double)bert_workspace_bytes(cfg, batch, seq);
+    double act = (double)bert_workspace_bytes(be, cfg, batch, seq);
     if (!be->forward_scratch_bytes) return act;
     return act + (double)be->forward_scratch_bytes(be, batch, seq, cfg->hidden_size,
                                                    cfg->intermediate_size,

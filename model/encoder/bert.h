@@ -175,16 +175,19 @@ int bert_check_finite(const char *name, const float *x, size_t n, char *err);
  * sentiment_models reports). */
 size_t bert_model_num_params(const bert_model *m);
 
-/* Activations for one forward pass, sized for up to max_batch x max_seq
- * tokens on one backend. Not shared between threads. */
+/* Activations for one forward pass, for batches of up to max_batch x
+ * max_seq tokens on one backend: sized for the whole batch, or on a
+ * backend that bounds a pass's rows (pass_rows: the CPU) for the largest
+ * pass, a larger batch running as passes of whole sequences. Not shared
+ * between threads. */
 typedef struct bert_workspace bert_workspace;
 
 int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch, int max_seq,
                           bert_workspace **out, char *err);
 void bert_workspace_free(bert_workspace *ws);
-/* The backend memory bert_workspace_create takes for max_batch x max_seq
+/* The memory bert_workspace_create takes on be for max_batch x max_seq
  * (its arenas, lanes aside), without allocating it. */
-size_t bert_workspace_bytes(const bert_config *cfg, int max_batch, int max_seq);
+size_t bert_workspace_bytes(const backend *be, const bert_config *cfg, int max_batch, int max_seq);
 backend *bert_workspace_backend(const bert_workspace *ws);
 /* Lanes, for a CPU backend with several threads: n single-threaded
  * workspaces of ws's size, each on its own single-threaded CPU backend, so

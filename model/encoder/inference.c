@@ -6,8 +6,9 @@
  * on the CPU and on a GPU backend. Shapes: B batch, T padded tokens, C hidden,
  * H heads, d = C/H, F intermediate, K labels; N = B*T token rows.
  * The workspace owns every activation buffer, sized once for the largest
- * batch it will see; a forward pass allocates nothing (but lanes, created on
- * the first multi-threaded CPU pass). On a CPU backend with several threads
+ * batch it will see, or on a backend that bounds a pass's rows for the
+ * largest pass (token_rows); a forward pass allocates nothing (but lanes,
+ * created on the first multi-threaded CPU pass). On a CPU backend with several threads
  * a batch is split into one part per thread, each run on its own
  * single-threaded lane, so threads never wait on each other inside a pass;
  * small batches use the threads inside each operation instead. A backend
@@ -29,10 +30,11 @@ struct bert_workspace {
     backend *be;
     int max_batch, max_seq;
     int C, F, H, K;
-    /* token-level activations (N = max_batch * max_seq rows) */
+    size_t rows; /* token rows of the buffers below (token_rows) */
+    /* token-level activations (N = rows: the batch's B T, or a pass's) */
     float *x;      /* (N, C) residual stream, the layer input and output */
     float *qkv;    /* (N, 3C) */
-    float *att;    /* (B, H, T, T) attention probabilities */
+    float *att;    /* (B, H, T, T) attention probabilities: N H max_seq floats */
     float *merged; /* (N, C) attention output before the projection */
     float *proj;   /* (N, C) a projection before the residual add */
     float *ffn;    /* (N, F) */
@@ -63,14 +65,40 @@ static void workspace_release(bert_workspace *ws)
     ws->iarena = NULL;
 }
 
+/* A pass's activations per token row of a batch of T tokens: x, qkv, att,
+ * merged, proj and ffn, C + 3C + H T + C + C + F floats. */
+static size_t row_bytes(const bert_workspace *ws, int T)
+{
+    return (6 * (size_t)ws->C + (size_t)ws->H * T + (size_t)ws->F) * sizeof(float);
+}
+
+/* Token rows the workspace holds: max_batch x max_seq; on a backend that
+ * bounds a pass's rows (pass_rows: the CPU) the most a pass of any T <=
+ * max_seq can have (pass_sequences: a pass of T tokens has at most
+ * pass_rows(row_bytes(T)) rows, which is largest at T = 1, or one sequence
+ * of T rows), where that is fewer. A batch larger than that runs as
+ * several passes: BERT-base at 32 x 128 tokens reserves 272 rows (about
+ * 10 MiB) instead of 4,096 (about 150 MiB) per lane, of which a pass never
+ * touched more than the 272. */
+static size_t token_rows(const bert_workspace *ws)
+{
+    size_t all = (size_t)ws->max_batch * ws->max_seq;
+    if (!ws->be || !ws->be->pass_rows) return all;
+    size_t most = (size_t)ws->be->pass_rows(ws->be, row_bytes(ws, 1));
+    if (most < (size_t)ws->max_seq) most = (size_t)ws->max_seq;
+    return most < all ? most : all;
+}
+
 /* Every float buffer of the workspace, in arena order. */
 static void plan_buffers(void *ctx, ws_carver *c)
 {
     bert_workspace *ws = ctx;
-    size_t N = (size_t)ws->max_batch * ws->max_seq, C = ws->C, B = ws->max_batch;
+    size_t N = ws->rows, C = ws->C, B = ws->max_batch;
     ws->x = ws_carve(c, N * C);
     ws->qkv = ws_carve(c, N * 3 * C);
-    ws->att = ws_carve(c, B * ws->H * (size_t)ws->max_seq * ws->max_seq);
+    /* B T <= N rows of a pass, each with H rows of T <= max_seq
+     * probabilities */
+    ws->att = ws_carve(c, N * ws->H * (size_t)ws->max_seq);
     ws->merged = ws_carve(c, N * C);
     ws->proj = ws_carve(c, N * C);
     ws->ffn = ws_carve(c, N * (size_t)ws->F);
@@ -79,7 +107,8 @@ static void plan_buffers(void *ctx, ws_carver *c)
     ws->logits = ws_carve(c, B * (size_t)ws->K);
 }
 
-/* The workspace's size fields; N + B ints (ids, lengths) beside the floats. */
+/* The workspace's size fields (ws->be set first); rows + max_batch ints
+ * (ids, lengths) beside the floats. */
 static void set_sizes(bert_workspace *ws, const bert_config *cfg, int max_batch, int max_seq)
 {
     ws->max_batch = max_batch;
@@ -88,15 +117,17 @@ static void set_sizes(bert_workspace *ws, const bert_config *cfg, int max_batch,
     ws->F = cfg->intermediate_size;
     ws->H = cfg->num_attention_heads;
     ws->K = cfg->num_labels;
+    ws->rows = token_rows(ws);
 }
 
-size_t bert_workspace_bytes(const bert_config *cfg, int max_batch, int max_seq)
+size_t bert_workspace_bytes(const backend *be, const bert_config *cfg, int max_batch, int max_seq)
 {
     bert_workspace ws = {0};
+    ws.be = (backend *)be;
     set_sizes(&ws, cfg, max_batch, max_seq);
     ws_carver c = {NULL, 0};
     plan_buffers(&ws, &c);
-    size_t ints = (size_t)max_batch * max_seq + (size_t)max_batch;
+    size_t ints = ws.rows + (size_t)max_batch;
     return c.at * sizeof(float) + ints * sizeof(int);
 }
 
@@ -145,7 +176,7 @@ int bert_workspace_create(backend *be, const bert_config *cfg, int max_batch, in
     if (!ws) return sm_error(err, SM_ERR_NOMEM, "out of memory creating a workspace");
     ws->be = be;
     set_sizes(ws, cfg, max_batch, max_seq);
-    size_t N = (size_t)max_batch * max_seq;
+    size_t N = ws->rows;
     if (ws_arena_alloc(be, plan_buffers, ws, N + (size_t)max_batch, &ws->arena, &ws->arena_floats,
                        &ws->iarena)) {
         size_t bytes = ws->arena_floats * sizeof(float) + (N + (size_t)max_batch) * sizeof(int);
@@ -212,14 +243,13 @@ static int forward_lanes(const bert_workspace *ws, int B)
     return t > 1 && B >= 2 * t ? t : 1;
 }
 
-/* Sequences of T tokens per pass on this backend (pass_rows, backend.h):
- * a pass's activations are x, qkv, att, merged, proj and ffn, per token
- * row C + 3C + H T + C + C + F floats. */
+/* Sequences of T tokens per pass on this backend (pass_rows, backend.h;
+ * row_bytes); never more rows than the workspace holds (token_rows). */
 static int pass_sequences(const bert_workspace *ws, int T)
 {
     if (!ws->be->pass_rows) return ws->max_batch;
-    size_t row = (6 * (size_t)ws->C + (size_t)ws->H * T + (size_t)ws->F) * sizeof(float);
-    int rows = ws->be->pass_rows(ws->be, row);
+    int rows = ws->be->pass_rows(ws->be, row_bytes(ws, T));
+    if ((size_t)rows > ws->rows) rows = (int)ws->rows;
     return rows / T < 1 ? 1 : rows / T;
 }
 

@@ -298,7 +298,8 @@ static void test_workspace_bytes(void **state)
         assert_int_equal(bert_workspace_create(&counting, &m->cfg, shapes[i][0], shapes[i][1], &ws,
                                                err),
                          SM_OK);
-        assert_int_equal(g_alloc_bytes, bert_workspace_bytes(&m->cfg, shapes[i][0], shapes[i][1]));
+        assert_int_equal(g_alloc_bytes,
+                         bert_workspace_bytes(&counting, &m->cfg, shapes[i][0], shapes[i][1]));
         bert_workspace_free(ws);
     }
     cpu->destroy(cpu);
@@ -640,6 +641,60 @@ static void test_cls_rows(void **state)
     tiny_close(t);
 }
 
+/* On the CPU a workspace for a batch larger than a pass holds a pass's
+ * rows, not the batch's, and the batch runs as passes of whole sequences,
+ * on one thread and on lanes: 512 copies of the golden texts each get
+ * their text's logits as the golden batch gives them (packed FP32 weights:
+ * the encoder's bits; the pooler and classifier are OpenBLAS's, whose
+ * rounding depends on the rows). */
+static void test_large_batch(void **state)
+{
+    (void)state;
+    tiny_batch *t = tiny_open();
+    bert_model *m = t->m;
+    const golden *g = &t->g;
+    int T = t->T, K = t->K, n = 512;
+    char err[SM_ERR_MAX] = "";
+    backend whole = *t->cpu;
+    whole.pass_rows = NULL;
+    assert_true(bert_workspace_bytes(t->cpu, &m->cfg, n, T) * 4 <
+                bert_workspace_bytes(&whole, &m->cfg, n, T));
+    bert_packed_params *pp = NULL;
+    const bert_params *p = params_in(t->cpu, m, BERT_FP32_PACKED, &pp);
+    float *want = malloc(t->n * sizeof *want), *logits = malloc((size_t)n * K * sizeof *logits);
+    int *ids = malloc((size_t)n * T * sizeof *ids), *lengths = malloc((size_t)n * sizeof *lengths);
+    assert_true(want && logits && ids && lengths);
+    forward_all(m, p, t->cpu, g, T, want, want + t->nl, want + t->nl + t->np);
+    for (int b = 0; b < n; b++) {
+        int i = b % g->n;
+        for (int k = 0; k < T; k++)
+            ids[(size_t)b * T + k] = k < g->n_ids[i] ? g->ids[i][k] : tokenizer_pad_id(m->tok);
+        lengths[b] = g->n_ids[i];
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        backend *be;
+        assert_int_equal(backend_cpu_create(threads, &be, err), SM_OK);
+        bert_workspace *ws;
+        assert_int_equal(bert_workspace_create(be, &m->cfg, n, T, &ws, err), SM_OK);
+        for (size_t j = 0; j < (size_t)n * K; j++) logits[j] = NAN;
+        assert_int_equal(bert_forward(&m->cfg, p, ws, ids, lengths, n, T, logits, NULL, err),
+                         SM_OK);
+        for (int b = 0; b < n; b++)
+            for (int k = 0; k < K; k++) {
+                float w = want[(b % g->n) * K + k];
+                assert_true(fabsf(logits[(size_t)b * K + k] - w) <= 1e-5f * (1.0f + fabsf(w)));
+            }
+        bert_workspace_free(ws);
+        be->destroy(be);
+    }
+    bert_packed_params_free(pp);
+    free(want);
+    free(logits);
+    free(ids);
+    free(lengths);
+    tiny_close(t);
+}
+
 /* Reads a whole file for the buffer-loading tests. */
 static char *slurp(const char *path, size_t *len)
 {
@@ -776,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_workspace_bytes),     cmocka_unit_test(test_passes),
         cmocka_unit_test(test_reduced_attention),   cmocka_unit_test(test_unpadded_rows),
         cmocka_unit_test(test_cls_rows),
+        cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_save_load_round_trip),
         cmocka_unit_test(test_bad_checkpoints),
     };
