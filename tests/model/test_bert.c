@@ -335,6 +335,18 @@ static void forward_all(bert_model *m, const bert_params *p, backend *be, const 
     free(ids);
 }
 
+/* got[0 .. n) against want: bit for bit when bits, else up to float
+ * rounding (OpenBLAS's products, whose rounding depends on the rows). */
+static void assert_floats(const float *got, const float *want, size_t n, int bits)
+{
+    if (bits) {
+        assert_memory_equal(got, want, n * sizeof *got);
+        return;
+    }
+    for (size_t j = 0; j < n; j++)
+        assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
+}
+
 /* The golden texts' longest token count. */
 static int longest_text(const golden *g)
 {
@@ -429,12 +441,8 @@ static void test_passes(void **state)
             g_pass_rows = per_pass[i] * T;
             for (size_t j = 0; j < n; j++) got[j] = NAN;
             forward_all(m, p, &split, &t->g, T, got, got + nl, got + nl + np);
-            for (size_t j = 0; j < nl + np; j++) /* the head: OpenBLAS's products */
-                assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
-            if (pp) assert_memory_equal(got + nl + np, want + nl + np, nh * sizeof *got);
-            else
-                for (size_t j = nl + np; j < n; j++)
-                    assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
+            assert_floats(got, want, nl + np, 0); /* the head: OpenBLAS's products */
+            assert_floats(got + nl + np, want + nl + np, nh, pp != NULL);
         }
         bert_packed_params_free(pp);
     }
@@ -574,12 +582,9 @@ static void test_unpadded_rows(void **state)
                 for (int c = 0; c < C; c++) {
                     size_t i = ((size_t)b * T + t) * C + c;
                     if (t >= g->n_ids[b]) assert_true(hu[i] == 0.0f);
-                    else if (pp) assert_memory_equal(&hu[i], &hp[i], sizeof *hu);
-                    else assert_true(fabsf(hu[i] - hp[i]) <= 1e-5f * (1.0f + fabsf(hp[i])));
+                    else assert_floats(&hu[i], &hp[i], 1, pp != NULL);
                 }
-        for (size_t j = 0; j < nl + np; j++)
-            if (pp) assert_memory_equal(&unpadded[j], &padded[j], sizeof *padded);
-            else assert_true(fabsf(unpadded[j] - padded[j]) <= 1e-5f * (1.0f + fabsf(padded[j])));
+        assert_floats(unpadded, padded, nl + np, pp != NULL);
         bert_packed_params_free(pp);
     }
     /* every text alone: no padding, nothing to leave out */
@@ -629,10 +634,8 @@ static void test_cls_rows(void **state)
             g_first_calls = 0;
             forward_all(m, p, &cls, &t->g, T, got, got + nl, got + nl + np);
             assert_int_equal(g_first_calls, 1); /* bert_forward's pass, not the hidden one */
-            for (size_t j = 0; j < nl + np; j++)
-                if (pp) assert_memory_equal(&got[j], &want[j], sizeof *got);
-                else assert_true(fabsf(got[j] - want[j]) <= 1e-5f * (1.0f + fabsf(want[j])));
-            assert_memory_equal(got + nl + np, want + nl + np, nh * sizeof *got);
+            assert_floats(got, want, nl + np, pp != NULL);
+            assert_floats(got + nl + np, want + nl + np, nh, 1);
         }
         bert_packed_params_free(pp);
     }
@@ -680,10 +683,7 @@ static void test_large_batch(void **state)
         assert_int_equal(bert_forward(&m->cfg, p, ws, ids, lengths, n, T, logits, NULL, err),
                          SM_OK);
         for (int b = 0; b < n; b++)
-            for (int k = 0; k < K; k++) {
-                float w = want[(b % g->n) * K + k];
-                assert_true(fabsf(logits[(size_t)b * K + k] - w) <= 1e-5f * (1.0f + fabsf(w)));
-            }
+            assert_floats(logits + (size_t)b * K, want + (size_t)(b % g->n) * K, (size_t)K, 0);
         bert_workspace_free(ws);
         be->destroy(be);
     }
